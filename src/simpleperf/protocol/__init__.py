@@ -1,0 +1,1 @@
+"""Wire protocols as pure byte <-> message translators. Nothing here touches a socket."""

@@ -1,0 +1,1 @@
+"""Transports: moving bytes fast. They know sockets, not protocols."""

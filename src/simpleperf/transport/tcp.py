@@ -1,0 +1,122 @@
+"""TCP sockets: listening, connecting, and the kernel facts the client needs."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import ipaddress
+import socket
+import struct
+import time
+
+from ..errors import SimpleperfError
+from . import tcpinfo
+
+SIOCOUTQ = 0x5411  # bytes in the send queue not yet acknowledged by the peer
+WAKE_UP_SECONDS = 0.5
+SETTLE_MIN_SECONDS = 0.02  # a 1000-byte-read Python peer empties a 6 MB buffer in ~15 ms
+SETTLE_MAX_SECONDS = 0.25  # how often a blocked read or write looks up to check for a stop
+
+
+def endpoint(address: tuple) -> str:
+    """'10.0.0.2:52326' for IPv4 (also when it reached a dual-stack socket), '[::1]:5201' for
+    IPv6."""
+    host, port = address[0], address[1]
+    ip = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        return f"{ip.ipv4_mapped}:{port}"
+    return f"[{host}]:{port}" if ip.version == 6 else f"{host}:{port}"
+
+
+def open_listener(bind: str | None, port: int, backlog: int = 128) -> socket.socket:
+    """Listen on `bind`, or on every IPv4 and IPv6 address when no address is given."""
+    if bind is None:
+        candidates = [(socket.AF_INET6, "::", True), (socket.AF_INET, "0.0.0.0", False)]
+    else:
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        candidates = [(family, bind, False)]
+    last_error: OSError | None = None
+    for family, host, dual_stack in candidates:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if dual_stack:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((host, port))
+            sock.listen(backlog)
+            return sock
+        except OSError as error:
+            sock.close()
+            last_error = error
+            if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                break
+    assert last_error is not None
+    where = f"{bind} port {port}" if bind else f"port {port}"
+    if last_error.errno == errno.EADDRINUSE:
+        raise SimpleperfError(f"cannot listen on {where}: the port is already in use")
+    if last_error.errno == errno.EADDRNOTAVAIL:
+        raise SimpleperfError(f"cannot listen on {where}: no interface has that address")
+    raise SimpleperfError(f"cannot listen on {where}: {last_error.strerror}")
+
+
+def connect(host: str, port: int, timeout: float = 10.0) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise SimpleperfError(f"cannot resolve server name '{host}'") from None
+    last_error: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+        except OSError as error:
+            sock.close()
+            last_error = error
+            continue
+        sock.settimeout(None)
+        return sock
+    assert last_error is not None
+    reason = {
+        errno.ECONNREFUSED: "connection refused (is a simpleperf server running there?)",
+        errno.ENETUNREACH: "network is unreachable",
+        errno.EHOSTUNREACH: "host is unreachable",
+    }.get(last_error.errno or 0)
+    if isinstance(last_error, TimeoutError) or last_error.errno == errno.ETIMEDOUT:
+        reason = f"no answer within {timeout:g} s"
+    raise SimpleperfError(f"cannot connect to {host} port {port}: "
+                          f"{reason or last_error.strerror or last_error}")
+
+
+def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:
+    """Let blocking reads and writes return now and then (EAGAIN), so a stop is noticed,
+    without the extra poll() per call that Python's own socket timeouts cost."""
+    whole = int(seconds)
+    value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+
+
+def unsent_bytes(sock: socket.socket) -> int:
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0]
+
+
+def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30.0) -> None:
+    """Wait until the peer has acknowledged everything we sent, then a little longer so its
+    application can read what its kernel holds: what we write next then arrives in a read of
+    its own. Fails if nothing moves for `stall_limit` seconds."""
+    last, last_change = unsent_bytes(sock), time.monotonic()
+    while last > 0 and not should_stop():
+        time.sleep(0.0005 if last < 1 << 20 else 0.002)
+        now_unsent = unsent_bytes(sock)
+        now = time.monotonic()
+        if now_unsent != last:
+            last, last_change = now_unsent, now
+        elif now - last_change > stall_limit:
+            raise SimpleperfError(f"the server stopped reading ({last} bytes unacknowledged "
+                                  f"for {stall_limit:g} s)")
+    # Acknowledged is not yet read, and the advertised window cannot tell the two apart
+    # (Linux stops announcing a window once it passes half the buffer): allow a few RTTs.
+    info = tcpinfo.read(sock)
+    rtt = info.rtt_us / 1e6 if info else 0.0
+    time.sleep(min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * rtt)))

@@ -1,0 +1,36 @@
+"""The kernel's view of a TCP connection (Linux TCP_INFO): RTT, window, retransmits."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+TCP_INFO = getattr(socket, "TCP_INFO", 11)
+# Offsets in struct tcp_info (linux/tcp.h); fields only ever get appended, so a shorter
+# answer from an older kernel simply lacks the later ones.
+_FIELDS = {"rtt_us": 68, "rttvar_us": 72, "snd_cwnd": 80, "snd_mss": 16,
+           "total_retrans": 100, "snd_wnd": 228}
+
+
+@dataclass(frozen=True)
+class TcpInfo:
+    rtt_us: int
+    rttvar_us: int
+    snd_cwnd: int  # in segments
+    snd_mss: int
+    total_retrans: int
+    snd_wnd: int | None  # the peer's advertised window; None before Linux 5.4
+
+
+def read(sock: socket.socket) -> TcpInfo | None:
+    """TCP_INFO of a connected socket, or None where the platform does not have it."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 256)
+    except OSError:
+        return None
+    values = {name: struct.unpack_from("I", raw, offset)[0] if offset + 4 <= len(raw) else None
+              for name, offset in _FIELDS.items()}
+    if values["total_retrans"] is None:
+        return None
+    return TcpInfo(**values)

@@ -1,0 +1,64 @@
+"""Sizes, rates and durations: parsing user input and formatting results.
+
+Units are decimal throughout (1 KB = 1000 B), as classic Simpleperf defines them.
+"""
+
+from __future__ import annotations
+
+import re
+
+SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6,
+              "G": 10**9, "GB": 10**9}
+RATE_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
+DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+DISPLAY_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6}
+
+_NUMBER_WITH_SUFFIX = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+
+
+def _split(text: str) -> tuple[float, str]:
+    match = _NUMBER_WITH_SUFFIX.match(text)
+    if not match:
+        raise ValueError(f"'{text}' is not a number with an optional unit")
+    return float(match.group(1)), match.group(2)
+
+
+def parse_size(text: str) -> int:
+    """'10MB' -> 10_000_000 bytes. Accepts B, K/KB, M/MB, G/GB in any case."""
+    value, suffix = _split(text)
+    factor = SIZE_UNITS.get(suffix.upper())
+    if factor is None:
+        raise ValueError(f"'{text}' has an unknown size unit (use B, KB, MB or GB)")
+    return int(round(value * factor))
+
+
+def parse_rate(text: str) -> float:
+    """'100M' -> 100e6 bits per second. A trailing 'bps', 'bit' or 'b' is allowed."""
+    value, suffix = _split(text)
+    unit = re.sub(r"(?i)(bps|bit/s|bits|bit|b)$", "", suffix).upper()
+    factor = RATE_UNITS.get(unit)
+    if factor is None:
+        raise ValueError(f"'{text}' has an unknown rate unit (use K, M or G)")
+    return value * factor
+
+
+def parse_duration(text: str) -> float:
+    """'20ms' -> 0.02 seconds; a bare number is seconds."""
+    value, suffix = _split(text)
+    factor = DURATION_UNITS.get(suffix.lower())
+    if factor is None:
+        raise ValueError(f"'{text}' has an unknown time unit (use s, ms or us)")
+    return value * factor
+
+
+def format_amount(num_bytes: int, unit: str) -> str:
+    """Classic Transfer/Received column: an integer and the unit, e.g. '90 MB'."""
+    return f"{round(num_bytes / DISPLAY_UNITS[unit])} {unit}"
+
+
+def megabits_per_second(num_bytes: int, seconds: float) -> float:
+    return num_bytes * 8 / seconds / 1e6 if seconds > 0 else 0.0
+
+
+def format_mbps(num_bytes: int, seconds: float) -> str:
+    return f"{megabits_per_second(num_bytes, seconds):.2f} Mbps"

@@ -1,0 +1,114 @@
+"""Command-line validation: one clear line, exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import run_simpleperf
+
+from simpleperf.cli import ClientOptions, ServerOptions, UsageError, parse_args
+
+BAD_INVOCATIONS = [
+    # (arguments, the flag the message must name)
+    (["-s", "-p", "80"], "-p/--port"),
+    (["-s", "-p", "65536"], "-p/--port"),
+    (["-s", "-p", "1023"], "-p/--port"),
+    (["-c", "-p", "abc"], "-p/--port"),
+    (["-c", "-p", ""], "-p/--port"),
+    (["-s", "-f", "GB"], "-f/--format"),
+    (["-c", "-f", "mbps"], "-f/--format"),
+    (["-s", "-b", "10.0.0.256"], "-b/--bind"),
+    (["-s", "-b", "localhost"], "-b/--bind"),
+    (["-c", "-I", "10.0.0.300"], "-I/--serverip"),
+    (["-c", "-I", "bad host!"], "-I/--serverip"),
+    (["-c", "1.2.3"], "-c/--client"),
+    (["-c", "-t", "0"], "-t/--time"),
+    (["-c", "-t", "-5"], "-t/--time"),
+    (["-c", "-t", "ten"], "-t/--time"),
+    (["-c", "-t", "nan"], "-t/--time"),
+    (["-c", "-t", "inf"], "-t/--time"),
+    (["-c", "-i", "0"], "-i/--interval"),
+    (["-c", "-i", "x"], "-i/--interval"),
+    (["-c", "-P", "0"], "-P/--parallel"),
+    (["-c", "-P", "6"], "-P/--parallel"),
+    (["-c", "-P", "2.5"], "-P/--parallel"),
+    (["-c", "-n", "0MB"], "-n/--num"),
+    (["-c", "-n", "10XB"], "-n/--num"),
+    (["-c", "-n", "-3MB"], "-n/--num"),
+    (["-c", "-n", "10MB", "-t", "5"], "-n/--num"),
+    (["-c", "-l", "0"], "-l/--len"),
+    (["-c", "-l", "100GB"], "-l/--len"),
+    (["-s", "-c"], "-s/--server"),
+    (["-s", "-t", "5"], "-t/--time"),
+    (["-s", "-P", "2"], "-P/--parallel"),
+    (["-c", "-b", "127.0.0.1"], "-b/--bind"),
+    (["-s", "--frobnicate"], "--frobnicate"),
+    (["-s", "extra"], "extra"),
+]
+
+
+@pytest.mark.parametrize("args,flag", BAD_INVOCATIONS)
+def test_bad_value_is_one_line_naming_the_flag(args, flag):
+    with pytest.raises(UsageError) as caught:
+        parse_args(args)
+    assert flag in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("args,flag", BAD_INVOCATIONS[::4])
+def test_bad_value_exits_2_with_one_stderr_line(args, flag):
+    done = run_simpleperf(*args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert flag in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_neither_mode_prints_the_classic_line():
+    done = run_simpleperf()
+    assert done.returncode != 0
+    assert done.stderr.strip() == "Error: you must run either in server or client mode"
+    done = run_simpleperf("-p", "9000")
+    assert done.stderr.strip() == "Error: you must run either in server or client mode"
+
+
+def test_defaults():
+    server = parse_args(["-s"])
+    assert server == ServerOptions(bind=None, port=8088, unit="MB", length=256 * 1024)
+    client = parse_args(["-c"])
+    assert isinstance(client, ClientOptions)
+    assert (client.host, client.port, client.unit, client.duration, client.num_bytes,
+            client.interval, client.parallel) == ("127.0.0.1", 8088, "MB", 25.0, None, None, 1)
+
+
+def test_long_flags_and_units():
+    client = parse_args(["--client", "--serverip", "10.0.5.2", "--port", "9000",
+                         "--format", "KB", "--num", "10MB", "--interval", "0.5",
+                         "--parallel", "5", "--len", "64K"])
+    assert isinstance(client, ClientOptions)
+    assert client.host == "10.0.5.2" and client.port == 9000 and client.unit == "KB"
+    assert client.num_bytes == 10_000_000 and client.interval == 0.5
+    assert client.parallel == 5 and client.length == 64_000
+
+
+def test_host_given_to_c_directly_and_names_and_ipv6():
+    assert parse_args(["-c", "10.0.0.2"]).host == "10.0.0.2"
+    assert parse_args(["-c", "-I", "::1"]).host == "::1"
+    assert parse_args(["-c", "localhost"]).host == "localhost"
+    with pytest.raises(UsageError):
+        parse_args(["-c", "10.0.0.2", "-I", "10.0.0.3"])
+
+
+def test_server_bind_accepts_ipv4_and_ipv6():
+    assert parse_args(["-s", "-b", "10.0.5.2"]).bind == "10.0.5.2"
+    assert parse_args(["-s", "--bind", "::1"]).bind == "::1"
+
+
+def test_help_exits_0():
+    done = run_simpleperf("--help")
+    assert done.returncode == 0
+    for flag in ("-s", "-c", "-b", "-I", "-p", "-f", "-t", "-n", "-i", "-P", "-l"):
+        assert re.search(rf"^\s+{flag}\b", done.stdout, re.M), flag

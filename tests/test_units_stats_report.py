@@ -1,0 +1,69 @@
+"""Pure pieces: unit parsing and formatting, interval boundaries, fairness, table rows."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simpleperf.report import classic as table
+from simpleperf.stats import interval_boundaries, jain_index
+from simpleperf.units import format_amount, format_mbps, parse_rate, parse_size
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("10MB", 10_000_000), ("10mb", 10_000_000), ("1KB", 1000), ("5B", 5), ("7", 7),
+    ("2.5MB", 2_500_000), ("1G", 10**9), ("64K", 64_000),
+])
+def test_parse_size_is_decimal(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "MB", "10 XB", "1e3", "-1MB", "10MBB"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_parse_rate():
+    assert parse_rate("100M") == 100e6
+    assert parse_rate("1.5Gbps") == 1.5e9
+    assert parse_rate("64k") == 64e3
+
+
+def test_formatting_matches_the_classic_columns():
+    assert format_amount(90_400_000, "MB") == "90 MB"
+    assert format_amount(1234, "B") == "1234 B"
+    assert format_amount(10_000_000, "KB") == "10000 KB"
+    assert format_mbps(88_156_250, 25.0) == "28.21 Mbps"
+    assert table.row("10.0.0.2:52326", 0.0, 25.0, 90_000_000, "MB") == (
+        "10.0.0.2:52326      0.0 - 25.0          90 MB               28.80 Mbps")
+    assert table.header("Received") == (
+        "ID                  Interval            Received            Rate")
+    assert table.header("Transfer") == (
+        "ID                  Interval            Transfer            Bandwidth")
+    assert table.server_banner(8088).splitlines() == [
+        "-" * 45, "A simpleperf server is listening on port 8088", "-" * 45]
+    assert table.client_banner("10.0.5.2", 8088).splitlines() == [
+        "-" * 90, "A simpleperf client connecting to server 10.0.5.2, port 8088", "-" * 90]
+
+
+def test_interval_boundaries():
+    assert interval_boundaries(5, 25, 12.0) == [5, 10]
+    assert interval_boundaries(5, 25, 25.0) == [5, 10, 15, 20, 25]
+    assert interval_boundaries(5, 7, 7.0) == [5, 7]
+    assert interval_boundaries(0.1, None, 0.35) == [0.1, 0.2, 0.3]
+
+
+def test_jain_index():
+    assert jain_index([10, 10, 10]) == pytest.approx(1.0)
+    assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain_index([12.5, 16.1]) == pytest.approx((28.6 ** 2) / (2 * (12.5**2 + 16.1**2)))
+    with pytest.raises(ValueError):
+        jain_index([])
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e12), min_size=1, max_size=50))
+def test_jain_index_is_between_1_over_n_and_1(values):
+    index = jain_index(values)
+    assert 1 / len(values) - 1e-9 <= index <= 1 + 1e-9
