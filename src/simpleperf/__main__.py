@@ -26,6 +26,10 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM ends a run the way Ctrl-C
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    if argv[:1] == ["lab"]:  # the lab sits on top of the tool; the tool never needs it
+        from .lab.cli import main as lab_main
+
+        return lab_main(argv[1:])
     try:
         options = parse_args(argv)
     except UsageError as error:

@@ -1,0 +1,238 @@
+"""Turn a topology into system commands (a pure plan), and run the plan fast.
+
+Layout. Every node is a network namespace named like the node (h1, r1, s1); a switch is a
+Linux bridge inside its own namespace. A shaped link between two hosts or routers runs
+through a hidden wire namespace (`<lab>-wire`) that routes it transparently:
+
+    r1-eth1 ==veth== w1a [wire: loss+delay at ingress, route, rate+queue at egress] w1b
+    w1b ==veth== r2-eth0
+
+Why a routed middle and not shaping on r1-eth1 itself: packets there are still owned by
+the sending socket, so TCP small queues would throttle the sender instead of the queue
+filling; and a delay applied inside the receiver comes after its receive timestamp, so
+ping would not see it. In the wire, packets are orphaned and the receiver stamps them after
+the delay. Static neighbour entries and fixed MAC addresses replace ARP, and the TTL is
+given back, so the middle is invisible (traceroute shows r1 then r2).
+
+Every namespace is configured by one shell script (sysctl, ethtool, ip -batch,
+iptables-restore, tc -batch), and the scripts run in parallel.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+
+from .system import CommandError, run
+from .topology import Link, Shaping, Topology, TopologyError
+
+WIRE_SUFFIX = "-wire"
+DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
+OFFLOADS_OFF = "tso off gso off gro off tx-udp-segmentation off"
+
+
+@dataclass
+class NamespacePlan:
+    sysctls: list[str] = field(default_factory=list)
+    plain_interfaces: list[str] = field(default_factory=list)  # offloads switched off
+    ip_first: list[str] = field(default_factory=list)  # lo, bridges, ports, addresses
+    ip_then: list[str] = field(default_factory=list)  # neighbours, rules, routes
+    iptables: list[str] = field(default_factory=list)  # raw PREROUTING rules
+    ttl_restore: bool = False
+    tc: list[str] = field(default_factory=list)
+
+    def script(self) -> str:
+        lines = ["set -e"]
+        if self.sysctls:
+            lines.append("sysctl -qw " + " ".join(self.sysctls))
+        for interface in self.plain_interfaces:
+            lines.append(f"ethtool -K {interface} {OFFLOADS_OFF}")
+        lines.append(_heredoc("ip -batch -", self.ip_first + self.ip_then))
+        if self.iptables or self.ttl_restore:
+            tables = []
+            if self.iptables:
+                tables += ["*raw", *self.iptables, "COMMIT"]
+            if self.ttl_restore:
+                tables += ["*mangle", "-A PREROUTING -j TTL --ttl-inc 1", "COMMIT"]
+            lines.append(_heredoc("iptables-restore", tables))
+        if self.tc:
+            lines.append(_heredoc("tc -batch -", self.tc))
+        return "\n".join(lines) + "\n"
+
+
+def _heredoc(command: str, body: list[str]) -> str:
+    return f"{command} <<'SIMPLEPERF_EOF'\n" + "\n".join(body) + "\nSIMPLEPERF_EOF"
+
+
+@dataclass
+class Plan:
+    lab: str
+    backend: str
+    root_batch: list[str]
+    namespaces: dict[str, NamespacePlan]
+    delay_queues: list[dict]  # for the delay line: namespace, queue, delay, jitter, reorder
+
+    @property
+    def namespace_names(self) -> list[str]:
+        return list(self.namespaces)
+
+
+def wire_namespace(lab: str) -> str:
+    return lab + WIRE_SUFFIX
+
+
+def _mac(link_index: int, role: int) -> str:
+    return f"02:53:50:{link_index >> 8:02x}:{link_index & 0xFF:02x}:{role:02x}"
+
+
+def plan(topology: Topology, backend: str) -> Plan:
+    """Everything to run, without running anything. Raises TopologyError for what the
+    chosen backend cannot build."""
+    wire = wire_namespace(topology.name)
+    routed = [link for link in topology.links if link.is_shaped and _both_routable(topology,
+                                                                                      link)]
+    namespaces = {name: NamespacePlan() for name in topology.nodes}
+    if routed:
+        namespaces[wire] = NamespacePlan()
+    root = [f"netns add {name}" for name in namespaces]
+    for name, space in namespaces.items():
+        space.sysctls += ["net.ipv6.conf.all.disable_ipv6=1",
+                          "net.ipv6.conf.default.disable_ipv6=1"]
+        space.ip_first.append("link set lo up")
+        kind = topology.nodes[name].kind if name in topology.nodes else "wire"
+        if kind in ("router", "wire"):
+            space.sysctls.append("net.ipv4.ip_forward=1")
+        if kind == "switch":
+            space.ip_first += [f"link add {name} type bridge stp_state 0",
+                               f"link set {name} up"]
+    delay_queues: list[dict] = []
+    for link in topology.links:
+        if link in routed:
+            index = routed.index(link) + 1
+            root += _routed_link(link, index, wire, namespaces, backend, delay_queues)
+        else:
+            root.append(f"link add {link.a.interface} netns {link.a.node} type veth peer "
+                        f"name {link.b.interface} netns {link.b.node}")
+            if link.is_shaped:
+                _shape_at_endpoints(topology, link, namespaces)
+        for end in (link.a, link.b):
+            space = namespaces[end.node]
+            if end.address is None:
+                space.ip_first += [f"link set {end.interface} master {end.node}",
+                                   f"link set {end.interface} up"]
+            else:
+                space.plain_interfaces.append(end.interface)
+                space.ip_first += [f"addr add {end.address} dev {end.interface}",
+                                   f"link set {end.interface} up"]
+    for node in topology.nodes.values():
+        namespaces[node.name].ip_then += [f"route add {route}" for route in node.routes]
+    return Plan(topology.name, backend, root, namespaces, delay_queues)
+
+
+def _both_routable(topology: Topology, link: Link) -> bool:
+    return all(topology.nodes[end.node].kind != "switch" for end in (link.a, link.b))
+
+
+def _shape_at_endpoints(topology: Topology, link: Link,
+                        namespaces: dict[str, NamespacePlan]) -> None:
+    """A link to a switch: rate and queue at each end's egress; nothing else is possible."""
+    switch = next(e.node for e in (link.a, link.b) if topology.nodes[e.node].kind == "switch")
+    for end, shaping in ((link.a, link.a_to_b), (link.b, link.b_to_a)):
+        if shaping.delay or shaping.jitter or shaping.loss:
+            raise TopologyError(f"link {link.name}: delay, jitter and loss need both ends to "
+                                f"be hosts or routers, and {switch} is a switch: put the "
+                                "slow link between routers")
+        if shaping.rate is not None:
+            namespaces[end.node].tc += _rate_limit(end.interface, shaping)
+
+
+def _rate_limit(device: str, shaping: Shaping) -> list[str]:
+    assert shaping.rate is not None
+    rate = int(shaping.rate)
+    return [f"qdisc add dev {device} root handle 1: htb default 1",
+            f"class add dev {device} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+            "quantum 3028",
+            f"qdisc add dev {device} parent 1:1 handle 10: pfifo limit "
+            f"{shaping.queue or DEFAULT_QUEUE}"]
+
+
+def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, NamespacePlan],
+                 backend: str, delay_queues: list[dict]) -> list[str]:
+    a, b = link.a, link.b
+    assert a.address is not None and b.address is not None
+    port_a, port_b = f"w{index}a", f"w{index}b"
+    mac_a, mac_port_a, mac_port_b, mac_b = (_mac(index, role) for role in (1, 2, 3, 4))
+    root = [f"link add {a.interface} netns {a.node} address {mac_a} type veth peer name "
+            f"{port_a} netns {wire} address {mac_port_a}",
+            f"link add {port_b} netns {wire} address {mac_port_b} type veth peer name "
+            f"{b.interface} netns {b.node} address {mac_b}"]
+    namespaces[a.node].ip_then.append(
+        f"neigh replace {b.address.ip} lladdr {mac_port_a} dev {a.interface} nud permanent")
+    namespaces[b.node].ip_then.append(
+        f"neigh replace {a.address.ip} lladdr {mac_port_b} dev {b.interface} nud permanent")
+    space = namespaces[wire]
+    space.plain_interfaces += [port_a, port_b]
+    space.ip_first += [f"link set {port_a} up", f"link set {port_b} up"]
+    space.ttl_restore = True
+    directions = ((port_a, port_b, b, mac_b, link.a_to_b, 2 * index - 1),
+                  (port_b, port_a, a, mac_a, link.b_to_a, 2 * index))
+    for ingress, egress, far_end, far_mac, shaping, number in directions:
+        table = 1000 + number
+        space.ip_then += [
+            f"neigh replace {far_end.address.ip} lladdr {far_mac} dev {egress} nud permanent",
+            f"rule add iif {ingress} table {table} pref {table}",
+            f"route add default via {far_end.address.ip} dev {egress} onlink table {table}"]
+        if shaping.rate is not None:
+            space.tc += _rate_limit(egress, shaping)
+        if backend == "netem":
+            _netem_direction(space, ingress, shaping, link)
+        else:
+            _own_direction(space, ingress, shaping, number, wire, delay_queues)
+    return root
+
+
+def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: int,
+                   wire: str, delay_queues: list[dict]) -> None:
+    if shaping.loss > 0:
+        space.iptables.append(f"-A PREROUTING -i {ingress} -m statistic --mode random "
+                              f"--probability {shaping.loss:.10f} -j DROP")
+    if shaping.needs_delay_line:
+        space.iptables.append(f"-A PREROUTING -i {ingress} -j NFQUEUE --queue-num {queue}")
+        delay_queues.append({"namespace": wire, "queue": queue, "delay": shaping.delay,
+                             "jitter": shaping.jitter, "reorder": shaping.reorder})
+
+
+def _netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping, link: Link) -> None:
+    if not (shaping.delay or shaping.jitter or shaping.loss):
+        return
+    if shaping.jitter and not shaping.reorder:
+        raise TopologyError(f"link {link.name}: netem reorders packets when it adds jitter; "
+                            "set reorder = true, or use --shaper own, which keeps order")
+    ifb = f"ifb{ingress[1:]}"
+    netem = f"netem limit 1000000 delay {shaping.delay * 1e6:.0f}us"
+    if shaping.jitter:
+        netem += f" {shaping.jitter * 1e6:.0f}us distribution normal"
+    if shaping.loss:
+        netem += f" loss {shaping.loss * 100:.6f}%"
+    space.ip_first += [f"link add {ifb} type ifb", f"link set {ifb} up"]
+    space.tc += [f"qdisc add dev {ingress} handle ffff: ingress",
+                 f"filter add dev {ingress} parent ffff: protocol all u32 match u32 0 0 "
+                 f"action mirred egress redirect dev {ifb}",
+                 f"qdisc add dev {ifb} root {netem}"]
+
+
+def execute(built: Plan) -> None:
+    """Create the namespaces and links, then configure every namespace in parallel."""
+    run(["ip", "-batch", "-"], stdin="\n".join(built.root_batch) + "\n")
+    workers = {name: subprocess.Popen(["ip", "netns", "exec", name, "sh", "-c",
+                                       space.script()],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, space in built.namespaces.items()}
+    failures = []
+    for name, worker in workers.items():
+        _, err = worker.communicate()
+        if worker.returncode != 0:
+            detail = err.strip().splitlines()
+            failures.append(f"{name}: {detail[-1] if detail else 'configuration failed'}")
+    if failures:
+        raise CommandError("configuring the lab failed: " + "; ".join(failures))

@@ -1,0 +1,215 @@
+"""The delay line of the own shaper: holds queued packets' verdicts, never their bytes.
+
+Packets stay in the kernel (NFQUEUE, metadata-only copies); this process learns their ids
+and kernel arrival times and, when their time has come, accepts them. Ids are sequential
+per queue, so in-order release is one verdict for everything that arrived before a moment:
+Python does work per read of a socket, not per packet. With jitter that may reorder, each
+packet gets its own release time and verdict.
+
+Timing: arrival is the kernel's receive timestamp (enabled by holding one socket with
+SO_TIMESTAMP), not when this process got round to reading; wake-ups are scheduled early by
+the lateness the timer has shown so far (about 0.1-0.2 ms on a VM).
+
+Run as: python3 -m simpleperf.lab.delayline PLAN.json   (the lab starts and stops it)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import heapq
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import nfqueue
+from .system import namespace_inode
+
+CLONE_NEWNET = 0x40000000
+PR_SET_TIMERSLACK = 29
+SO_RCVBUFFORCE = 33
+SO_TIMESTAMP = 29
+SOL_NETLINK = 270
+NETLINK_NO_ENOBUFS = 5
+MAX_QUEUED_PACKETS = 200_000
+RECEIVE_BUFFER = 32 << 20
+
+
+@dataclass
+class DirectionQueue:
+    """One direction of one link: its kernel queue, socket and release schedule."""
+
+    number: int
+    delay: float
+    jitter: float
+    reorder: bool
+    sock: socket.socket | None = None
+    in_order: deque = field(default_factory=deque)  # (release time, highest id)
+    by_time: list = field(default_factory=list)  # heap of (release time, id)
+    last_release: float = 0.0
+
+    def admit(self, arrivals: list[tuple[int, float]], rng: random.Random) -> None:
+        """arrivals: (packet id, monotonic arrival time), in id order."""
+        if self.reorder and self.jitter > 0:
+            for packet_id, arrived in arrivals:
+                wait = max(0.0, rng.gauss(self.delay, self.jitter))
+                heapq.heappush(self.by_time, (arrived + wait, packet_id))
+            return
+        packet_id, arrived = arrivals[-1]
+        wait = self.delay if self.jitter == 0 else max(0.0, rng.gauss(self.delay, self.jitter))
+        # A packet never leaves before one that entered the link earlier.
+        release = max(arrived + wait, self.last_release)
+        self.last_release = release
+        if self.in_order and self.in_order[-1][0] == release:
+            self.in_order[-1] = (release, packet_id)
+        else:
+            self.in_order.append((release, packet_id))
+
+    def due(self, now: float) -> list[bytes]:
+        messages = []
+        highest = None
+        while self.in_order and self.in_order[0][0] <= now:
+            highest = self.in_order.popleft()[1]
+        if highest is not None:
+            messages.append(nfqueue.verdict_up_to(self.number, highest))
+        while self.by_time and self.by_time[0][0] <= now:
+            messages.append(nfqueue.verdict(self.number, heapq.heappop(self.by_time)[1]))
+        return messages
+
+    def next_release(self) -> float | None:
+        if self.in_order:
+            first = self.in_order[0][0]
+            return min(first, self.by_time[0][0]) if self.by_time else first
+        return self.by_time[0][0] if self.by_time else None
+
+
+def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
+    """A netlink socket created inside `namespace` (it stays bound there), bound to a queue."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        if namespace:
+            target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+            try:
+                if libc.setns(target, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"cannot enter namespace {namespace}")
+            finally:
+                os.close(target)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, nfqueue.NETLINK_NETFILTER)
+    finally:
+        if namespace:
+            libc.setns(home, CLONE_NEWNET)
+        os.close(home)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+    sock.bind((0, 0))
+    for message in nfqueue.bind(number, MAX_QUEUED_PACKETS):
+        sock.send(message)
+        failures = [code for code in nfqueue.errors(sock.recv(65536)) if code]
+        if failures:
+            raise OSError(failures[0], f"cannot bind queue {number} in {namespace}: "
+                                       f"{os.strerror(failures[0])}")
+    sock.setblocking(False)
+    return sock
+
+
+def serve(plan: list[dict]) -> None:
+    """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds)."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
+    # on arrival; the queue messages then carry the true arrival time.
+    stamper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stamper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
+    queues = [DirectionQueue(e["queue"], e["delay"], e["jitter"], e["reorder"])
+              for e in plan]
+    for queue, entry in zip(queues, plan, strict=True):
+        queue.sock = open_queue_socket(entry["namespace"], entry["queue"])
+    by_socket = {q.sock: q for q in queues}
+    # The delay line lives as long as its namespaces: if they are removed (even by someone
+    # who never knew this process existed) it leaves too.
+    watched = {e["namespace"]: namespace_inode(e["namespace"]) for e in plan if e["namespace"]}
+    next_check = 0.0
+    readable = list(by_socket)
+    rng = random.Random()
+    buffer = bytearray(4 << 20)
+    view = memoryview(buffer)
+    clock = time.monotonic
+    lateness = 0.0  # how late the timer has been waking us, smoothed
+    signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
+    signal.signal(signal.SIGINT, _stop)
+    print("ready", flush=True)
+    while True:
+        releases = [r for q in queues if (r := q.next_release()) is not None]
+        target = min(releases) if releases else None
+        timeout = 0.5 if target is None else max(0.0, target - lateness - clock())
+        try:
+            ready, _, _ = select.select(readable, [], [], timeout)
+        except InterruptedError:
+            continue
+        now = clock()
+        if now >= next_check:
+            next_check = now + 0.5
+            if any(namespace_inode(name) != inode for name, inode in watched.items()):
+                return
+        if not ready and target is not None and timeout > 0:
+            lateness += 0.1 * ((now - target + lateness) - lateness)
+            lateness = min(max(lateness, 0.0), 0.002)
+        if ready:
+            # Kernel stamps are wall-clock; turn them into our monotonic clock.
+            offset = time.time() - clock()
+            for sock in ready:
+                queue = by_socket[sock]
+                last_only = not (queue.reorder and queue.jitter > 0)
+                while True:
+                    try:
+                        count = sock.recv_into(buffer)
+                    except BlockingIOError:
+                        break
+                    except OSError as error:
+                        if error.errno == errno.ENOBUFS:
+                            continue
+                        raise
+                    arrivals = [(packet_id, now if stamp is None else min(now, stamp - offset))
+                                for packet_id, stamp in nfqueue.packets(view[:count], last_only)]
+                    if arrivals:
+                        queue.admit(arrivals, rng)
+        now = clock()
+        for queue in queues:
+            for message in queue.due(now):
+                queue.sock.send(message)
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop(signum, frame):
+    raise Stopped
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as config:
+        plan = json.load(config)
+    try:
+        serve(plan)
+    except Stopped:
+        pass
+    except OSError as error:
+        print(f"delay line: {error}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

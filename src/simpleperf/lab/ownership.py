@@ -1,0 +1,181 @@
+"""The record of what a lab created, so that exactly that, and nothing else, is removed.
+
+One JSON file per lab under /run/simpleperf/labs (tmpfs: gone after a reboot, as are the
+namespaces). It is written before anything is created (the namespaces it is about to make)
+and updated as things appear (namespace inodes, processes), so a lab whose owner was killed
+with SIGKILL at any moment can still be cleared. A namespace is removed only if it is named
+in a record and, where the record knows its inode, is still that same namespace.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .system import (
+    existing_namespaces,
+    is_same_process,
+    namespace_inode,
+    process_start_time,
+    processes_in_namespaces,
+    run,
+)
+
+RECORD_DIR = Path(os.environ.get("SIMPLEPERF_LAB_DIR", "/run/simpleperf/labs"))
+RECORD_SUFFIX = ".record.json"
+
+
+@dataclass
+class OwnedProcess:
+    pid: int
+    start_time: int | None
+    what: str
+
+
+@dataclass
+class LabRecord:
+    lab: str
+    backend: str
+    owner_pid: int
+    owner_start_time: int | None
+    persistent: bool  # `lab up` leaves it standing; `lab run` takes it down itself
+    topology: dict  # how to rebuild the model: {"file": text} or {"pair": {...}}
+    namespaces: dict[str, int | None] = field(default_factory=dict)  # name -> inode
+    processes: list[OwnedProcess] = field(default_factory=list)
+    complete: bool = False
+    created: float = field(default_factory=time.time)
+
+    @property
+    def path(self) -> Path:
+        return RECORD_DIR / f"{self.lab}{RECORD_SUFFIX}"
+
+    def save(self) -> None:
+        RECORD_DIR.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(temporary, self.path)
+
+    def owner_alive(self) -> bool:
+        return is_same_process(self.owner_pid, self.owner_start_time)
+
+    @property
+    def state(self) -> str:
+        """'up' (usable), 'building' (its owner is still at work) or 'remains'."""
+        if self.complete and (self.persistent or self.owner_alive()):
+            return "up"
+        return "building" if self.owner_alive() else "remains"
+
+
+def new_record(lab: str, backend: str, persistent: bool, topology: dict) -> LabRecord:
+    pid = os.getpid()
+    return LabRecord(lab, backend, pid, process_start_time(pid), persistent, topology)
+
+
+def load(lab: str) -> LabRecord | None:
+    path = RECORD_DIR / f"{lab}{RECORD_SUFFIX}"
+    try:
+        data = json.loads(path.read_text())
+        data["processes"] = [OwnedProcess(**p) for p in data.get("processes", [])]
+        return LabRecord(**data)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # absent, or not a record this version wrote
+
+
+def all_records() -> list[LabRecord]:
+    if not RECORD_DIR.is_dir():
+        return []
+    records = [load(path.name[: -len(RECORD_SUFFIX)])
+               for path in sorted(RECORD_DIR.glob(f"*{RECORD_SUFFIX}"))]
+    return [record for record in records if record is not None]
+
+
+def lock_path(lab: str) -> Path:
+    return RECORD_DIR / f"{lab}.lock"
+
+
+@contextmanager
+def locked(lab: str) -> Iterator[None]:
+    """One lab operation at a time per lab (two `up`s, or `exec` updating the record)."""
+    RECORD_DIR.mkdir(parents=True, exist_ok=True)
+    with open(lock_path(lab), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def record_namespaces_created(record: LabRecord) -> None:
+    for name in record.namespaces:
+        record.namespaces[name] = namespace_inode(name)
+    record.save()
+
+
+def add_process(record: LabRecord, pid: int, what: str) -> None:
+    record.processes.append(OwnedProcess(pid, process_start_time(pid), what))
+    record.save()
+
+
+def remove_process(record: LabRecord, pid: int) -> None:
+    record.processes = [p for p in record.processes if p.pid != pid]
+    record.save()
+
+
+def owned_namespaces(record: LabRecord) -> list[str]:
+    """The recorded namespaces that still exist and are still the ones the lab made."""
+    present = existing_namespaces()
+    owned = []
+    for name, inode in record.namespaces.items():
+        if name in present and (inode is None or namespace_inode(name) == inode):
+            owned.append(name)
+    return owned
+
+
+def tear_down(record: LabRecord) -> list[str]:
+    """Stop the lab's processes and delete its namespaces; returns what was removed."""
+    removed = []
+    for process in record.processes:
+        if is_same_process(process.pid, process.start_time):
+            _stop(process.pid)
+            removed.append(f"process {process.pid} ({process.what})")
+    namespaces = owned_namespaces(record)
+    inodes = {namespace_inode(n) for n in namespaces} - {None}
+    strangers = processes_in_namespaces(inodes) if inodes else {}  # type: ignore[arg-type]
+    if namespaces:
+        run(["ip", "-batch", "-"], stdin="".join(f"netns del {n}\n" for n in namespaces))
+        removed += [f"namespace {n}" for n in namespaces]
+    for pid, command in sorted(strangers.items()):
+        removed.append(f"(process {pid} '{command}', not started by the lab, still runs in a "
+                       "removed namespace; it is left alone and the namespace lingers until "
+                       "it exits)")
+    record.path.unlink(missing_ok=True)
+    for leftover in RECORD_DIR.glob(f"{record.lab}.delayline.*"):
+        leftover.unlink(missing_ok=True)
+    return removed
+
+
+def _stop(pid: int, grace: float = 1.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    start = process_start_time(pid)
+    while time.monotonic() < deadline:
+        if process_start_time(pid) != start or _is_zombie(pid):
+            return
+        time.sleep(0.01)
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

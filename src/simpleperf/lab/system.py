@@ -1,0 +1,79 @@
+"""Running the system's tools (ip, tc, iptables, ethtool) and facts about processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+NETNS_DIR = "/run/netns"
+
+
+class CommandError(RuntimeError):
+    """A system command failed; the message says which and why, in one line."""
+
+
+def require_tools(*names: str) -> None:
+    missing = [name for name in names if shutil.which(name) is None]
+    if missing:
+        raise CommandError(f"missing tools: {', '.join(missing)} (Debian: apt-get install "
+                           "iproute2 iptables ethtool)")
+
+
+def run(command: Sequence[str], stdin: str | None = None, check: bool = True
+        ) -> subprocess.CompletedProcess:
+    done = subprocess.run(list(command), input=stdin, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        detail = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise CommandError(f"{' '.join(command[:4])}: {detail[0] if detail else 'failed'}")
+    return done
+
+
+def in_namespace(namespace: str | None, command: Sequence[str]) -> list[str]:
+    return list(command) if namespace is None else ["ip", "netns", "exec", namespace,
+                                                    *command]
+
+
+def namespace_inode(name: str) -> int | None:
+    try:
+        return os.stat(os.path.join(NETNS_DIR, name)).st_ino
+    except OSError:
+        return None
+
+
+def existing_namespaces() -> set[str]:
+    try:
+        return set(os.listdir(NETNS_DIR))
+    except OSError:
+        return set()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of a process (clock ticks since boot): with the pid it names
+    one process for good, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_same_process(pid: int, start_time: int | None) -> bool:
+    return start_time is not None and process_start_time(pid) == start_time
+
+
+def processes_in_namespaces(inodes: set[int]) -> dict[int, str]:
+    """pid -> command name of every process whose network namespace is one of `inodes`."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            link = os.readlink(f"/proc/{entry}/ns/net")
+            if int(link[link.index("[") + 1:-1]) in inodes:
+                with open(f"/proc/{entry}/comm") as comm:
+                    found[int(entry)] = comm.read().strip()
+        except (OSError, ValueError):
+            continue
+    return found

@@ -1,0 +1,252 @@
+"""The lab's pure layers: topology files, validation, theory and build plans (no root)."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpleperf.lab import build, theory, topology
+from simpleperf.lab.shaping.probe import Capabilities
+from simpleperf.lab.topology import TopologyError
+
+PORTFOLIO_ADDRESSES = {
+    "h1": ["10.0.0.2"], "h2": ["10.0.0.3"], "h3": ["10.0.0.4"],
+    "r1": ["10.0.0.1", "10.0.1.1"], "r2": ["10.0.1.2", "10.0.2.1", "10.0.3.1"],
+    "h7": ["10.0.2.2"], "r3": ["10.0.3.2", "10.0.4.1", "10.0.5.1", "10.0.6.1"],
+    "h8": ["10.0.4.2"], "h4": ["10.0.5.2"], "h5": ["10.0.5.3"], "h6": ["10.0.5.4"],
+    "r4": ["10.0.6.2", "10.0.7.1"], "h9": ["10.0.7.2"],
+}
+
+
+@pytest.fixture(scope="module")
+def portfolio():
+    return topology.load("portfolio")
+
+
+def test_portfolio_matches_the_contract(portfolio):
+    for node, addresses in PORTFOLIO_ADDRESSES.items():
+        found = [str(end.address.ip) for end, _ in portfolio.endpoints_of(node)]
+        assert found == addresses, node
+        assert all(str(end.address.network).endswith("/24")
+                   for end, _ in portfolio.endpoints_of(node))
+    shaped = {link.name: link for link in portfolio.links if link.is_shaped}
+    assert set(shaped) == {"L1", "L2", "L3"}
+    for name, (a, b, rate, delay, queue) in {"L1": ("r1", "r2", 40e6, 0.010, 67),
+                                             "L2": ("r2", "r3", 30e6, 0.020, 100),
+                                             "L3": ("r3", "r4", 20e6, 0.010, 33)}.items():
+        link = shaped[name]
+        assert (link.a.node, link.b.node) == (a, b)
+        for direction in (link.a_to_b, link.b_to_a):
+            assert (direction.rate, direction.delay, direction.queue) == (rate, delay, queue)
+    routes = {str(r) for r in portfolio.nodes["r2"].routes}
+    assert routes == {"10.0.0.0/24 via 10.0.1.1", "10.0.4.0/24 via 10.0.3.2",
+                      "10.0.5.0/24 via 10.0.3.2", "10.0.6.0/24 via 10.0.3.2",
+                      "10.0.7.0/24 via 10.0.3.2"}
+    assert {str(r) for r in portfolio.nodes["r3"].routes} == {
+        "10.0.0.0/24 via 10.0.3.1", "10.0.1.0/24 via 10.0.3.1", "10.0.2.0/24 via 10.0.3.1",
+        "10.0.7.0/24 via 10.0.6.2"}
+    assert [str(r) for r in portfolio.nodes["h9"].routes] == ["default via 10.0.7.1"]
+
+
+def test_mininet_interface_names(portfolio):
+    names = {end.interface for link in portfolio.links for end in (link.a, link.b)}
+    assert {"h1-eth0", "r1-eth0", "r1-eth1", "r3-eth3", "s1-eth1", "s2-eth4"} <= names
+
+
+@pytest.mark.parametrize("source,target,rtt,bottleneck", [
+    ("r1", "r2", 20, 40e6), ("r2", "r3", 40, 30e6), ("r3", "r4", 20, 20e6),
+    ("h1", "h4", 60, 30e6), ("h7", "h9", 60, 20e6), ("h1", "h9", 80, 20e6),
+    ("h1", "h2", 0, None),
+])
+def test_theory_paths(portfolio, source, target, rtt, bottleneck):
+    assert theory.base_rtt(portfolio, source, target) * 1e3 == pytest.approx(rtt)
+    assert theory.path(portfolio, source, target).bottleneck == bottleneck
+
+
+def test_max_min_fair_shares_use_every_shared_link(portfolio):
+    def shares(*pairs):
+        paths = [theory.path(portfolio, a, b) for a, b in pairs]
+        return [round(r / 1e6, 3) for r in theory.max_min_shares(paths)]
+
+    assert shares(("h1", "h4"), ("h2", "h5")) == [15, 15]
+    assert shares(("h1", "h4"), ("h2", "h5"), ("h3", "h6")) == [10, 10, 10]
+    assert shares(("h1", "h4"), ("h7", "h9")) == [15, 15]  # 4c: both cross L2
+    assert shares(("h1", "h4"), ("h8", "h9")) == [30, 20]  # 4d: no shared link
+    assert shares(("h1", "h4"), ("h1", "h4"), ("h2", "h5"), ("h3", "h6")) == [7.5] * 4
+    paths = [theory.path(portfolio, "h1", "h4"), theory.path(portfolio, "h2", "h5")]
+    assert [r / 1e6 for r in theory.max_min_shares(paths, demands=[5e6, None])] == [5, 25]
+
+
+def test_bounds():
+    assert theory.window_bound(16_000, 0.1) == pytest.approx(1.28e6)
+    assert theory.mathis_bound(1448, 0.1, 0.01) == pytest.approx(
+        1448 * 8 / 0.1 * math.sqrt(1.5) / 0.1)
+    assert theory.mathis_bound(1448, 0.1, 0) == math.inf
+
+
+BASE = """
+name = "t"
+[hosts]
+a = { routes = ["default via 10.1.0.254"] }
+b = {}
+[routers]
+r = {}
+[[links]]
+a = "a"
+a_address = "10.1.0.1/24"
+b = "r"
+b_address = "10.1.0.254/24"
+[[links]]
+a = "r"
+a_address = "10.2.0.254/24"
+b = "b"
+b_address = "10.2.0.1/24"
+"""
+
+
+@pytest.mark.parametrize("change,message", [
+    (('b = "b"\nb_address = "10.2.0.1/24"', 'b = "zz"\nb_address = "10.2.0.1/24"'),
+     "'zz' is not a declared node"),
+    (("10.2.0.1/24", "10.1.0.1/24"), "already used by a"),
+    (("10.2.0.1/24", "10.3.0.1/24"), "outside the subnet"),
+    (("default via 10.1.0.254", "default via 10.9.0.1"), "not on any subnet of a"),
+    (("default via 10.1.0.254", "default via 10.1.0.77"), "no node has address 10.1.0.77"),
+    (("default via 10.1.0.254", "default to 10.1.0.254"), "is not 'DESTINATION via GATEWAY'"),
+    (('b_address = "10.1.0.254/24"', 'b_address = "10.1.0.254/24"\nbw = "fast"'),
+     "bw = 'fast' is not a rate"),
+    (('b_address = "10.1.0.254/24"', 'b_address = "10.1.0.254/24"\ndelay = 10'),
+     "delay = 10 needs a unit"),
+    (('b_address = "10.1.0.254/24"', 'b_address = "10.1.0.254/24"\ndelay = "10 parsecs"'),
+     "is not a time"),
+    (('b_address = "10.1.0.254/24"', 'b_address = "10.1.0.254/24"\nloss = 120'),
+     "from 0 to 100"),
+    (('b_address = "10.1.0.254/24"', 'b_address = "10.1.0.254/24"\nmax_queue_size = 10'),
+     "max_queue_size needs bw"),
+    (('b_address = "10.1.0.254/24"', 'b_address = "10.1.0.254/24"\ndealy = "1ms"'),
+     "unknown field 'dealy'"),
+    (("10.2.0.1/24", "10.2.0.1"), "needs a prefix length"),
+    (("10.2.0.1/24", "10.2.0.0/24"), "network or broadcast address"),
+    (("[routers]", "[routers]\nBad_Name = {}"), "node name 'Bad_Name'"),
+    (('name = "t"', 'name = "t"\ncolour = "red"'), "unknown field 'colour'"),
+    (("[[links]]", "[[links]"), "not valid TOML"),
+])
+def test_validation_names_the_mistake(change, message):
+    text = BASE.replace(*change, 1)
+    assert text != BASE
+    with pytest.raises(TopologyError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        topology.parse(text)
+
+
+def test_a_valid_file_parses_and_routes():
+    model = topology.parse(BASE)
+    assert theory.path(model, "a", "b").hops[0][0].name == "a-r"
+    with pytest.raises(TopologyError, match="b has no route to 10.1.0.1"):
+        theory.path(model, "b", "a")
+
+
+def test_unknown_topology_name_lists_shipped_ones():
+    with pytest.raises(TopologyError, match="shipped: .*portfolio"):
+        topology.load("nonesuch")
+
+
+def test_pair_options():
+    model = topology.pair(rate="100M", delay="20ms", jitter="2ms", loss="1%", queue=100)
+    (link,) = model.links
+    assert link.a_to_b == link.b_to_a
+    assert (link.a_to_b.rate, link.a_to_b.delay, link.a_to_b.jitter, link.a_to_b.loss,
+            link.a_to_b.queue) == (100e6, 0.02, 0.002, 0.01, 100)
+    with pytest.raises(TopologyError, match="max_queue_size needs bw"):
+        topology.pair(queue=10)
+
+
+def test_per_direction_overrides():
+    text = BASE.replace('b_address = "10.1.0.254/24"',
+                        'b_address = "10.1.0.254/24"\nbw = "10M"\ndelay = "5ms"\n'
+                        '[links.b_to_a]\ndelay = "50ms"\nloss = 2', 1)
+    link = topology.parse(text).links[0]
+    assert (link.a_to_b.delay, link.a_to_b.loss) == (0.005, 0)
+    assert (link.b_to_a.delay, link.b_to_a.loss, link.b_to_a.rate) == (0.05, 0.02, 10e6)
+
+
+def test_own_plan_routes_shaped_links_through_the_wire(portfolio):
+    plan = build.plan(portfolio, "own")
+    assert set(plan.namespaces) == set(portfolio.nodes) | {"portfolio-wire"}
+    wire = plan.namespaces["portfolio-wire"].script()
+    assert "rule add iif w1a table 1001" in wire
+    assert "route add default via 10.0.1.2 dev w1b onlink table 1001" in wire
+    assert "class add dev w2b parent 1: classid 1:1 htb rate 30000000bit" in wire
+    assert "pfifo limit 100" in wire and "pfifo limit 33" in wire
+    assert "-A PREROUTING -i w3b -j NFQUEUE --queue-num 6" in wire
+    assert "TTL --ttl-inc 1" in wire
+    assert [(q["queue"], q["delay"]) for q in plan.delay_queues] == [
+        (1, 0.01), (2, 0.01), (3, 0.02), (4, 0.02), (5, 0.01), (6, 0.01)]
+    r1 = plan.namespaces["r1"].script()
+    assert "net.ipv4.ip_forward=1" in r1
+    assert "neigh replace 10.0.1.2 lladdr 02:53:50:00:01:02 dev r1-eth1 nud permanent" in r1
+    assert "ethtool -K r1-eth1 tso off gso off gro off" in r1
+    assert "link add s1 type bridge" in plan.namespaces["s1"].script()
+    assert "ip_forward" not in plan.namespaces["h1"].script()
+
+
+def test_netem_plan_and_loss_in_own_plan():
+    model = topology.pair(rate="10M", delay="20ms", jitter="2ms", loss="1%", reorder=True)
+    netem = build.plan(model, "netem").namespaces["pair-wire"].script()
+    assert ("netem limit 1000000 delay 20000us 2000us distribution normal loss 1.000000%"
+            in netem)
+    assert "mirred egress redirect dev ifb1a" in netem
+    own = build.plan(model, "own").namespaces["pair-wire"].script()
+    assert "-m statistic --mode random --probability 0.0100000000 -j DROP" in own
+    with pytest.raises(TopologyError, match="netem reorders"):
+        build.plan(topology.pair(delay="20ms", jitter="2ms"), "netem")
+
+
+def test_delay_on_a_switch_link_is_refused_before_anything_is_built():
+    text = BASE.replace('[[links]]\na = "a"', '[switches]\ns = {}\n[[links]]\na = "a"', 1)
+    text += '[[links]]\na = "b"\nb = "s"\ndelay = "5ms"\n'
+    text = text.replace('b = {}', 'b = {}', 1)
+    with pytest.raises(TopologyError, match="s is a switch"):
+        build.plan(topology.parse(text.replace('a = "b"\nb = "s"',
+                                               'a = "b"\na_address = "10.2.0.9/24"\nb = "s"')),
+                   "own")
+
+
+@pytest.mark.parametrize("capabilities,wanted,expected", [
+    (Capabilities(htb=True, netem=True, ifb=True, nfqueue=True), "auto", "netem"),
+    (Capabilities(htb=True, netem=False, ifb=True, nfqueue=True), "auto", "own"),
+    (Capabilities(htb=True, netem=True, ifb=True, nfqueue=True), "own", "own"),
+])
+def test_backend_choice(capabilities, wanted, expected):
+    assert capabilities.backend(wanted) == expected
+
+
+def test_impossible_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="no netem qdisc"):
+        Capabilities(htb=True, netem=False, ifb=True, nfqueue=True).backend("netem")
+    with pytest.raises(ValueError, match="neither netem nor NFQUEUE"):
+        Capabilities(htb=True, netem=False, ifb=False, nfqueue=False).backend("auto")
+
+
+_values = st.one_of(st.none(), st.integers(-5, 10**7), st.text(max_size=12),
+                    st.floats(allow_nan=True), st.booleans(),
+                    st.lists(st.text(max_size=8), max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(topology.LINK_FIELDS) + ["x"]), _values,
+                       max_size=6),
+       st.sampled_from(["hosts", "routers", "switches", "links", "name", "zz"]), _values)
+def test_any_malformed_input_is_a_topology_error(link, key, value):
+    data = {"hosts": {"a": {}, "b": {}}, "links": [dict(link)]}
+    data[key] = value
+    try:
+        model = topology.from_dict(data)
+    except TopologyError:
+        return
+    for link in model.links:
+        for end in (link.a, link.b):
+            assert end.address is None or isinstance(end.address, ipaddress.IPv4Interface)
+            assert end.interface.startswith(f"{end.node}-eth")

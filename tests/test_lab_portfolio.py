@@ -1,0 +1,108 @@
+"""The portfolio topology on real namespaces: reachability, RTT, throughput, status.
+
+Needs root (CI runs as root). Tolerances are wide enough for a shared machine; the
+calibration benchmark (bench/lab_calibration.py) measures fidelity tightly.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import SIMPLEPERF, free_port
+from lab_helpers import PORTFOLIO_NAMESPACES, assert_gone, in_node, lab, needs_lab, ping_rtts
+
+from simpleperf.lab import ownership, theory, topology
+
+pytestmark = needs_lab
+
+
+@pytest.fixture(scope="module")
+def portfolio_lab():
+    if ownership.load("portfolio"):
+        lab("down", "portfolio")
+    lab("up", "portfolio")
+    yield topology.load("portfolio")
+    lab("down", "portfolio")
+    assert_gone(PORTFOLIO_NAMESPACES)
+
+
+def test_every_host_reaches_every_other(portfolio_lab):
+    hosts = portfolio_lab.hosts()
+
+    def reach(pair):
+        source, target = pair
+        address = str(portfolio_lab.address_of(target))
+        return pair, in_node(source, "ping", "-n", "-c", "1", "-W", "3", address).returncode
+
+    with ThreadPoolExecutor(8) as pool:
+        results = dict(pool.map(reach, itertools.permutations(hosts, 2)))
+    assert len(results) == 72
+    assert [pair for pair, code in results.items() if code != 0] == []
+
+
+@pytest.mark.parametrize("source,target", [("r1", "10.0.1.2"), ("r2", "10.0.3.2"),
+                                           ("h1", "10.0.5.2"), ("h1", "10.0.7.2")])
+def test_idle_rtt_is_twice_the_one_way_delays(portfolio_lab, source, target):
+    expected = theory.base_rtt(portfolio_lab, source, portfolio_lab.owner_of(
+        ipaddress.IPv4Address(target))) * 1e3
+    rtts = ping_rtts(source, target, 20)
+    assert len(rtts) >= 18
+    assert expected <= statistics.median(rtts) <= expected + 2.0
+
+
+def test_the_wire_is_invisible_to_ttl(portfolio_lab):
+    # h1 -> h9 crosses r1, r2, r3, r4: a TTL of 5 must arrive, a TTL of 4 must not.
+    assert in_node("h1", "ping", "-n", "-c", "1", "-W", "2", "-t", "5", "10.0.7.2").returncode \
+        == 0
+    assert in_node("h1", "ping", "-n", "-c", "1", "-W", "2", "-t", "4", "10.0.7.2").returncode \
+        != 0
+
+
+def test_simpleperf_through_the_routers(portfolio_lab):
+    port = str(free_port())
+    server = subprocess.Popen(SIMPLEPERF + ["lab", "exec", "h4", "--", sys.executable, "-m",
+                                            "simpleperf", "-s", "-p", port, "-f", "B"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(1)
+        done = lab("exec", "h1", "--", sys.executable, "-m", "simpleperf", "-c", "-I",
+                   "10.0.5.2", "-p", port, "-t", "6")
+        rate = float(re.findall(r"([\d.]+) Mbps", done.stdout)[-1])
+        # Bottleneck L2 is 30 Mbit/s; TCP/IP headers cap goodput at 1448/1514 of it.
+        assert 0.80 * 30 <= rate <= 30
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        out, _ = server.communicate(timeout=10)
+    assert "A simpleperf client with 10.0.0.2:" in out
+
+
+def test_status_describes_the_lab(portfolio_lab):
+    out = lab("status", "portfolio").stdout
+    assert "lab portfolio: up, shaper " in out
+    assert re.search(r"L2\s+r2-eth2 10\.0\.3\.1 <-> r3-eth0 10\.0\.3\.2\s+30 Mbit/s, delay 20 ms "
+                     r"one-way, queue 100 pkt", out)
+    assert re.search(r"h1\s+-\s+0\.0\s+0\.0\s+60\.0\s+60\.0\s+60\.0\s+20\.0\s+60\.0\s+80\.0", out)
+    assert "delay line: pid" in out and "running" in out
+
+
+def test_second_up_and_unknown_node_are_clear_errors(portfolio_lab):
+    done = lab("up", "portfolio", check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("simpleperf lab: error: lab portfolio is already up: "
+                                   "simpleperf lab down portfolio first")
+    done = lab("exec", "h42", "--", "true", check=False)
+    assert done.returncode == 1 and "no lab that is up has a node named h42" in done.stderr
+
+
+def test_exec_passes_the_exit_status(portfolio_lab):
+    assert lab("exec", "h1", "--", "sh", "-c", "exit 7", check=False).returncode == 7

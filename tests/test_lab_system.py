@@ -1,0 +1,223 @@
+"""The lab on real network namespaces: cleanup, ownership, errors, link fidelity.
+
+Needs root (CI runs as root). Tolerances are wide enough for a shared machine; the
+calibration benchmark (bench/lab_calibration.py) measures fidelity tightly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SIMPLEPERF, free_port
+from lab_helpers import (
+    PORTFOLIO_NAMESPACES,
+    assert_gone,
+    delay_line_pids,
+    in_node,
+    lab,
+    needs_lab,
+    ping_rtts,
+)
+
+from simpleperf.lab import ownership
+from simpleperf.lab.system import existing_namespaces, processes_in_namespaces
+
+pytestmark = needs_lab
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def test_down_removes_exactly_what_up_created():
+    before_daemons = delay_line_pids()
+    lab("up", "pair", "--rate", "50M", "--delay", "5ms")
+    record = ownership.load("pair")
+    assert set(record.namespaces) == {"h1", "h2", "pair-wire"}
+    daemons = delay_line_pids() - before_daemons
+    assert len(daemons) == 1
+    out = lab("down").stdout
+    assert "namespace pair-wire" in out and "delay line" in out
+    assert_gone({"h1", "h2", "pair-wire"})
+    time.sleep(0.2)
+    assert not daemons & delay_line_pids()
+    assert ownership.load("pair") is None
+
+
+@pytest.mark.parametrize("after", [0.05, 0.12, 0.2, 0.35])
+def test_sigkill_at_any_moment_is_cleared_by_the_next_up(after):
+    before_daemons = delay_line_pids()
+    victim = subprocess.Popen(SIMPLEPERF + ["lab", "up", "portfolio"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    time.sleep(after)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    done = lab("up", "portfolio")
+    assert "is up" in done.stdout
+    lab("down", "portfolio")
+    assert_gone(PORTFOLIO_NAMESPACES)
+    time.sleep(1.2)  # a delay line whose namespace vanished leaves within 0.5 s
+    assert delay_line_pids() <= before_daemons
+
+
+def test_a_namespace_the_lab_did_not_create_is_never_touched():
+    subprocess.run(["ip", "netns", "add", "h2"], check=True)
+    bystander = f"bystander{free_port()}"
+    subprocess.run(["ip", "netns", "add", bystander], check=True)
+    try:
+        done = lab("up", "pair", check=False)
+        assert done.returncode == 1
+        assert "network namespace h2 already exists and was not created by simpleperf lab" \
+            in done.stderr
+        assert "h2" in existing_namespaces()
+        assert_gone({"h1", "pair-wire"})  # nothing was created
+        subprocess.run(["ip", "netns", "del", "h2"], check=True)
+        lab("up", "pair", "--delay", "1ms")
+        lab("down", "pair")
+        assert bystander in existing_namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "del", "h2"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", bystander], check=True)
+
+
+def test_without_root_the_message_says_what_is_needed():
+    python = "/usr/bin/python3"
+    if not os.path.exists(python) or not shutil.which("setpriv"):
+        pytest.skip("needs /usr/bin/python3 and setpriv to run as an unprivileged user")
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           python, "-m", "simpleperf", "lab", "up", "portfolio"],
+                          capture_output=True, text=True, env={"PYTHONPATH": SRC}, timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert "needs root privileges" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bad_topology_and_options_create_nothing(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[hosts]\na = {}\n[[links]]\na = "a"\nb = "nowhere"\n')
+    done = lab("up", str(broken), check=False)
+    assert done.returncode == 1 and "'nowhere' is not a declared node" in done.stderr
+    done = lab("up", "pair", "--delay", "soon", check=False)
+    assert done.returncode == 2 and "is not a time" in done.stderr
+    done = lab("up", "portfolio", "--rate", "1G", check=False)
+    assert done.returncode == 2 and "--rate only applies to the pair topology" in done.stderr
+    assert not {"a", "h1", "pair-wire"} & existing_namespaces()
+
+
+# ------------------------------------------------------------------ link fidelity (pair)
+
+UDP_COUNTER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.0.0.2", int(sys.argv[1])))
+s.settimeout(3)
+count = 0
+try:
+    while True:
+        s.recv(2048)
+        count += 1
+except socket.timeout:
+    pass
+print(count)
+"""
+
+UDP_SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+total, gap = int(sys.argv[2]), float(sys.argv[3])
+payload = bytes(int(sys.argv[4]))
+start = time.monotonic()
+for i in range(total):
+    s.sendto(payload, ("10.0.0.2", int(sys.argv[1])))
+    while time.monotonic() < start + (i + 1) * gap:
+        pass
+"""
+
+
+def udp_delivered(total: int, gap: float, size: int = 100) -> int:
+    port = str(free_port())
+    counter = subprocess.Popen(["ip", "netns", "exec", "h2", sys.executable, "-c", UDP_COUNTER,
+                                port], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    in_node("h1", sys.executable, "-c", UDP_SENDER, port, str(total), str(gap), str(size))
+    out, _ = counter.communicate(timeout=60)
+    return int(out.strip())
+
+
+@pytest.fixture
+def pair_lab():
+    made = []
+
+    def make(*options: str) -> None:
+        lab("up", "pair", *options)
+        made.append(True)
+
+    yield make
+    if made:
+        lab("down", "pair")
+
+
+def test_random_loss_is_within_binomial_bounds(pair_lab):
+    pair_lab("--loss", "5%")
+    total = 12_000
+    lost = total - udp_delivered(total, 0.0002)
+    spread = 3.3 * math.sqrt(total * 0.05 * 0.95)  # 99.9 %: generous for a shared machine
+    assert abs(lost - total * 0.05) <= spread, lost
+
+
+def test_jitter_shows_up_as_rtt_spread(pair_lab):
+    pair_lab("--delay", "10ms", "--jitter", "2ms")
+    rtts = ping_rtts("h1", "10.0.0.2", 200, 0.01)
+    assert len(rtts) >= 190
+    expected = 2 * math.sqrt(2)  # two directions, each with a 2 ms standard deviation
+    assert 0.7 * expected <= statistics.stdev(rtts) <= 1.3 * expected
+    assert 19 <= statistics.median(rtts) <= 22
+
+
+def test_rate_limit_and_standing_queue(pair_lab):
+    pair_lab("--rate", "10M", "--queue", "50")
+    port = str(free_port())
+    # Overload at twice the rate with full-size datagrams while pinging: the queue fills.
+    counter = subprocess.Popen(["ip", "netns", "exec", "h2", sys.executable, "-c", UDP_COUNTER,
+                                port], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    blaster = subprocess.Popen(["ip", "netns", "exec", "h1", sys.executable, "-c", UDP_SENDER,
+                                port, "3000", str(1472 * 8 / 20e6), "1472"])
+    time.sleep(1.0)
+    rtts = ping_rtts("h1", "10.0.0.2", 20, 0.05)
+    blaster.wait(30)
+    delivered = int(counter.communicate(timeout=60)[0])
+    queueing = 50 * 1514 * 8 / 10e6 * 1e3  # 60.6 ms to drain a full 50-packet queue
+    assert 0.8 * queueing <= statistics.median(rtts) <= 1.25 * queueing + 1
+    sent_seconds = 3000 * 1472 * 8 / 20e6
+    carried = delivered * 1514 * 8 / (sent_seconds + queueing / 1e3)
+    assert 0.85 * 10e6 <= carried <= 1.02 * 10e6
+
+
+def test_processes_in_namespaces_finds_a_process_by_its_namespace(pair_lab):
+    pair_lab("--delay", "1ms")
+    sleeper = subprocess.Popen(["ip", "netns", "exec", "h1", "sleep", "30"])
+    try:
+        time.sleep(0.3)
+        inode = os.stat("/run/netns/h1").st_ino
+        assert "sleep" in processes_in_namespaces({inode}).values()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_record_is_written_before_anything_exists(tmp_path, monkeypatch):
+    record = ownership.new_record("zz", "own", True, {"pair": {}})
+    monkeypatch.setattr(ownership, "RECORD_DIR", tmp_path)
+    record.namespaces = {"zz-a": None}
+    record.save()
+    loaded = ownership.load("zz")
+    assert loaded.namespaces == {"zz-a": None} and loaded.state == "building"
+    assert json.loads((tmp_path / "zz.record.json").read_text())["lab"] == "zz"
