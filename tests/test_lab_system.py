@@ -52,19 +52,43 @@ def test_down_removes_exactly_what_up_created():
 
 
 @pytest.mark.parametrize("after", [0.05, 0.12, 0.2, 0.35])
-def test_sigkill_at_any_moment_is_cleared_by_the_next_up(after):
+def test_sigkill_at_any_moment_leaves_nothing_that_up_or_down_cannot_clear(after):
     before_daemons = delay_line_pids()
+    before_namespaces = existing_namespaces()
     victim = subprocess.Popen(SIMPLEPERF + ["lab", "up", "portfolio"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     time.sleep(after)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    done = lab("up", "portfolio")
-    assert "is up" in done.stdout
+    record = ownership.load("portfolio")
+    if record is not None and record.state == "up":
+        # The kill came after `up` had finished: a lab that is up stays up until `down`.
+        assert "already up" in lab("up", "portfolio", check=False).stderr
+    else:
+        assert "is up" in lab("up", "portfolio").stdout  # remains, if any, were cleared
     lab("down", "portfolio")
     assert_gone(PORTFOLIO_NAMESPACES)
+    assert existing_namespaces() <= before_namespaces  # the kernel probe left nothing either
     time.sleep(1.2)  # a delay line whose namespace vanished leaves within 0.5 s
     assert delay_line_pids() <= before_daemons
+
+
+def test_remains_of_an_owner_killed_before_completion_are_cleared_by_up():
+    lab("up", "pair", "--delay", "2ms")
+    record = ownership.load("pair")
+    daemon = record.processes[0].pid
+    # What a SIGKILL just before `complete` leaves: an incomplete record whose owner is gone.
+    record.complete = False
+    record.owner_pid, record.owner_start_time = 1, 0
+    record.save()
+    assert ownership.load("pair").state == "remains"
+    assert lab("status", "pair").stdout.startswith("lab pair: remains")
+    done = lab("up", "pair", "--delay", "2ms")
+    assert "cleared what a stopped run of lab pair left behind" in done.stdout
+    assert daemon not in delay_line_pids()
+    assert ownership.load("pair").state == "up"
+    lab("down", "pair")
+    assert_gone({"h1", "h2", "pair-wire"})
 
 
 def test_a_namespace_the_lab_did_not_create_is_never_touched():
@@ -182,6 +206,7 @@ def test_jitter_shows_up_as_rtt_spread(pair_lab):
 
 
 def test_rate_limit_and_standing_queue(pair_lab):
+    sent = 6000  # 3.5 s of overload; the pings below fall between 1 s and 2 s into it
     pair_lab("--rate", "10M", "--queue", "50")
     port = str(free_port())
     # Overload at twice the rate with full-size datagrams while pinging: the queue fills.
@@ -189,14 +214,14 @@ def test_rate_limit_and_standing_queue(pair_lab):
                                 port], stdout=subprocess.PIPE, text=True)
     time.sleep(0.3)
     blaster = subprocess.Popen(["ip", "netns", "exec", "h1", sys.executable, "-c", UDP_SENDER,
-                                port, "3000", str(1472 * 8 / 20e6), "1472"])
+                                port, str(sent), str(1472 * 8 / 20e6), "1472"])
     time.sleep(1.0)
     rtts = ping_rtts("h1", "10.0.0.2", 20, 0.05)
     blaster.wait(30)
     delivered = int(counter.communicate(timeout=60)[0])
     queueing = 50 * 1514 * 8 / 10e6 * 1e3  # 60.6 ms to drain a full 50-packet queue
     assert 0.8 * queueing <= statistics.median(rtts) <= 1.25 * queueing + 1
-    sent_seconds = 3000 * 1472 * 8 / 20e6
+    sent_seconds = sent * 1472 * 8 / 20e6
     carried = delivered * 1514 * 8 / (sent_seconds + queueing / 1e3)
     assert 0.85 * 10e6 <= carried <= 1.02 * 10e6
 

@@ -27,6 +27,7 @@ from .system import CommandError, run
 from .topology import Link, Shaping, Topology, TopologyError
 
 WIRE_SUFFIX = "-wire"
+FIRST_INDEX = 1000  # explicit ifindexes, above what the kernel hands out by itself
 DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
 OFFLOADS_OFF = "tso off gso off gro off tx-udp-segmentation off"
 
@@ -106,13 +107,19 @@ def plan(topology: Topology, backend: str) -> Plan:
             space.ip_first += [f"link add {name} type bridge stp_state 0",
                                f"link set {name} up"]
     delay_queues: list[dict] = []
+    # Each veth end gets its own ifindex. Indexes are per namespace, so the first veth made
+    # in two fresh namespaces would get the same one on both ends; the kernel then takes its
+    # carrier change for a non-urgent event and a bridge port stays disabled for up to 1 s.
+    indexes = iter(range(FIRST_INDEX, FIRST_INDEX + 4 * len(topology.links)))
     for link in topology.links:
         if link in routed:
             index = routed.index(link) + 1
-            root += _routed_link(link, index, wire, namespaces, backend, delay_queues)
+            root += _routed_link(link, index, wire, namespaces, backend, delay_queues,
+                                 indexes)
         else:
-            root.append(f"link add {link.a.interface} netns {link.a.node} type veth peer "
-                        f"name {link.b.interface} netns {link.b.node}")
+            root.append(f"link add {link.a.interface} netns {link.a.node} index "
+                        f"{next(indexes)} type veth peer name {link.b.interface} netns "
+                        f"{link.b.node} index {next(indexes)}")
             if link.is_shaped:
                 _shape_at_endpoints(topology, link, namespaces)
         for end in (link.a, link.b):
@@ -157,15 +164,17 @@ def _rate_limit(device: str, shaping: Shaping) -> list[str]:
 
 
 def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, NamespacePlan],
-                 backend: str, delay_queues: list[dict]) -> list[str]:
+                 backend: str, delay_queues: list[dict], indexes) -> list[str]:
     a, b = link.a, link.b
     assert a.address is not None and b.address is not None
     port_a, port_b = f"w{index}a", f"w{index}b"
     mac_a, mac_port_a, mac_port_b, mac_b = (_mac(index, role) for role in (1, 2, 3, 4))
-    root = [f"link add {a.interface} netns {a.node} address {mac_a} type veth peer name "
-            f"{port_a} netns {wire} address {mac_port_a}",
-            f"link add {port_b} netns {wire} address {mac_port_b} type veth peer name "
-            f"{b.interface} netns {b.node} address {mac_b}"]
+    root = [f"link add {a.interface} netns {a.node} address {mac_a} index {next(indexes)} "
+            f"type veth peer name {port_a} netns {wire} address {mac_port_a} "
+            f"index {next(indexes)}",
+            f"link add {port_b} netns {wire} address {mac_port_b} index {next(indexes)} "
+            f"type veth peer name {b.interface} netns {b.node} address {mac_b} "
+            f"index {next(indexes)}"]
     namespaces[a.node].ip_then.append(
         f"neigh replace {b.address.ip} lladdr {mac_port_a} dev {a.interface} nud permanent")
     namespaces[b.node].ip_then.append(

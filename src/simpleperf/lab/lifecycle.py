@@ -14,7 +14,7 @@ from . import build, ownership, topology
 from .shaping.probe import probe
 from .system import CommandError, existing_namespaces, require_tools
 
-REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl")
+REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl", "unshare")
 
 
 class LabError(Exception):

@@ -1,12 +1,26 @@
-"""Find out, by trying in a scratch namespace, what this kernel can do for link shaping."""
+"""Find out, by trying in a throwaway namespace, what this kernel can do for link shaping."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from dataclasses import dataclass
 
-from ..system import run
+from ..system import CommandError, run
+
+# Runs under `unshare --net`: the namespace has no name and the kernel frees it when the
+# shell exits, so nothing can be left behind, even if this process is killed meanwhile.
+PROBE_SCRIPT = """
+ip link add p0 type veth peer name p1 || exit 3
+try() { if "$@" >/dev/null 2>&1; then echo "$PROBE=yes"; else echo "$PROBE=no"; fi; }
+PROBE=htb try tc qdisc add dev p0 root handle 1: htb
+PROBE=netem try tc qdisc add dev p1 root netem delay 1ms
+PROBE=ifb try ip link add ifb9 type ifb
+PROBE=nfqueue try iptables-restore <<'RULES'
+*raw
+-A PREROUTING -i p0 -m statistic --mode random --probability 0.5 -j DROP
+-A PREROUTING -i p0 -j NFQUEUE --queue-num 1
+COMMIT
+RULES
+"""
 
 
 @dataclass(frozen=True)
@@ -40,20 +54,9 @@ class Capabilities:
 
 
 def probe() -> Capabilities:
-    name = f"sp-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    run(["ip", "netns", "add", name])
-    try:
-        def ok(*command: str, stdin: str | None = None) -> bool:
-            return run(["ip", "netns", "exec", name, *command], stdin=stdin,
-                       check=False).returncode == 0
-
-        run(["ip", "-n", name, "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
-        htb = ok("tc", "qdisc", "add", "dev", "p0", "root", "handle", "1:", "htb")
-        netem = ok("tc", "qdisc", "add", "dev", "p1", "root", "netem", "delay", "1ms")
-        ifb = ok("ip", "link", "add", "ifb0", "type", "ifb")
-        nfqueue = ok("iptables-restore", stdin=(
-            "*raw\n-A PREROUTING -i p0 -m statistic --mode random --probability 0.5 -j DROP\n"
-            "-A PREROUTING -i p0 -j NFQUEUE --queue-num 1\nCOMMIT\n"))
-        return Capabilities(htb=htb, netem=netem, ifb=ifb, nfqueue=nfqueue)
-    finally:
-        run(["ip", "netns", "del", name], check=False)
+    done = run(["unshare", "--net", "sh", "-c", PROBE_SCRIPT], check=False)
+    found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+    if done.returncode not in (0, 1) or set(found) != {"htb", "netem", "ifb", "nfqueue"}:
+        raise CommandError("cannot probe the kernel in a scratch network namespace: "
+                           + (done.stderr.strip().splitlines() or ["unshare failed"])[-1])
+    return Capabilities(**{name: value == "yes" for name, value in found.items()})

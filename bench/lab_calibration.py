@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Lab fidelity, capacity and setup speed, measured on this machine (needs root).
+
+Each line prints the measurement, its target and ok/MISS:
+  - idle RTT = 2 x sum of one-way delays (median within 1 ms), portfolio pairs;
+  - TCP goodput through a bottleneck between 0.90 and 1.0 of its rate (simpleperf);
+  - UDP at 90 % of the bottleneck rate loses under 0.1 % (iperf3 -u);
+  - a standing queue holds its configured packets: queueing delay at overload within 10 %;
+  - random loss within the 99 % binomial bounds over >= 10,000 packets;
+  - jitter shows up as the RTT standard deviation within 20 %;
+  - capacity of a pair link with 10 ms delay at 10M, 100M and 1G, with the CPU it costs;
+  - portfolio up/down time, beside Mininet's (Linux bridges, no controller, rate-only links)
+    measured in the same run when Debian's mininet package is installed.
+
+    python3 bench/lab_calibration.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from simpleperf.lab import lifecycle, ownership, theory, topology
+
+PYTHON = sys.executable
+rows: list[tuple[str, str, str, bool | None]] = []
+
+
+def report(name: str, measured: str, target: str, ok: bool | None) -> None:
+    verdict = {True: "ok", False: "MISS", None: "info"}[ok]
+    rows.append((name, measured, target, ok))
+    print(f"{name:<44} {measured:<30} {target:<28} {verdict}", flush=True)
+
+
+def in_node(node: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", node, *command], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ping_rtts(node: str, address: str, count: int, interval: float) -> list[float]:
+    done = in_node(node, "ping", "-n", "-c", str(count), "-i", str(interval), "-W", "2",
+                   address)
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", done.stdout)]
+
+
+def up(model: topology.Topology, spec: dict) -> None:
+    if ownership.load(model.name):
+        lifecycle.down(model.name)
+    lifecycle.up(model, spec, say=lambda _: None)
+
+
+def simpleperf_goodput(client: str, server: str, address: str, seconds: float) -> float:
+    port = "18088"
+    daemon = subprocess.Popen(["ip", "netns", "exec", server, PYTHON, "-m", "simpleperf", "-s",
+                               "-p", port, "-f", "B"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.7)
+        in_node(client, PYTHON, "-m", "simpleperf", "-c", "-I", address, "-p", port, "-t",
+                str(seconds))
+        time.sleep(0.3)
+    finally:
+        daemon.terminate()
+        out, _ = daemon.communicate(timeout=10)
+    return float(re.findall(r"([\d.]+) Mbps", out)[-1]) * 1e6  # the server's (receiver's) view
+
+
+def iperf3_udp(client: str, server: str, address: str, rate: float, seconds: float,
+               length: int = 1472) -> dict:
+    daemon = subprocess.Popen(["ip", "netns", "exec", server, "iperf3", "-s", "-1", "-p",
+                               "15299"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        done = in_node(client, "iperf3", "-c", address, "-p", "15299", "-u", "-b",
+                       str(int(rate)), "-l", str(length), "-t", str(seconds), "-J")
+        return json.loads(done.stdout)["end"]["sum"]
+    finally:
+        daemon.wait(15)
+
+
+def portfolio_checks(quick: bool) -> None:
+    model = topology.load("portfolio")
+    up(model, {"file": model.source})
+    try:
+        for source, target in (("r1", "r2"), ("r2", "r3"), ("r3", "r4"), ("h1", "h4"),
+                               ("h7", "h9"), ("h1", "h9")):
+            expected = theory.base_rtt(model, source, target) * 1e3
+            rtts = ping_rtts(source, str(model.address_of(target)), 25, 0.1)
+            median = statistics.median(rtts)
+            report(f"portfolio idle RTT {source}-{target}", f"median {median:.2f} ms",
+                   f"{expected:.1f} ms +- 1", abs(median - expected) <= 1.0)
+        seconds = 5 if quick else 15
+        for source, target in (("r1", "r2"), ("h1", "h4"), ("h7", "h9")):
+            rate = theory.path(model, source, target).bottleneck
+            goodput = simpleperf_goodput(source, target, str(model.address_of(target)), seconds)
+            ratio = goodput / rate
+            report(f"portfolio TCP goodput {source}-{target}",
+                   f"{goodput / 1e6:.2f} Mbit/s = {ratio:.3f} x rate", "0.90 .. 1.0 x rate",
+                   0.90 <= ratio <= 1.0)
+        for source, target in (("h1", "h4"), ("h7", "h9")):
+            rate = theory.path(model, source, target).bottleneck
+            payload_rate = 0.9 * rate * 1472 / 1514  # 90 % of the link, counted on the wire
+            result = iperf3_udp(source, target, str(model.address_of(target)), payload_rate,
+                                seconds)
+            report(f"portfolio UDP at 90% of rate {source}-{target}",
+                   f"loss {result['lost_percent']:.3f} % of {result['packets']}",
+                   "< 0.1 %", result["lost_percent"] < 0.1)
+    finally:
+        lifecycle.down("portfolio")
+
+
+def pair_checks(quick: bool) -> None:
+    # Standing queue: overload a 10 Mbit/s link with a 100-packet queue.
+    model = topology.pair(rate="10M", delay="5ms", queue=100)
+    up(model, {"pair": {"rate": "10M", "delay": "5ms", "queue": 100}})
+    try:
+        load = subprocess.Popen(["ip", "netns", "exec", "h2", "iperf3", "-s", "-1", "-p",
+                                 "15298"], stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        blaster = subprocess.Popen(["ip", "netns", "exec", "h1", "iperf3", "-c", "10.0.0.2",
+                                    "-p", "15298", "-u", "-b", "20M", "-l", "1472", "-t", "6"],
+                                   stdout=subprocess.DEVNULL)
+        time.sleep(2)
+        rtts = ping_rtts("h1", "10.0.0.2", 30, 0.1)
+        blaster.wait(30)
+        load.wait(15)
+        queueing = statistics.median(rtts) - 10.0
+        expected = 100 * 1514 * 8 / 10e6 * 1e3
+        report("pair standing queue 100 pkt at 10 Mbit/s",
+               f"queueing delay {queueing:.1f} ms", f"{expected:.1f} ms +- 10 %",
+               abs(queueing - expected) <= 0.1 * expected)
+    finally:
+        lifecycle.down("pair")
+    # Random loss over many packets, one direction (UDP).
+    model = topology.pair(loss="1%")
+    up(model, {"pair": {"loss": "1%"}})
+    try:
+        result = iperf3_udp("h1", "h2", "10.0.0.2", 20e6, 3 if quick else 8, length=200)
+        packets, lost = result["packets"], result["lost_packets"]
+        bound = 2.576 * math.sqrt(packets * 0.01 * 0.99)
+        report("pair random loss 1 %", f"{lost} of {packets} = {100 * lost / packets:.3f} %",
+               f"{packets * 0.01:.0f} +- {bound:.0f} (99 %)",
+               packets >= 10_000 and abs(lost - packets * 0.01) <= bound)
+    finally:
+        lifecycle.down("pair")
+    # Jitter: each direction's one-way delay has a 2 ms standard deviation.
+    model = topology.pair(delay="20ms", jitter="2ms")
+    up(model, {"pair": {"delay": "20ms", "jitter": "2ms"}})
+    try:
+        rtts = ping_rtts("h1", "10.0.0.2", 300 if quick else 1000, 0.01)
+        expected = 2 * math.sqrt(2)
+        spread = statistics.stdev(rtts)
+        report("pair jitter 2 ms per direction", f"RTT stdev {spread:.2f} ms",
+               f"{expected:.2f} ms +- 20 %", abs(spread - expected) <= 0.2 * expected)
+    finally:
+        lifecycle.down("pair")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)  # busy, total
+
+
+def capacity_checks(quick: bool) -> None:
+    seconds = 5 if quick else 10
+    for rate_text, rate in (("10M", 10e6), ("100M", 100e6), ("1G", 1e9)):
+        queue = max(100, int(rate * 0.02 / (1514 * 8)))  # about one bandwidth-delay product
+        spec = {"rate": rate_text, "delay": "10ms", "queue": queue}
+        up(topology.pair(**spec), {"pair": spec})
+        try:
+            record = ownership.load("pair")
+            daemon = record.processes[0].pid
+
+            def daemon_ticks(pid: int = daemon) -> int:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                return int(fields[11]) + int(fields[12])
+
+            busy0, total0 = cpu_ticks()
+            line0 = daemon_ticks()
+            goodput = simpleperf_goodput("h1", "h2", "10.0.0.2", seconds)
+            busy1, total1 = cpu_ticks()
+            line1 = daemon_ticks()
+            hz = os.sysconf("SC_CLK_TCK")
+            machine = (busy1 - busy0) / (total1 - total0) * os.cpu_count()
+            line_cpu = (line1 - line0) / hz / (seconds + 1.0)
+            target = "-"
+            ok = None
+            if rate_text == "1G":
+                target, ok = ">= 0.9 Gbit/s", goodput >= 0.9e9
+            report(f"pair capacity {rate_text} with 10 ms delay",
+                   f"{goodput / 1e6:.1f} Mbit/s ({goodput / rate:.2f} x)", target, ok)
+            report(f"  CPU at {rate_text}", f"{machine:.2f} cores busy, delay line "
+                   f"{line_cpu:.2f}", "", None)
+        finally:
+            lifecycle.down("pair")
+
+
+MININET_SCRIPT = r"""
+import json, sys, time
+from mininet.link import TCLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host
+from mininet.nodelib import LinuxBridge
+
+setLogLevel("error")
+
+class Router(Host):
+    def config(self, **params):
+        super().config(**params)
+        self.cmd("sysctl -qw net.ipv4.ip_forward=1")
+
+start = time.monotonic()
+net = Mininet(controller=None, switch=LinuxBridge, link=TCLink, build=False,
+              autoStaticArp=False)
+hosts = {}
+for name, ip, gw in [("h1", "10.0.0.2", "10.0.0.1"), ("h2", "10.0.0.3", "10.0.0.1"),
+                     ("h3", "10.0.0.4", "10.0.0.1"), ("h7", "10.0.2.2", "10.0.2.1"),
+                     ("h8", "10.0.4.2", "10.0.4.1"), ("h4", "10.0.5.2", "10.0.5.1"),
+                     ("h5", "10.0.5.3", "10.0.5.1"), ("h6", "10.0.5.4", "10.0.5.1"),
+                     ("h9", "10.0.7.2", "10.0.7.1")]:
+    hosts[name] = net.addHost(name, ip=ip + "/24", defaultRoute="via " + gw)
+routers = {name: net.addHost(name, cls=Router, ip=None) for name in ("r1", "r2", "r3", "r4")}
+s1, s2 = net.addSwitch("s1", failMode="standalone"), net.addSwitch("s2", failMode="standalone")
+for h in ("h1", "h2", "h3"):
+    net.addLink(hosts[h], s1)
+for h in ("h4", "h5", "h6"):
+    net.addLink(hosts[h], s2)
+r = routers
+net.addLink(r["r1"], s1, params1={"ip": "10.0.0.1/24"})
+net.addLink(r["r1"], r["r2"], params1={"ip": "10.0.1.1/24"}, params2={"ip": "10.0.1.2/24"}, bw=40)
+net.addLink(r["r2"], hosts["h7"], params1={"ip": "10.0.2.1/24"}, params2={"ip": "10.0.2.2/24"})
+net.addLink(r["r2"], r["r3"], params1={"ip": "10.0.3.1/24"}, params2={"ip": "10.0.3.2/24"}, bw=30)
+net.addLink(r["r3"], hosts["h8"], params1={"ip": "10.0.4.1/24"}, params2={"ip": "10.0.4.2/24"})
+net.addLink(r["r3"], s2, params1={"ip": "10.0.5.1/24"})
+net.addLink(r["r3"], r["r4"], params1={"ip": "10.0.6.1/24"}, params2={"ip": "10.0.6.2/24"}, bw=20)
+net.addLink(r["r4"], hosts["h9"], params1={"ip": "10.0.7.1/24"}, params2={"ip": "10.0.7.2/24"})
+net.build()
+net.start()
+for router, routes in {"r1": ["default via 10.0.1.2"],
+                       "r2": ["10.0.0.0/24 via 10.0.1.1", "10.0.4.0/24 via 10.0.3.2",
+                              "10.0.5.0/24 via 10.0.3.2", "10.0.6.0/24 via 10.0.3.2",
+                              "10.0.7.0/24 via 10.0.3.2"],
+                       "r3": ["10.0.0.0/24 via 10.0.3.1", "10.0.1.0/24 via 10.0.3.1",
+                              "10.0.2.0/24 via 10.0.3.1", "10.0.7.0/24 via 10.0.6.2"],
+                       "r4": ["default via 10.0.6.1"]}.items():
+    for route in routes:
+        r[router].cmd("ip route add " + route)
+built = time.monotonic()
+net.stop()
+stopped = time.monotonic()
+print(json.dumps({"up": built - start, "down": stopped - built}))
+"""
+
+
+def setup_speed(runs: int) -> None:
+    model = topology.load("portfolio")
+    ups, downs = [], []
+    for _ in range(runs):
+        started = time.monotonic()
+        up(model, {"file": model.source})
+        built = time.monotonic()
+        lifecycle.down("portfolio")
+        ups.append(built - started)
+        downs.append(time.monotonic() - built)
+    ours_up, ours_down = statistics.median(ups), statistics.median(downs)
+    report("portfolio up (every link shaped), median", f"{ours_up:.3f} s", "< 1 s",
+           ours_up < 1)
+    report("portfolio down, median", f"{ours_down:.3f} s", "< 1 s", ours_down < 1)
+    system_python = "/usr/bin/python3"
+    if not (shutil.which("mnexec") and os.path.exists(system_python)):
+        report("Mininet portfolio up/down", "not measured", "apt-get install mininet", None)
+        return
+    mininet_up, mininet_down = [], []
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(MININET_SCRIPT)
+    try:
+        for _ in range(runs):
+            done = subprocess.run([system_python, script.name], capture_output=True, text=True,
+                                  timeout=120)
+            if done.returncode != 0:
+                report("Mininet portfolio up/down", "failed: " + done.stderr.strip()[-60:], "",
+                       None)
+                return
+            times = json.loads(done.stdout.strip().splitlines()[-1])
+            mininet_up.append(times["up"])
+            mininet_down.append(times["down"])
+    finally:
+        os.unlink(script.name)
+    theirs_up, theirs_down = statistics.median(mininet_up), statistics.median(mininet_down)
+    report("Mininet portfolio up (rate-only), median", f"{theirs_up:.3f} s",
+           f"ours / Mininet = {ours_up / theirs_up:.2f}", None)
+    report("Mininet portfolio down, median", f"{theirs_down:.3f} s",
+           f"ours / Mininet = {ours_down / theirs_down:.2f}", None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs")
+    parser.add_argument("--only", choices=("portfolio", "pair", "capacity", "setup"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench: needs root (network namespaces)", file=sys.stderr)
+        return 1
+    steps = {"setup": lambda: setup_speed(3 if args.quick else 5),
+             "portfolio": lambda: portfolio_checks(args.quick),
+             "pair": lambda: pair_checks(args.quick),
+             "capacity": lambda: capacity_checks(args.quick)}
+    for name, step in steps.items():
+        if args.only in (None, name):
+            step()
+    misses = [name for name, _, _, ok in rows if ok is False]
+    print(f"\n{len([r for r in rows if r[3] is True])} ok, {len(misses)} missed"
+          + (": " + "; ".join(misses) if misses else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
