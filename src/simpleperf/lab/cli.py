@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from ..cli import UsageError
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from . import lifecycle, ownership, theory, topology
+from .experiment import ExperimentError
+from .run import run_experiment
+from .store import find_runs, load_run
 from .system import is_same_process
+from .tables import compare
 
 PAIR_FLAGS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
+DEFAULT_RESULTS = "simpleperf-results"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,7 +28,19 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="simpleperf lab", description="Emulated networks on this machine.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
-                                     metavar="{up,down,status,exec}")
+                                     metavar="{run,results,compare,up,down,status,exec}")
+    run_parser = commands.add_parser("run", help="build the topology, run an experiment "
+                                                 "(e.g. portfolio), report, tear down")
+    run_parser.add_argument("experiment", help="portfolio, or a path to an experiment TOML")
+    run_parser.add_argument("--quick", action="store_true",
+                            help="short transfers and pings (the experiment's [quick] timing)")
+    run_parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
+                            help=f"where the results folder goes (default {DEFAULT_RESULTS})")
+    run_parser.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto")
+    results = commands.add_parser("results", help="list past runs")
+    results.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR")
+    compare = commands.add_parser("compare", help="two runs side by side")
+    compare.add_argument("runs", nargs=2, metavar="RUN", help="a results folder")
     up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
     up.add_argument("topology", help="portfolio, pair, or a path to a TOML file")
     up.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto",
@@ -59,7 +77,7 @@ def main(argv: list[str]) -> int:
     except UsageError as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (lifecycle.LabError, topology.TopologyError) as error:
+    except (lifecycle.LabError, topology.TopologyError, ExperimentError) as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -67,6 +85,34 @@ def main(argv: list[str]) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        run_experiment(args.experiment, args.quick, Path(args.results), args.shaper)
+        return EXIT_OK
+    if args.command == "results":
+        folders = find_runs(Path(args.results))
+        if not folders:
+            print(f"no runs under {args.results}")
+        for folder in folders:
+            run = load_run(folder)
+            flows = [f for step in run["steps"] for f in step["flows"]]
+            failed = sum(1 for f in flows if not f["ok"])
+            print(f"{folder}  {run['experiment']}  "
+                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(run['started']))}  "
+                  f"{len(run['steps'])} steps, {len(flows)} flows"
+                  + (f", {failed} failed" if failed else "")
+                  + (", quick" if run["quick"] else "")
+                  + (", interrupted" if run["interrupted"] else "")
+                  + f", shaper {run['shaper']}")
+        return EXIT_OK
+    if args.command == "compare":
+        runs = []
+        for folder in args.runs:
+            if not (Path(folder) / "results.sqlite").exists():
+                raise lifecycle.LabError(f"{folder} is not a results folder (no results.sqlite)")
+            runs.append(load_run(Path(folder)))
+        print(f"A: {args.runs[0]}\nB: {args.runs[1]}")
+        print(compare(*runs))
+        return EXIT_OK
     if args.command == "up":
         model, spec = _model(args)
         started = time.monotonic()

@@ -1,0 +1,227 @@
+"""Experiments as data: a topology, then steps; each step is a set of flows that start at
+the same instant. Loaded from TOML and validated before anything runs; every mistake names
+the step and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..units import parse_duration, parse_rate
+from .topology import TopologyError, tomllib
+
+DATA_DIR = Path(__file__).parent / "data" / "experiments"
+FLOW_KINDS = ("tcp", "udp", "ping")
+FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
+               "count", "interval", "rtt_under_load", "label"}
+TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
+
+
+class ExperimentError(ValueError):
+    """A mistake in an experiment file; the message names the step and field."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    kind: str  # tcp (simpleperf), udp (iperf3 -u), ping
+    source: str
+    target: str
+    address: str | None  # None: the target node's first address
+    label: str
+    parallel: int = 1
+    duration: float | None = None  # None: the experiment's duration
+    rate: float | str | None = None  # udp: bits/s, or "auto" (90 % of the path's bottleneck)
+    length: int = 1470  # udp datagram payload, bytes
+    count: int | None = None  # ping: packets (None: the experiment's ping_count)
+    interval: float | None = None  # ping: seconds between packets
+    rtt_under_load: bool = False  # tcp/udp: ping alongside the flow
+
+
+@dataclass(frozen=True)
+class Step:
+    case: str
+    name: str
+    flows: tuple[Flow, ...]
+    repeat: int = 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    duration: float = 25.0
+    ping_count: int = 25
+    ping_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    topology: str  # a shipped topology name or a path
+    timing: Timing
+    quick: Timing
+    steps: tuple[Step, ...]
+    cases: dict[str, str]  # case id -> title
+    source: str = ""
+
+
+def load(name_or_path: str) -> Experiment:
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        path = DATA_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            shipped = ", ".join(sorted(p.stem for p in DATA_DIR.glob("*.toml")))
+            raise ExperimentError(f"no experiment named '{name_or_path}' (shipped: {shipped}; "
+                                  "or give a path to a .toml file)")
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ExperimentError(f"cannot read {path}: {error.strerror}") from None
+    return parse(text, path.stem, path.parent)
+
+
+def parse(text: str, default_name: str = "experiment", base: Path | None = None) -> Experiment:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ExperimentError(f"not valid TOML: {error}") from None
+    _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps"},
+          "experiment")
+    topology = data.get("topology")
+    if not isinstance(topology, str) or not topology:
+        raise ExperimentError("experiment: topology must name a topology, e.g. "
+                              "topology = \"portfolio\"")
+    if base is not None and topology.endswith(".toml") and not Path(topology).is_absolute():
+        topology = str(base / topology)
+    timing = _timing(data.get("timing", {}), Timing(), "timing")
+    quick = _timing(data.get("quick", {}), Timing(5.0, 5, 0.2), "quick")
+    cases = data.get("cases", {})
+    if not isinstance(cases, dict) or not all(isinstance(v, str) for v in cases.values()):
+        raise ExperimentError("cases must be a table of titles, e.g. cases.1 = \"...\"")
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ExperimentError("experiment: no steps ([[steps]] with flows)")
+    steps = tuple(_step(raw, index) for index, raw in enumerate(raw_steps, start=1))
+    return Experiment(str(data.get("name", default_name)), str(data.get("description", "")),
+                      topology, timing, quick, steps, dict(cases), text)
+
+
+def _only(table: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ExperimentError(f"{where}: unknown field '{unknown[0]}' (allowed: "
+                              f"{', '.join(sorted(allowed))})")
+
+
+def _timing(raw: Any, base: Timing, where: str) -> Timing:
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{where} must be a table")
+    _only(raw, TIMING_FIELDS, where)
+    values: dict[str, Any] = {}
+    if "duration" in raw:
+        values["duration"] = _seconds(raw["duration"], f"{where}: duration")
+    if "ping_interval" in raw:
+        values["ping_interval"] = _seconds(raw["ping_interval"], f"{where}: ping_interval")
+    if "ping_count" in raw:
+        values["ping_count"] = _count(raw["ping_count"], f"{where}: ping_count", 1, 100_000)
+    return replace(base, **values)
+
+
+def _seconds(value: Any, where: str) -> float:
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ExperimentError(f"{where} = {value!r} is not a time such as '25s' or '200ms'"
+                              ) from None
+    if isinstance(value, bool) or not 0 < seconds <= 86_400:
+        raise ExperimentError(f"{where} = {value!r} must be more than 0 and at most a day")
+    return seconds
+
+
+def _count(value: Any, where: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ExperimentError(f"{where} must be a whole number from {low} to {high}, "
+                              f"not {value!r}")
+    return value
+
+
+def _step(raw: Any, index: int) -> Step:
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"step {index}: must be a table")
+    name = str(raw.get("name", f"step {index}"))
+    where = f"step {index} ({name})"
+    _only(raw, {"case", "name", "flows", "repeat"}, where)
+    flows = raw.get("flows")
+    if not isinstance(flows, list) or not flows:
+        raise ExperimentError(f"{where}: flows must be a non-empty list of flows")
+    repeat = _count(raw.get("repeat", 1), f"{where}: repeat", 1, 1000)
+    return Step(str(raw.get("case", index)), name,
+                tuple(_flow(f, f"{where} flow {i}") for i, f in enumerate(flows, start=1)),
+                repeat)
+
+
+def _flow(raw: Any, where: str) -> Flow:
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{where}: must be a table such as "
+                              "{ kind = \"tcp\", from = \"h1\", to = \"h4\" }")
+    _only(raw, FLOW_FIELDS, where)
+    kind = raw.get("kind")
+    if kind not in FLOW_KINDS:
+        raise ExperimentError(f"{where}: kind must be one of {', '.join(FLOW_KINDS)}, "
+                              f"not {kind!r}")
+    for side in ("from", "to"):
+        if not isinstance(raw.get(side), str) or not raw[side]:
+            raise ExperimentError(f"{where}: '{side}' must name a node")
+    values: dict[str, Any] = {}
+    if "parallel" in raw:
+        if kind != "tcp":
+            raise ExperimentError(f"{where}: parallel only applies to tcp flows")
+        values["parallel"] = _count(raw["parallel"], f"{where}: parallel", 1, 5)
+    if "duration" in raw:
+        values["duration"] = _seconds(raw["duration"], f"{where}: duration")
+    if "rate" in raw:
+        if kind != "udp":
+            raise ExperimentError(f"{where}: rate only applies to udp flows")
+        rate = raw["rate"]
+        if rate != "auto":
+            try:
+                rate = parse_rate(rate) if isinstance(rate, str) else float(rate)
+            except (TypeError, ValueError):
+                raise ExperimentError(f"{where}: rate = {raw['rate']!r} is not a rate such as "
+                                      "'25M' or \"auto\"") from None
+            if not 1e3 <= rate <= 100e9:
+                raise ExperimentError(f"{where}: rate = {raw['rate']!r} is out of range")
+        values["rate"] = rate
+    elif kind == "udp":
+        values["rate"] = "auto"
+    if "length" in raw:
+        values["length"] = _count(raw["length"], f"{where}: length", 16, 65_000)
+    if "count" in raw:
+        values["count"] = _count(raw["count"], f"{where}: count", 1, 100_000)
+    if "interval" in raw:
+        values["interval"] = _seconds(raw["interval"], f"{where}: interval")
+    if "rtt_under_load" in raw:
+        if not isinstance(raw["rtt_under_load"], bool) or kind == "ping":
+            raise ExperimentError(f"{where}: rtt_under_load is true or false, on tcp and udp "
+                                  "flows")
+        values["rtt_under_load"] = raw["rtt_under_load"]
+    label = str(raw.get("label", f"{raw['from']}-{raw['to']}"))
+    address = raw.get("address")
+    if address is not None and not isinstance(address, str):
+        raise ExperimentError(f"{where}: address must be a string")
+    return Flow(kind, raw["from"], raw["to"], address, label, **values)
+
+
+def check_against(experiment: Experiment, nodes: set[str]) -> None:
+    """Every flow's nodes exist in the topology (checked before the lab is built)."""
+    for index, step in enumerate(experiment.steps, start=1):
+        for number, flow in enumerate(step.flows, start=1):
+            for node in (flow.source, flow.target):
+                if node not in nodes:
+                    raise ExperimentError(f"step {index} ({step.name}) flow {number}: node "
+                                          f"{node} is not in topology {experiment.topology}")
+
+
+__all__ = ["Experiment", "ExperimentError", "Flow", "Step", "Timing", "TopologyError", "load",
+           "parse", "check_against"]

@@ -1,0 +1,146 @@
+"""The run's plots (PNG and SVG, with matplotlib) and one self-contained report.html.
+
+Formatting only: the input is a stored run. Images are embedded in the page (data: URLs),
+so report.html can be mailed or opened anywhere on its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+from .tables import case_report
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
+table.meta td { padding: 2px 12px 2px 0; } pre { background: #f6f6f6; padding: 1em;
+overflow-x: auto; } img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+.warn { color: #a00; }
+"""
+
+
+def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]]]:
+    """Per case: (title, PNG bytes), also saved as PNG and SVG under plots/."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return OrderedDict()
+    plots = folder / "plots"
+    plots.mkdir(exist_ok=True)
+    figures: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+
+    def save(case: str, title: str, figure) -> None:
+        stem = "".join(c if c.isalnum() else "-" for c in f"case{case}-{title}").strip("-")
+        figure.tight_layout()
+        figure.savefig(plots / f"{stem}.svg")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=90)
+        figure.savefig(plots / f"{stem}.png", dpi=90)
+        plt.close(figure)
+        figures.setdefault(case, []).append((title, buffer.getvalue()))
+
+    by_case: OrderedDict[str, list[dict]] = OrderedDict()
+    for step in run["steps"]:
+        by_case.setdefault(step["case"], []).append(step)
+    for case, steps in by_case.items():
+        transfers = [(s, f) for s in steps for f in s["flows"] if f["kind"] != "ping" and f["ok"]]
+        if transfers:
+            figure, axis = plt.subplots(figsize=(9, 3.6))
+            names = [f"{f['label']}\n{s['name'][:22]}" if len(s["flows"]) > 1 else f["label"]
+                     for s, f in transfers]
+            positions = range(len(transfers))
+            axis.bar([p - 0.2 for p in positions], [(f["throughput"] or 0) / 1e6
+                                                    for _, f in transfers], 0.4,
+                     label="measured")
+            axis.bar([p + 0.2 for p in positions], [(f["predicted"] or 0) / 1e6
+                                                    for _, f in transfers], 0.4,
+                     label="theory (max-min share, goodput)")
+            axis.set_xticks(list(positions), names, fontsize=7)
+            axis.set_ylabel("Mbit/s")
+            axis.set_title(f"Case {case}: measured vs predicted throughput")
+            axis.legend(fontsize=8)
+            save(case, "throughput-vs-theory", figure)
+        for step in steps:
+            timed = [f for f in step["flows"] if f["intervals"]]
+            if timed and len(step["flows"]) > 1:
+                figure, axis = plt.subplots(figsize=(9, 3.2))
+                for flow in timed:
+                    starts = [i[0] for i in flow["intervals"]] + [flow["intervals"][-1][1]]
+                    rates = [i[2] / 1e6 for i in flow["intervals"]]
+                    axis.step(starts, rates + rates[-1:], where="post", label=flow["label"])
+                axis.set_xlabel("s")
+                axis.set_ylabel("Mbit/s")
+                axis.set_title(f"{step['name']}: throughput over time")
+                axis.legend(fontsize=8)
+                save(case, f"{step['name']}-throughput", figure)
+            loaded = [f for f in step["flows"] if f["kind"] != "ping" and f["rtts"]]
+            if loaded:
+                figure, axis = plt.subplots(figsize=(9, 3.2))
+                for flow in loaded:
+                    axis.plot(range(1, len(flow["rtts"]) + 1), flow["rtts"], marker=".",
+                              label=f"{flow['label']} (idle theory {flow['base_rtt_ms']:.0f} ms)")
+                axis.set_xlabel("probe")
+                axis.set_ylabel("RTT ms")
+                axis.set_title(f"{step['name']}: RTT under load")
+                axis.legend(fontsize=8)
+                save(case, f"{step['name']}-rtt", figure)
+        fair = [s for s in steps if s["fairness"] is not None]
+        if fair:
+            figure, axis = plt.subplots(figsize=(9, 2.8))
+            axis.bar([s["name"][:30] for s in fair], [s["fairness"] for s in fair])
+            axis.set_ylim(0, 1.05)
+            axis.set_ylabel("Jain's index")
+            axis.set_title(f"Case {case}: fairness per step")
+            axis.tick_params(axis="x", labelsize=7)
+            save(case, "fairness", figure)
+    return figures
+
+
+def write_report(folder: Path, run: dict, titles: dict[str, str]) -> Path:
+    figures = _figures(run, folder)
+    meta = run["metadata"]
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["started"]))
+    rows = [("experiment", run["experiment"]), ("started", started),
+            ("duration", f"{(run['finished'] or run['started']) - run['started']:.0f} s"),
+            ("quick", "yes" if run["quick"] else "no"), ("shaper", run["shaper"])]
+    rows += [(key, str(value)) for key, value in meta.items() if key != "shaper"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>simpleperf lab: "
+             f"{html.escape(run['experiment'])}</title><style>{STYLE}</style></head><body>",
+             f"<h1>simpleperf lab run: {html.escape(run['experiment'])}</h1>"]
+    if run["interrupted"]:
+        parts.append("<p class='warn'>This run was interrupted: only the finished steps are "
+                     "shown.</p>")
+    parts.append("<table class='meta'>" + "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        + "</table>")
+    report = case_report(run, titles)
+    sections = report.split("\nTest case ")
+    for section in sections:
+        if not section.strip():
+            continue
+        heading, _, body = section.strip().partition("\n")
+        heading = heading.removeprefix("Test case ")
+        case = heading.split(":", 1)[0]
+        parts.append(f"<h2>Test case {html.escape(heading)}</h2><pre>{html.escape(body)}</pre>")
+        for title, png in figures.get(case, []):
+            data = base64.b64encode(png).decode()
+            parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
+    parts.append("<h2>Topology</h2><pre>" + html.escape(run["topology_toml"]) + "</pre>")
+    parts.append("<h2>Experiment</h2><pre>" + html.escape(run["experiment_toml"]) + "</pre>")
+    # Lets a headless browser (and the tests) see that every image really loaded.
+    parts.append("<script>window.addEventListener('load', () => { const all = "
+                 "[...document.images]; document.body.dataset.imagesLoaded = all.filter("
+                 "i => i.complete && i.naturalWidth > 0).length + '/' + all.length; });"
+                 "</script>")
+    parts.append("</body></html>")
+    path = folder / "report.html"
+    path.write_text("\n".join(parts))
+    return path

@@ -1,0 +1,298 @@
+"""Run the steps of an experiment on a lab that is up, and collect what every flow measured.
+
+Servers start first; then every client of a step is handed the same start instant (see
+launch.py) and the spread of their real starts is measured. A flow that fails is recorded
+with its error and the run goes on. Every process started here is recorded in the lab's
+ownership record, so even a killed run leaves nothing the next `down` cannot remove.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..stats import jain_index
+from . import ownership, theory
+from .experiment import Flow, Step, Timing
+from .launch import START_MARK
+from .topology import Topology
+
+PYTHON = sys.executable
+FIRST_PORT = 15001
+TCP_GOODPUT = 1448 / 1514  # payload share of a full-size frame with TCP timestamps
+START_DELAY = 1.0  # seconds between launching the clients and their common start
+SPREAD_WARNING = 0.010
+ROW = re.compile(r"^(\S+:\d+)\s+(\d+\.\d) - (\d+\.\d)\s+(\d+) B\s+([\d.]+) Mbps")
+
+
+@dataclass
+class FlowOutcome:
+    flow: Flow
+    address: str
+    ok: bool = False
+    error: str | None = None
+    started: float | None = None  # monotonic, when the client really started
+    throughput: float | None = None  # receiver side, bits/s
+    sender_throughput: float | None = None
+    connection_throughputs: list[float] = field(default_factory=list)  # receiver, per conn.
+    intervals: list[tuple[float, float, float]] = field(default_factory=list)  # s, s, bit/s
+    rtts: list[float] = field(default_factory=list)  # ms: the ping flow, or under load
+    jitter_ms: float | None = None
+    lost: int | None = None
+    packets: int | None = None
+    rate: float | None = None  # udp: the rate asked for, bits/s
+    predicted: float | None = None  # goodput theory predicts, bits/s
+    base_rtt: float | None = None  # ms
+    full_queue_rtt: float | None = None  # ms: base plus every forward queue full
+
+    @property
+    def loss_percent(self) -> float | None:
+        if self.lost is None or not self.packets:
+            return None
+        return 100 * self.lost / self.packets
+
+
+@dataclass
+class StepOutcome:
+    step: Step
+    repetition: int
+    flows: list[FlowOutcome]
+    start_spread: float | None = None  # seconds between the first and last flow start
+    interrupted: bool = False
+
+    @property
+    def fairness(self) -> float | None:
+        rates = [rate for outcome in self.flows if outcome.flow.kind == "tcp" and outcome.ok
+                 for rate in outcome.connection_throughputs]
+        return jain_index(rates) if len(rates) > 1 else None
+
+
+class Runner:
+    def __init__(self, model: Topology, record: ownership.LabRecord, timing: Timing,
+                 say=print) -> None:
+        self.model = model
+        self.record = record
+        self.timing = timing
+        self.say = say
+        self._running: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------------ processes
+
+    def _start(self, node: str, command: list[str], what: str) -> subprocess.Popen:
+        process = subprocess.Popen(["ip", "netns", "exec", node, *command],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        ownership.add_process(self.record, process.pid, what)
+        self._running.append(process)
+        return process
+
+    def _finish(self, process: subprocess.Popen, timeout: float) -> tuple[str, str, int]:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            err = (err or "") + "\ntimed out"
+        self._running.remove(process)
+        ownership.remove_process(self.record, process.pid)
+        return out or "", err or "", process.returncode
+
+    def stop_all(self) -> None:
+        """Ctrl-C: end whatever this step started."""
+        for process in list(self._running):
+            process.kill()
+            self._finish(process, 5)
+
+    # ------------------------------------------------------------------ a step
+
+    def run_step(self, step: Step, repetition: int) -> StepOutcome:
+        outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
+                    for flow in step.flows]
+        self._predict(outcomes)
+        servers = {}
+        for index, outcome in enumerate(outcomes):
+            port = str(FIRST_PORT + index)
+            flow = outcome.flow
+            if flow.kind == "tcp":
+                servers[index] = self._start(flow.target, [PYTHON, "-m", "simpleperf", "-s",
+                                                           "-p", port, "-f", "B"],
+                                             f"simpleperf server in {flow.target}")
+            elif flow.kind == "udp":
+                servers[index] = self._start(flow.target, ["iperf3", "-s", "-1", "-J", "-p",
+                                                           port], f"iperf3 server in "
+                                                                  f"{flow.target}")
+        if servers:
+            time.sleep(0.5)  # let them listen; the clients also wait START_DELAY
+        start_at = time.monotonic() + START_DELAY
+        clients, pingers = {}, {}
+        for index, outcome in enumerate(outcomes):
+            flow = outcome.flow
+            command = self._client_command(outcome, str(FIRST_PORT + index))
+            clients[index] = self._start(flow.source, [PYTHON, "-m", "simpleperf.lab.launch",
+                                                       f"{start_at:.6f}", "--", *command],
+                                         f"{flow.kind} client in {flow.source}")
+            if flow.rtt_under_load:
+                duration = flow.duration or self.timing.duration
+                interval = min(self.timing.ping_interval, 1.0)
+                count = max(3, int((duration - 1.0) / interval))
+                pingers[index] = self._start(flow.source, [
+                    PYTHON, "-m", "simpleperf.lab.launch", f"{start_at + 1.0:.6f}", "--",
+                    "ping", "-n", "-c", str(count), "-i", str(interval), outcome.address],
+                    f"ping in {flow.source}")
+        longest = max(self._duration(o.flow) for o in outcomes)
+        for index, process in clients.items():
+            out, err, code = self._finish(process, longest + 60)
+            self._read_client(outcomes[index], out, err, code)
+        for index, process in pingers.items():
+            out, _, _ = self._finish(process, 30)
+            outcomes[index].rtts = _ping_times(out)
+        for index, process in servers.items():
+            if outcomes[index].flow.kind == "tcp":
+                process.send_signal(2)  # SIGINT: the server prints every row and exits
+            out, err, _ = self._finish(process, 15)
+            self._read_server(outcomes[index], out)
+        starts = [o.started for o in outcomes if o.started is not None]
+        spread = max(starts) - min(starts) if len(starts) > 1 else None
+        if spread is not None and spread > SPREAD_WARNING:
+            self.say(f"  warning: the flows of this step started {spread * 1e3:.1f} ms apart "
+                     f"(more than {SPREAD_WARNING * 1e3:.0f} ms)")
+        return StepOutcome(step, repetition, outcomes, spread)
+
+    def _duration(self, flow: Flow) -> float:
+        if flow.kind == "ping":
+            count = flow.count or self.timing.ping_count
+            return count * (flow.interval or self.timing.ping_interval) + 2
+        return flow.duration or self.timing.duration
+
+    def _client_command(self, outcome: FlowOutcome, port: str) -> list[str]:
+        flow = outcome.flow
+        if flow.kind == "ping":
+            return ["ping", "-n", "-c", str(flow.count or self.timing.ping_count), "-i",
+                    str(flow.interval or self.timing.ping_interval), outcome.address]
+        duration = f"{self._duration(flow):g}"
+        if flow.kind == "tcp":
+            return [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
+                    duration, "-i", "1", "-f", "B", "-P", str(flow.parallel)]
+        assert outcome.rate is not None
+        return ["iperf3", "-c", outcome.address, "-p", port, "-u", "-b",
+                str(int(outcome.rate)), "-l", str(flow.length), "-t", duration, "-J"]
+
+    def _predict(self, outcomes: list[FlowOutcome]) -> None:
+        """Theory for every flow: base RTT, and its max-min fair share of every shaped link
+        the step's flows share (water-filling), as goodput."""
+        paths, owners, demands = [], [], []
+        for index, outcome in enumerate(outcomes):
+            flow = outcome.flow
+            forward = theory.path(self.model, flow.source, outcome.address)
+            backward = theory.path(self.model, flow.target,
+                                   str(self.model.address_of(flow.source)))
+            outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
+            queues = sum(s.queue * 1514 * 8 / s.rate for s in forward.shaping()
+                         if s.rate is not None and s.queue is not None)
+            outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
+            if flow.kind == "udp":
+                bottleneck = forward.bottleneck or 1e9
+                outcome.rate = (0.9 * bottleneck * flow.length / (flow.length + 42)
+                                if flow.rate == "auto" else float(flow.rate))
+            if flow.kind == "ping":
+                continue
+            for _ in range(flow.parallel):
+                paths.append(forward)
+                owners.append(index)
+                demands.append(None if flow.kind == "tcp"
+                               else outcome.rate * (flow.length + 42) / flow.length)
+        if not paths:
+            return
+        shares = theory.max_min_shares(paths, demands)
+        for index, outcome in enumerate(outcomes):
+            mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
+            if mine and all(math.isfinite(s) for s in mine):
+                efficiency = (TCP_GOODPUT if outcome.flow.kind == "tcp"
+                              else outcome.flow.length / (outcome.flow.length + 42))
+                outcome.predicted = sum(mine) * efficiency
+
+    # ------------------------------------------------------------------ parsing
+
+    def _read_client(self, outcome: FlowOutcome, out: str, err: str, code: int) -> None:
+        lines = out.splitlines()
+        if lines and lines[0].startswith(START_MARK):
+            outcome.started = float(lines[0].split()[1])
+            lines = lines[1:]
+        kind = outcome.flow.kind
+        if code != 0 and not (kind == "ping" and _ping_times("\n".join(lines))):
+            detail = [line for line in err.strip().splitlines() if line.strip()]
+            if kind == "udp":
+                detail = [_iperf3_error("\n".join(lines))]
+            outcome.error = (detail[-1] if detail else f"exit status {code}")[:200]
+            return
+        if kind == "ping":
+            outcome.rtts = _ping_times("\n".join(lines))
+            outcome.ok = bool(outcome.rtts)
+            outcome.error = None if outcome.ok else "no replies"
+        elif kind == "tcp":
+            rows = [ROW.match(line) for line in lines]
+            rows = [m for m in rows if m]
+            connections = outcome.flow.parallel
+            totals, intervals = rows[-connections:], rows[:-connections]
+            outcome.sender_throughput = sum(float(m.group(5)) for m in totals) * 1e6
+            by_interval: dict[tuple[float, float], float] = {}
+            for m in intervals:
+                key = (float(m.group(2)), float(m.group(3)))
+                by_interval[key] = by_interval.get(key, 0.0) + float(m.group(5)) * 1e6
+            outcome.intervals = [(a, b, rate) for (a, b), rate in sorted(by_interval.items())]
+            outcome.ok = bool(totals)
+        else:
+            try:
+                total = json.loads("\n".join(lines))["end"]["sum"]
+                outcome.sender_throughput = total["bits_per_second"]
+                outcome.ok = True
+            except (ValueError, KeyError):
+                outcome.error = "iperf3 gave no result"
+
+    def _read_server(self, outcome: FlowOutcome, out: str) -> None:
+        if outcome.flow.kind == "tcp":
+            rates = [float(m.group(5)) * 1e6 for m in map(ROW.match, out.splitlines()) if m]
+            outcome.connection_throughputs = rates
+            if rates:
+                outcome.throughput = sum(rates)
+            return
+        try:
+            result = json.loads(out)
+            total = result["end"]["sum"]
+            # iperf3 3.12's UDP server leaves bytes at 0 in its summary; its intervals count.
+            received = sum(i["sum"]["bytes"] for i in result["intervals"])
+            seconds = sum(i["sum"]["seconds"] for i in result["intervals"])
+            outcome.throughput = received * 8 / seconds if seconds else None
+            outcome.jitter_ms = total["jitter_ms"]
+            outcome.lost, outcome.packets = total["lost_packets"], total["packets"]
+            outcome.intervals = [(i["sum"]["start"], i["sum"]["end"],
+                                  i["sum"]["bits_per_second"]) for i in result["intervals"]]
+            outcome.connection_throughputs = [outcome.throughput]
+        except (ValueError, KeyError, TypeError):
+            if outcome.ok:
+                outcome.ok, outcome.error = False, "the iperf3 server gave no result"
+
+
+def _ping_times(text: str) -> list[float]:
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", text)]
+
+
+def _iperf3_error(text: str) -> str:
+    try:
+        return json.loads(text).get("error", "iperf3 failed")
+    except ValueError:
+        return "iperf3 failed"
+
+
+def summarize_rtts(rtts: list[float]) -> dict[str, float] | None:
+    if not rtts:
+        return None
+    mean = statistics.fmean(rtts)
+    return {"min": min(rtts), "avg": mean, "max": max(rtts), "median": statistics.median(rtts),
+            "mdev": statistics.pstdev(rtts)}
