@@ -21,7 +21,7 @@ from ..stats import jain_index
 from . import ownership, theory
 from .experiment import Flow, Step, Timing
 from .launch import START_MARK
-from .topology import Topology
+from .topology import Topology, TopologyError
 
 PYTHON = sys.executable
 FIRST_PORT = 15001
@@ -179,7 +179,8 @@ class Runner:
         if flow.kind == "tcp":
             return [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
                     duration, "-i", "1", "-f", "B", "-P", str(flow.parallel)]
-        assert outcome.rate is not None
+        if outcome.rate is None:
+            outcome.rate = 1e6  # "auto" needs a routed path to size itself; a modest default
         return ["iperf3", "-c", outcome.address, "-p", port, "-u", "-b",
                 str(int(outcome.rate)), "-l", str(flow.length), "-t", duration, "-J"]
 
@@ -189,17 +190,21 @@ class Runner:
         paths, owners, demands = [], [], []
         for index, outcome in enumerate(outcomes):
             flow = outcome.flow
-            forward = theory.path(self.model, flow.source, outcome.address)
-            backward = theory.path(self.model, flow.target,
-                                   str(self.model.address_of(flow.source)))
+            try:
+                forward = theory.path(self.model, flow.source, outcome.address)
+                backward = theory.path(self.model, flow.target,
+                                       str(self.model.address_of(flow.source)))
+            except TopologyError:
+                continue  # no theory for an address the topology does not route: it just runs
+            if flow.kind == "udp" and flow.rate != "auto":
+                outcome.rate = float(flow.rate)
             outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
             queues = sum(s.queue * 1514 * 8 / s.rate for s in forward.shaping()
                          if s.rate is not None and s.queue is not None)
             outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
-            if flow.kind == "udp":
+            if flow.kind == "udp" and flow.rate == "auto":
                 bottleneck = forward.bottleneck or 1e9
-                outcome.rate = (0.9 * bottleneck * flow.length / (flow.length + 42)
-                                if flow.rate == "auto" else float(flow.rate))
+                outcome.rate = 0.9 * bottleneck * flow.length / (flow.length + 42)
             if flow.kind == "ping":
                 continue
             for _ in range(flow.parallel):

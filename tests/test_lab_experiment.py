@@ -1,0 +1,137 @@
+"""Experiment files and the predictions a run puts beside its measurements (no root)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from simpleperf.lab import experiment, topology
+from simpleperf.lab.experiment import ExperimentError
+from simpleperf.lab.runner import FlowOutcome, Runner, StepOutcome
+from simpleperf.lab.tables import case_report
+
+
+@pytest.fixture(scope="module")
+def portfolio():
+    return experiment.load("portfolio")
+
+
+def pairs(step):
+    return [(flow.kind, flow.source, flow.target) for flow in step.flows]
+
+
+def test_portfolio_runs_the_five_cases_as_specified(portfolio):
+    assert portfolio.topology == "portfolio"
+    assert (portfolio.timing.duration, portfolio.timing.ping_count) == (25.0, 25)
+    by_case: dict[str, list] = {}
+    for step in portfolio.steps:
+        by_case.setdefault(step.case, []).append(step)
+    assert sorted(by_case) == ["1", "2", "3", "4", "5"]
+    assert [pairs(s) for s in by_case["1"]] == [[("udp", "h1", "h4")], [("udp", "h1", "h9")],
+                                                [("udp", "h7", "h9")]]
+    case2 = [pairs(s)[0] for s in by_case["2"]]
+    assert case2 == [("ping", "r1", "r2"), ("tcp", "r1", "r2"), ("ping", "r2", "r3"),
+                     ("tcp", "r2", "r3"), ("ping", "r3", "r4"), ("tcp", "r3", "r4")]
+    assert [s.flows[0].address for s in by_case["2"]] == ["10.0.1.2", "10.0.1.2", "10.0.3.2",
+                                                          "10.0.3.2", "10.0.6.2", "10.0.6.2"]
+    case3 = {pairs(s)[0] for s in by_case["3"]}
+    assert case3 == {(k, a, b) for k in ("ping", "tcp")
+                     for a, b in (("h1", "h4"), ("h7", "h9"), ("h1", "h9"))}
+    assert [[(f.source, f.target) for f in s.flows] for s in by_case["4"]] == [
+        [("h1", "h4"), ("h2", "h5")], [("h1", "h4"), ("h2", "h5"), ("h3", "h6")],
+        [("h1", "h4"), ("h7", "h9")], [("h1", "h4"), ("h8", "h9")]]
+    assert all(f.rtt_under_load for s in by_case["4"] for f in s.flows)
+    (case5,) = by_case["5"]
+    assert [(f.source, f.target, f.parallel) for f in case5.flows] == [
+        ("h1", "h4", 2), ("h2", "h5", 1), ("h3", "h6", 1)]
+    experiment.check_against(portfolio, set(topology.load("portfolio").nodes))
+
+
+BASE = """
+topology = "portfolio"
+[[steps]]
+name = "one"
+flows = [{ kind = "tcp", from = "h1", to = "h4" }]
+"""
+
+
+@pytest.mark.parametrize("change,message", [
+    (('kind = "tcp"', 'kind = "sctp"'), "step 1 (one) flow 1: kind must be one of"),
+    (('from = "h1", ', ''), "step 1 (one) flow 1: 'from' must name a node"),
+    (('to = "h4"', 'to = "h4", rate = "10M"'), "rate only applies to udp flows"),
+    (('kind = "tcp", from', 'kind = "udp", parallel = 2, from'), "parallel only applies to tcp"),
+    (('to = "h4"', 'to = "h4", duration = "soon"'), "duration = 'soon' is not a time"),
+    (('to = "h4"', 'to = "h4", parallel = 9'), "parallel must be a whole number from 1 to 5"),
+    (('to = "h4"', 'to = "h4", speed = 1'), "unknown field 'speed'"),
+    (('name = "one"', 'name = "one"\nrepeat = 0'), "repeat must be a whole number from 1"),
+    (('topology = "portfolio"', ''), "topology must name a topology"),
+    (('flows = [{ kind = "tcp", from = "h1", to = "h4" }]', 'flows = []'),
+     "flows must be a non-empty list"),
+])
+def test_malformed_experiments_name_the_step_and_field(change, message):
+    text = BASE.replace(*change, 1)
+    assert text != BASE
+    with pytest.raises(ExperimentError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        experiment.parse(text)
+
+
+def test_unknown_node_is_caught_before_the_lab_is_built():
+    plan = experiment.parse(BASE.replace('to = "h4"', 'to = "h44"'))
+    with pytest.raises(ExperimentError, match="node h44 is not in topology portfolio"):
+        experiment.check_against(plan, set(topology.load("portfolio").nodes))
+
+
+def predicted(step_index: int) -> list[float]:
+    plan = experiment.load("portfolio")
+    model = topology.load("portfolio")
+    runner = Runner(model, None, plan.timing)
+    step = plan.steps[step_index]
+    outcomes = [FlowOutcome(f, f.address or str(model.address_of(f.target))) for f in step.flows]
+    runner._predict(outcomes)
+    return [round(o.predicted / 1e6, 2) for o in outcomes]
+
+
+def test_predictions_use_water_filling_over_every_shared_link():
+    goodput = 1448 / 1514
+    steps = {s.name: i for i, s in enumerate(experiment.load("portfolio").steps)}
+    assert predicted(steps["4c h1-h4 + h7-h9"]) == [round(15 * goodput, 2)] * 2
+    assert predicted(steps["4d h1-h4 + h8-h9"]) == [round(30 * goodput, 2),
+                                                    round(20 * goodput, 2)]
+    assert predicted(steps["h1-h4 -P 2, h2-h5, h3-h6"]) == [round(15 * goodput, 2),
+                                                            round(7.5 * goodput, 2),
+                                                            round(7.5 * goodput, 2)]
+    assert predicted(steps["UDP h1-h9"]) == [round(0.9 * 20 * 1470 / 1512, 2)]
+
+
+def test_fairness_of_a_step_is_over_its_tcp_connections():
+    plan = experiment.load("portfolio")
+    step = plan.steps[-1]
+    flows = [FlowOutcome(f, "x", ok=True, connection_throughputs=rates)
+             for f, rates in zip(step.flows, [[5e6, 5e6], [10e6], [10e6]], strict=True)]
+    assert StepOutcome(step, 1, flows).fairness == pytest.approx(30**2 / (4 * 250))
+
+
+def test_case_report_puts_theory_beside_measurements():
+    run = {"steps": [
+        {"case": "2", "name": "L1 latency", "fairness": None, "start_spread_ms": None,
+         "interrupted": 0, "flows": [
+             {"kind": "ping", "label": "L1 r1-r2", "ok": 1, "rtt_avg": 20.31,
+              "base_rtt_ms": 20.0, "error": None}]},
+        {"case": "2", "name": "L1 throughput", "fairness": None, "start_spread_ms": 0.0,
+         "interrupted": 0, "flows": [
+             {"kind": "tcp", "label": "L1 r1-r2", "ok": 1, "throughput": 37.3e6,
+              "predicted": 38.26e6, "base_rtt_ms": 20.0, "error": None}]},
+        {"case": "4", "name": "4a", "fairness": 0.988, "start_spread_ms": 4.2,
+         "interrupted": 0, "flows": [
+             {"kind": "tcp", "label": "h1-h4", "ok": 1, "error": None, "rtt_avg": 98.5,
+              "base_rtt_ms": 60.0, "full_queue_rtt_ms": 120.7, "throughput": 13.68e6,
+              "predicted": 14.35e6, "connections": [13.68e6]},
+             {"kind": "tcp", "label": "h2-h5", "ok": 0, "error": "connection refused",
+              "base_rtt_ms": 60.0}]}]}
+    text = case_report(run, {"2": "Link latency and throughput"})
+    assert "Test case 2: Link latency and throughput" in text
+    assert re.search(r"L1 r1-r2\s+20\.3\s+20\.0\s+37\.30\s+38\.26\s+0\.97", text)
+    assert "FAILED: connection refused" in text
+    assert re.search(r"h1-h4\s+98\.5\s+60\.0 \.\. 120\.7\s+13\.68\s+14\.35\s+0\.95", text)
+    assert "Jain's fairness index 0.988" in text and "start spread 4.2 ms" in text

@@ -1,0 +1,188 @@
+"""`simpleperf lab run` on real namespaces: results, failures, Ctrl-C, the report, portfolio."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SIMPLEPERF
+from lab_helpers import PORTFOLIO_NAMESPACES, assert_gone, delay_line_pids, lab, needs_lab
+
+pytestmark = needs_lab
+
+MIXED = """
+name = "mixed"
+topology = "portfolio"
+[quick]
+duration = "3s"
+ping_count = 5
+ping_interval = "0.2s"
+[cases]
+1 = "idle"
+2 = "together"
+[[steps]]
+case = "1"
+name = "ping h1-h9"
+flows = [{ kind = "ping", from = "h1", to = "h9" }]
+[[steps]]
+case = "2"
+name = "tcp and udp at once"
+flows = [{ kind = "tcp", from = "h1", to = "h4", rtt_under_load = true },
+         { kind = "udp", from = "h7", to = "h9", rate = "5M", length = 1000 }]
+[[steps]]
+case = "3"
+name = "one flow fails, the other runs"
+flows = [{ kind = "tcp", from = "h1", to = "h4", address = "10.0.99.1", label = "nowhere" },
+         { kind = "ping", from = "h2", to = "h5" }]
+[[steps]]
+case = "4"
+name = "parallel"
+flows = [{ kind = "tcp", from = "h2", to = "h5", parallel = 2 }]
+"""
+
+
+def run_folder(root: Path) -> Path:
+    (folder,) = [p for p in root.iterdir() if p.is_dir()]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    plan = root / "mixed.toml"
+    plan.write_text(MIXED)
+    done = lab("run", str(plan), "--quick", "--results", str(root / "runs"), timeout=300)
+    return done, run_folder(root / "runs")
+
+
+def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
+    done, folder = mixed_run
+    assert_gone(PORTFOLIO_NAMESPACES)
+    for name in ("results.sqlite", "flows.csv", "intervals.csv", "probes.csv", "results.json",
+                 "report.html"):
+        assert (folder / name).stat().st_size > 0, name
+    db = sqlite3.connect(folder / "results.sqlite")
+    steps = db.execute('SELECT name, start_spread_ms, fairness FROM step ORDER BY position'
+                       ).fetchall()
+    assert [s[0] for s in steps] == ["ping h1-h9", "tcp and udp at once",
+                                     "one flow fails, the other runs", "parallel"]
+    assert steps[1][1] is not None and steps[1][1] < 100  # both flows started together
+    assert steps[3][2] is not None and 0.5 <= steps[3][2] <= 1.0  # two connections' fairness
+    flows = {row[0]: row for row in db.execute(
+        "SELECT label, kind, ok, error, throughput, predicted, base_rtt_ms, rtt_avg, "
+        "jitter_ms, packets, loss_percent FROM flow")}
+    ping = flows["h1-h9"]
+    assert ping[2] == 1 and ping[6] == pytest.approx(80.0) and 79 < ping[7] < 90
+    tcp = db.execute("SELECT id, throughput, predicted, rtt_avg FROM flow WHERE label = 'h1-h4'"
+                     " AND kind = 'tcp'").fetchone()
+    assert tcp[1] > 0.3 * tcp[2]  # 3 s with slow start: a loose bound, but a real transfer
+    assert tcp[3] > 60  # RTT under load was measured and is at least the idle RTT
+    assert db.execute("SELECT COUNT(*) FROM interval WHERE flow_id = ?", (tcp[0],)
+                      ).fetchone()[0] >= 2
+    assert db.execute("SELECT COUNT(*) FROM probe WHERE flow_id = ?", (tcp[0],)
+                      ).fetchone()[0] >= 2
+    udp = flows["h7-h9"]
+    assert udp[2] == 1 and 4e6 < udp[4] < 5.5e6 and udp[8] is not None and udp[9] > 1000
+    failed = flows["nowhere"]
+    assert failed[2] == 0 and re.search(r"unreachable|refused|no answer", failed[3])
+    assert flows["h2-h5"][2] == 1
+    metadata = json.loads(db.execute("SELECT metadata FROM run").fetchone()[0])
+    assert {"kernel", "iperf3", "simpleperf", "shaper"} <= set(metadata)
+    assert "Test case 1: idle" in done.stdout and "FAILED" in done.stdout
+
+
+def test_results_lists_runs_and_compare_shows_them_side_by_side(mixed_run):
+    _, folder = mixed_run
+    listing = lab("results", "--results", str(folder.parent)).stdout
+    assert str(folder) in listing and "4 steps, 6 flows, 1 failed, quick" in listing
+    side_by_side = lab("compare", str(folder), str(folder)).stdout
+    assert re.search(r"ping h1-h9\s+h1-h9\s+(\d+\.\d)\s+-\s+\1\s+-", side_by_side)
+    assert lab("compare", str(folder), "/nonexistent", check=False).returncode == 1
+
+
+def test_the_report_renders_with_every_image_loaded(mixed_run):
+    _, folder = mixed_run
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium is not installed")
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+             "--dump-dom", (folder / "report.html").as_uri()],
+            capture_output=True, text=True, timeout=120)
+    loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', done.stdout)
+    assert loaded, done.stdout[-500:]
+    assert loaded.group(1) == loaded.group(2) and int(loaded.group(2)) >= 3
+    assert "simpleperf lab run: mixed" in done.stdout
+
+
+def test_a_malformed_experiment_is_rejected_before_anything_runs(tmp_path):
+    plan = tmp_path / "bad.toml"
+    plan.write_text(MIXED.replace('kind = "udp", from = "h7"', 'kind = "udp", from = "h77"'))
+    done = lab("run", str(plan), "--results", str(tmp_path), check=False)
+    assert done.returncode == 1
+    assert "step 2 (tcp and udp at once) flow 2: node h77 is not in topology" in done.stderr
+    assert not list(tmp_path.glob("*/results.sqlite"))
+    assert_gone(PORTFOLIO_NAMESPACES)
+
+
+def test_ctrl_c_keeps_finished_steps_writes_the_report_and_cleans_the_lab(tmp_path):
+    plan = tmp_path / "long.toml"
+    plan.write_text(MIXED.replace('duration = "3s"', 'duration = "60s"'))
+    daemons_before = delay_line_pids()
+    run = subprocess.Popen(SIMPLEPERF + ["lab", "run", str(plan), "--quick", "--results",
+                                         str(tmp_path / "runs")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output = ""
+    deadline = time.monotonic() + 60
+    while "[2/4]" not in output and time.monotonic() < deadline:
+        output += run.stdout.readline()
+    assert "[2/4]" in output  # the first step is finished and stored
+    time.sleep(3)  # well into the 60 s transfer
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err
+    folder = run_folder(tmp_path / "runs")
+    db = sqlite3.connect(folder / "results.sqlite")
+    assert db.execute("SELECT interrupted FROM run").fetchone()[0] == 1
+    assert [r[0] for r in db.execute("SELECT name FROM step")] == ["ping h1-h9"]
+    assert (folder / "report.html").exists()
+    assert_gone(PORTFOLIO_NAMESPACES)
+    time.sleep(1)
+    assert delay_line_pids() <= daemons_before
+    leftovers = subprocess.run(["pgrep", "-f", "simpleperf -s -p 1500"], capture_output=True)
+    assert leftovers.stdout == b""
+
+
+def test_the_portfolio_experiment_runs_all_five_cases(tmp_path):
+    done = lab("run", "portfolio", "--quick", "--results", str(tmp_path), timeout=900)
+    folder = run_folder(tmp_path)
+    db = sqlite3.connect(folder / "results.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM step").fetchone()[0] == 20
+    failures = db.execute("SELECT label, error FROM flow WHERE ok = 0").fetchall()
+    assert failures == []
+    for step, measured, predicted, weakest in db.execute(
+            "SELECT s.name, SUM(f.throughput), SUM(f.predicted), MIN(f.throughput / f.predicted)"
+            " FROM flow f JOIN step s ON s.id = f.step_id WHERE f.kind != 'ping' "
+            "GROUP BY s.id"):
+        # No step can carry more than its bottlenecks allow, quick 5 s runs with slow start
+        # use at least half of it, and no flow is starved.
+        assert 0.5 * predicted < measured <= 1.05 * predicted, (step, measured, predicted)
+        assert weakest > 0.15, step
+    fairness = [r[0] for r in db.execute("SELECT fairness FROM step WHERE \"case\" IN "
+                                         "('4', '5') ORDER BY position")]
+    assert len(fairness) == 5 and all(0.5 <= f <= 1.0 for f in fairness)
+    for case in range(1, 6):
+        assert f"Test case {case}: " in done.stdout
+    assert_gone(PORTFOLIO_NAMESPACES)
