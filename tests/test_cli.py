@@ -39,6 +39,8 @@ BAD_INVOCATIONS = [
     (["-c", "-n", "10MB", "-t", "5"], "-n/--num"),
     (["-c", "-l", "0"], "-l/--len"),
     (["-c", "-l", "100GB"], "-l/--len"),
+    (["-c", "-w", "1"], "-w/--window"),
+    (["-s", "-w", "lots"], "-w/--window"),
     (["-s", "-c"], "-s/--server"),
     (["-s", "-t", "5"], "-t/--time"),
     (["-s", "-P", "2"], "-P/--parallel"),
@@ -92,6 +94,8 @@ def test_long_flags_and_units():
     assert client.host == "10.0.5.2" and client.port == 9000 and client.unit == "KB"
     assert client.num_bytes == 10_000_000 and client.interval == 0.5
     assert client.parallel == 5 and client.length == 64_000
+    assert parse_args(["-c", "-w", "64K"]).window == 64_000
+    assert parse_args(["-s", "--window", "1MB"]).window == 1_000_000
 
 
 def test_host_given_to_c_directly_and_names_and_ipv6():
@@ -110,5 +114,5 @@ def test_server_bind_accepts_ipv4_and_ipv6():
 def test_help_exits_0():
     done = run_simpleperf("--help")
     assert done.returncode == 0
-    for flag in ("-s", "-c", "-b", "-I", "-p", "-f", "-t", "-n", "-i", "-P", "-l"):
+    for flag in ("-s", "-c", "-b", "-I", "-p", "-f", "-t", "-n", "-i", "-P", "-l", "-w"):
         assert re.search(rf"^\s+{flag}\b", done.stdout, re.M), flag

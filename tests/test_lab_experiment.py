@@ -135,3 +135,68 @@ def test_case_report_puts_theory_beside_measurements():
     assert "FAILED: connection refused" in text
     assert re.search(r"h1-h4\s+98\.5\s+60\.0 \.\. 120\.7\s+13\.68\s+14\.35\s+0\.95", text)
     assert "Jain's fairness index 0.988" in text and "start spread 4.2 ms" in text
+
+
+SWEEP = """
+topology = "pair"
+[pair]
+rate = "50M"
+[sweep]
+parameter = "delay"
+values = ["5ms", "10ms"]
+repeat = 2
+[[steps]]
+flows = [{ kind = "tcp", from = "h1", to = "h2", window = "64K" }]
+"""
+
+
+def test_sweeps_are_validated_for_every_value():
+    plan = experiment.parse(SWEEP)
+    assert plan.sweep.of_link and plan.sweep.values == ("5ms", "10ms")
+    assert experiment.link_parameters(plan, "10ms") == {"rate": "50M", "delay": "10ms"}
+    assert plan.steps[0].flows[0].window == 64_000
+    for change, message in [
+        (('values = ["5ms", "10ms"]', 'values = ["5ms", "soon"]'), "delay = 'soon'"),
+        (('parameter = "delay"', 'parameter = "colour"'), "parameter must be one of"),
+        (('topology = "pair"\n[pair]\nrate = "50M"', 'topology = "portfolio"'),
+         "can be swept on topology"),
+        (('parameter = "delay"\nvalues = ["5ms", "10ms"]',
+          'parameter = "window"\nvalues = ["1"]'), "window = '1' is out of range"),
+        (('rate = "50M"', 'rate = "fast"'), "pair: bw = 'fast' is not a rate"),
+        (('window = "64K"', 'window = "big"'), "window = 'big' is not a size"),
+    ]:
+        with pytest.raises(ExperimentError, match=message):
+            experiment.parse(SWEEP.replace(*change, 1))
+
+
+def test_every_shipped_experiment_loads():
+    shipped = sorted(p.stem for p in experiment.DATA_DIR.glob("*.toml"))
+    assert {"portfolio", "delay-sweep", "loss-sweep", "window-sweep", "length-sweep",
+            "parallel", "tcp-udp", "profiles"} <= set(shipped)
+    for name in shipped:
+        plan = experiment.load(name)
+        assert plan.steps and plan.quick.duration <= 5
+
+
+def test_flow_sweep_points_change_only_tcp_flows():
+    from simpleperf.lab.run import _at_point
+
+    plan = experiment.parse(SWEEP.replace('parameter = "delay"\nvalues = ["5ms", "10ms"]',
+                                          'parameter = "parallel"\nvalues = ["1", "3"]'))
+    step = _at_point(plan.steps[0], plan, "3")
+    assert step.flows[0].parallel == 3 and step.name.endswith("[parallel=3]")
+
+
+def test_sweep_summary_is_mean_and_confidence_beside_the_bounds():
+    from simpleperf.lab.tables import sweep_points
+
+    def step(value, rate):
+        return {"sweep_value": value, "sweep_parameter": "delay", "flows": [
+            {"kind": "tcp", "ok": 1, "throughput": rate, "rtt_avg": None, "predicted": 25.6e6,
+             "window_bound": 25.6e6, "mathis_bound": None}]}
+
+    (point,) = sweep_points({"steps": [step("10ms", 24e6), step("10ms", 26e6),
+                                       step("10ms", 25e6)]})
+    assert point["mean"] == pytest.approx(25e6)
+    assert point["ci95"] == pytest.approx(4.303 * 1e6 / 3 ** 0.5, rel=1e-3)
+    assert point["window_bound"] == 25.6e6 and point["mathis_bound"] is None

@@ -186,3 +186,39 @@ def test_the_portfolio_experiment_runs_all_five_cases(tmp_path):
     for case in range(1, 6):
         assert f"Test case {case}: " in done.stdout
     assert_gone(PORTFOLIO_NAMESPACES)
+
+
+SMALL_SWEEP = """
+name = "small-sweep"
+topology = "pair"
+[pair]
+rate = "50M"
+queue = 100
+[sweep]
+parameter = "delay"
+values = ["5ms", "20ms"]
+repeat = 2
+[quick]
+duration = "3s"
+[[steps]]
+name = "tcp"
+flows = [{ kind = "tcp", from = "h1", to = "h2", window = "64K" }]
+"""
+
+
+def test_a_link_sweep_rebuilds_the_link_and_follows_the_window_bound(tmp_path):
+    plan = tmp_path / "sweep.toml"
+    plan.write_text(SMALL_SWEEP)
+    done = lab("run", str(plan), "--quick", "--results", str(tmp_path / "runs"), timeout=300)
+    assert "Sweep of delay" in done.stdout
+    folder = run_folder(tmp_path / "runs")
+    db = sqlite3.connect(folder / "results.sqlite")
+    rows = db.execute("SELECT s.sweep_value, f.throughput, f.window_bound, f.base_rtt_ms FROM "
+                      "flow f JOIN step s ON s.id = f.step_id ORDER BY s.position").fetchall()
+    assert [r[0] for r in rows] == ["5ms", "5ms", "20ms", "20ms"]
+    for value, throughput, bound, rtt in rows:
+        assert rtt == pytest.approx(2 * float(value[:-2]))  # the link was rebuilt per value
+        assert bound == pytest.approx(64_000 * 8 / (rtt / 1e3))
+        assert 0.6 * min(bound, 50e6) < throughput < 1.05 * min(bound, 50e6), (value, throughput)
+    assert any(p.name.startswith("casesweep") for p in (folder / "plots").iterdir())
+    assert_gone({"h1", "h2", "pair-wire"})

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simpleperf.report import classic as table
-from simpleperf.stats import interval_boundaries, jain_index
+from simpleperf.stats import interval_boundaries, jain_index, mean_confidence
 from simpleperf.units import format_amount, format_mbps, parse_rate, parse_size
 
 
@@ -67,3 +67,11 @@ def test_jain_index():
 def test_jain_index_is_between_1_over_n_and_1(values):
     index = jain_index(values)
     assert 1 / len(values) - 1e-9 <= index <= 1 + 1e-9
+
+
+def test_mean_confidence_uses_students_t():
+    assert mean_confidence([5.0]) == (5.0, 0.0)
+    mean, half = mean_confidence([10.0, 12.0, 11.0])
+    assert mean == 11.0 and half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
+    with pytest.raises(ValueError):
+        mean_confidence([])

@@ -20,6 +20,8 @@ DEFAULT_DURATION = 25.0
 DEFAULT_LENGTH = 256 * 1024
 MAX_LENGTH = 64 * 1024 * 1024
 MAX_PARALLEL = 5
+MIN_WINDOW = 2 * 1000
+MAX_WINDOW = 10**9
 NO_MODE_MESSAGE = "Error: you must run either in server or client mode"
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
@@ -35,6 +37,8 @@ class ServerOptions:
     port: int
     unit: str
     length: int
+    window: int | None = None
+    congestion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class ClientOptions:
     interval: float | None
     parallel: int
     length: int
+    window: int | None = None
+    congestion: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +75,10 @@ def _build_parser() -> argparse.ArgumentParser:
                                               "(default MB)")
     common.add_argument("-l", "--len", help="read/write buffer size, e.g. 128K "
                                            f"(default {DEFAULT_LENGTH // 1024}K)")
+    common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
+                                              "64K (default: the kernel's autotuning)")
+    common.add_argument("-C", "--congestion", help="TCP congestion control, e.g. cubic, reno, "
+                                                  "bbr (default: the system's)")
     server = parser.add_argument_group("server")
     server.add_argument("-b", "--bind", help="address to listen on (default: all interfaces)")
     client = parser.add_argument_group("client")
@@ -108,9 +118,11 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
     port = _port(args.port)
     unit = _unit(args.format)
     length = _length(args.len)
+    window = _window(args.window)
     if args.server:
         bind = _ip_address("-b/--bind", args.bind) if args.bind is not None else None
-        return ServerOptions(bind=bind, port=port, unit=unit, length=length)
+        return ServerOptions(bind=bind, port=port, unit=unit, length=length, window=window,
+                             congestion=_congestion(args.congestion))
     return ClientOptions(
         host=_server_host(args.client, args.serverip),
         port=port,
@@ -120,6 +132,8 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         interval=_positive_seconds("-i/--interval", args.interval, None),
         parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
         length=length,
+        window=window,
+        congestion=_congestion(args.congestion),
     )
 
 
@@ -158,6 +172,27 @@ def _length(text: str | None) -> int:
         value = 0
     if not 1 <= value <= MAX_LENGTH:
         raise UsageError(f"-l/--len must be a size from 1B to 64MB (e.g. 128K), not '{text}'")
+    return value
+
+
+def _congestion(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if not re.fullmatch(r"[a-z0-9_]{1,15}", text):
+        raise UsageError(f"-C/--congestion must name a congestion control such as cubic, not "
+                         f"'{text}'")
+    return text
+
+
+def _window(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = parse_size(text)
+    except ValueError:
+        value = 0
+    if not MIN_WINDOW <= value <= MAX_WINDOW:
+        raise UsageError(f"-w/--window must be a size from 2KB to 1GB (e.g. 64K), not '{text}'")
     return value
 
 

@@ -64,7 +64,8 @@ def _connect_all(options: ClientOptions) -> list[SendingStream]:
     streams: list[SendingStream] = []
     try:
         for _ in range(options.parallel):
-            sock = tcp.connect(options.host, options.port)
+            sock = tcp.connect(options.host, options.port, window=options.window,
+                               congestion=options.congestion)
             streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname())))
     except BaseException:
         for stream in streams:

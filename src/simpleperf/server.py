@@ -39,7 +39,8 @@ class Server:
         self._active: dict[threading.Thread, socket.socket] = {}
         self._active_lock = threading.Lock()
         self._idle_limit = idle_limit
-        self.listener = tcp.open_listener(options.bind, options.port)
+        self.listener = tcp.open_listener(options.bind, options.port, window=options.window,
+                                          congestion=options.congestion)
 
     def say(self, *lines: str) -> None:
         with self._print_lock:

@@ -53,3 +53,23 @@ def jain_index(throughputs: Sequence[float]) -> float:
     if squares == 0:
         return 1.0
     return total * total / (len(throughputs) * squares)
+
+
+# Student's t, two-sided 95 %, by degrees of freedom (1..30); beyond that the normal's 1.96.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_confidence(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (t distribution); the
+    half-width is 0 for a single value."""
+    if not values:
+        raise ValueError("no values")
+    count = len(values)
+    mean = sum(values) / count
+    if count == 1:
+        return mean, 0.0
+    variance = sum((v - mean) ** 2 for v in values) / (count - 1)
+    t = _T95[count - 2] if count - 1 <= len(_T95) else 1.96
+    return mean, t * (variance / count) ** 0.5

@@ -15,7 +15,10 @@ from .topology import TopologyError, tomllib
 DATA_DIR = Path(__file__).parent / "data" / "experiments"
 FLOW_KINDS = ("tcp", "udp", "ping")
 FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
-               "count", "interval", "rtt_under_load", "label"}
+               "count", "interval", "rtt_under_load", "label", "window", "congestion"}
+PAIR_FIELDS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
+LINK_SWEEPS = ("rate", "delay", "jitter", "loss", "queue")
+FLOW_SWEEPS = ("window", "length", "parallel")
 TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
 
 
@@ -33,7 +36,9 @@ class Flow:
     parallel: int = 1
     duration: float | None = None  # None: the experiment's duration
     rate: float | str | None = None  # udp: bits/s, or "auto" (90 % of the path's bottleneck)
-    length: int = 1470  # udp datagram payload, bytes
+    length: int | None = None  # udp: datagram payload (default 1470); tcp: write size (-l)
+    window: int | None = None  # tcp: socket buffers on both ends (-w), bytes
+    congestion: str | None = None  # tcp: the sender's congestion control (-C)
     count: int | None = None  # ping: packets (None: the experiment's ping_count)
     interval: float | None = None  # ping: seconds between packets
     rtt_under_load: bool = False  # tcp/udp: ping alongside the flow
@@ -55,6 +60,20 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class Sweep:
+    """One parameter over a list of values: a link parameter of the pair topology (the lab
+    is rebuilt for each value) or a parameter of every tcp flow."""
+
+    parameter: str
+    values: tuple[str, ...]
+    repeat: int = 1
+
+    @property
+    def of_link(self) -> bool:
+        return self.parameter in LINK_SWEEPS
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     description: str
@@ -64,6 +83,8 @@ class Experiment:
     steps: tuple[Step, ...]
     cases: dict[str, str]  # case id -> title
     source: str = ""
+    pair: dict | None = None  # link parameters when topology = "pair"
+    sweep: Sweep | None = None
 
 
 def load(name_or_path: str) -> Experiment:
@@ -86,8 +107,8 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None)
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ExperimentError(f"not valid TOML: {error}") from None
-    _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps"},
-          "experiment")
+    _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
+                 "pair", "sweep"}, "experiment")
     topology = data.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ExperimentError("experiment: topology must name a topology, e.g. "
@@ -103,8 +124,100 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None)
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ExperimentError("experiment: no steps ([[steps]] with flows)")
     steps = tuple(_step(raw, index) for index, raw in enumerate(raw_steps, start=1))
+    pair = _pair(data, topology)
+    sweep = _sweep(data.get("sweep"), topology, pair, steps)
     return Experiment(str(data.get("name", default_name)), str(data.get("description", "")),
-                      topology, timing, quick, steps, dict(cases), text)
+                      topology, timing, quick, steps, dict(cases), text, pair, sweep)
+
+
+def _pair(data: dict, topology: str) -> dict | None:
+    if "pair" not in data:
+        return {} if topology == "pair" else None
+    if topology != "pair":
+        raise ExperimentError("[pair] only applies to topology = \"pair\"")
+    raw = data["pair"]
+    if not isinstance(raw, dict):
+        raise ExperimentError("[pair] must be a table such as rate = \"50M\"")
+    _only(raw, set(PAIR_FIELDS), "pair")
+    from .topology import pair as make_pair
+
+    try:
+        make_pair(**raw)
+    except TopologyError as error:
+        raise ExperimentError("pair: " + str(error).replace("link h1-h2: ", "")) from None
+    return dict(raw)
+
+
+def _sweep(raw: Any, topology: str, pair: dict | None, steps: tuple[Step, ...]
+           ) -> Sweep | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ExperimentError("[sweep] must be a table with parameter and values")
+    _only(raw, {"parameter", "values", "repeat"}, "sweep")
+    parameter = raw.get("parameter")
+    if parameter not in LINK_SWEEPS + FLOW_SWEEPS:
+        raise ExperimentError(f"sweep: parameter must be one of "
+                              f"{', '.join(LINK_SWEEPS + FLOW_SWEEPS)}, not {parameter!r}")
+    values = raw.get("values")
+    if not isinstance(values, list) or not values:
+        raise ExperimentError("sweep: values must be a non-empty list")
+    repeat = _count(raw.get("repeat", 1), "sweep: repeat", 1, 100)
+    sweep = Sweep(parameter, tuple(str(v) for v in values), repeat)
+    if sweep.of_link:
+        if topology != "pair":
+            raise ExperimentError(f"sweep: the link parameter {parameter} can be swept on "
+                                  "topology = \"pair\"")
+        from .topology import pair as make_pair
+
+        for value in sweep.values:
+            try:
+                make_pair(**(pair or {}) | {parameter: _pair_value(parameter, value)})
+            except TopologyError as error:
+                raise ExperimentError(f"sweep: {parameter} = {value!r}: "
+                                      + str(error).replace("link h1-h2: ", "")) from None
+    else:
+        if not any(f.kind == "tcp" for step in steps for f in step.flows):
+            raise ExperimentError(f"sweep: {parameter} applies to tcp flows, and there are none")
+        for value in sweep.values:
+            flow_value(parameter, value)
+    return sweep
+
+
+def _pair_value(parameter: str, value: str):
+    """Sweep values are strings; a queue is a number of packets."""
+    if parameter == "queue":
+        try:
+            return int(value)
+        except ValueError:
+            raise ExperimentError(f"sweep: queue = {value!r} is not a number of packets"
+                                  ) from None
+    return value
+
+
+def flow_value(parameter: str, value: str) -> int:
+    """A swept flow parameter as the number the flow takes."""
+    from ..units import parse_size
+
+    try:
+        number = int(value) if parameter == "parallel" else parse_size(value)
+    except ValueError:
+        raise ExperimentError(f"sweep: {parameter} = {value!r} is not "
+                              + ("a number" if parameter == "parallel" else "a size such as "
+                                 "'64K'")) from None
+    low, high = {"parallel": (1, 5), "window": (2000, 10**9), "length": (1, 64 * 10**6)}[
+        parameter]
+    if not low <= number <= high:
+        raise ExperimentError(f"sweep: {parameter} = {value!r} is out of range")
+    return number
+
+
+def link_parameters(experiment: Experiment, value: str | None) -> dict:
+    """The pair link's parameters at one point of a link sweep."""
+    parameters = dict(experiment.pair or {})
+    if value is not None and experiment.sweep is not None and experiment.sweep.of_link:
+        parameters[experiment.sweep.parameter] = _pair_value(experiment.sweep.parameter, value)
+    return parameters
 
 
 def _only(table: dict, allowed: set[str], where: str) -> None:
@@ -196,7 +309,29 @@ def _flow(raw: Any, where: str) -> Flow:
     elif kind == "udp":
         values["rate"] = "auto"
     if "length" in raw:
-        values["length"] = _count(raw["length"], f"{where}: length", 16, 65_000)
+        if kind == "ping":
+            raise ExperimentError(f"{where}: length applies to tcp and udp flows")
+        values["length"] = _count(raw["length"], f"{where}: length", 16,
+                                  65_000 if kind == "udp" else 64_000_000)
+    if "congestion" in raw:
+        congestion = raw["congestion"]
+        if kind != "tcp" or not isinstance(congestion, str) or not congestion.isidentifier():
+            raise ExperimentError(f"{where}: congestion names a tcp flow's congestion control, "
+                                  f"such as \"cubic\", not {congestion!r}")
+        values["congestion"] = congestion
+    if "window" in raw:
+        if kind != "tcp":
+            raise ExperimentError(f"{where}: window only applies to tcp flows")
+        window = raw["window"]
+        try:
+            from ..units import parse_size
+
+            values["window"] = parse_size(window) if isinstance(window, str) else int(window)
+        except (TypeError, ValueError):
+            raise ExperimentError(f"{where}: window = {window!r} is not a size such as '64K'"
+                                  ) from None
+        if not 2000 <= values["window"] <= 10**9:
+            raise ExperimentError(f"{where}: window = {window!r} is out of range (2K..1G)")
     if "count" in raw:
         values["count"] = _count(raw["count"], f"{where}: count", 1, 100_000)
     if "interval" in raw:

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from .tables import case_report
+from .tables import case_report, sweep_points, sweep_report
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -47,6 +47,30 @@ def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]
         plt.close(figure)
         figures.setdefault(case, []).append((title, buffer.getvalue()))
 
+    points = sweep_points(run)
+    if points:
+        figure, axis = plt.subplots(figsize=(9, 4))
+        labels = [p["value"] for p in points]
+        positions = list(range(len(points)))
+        measured = [(i, p) for i, p in enumerate(points) if "mean" in p]
+        axis.errorbar([i for i, _ in measured], [p["mean"] / 1e6 for _, p in measured],
+                      yerr=[p["ci95"] / 1e6 for _, p in measured], fmt="o-", capsize=4,
+                      label="measured (mean, 95 % CI)")
+        for key, style, name in (("predicted", "--", "theory (smallest bound)"),
+                                 ("window_bound", ":", "window / RTT"),
+                                 ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)")):
+            ys = [p[key] / 1e6 if p[key] is not None else None for p in points]
+            if any(y is not None for y in ys):
+                axis.plot([i for i, y in zip(positions, ys, strict=True) if y is not None],
+                          [y for y in ys if y is not None], style, label=name)
+        top = max([p["mean"] + p["ci95"] for _, p in measured] + [1]) / 1e6
+        axis.set_ylim(0, top * 1.4)
+        axis.set_xticks(positions, labels)
+        axis.set_xlabel(points[0]["parameter"])
+        axis.set_ylabel("TCP goodput, Mbit/s")
+        axis.set_title(f"Throughput against {points[0]['parameter']}")
+        axis.legend(fontsize=8)
+        save("sweep", "throughput", figure)
     by_case: OrderedDict[str, list[dict]] = OrderedDict()
     for step in run["steps"]:
         by_case.setdefault(step["case"], []).append(step)
@@ -121,6 +145,13 @@ def write_report(folder: Path, run: dict, titles: dict[str, str]) -> Path:
     parts.append("<table class='meta'>" + "".join(
         f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
         + "</table>")
+    if any(step.get("sweep_value") is not None for step in run["steps"]):
+        table = sweep_report(run).strip()
+        heading, _, body = table.partition("\n")
+        parts.append(f"<h2>{html.escape(heading)}</h2><pre>{html.escape(body)}</pre>")
+        for title, png in figures.get("sweep", []):
+            data = base64.b64encode(png).decode()
+            parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
     report = case_report(run, titles)
     sections = report.split("\nTest case ")
     for section in sections:

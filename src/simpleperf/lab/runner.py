@@ -28,6 +28,18 @@ FIRST_PORT = 15001
 TCP_GOODPUT = 1448 / 1514  # payload share of a full-size frame with TCP timestamps
 START_DELAY = 1.0  # seconds between launching the clients and their common start
 SPREAD_WARNING = 0.010
+# Congestion controls whose throughput falls with loss as Mathis et al. describe.
+LOSS_BASED = {"reno", "cubic", "bic", "htcp", "highspeed", "scalable", "westwood", "hybla",
+              "illinois"}
+
+
+def system_congestion_control() -> str:
+    """What TCP uses unless told otherwise; new network namespaces inherit it."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as current:
+            return current.read().strip()
+    except OSError:
+        return "unknown"
 ROW = re.compile(r"^(\S+:\d+)\s+(\d+\.\d) - (\d+\.\d)\s+(\d+) B\s+([\d.]+) Mbps")
 
 
@@ -50,6 +62,8 @@ class FlowOutcome:
     predicted: float | None = None  # goodput theory predicts, bits/s
     base_rtt: float | None = None  # ms
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full
+    window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
+    mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
 
     @property
     def loss_percent(self) -> float | None:
@@ -65,6 +79,7 @@ class StepOutcome:
     flows: list[FlowOutcome]
     start_spread: float | None = None  # seconds between the first and last flow start
     interrupted: bool = False
+    sweep: tuple[str, str] | None = None  # (parameter, value) of a sweep point
 
     @property
     def fairness(self) -> float | None:
@@ -120,8 +135,9 @@ class Runner:
             port = str(FIRST_PORT + index)
             flow = outcome.flow
             if flow.kind == "tcp":
+                window = ["-w", str(flow.window)] if flow.window else []
                 servers[index] = self._start(flow.target, [PYTHON, "-m", "simpleperf", "-s",
-                                                           "-p", port, "-f", "B"],
+                                                           "-p", port, "-f", "B", *window],
                                              f"simpleperf server in {flow.target}")
             elif flow.kind == "udp":
                 servers[index] = self._start(flow.target, ["iperf3", "-s", "-1", "-J", "-p",
@@ -177,12 +193,15 @@ class Runner:
                     str(flow.interval or self.timing.ping_interval), outcome.address]
         duration = f"{self._duration(flow):g}"
         if flow.kind == "tcp":
+            extra = (["-w", str(flow.window)] if flow.window else []) + (
+                ["-l", str(flow.length)] if flow.length else []) + (
+                ["-C", flow.congestion] if flow.congestion else [])
             return [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
-                    duration, "-i", "1", "-f", "B", "-P", str(flow.parallel)]
+                    duration, "-i", "1", "-f", "B", "-P", str(flow.parallel), *extra]
         if outcome.rate is None:
             outcome.rate = 1e6  # "auto" needs a routed path to size itself; a modest default
         return ["iperf3", "-c", outcome.address, "-p", port, "-u", "-b",
-                str(int(outcome.rate)), "-l", str(flow.length), "-t", duration, "-J"]
+                str(int(outcome.rate)), "-l", str(_datagram(flow)), "-t", duration, "-J"]
 
     def _predict(self, outcomes: list[FlowOutcome]) -> None:
         """Theory for every flow: base RTT, and its max-min fair share of every shaped link
@@ -204,14 +223,21 @@ class Runner:
             outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
             if flow.kind == "udp" and flow.rate == "auto":
                 bottleneck = forward.bottleneck or 1e9
-                outcome.rate = 0.9 * bottleneck * flow.length / (flow.length + 42)
+                outcome.rate = 0.9 * bottleneck * _datagram(flow) / (_datagram(flow) + 42)
+            rtt = outcome.base_rtt / 1e3
+            if flow.kind == "tcp" and rtt > 0:
+                if flow.window:
+                    outcome.window_bound = flow.parallel * theory.window_bound(flow.window, rtt)
+                loss = forward.loss
+                if loss > 0 and (flow.congestion or system_congestion_control()) in LOSS_BASED:
+                    outcome.mathis_bound = flow.parallel * theory.mathis_bound(1448, rtt, loss)
             if flow.kind == "ping":
                 continue
             for _ in range(flow.parallel):
                 paths.append(forward)
                 owners.append(index)
                 demands.append(None if flow.kind == "tcp"
-                               else outcome.rate * (flow.length + 42) / flow.length)
+                               else outcome.rate * (_datagram(flow) + 42) / _datagram(flow))
         if not paths:
             return
         shares = theory.max_min_shares(paths, demands)
@@ -219,8 +245,9 @@ class Runner:
             mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
             if mine and all(math.isfinite(s) for s in mine):
                 efficiency = (TCP_GOODPUT if outcome.flow.kind == "tcp"
-                              else outcome.flow.length / (outcome.flow.length + 42))
-                outcome.predicted = sum(mine) * efficiency
+                              else _datagram(outcome.flow) / (_datagram(outcome.flow) + 42))
+                bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
+                outcome.predicted = min(b for b in bounds if b is not None)
 
     # ------------------------------------------------------------------ parsing
 
@@ -282,6 +309,10 @@ class Runner:
         except (ValueError, KeyError, TypeError):
             if outcome.ok:
                 outcome.ok, outcome.error = False, "the iperf3 server gave no result"
+
+
+def _datagram(flow: Flow) -> int:
+    return flow.length or 1470
 
 
 def _ping_times(text: str) -> list[float]:

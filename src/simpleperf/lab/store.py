@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import __version__
-from .runner import StepOutcome, summarize_rtts
+from .runner import StepOutcome, summarize_rtts, system_congestion_control
 
 DATABASE = "results.sqlite"
 SCHEMA = """
@@ -25,13 +25,15 @@ CREATE TABLE run (id INTEGER PRIMARY KEY, experiment TEXT, started REAL, finishe
     quick INTEGER, interrupted INTEGER, shaper TEXT, metadata TEXT, topology_toml TEXT,
     experiment_toml TEXT);
 CREATE TABLE step (id INTEGER PRIMARY KEY, position INTEGER, repetition INTEGER, "case" TEXT,
-    name TEXT, start_spread_ms REAL, fairness REAL, interrupted INTEGER);
+    name TEXT, start_spread_ms REAL, fairness REAL, interrupted INTEGER,
+    sweep_parameter TEXT, sweep_value TEXT);
 CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), position
     INTEGER, kind TEXT, label TEXT, source TEXT, target TEXT, address TEXT, parameters TEXT,
     ok INTEGER, error TEXT, started REAL, throughput REAL, sender_throughput REAL,
     predicted REAL, base_rtt_ms REAL, full_queue_rtt_ms REAL, rtt_min REAL, rtt_avg REAL,
     rtt_median REAL, rtt_max REAL, rtt_mdev REAL, jitter_ms REAL, lost INTEGER,
-    packets INTEGER, loss_percent REAL, rate REAL, connections TEXT);
+    packets INTEGER, loss_percent REAL, rate REAL, connections TEXT, window_bound REAL,
+    mathis_bound REAL);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -59,7 +61,8 @@ class Store:
         metadata = {"simpleperf": __version__, "python": sys.version.split()[0],
                     "kernel": platform.release(), "machine": platform.machine(),
                     "iperf3": _version(["iperf3", "--version"]),
-                    "ping": _version(["ping", "-V"]), "shaper": shaper}
+                    "ping": _version(["ping", "-V"]), "shaper": shaper,
+                    "congestion_control": system_congestion_control()}
         self.db.execute("INSERT INTO run VALUES (1, ?, ?, NULL, ?, 0, ?, ?, ?, ?)",
                         (experiment, time.time(), int(quick), shaper, json.dumps(metadata),
                          topology_toml, experiment_toml))
@@ -68,24 +71,26 @@ class Store:
     def add_step(self, outcome: StepOutcome) -> None:
         self.position += 1
         step_id = self.db.execute(
-            "INSERT INTO step VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO step VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (self.position, outcome.repetition, outcome.step.case, outcome.step.name,
              None if outcome.start_spread is None else outcome.start_spread * 1e3,
-             outcome.fairness, int(outcome.interrupted))).lastrowid
+             outcome.fairness, int(outcome.interrupted),
+             *(outcome.sweep or (None, None)))).lastrowid
         for position, flow in enumerate(outcome.flows, start=1):
             rtt = summarize_rtts(flow.rtts) or {}
             parameters = {k: v for k, v in asdict(flow.flow).items()
                           if k not in ("source", "target", "label", "kind")}
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
                  flow.predicted, flow.base_rtt, flow.full_queue_rtt, rtt.get("min"),
                  rtt.get("avg"), rtt.get("median"), rtt.get("max"), rtt.get("mdev"),
                  flow.jitter_ms, flow.lost, flow.packets, flow.loss_percent, flow.rate,
-                 json.dumps(flow.connection_throughputs))).lastrowid
+                 json.dumps(flow.connection_throughputs), flow.window_bound,
+                 flow.mathis_bound)).lastrowid
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
                                 [(flow_id, a, b, r) for a, b, r in flow.intervals])
             self.db.executemany("INSERT INTO probe VALUES (?, ?, ?)",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ..stats import mean_confidence
+
 
 def _mbps(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e6:.2f}"
@@ -82,12 +84,19 @@ def _pair_table(steps: list[dict]) -> list[str]:
     return _table(header, table)
 
 
+def _udp_quality(flow: dict) -> str:
+    if flow["kind"] != "udp" or flow["loss_percent"] is None:
+        return "-"
+    return f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost"
+
+
 def _step_block(step: dict) -> list[str]:
     lines = [f"  {step['name']}" + (" (interrupted)" if step["interrupted"] else "")]
+    with_udp = any(flow["kind"] == "udp" for flow in step["flows"])
     table = []
     for flow in step["flows"]:
         if not flow["ok"]:
-            table.append([flow["label"], _failure(flow), "", "", "", ""])
+            table.append([flow["label"], _failure(flow), "", "", "", ""] + [""] * with_udp)
             continue
         connections = flow["connections"]
         per = (" (" + " + ".join(f"{c / 1e6:.2f}" for c in connections) + ")"
@@ -96,10 +105,11 @@ def _step_block(step: dict) -> list[str]:
                       f"{_ms(flow['base_rtt_ms'])} .. {_ms(flow['full_queue_rtt_ms'])}",
                       _mbps(flow["throughput"]) + per, _mbps(flow["predicted"]),
                       f"{flow['throughput'] / flow['predicted']:.2f}"
-                      if flow["throughput"] and flow["predicted"] else "-"])
+                      if flow["throughput"] and flow["predicted"] else "-"]
+                     + ([_udp_quality(flow)] if with_udp else []))
     lines += ["  " + line for line in _table(
         ["pair", "RTT under load ms", "theory: idle .. full queues", "throughput Mbit/s",
-         "max-min share", "ratio"], table)]
+         "max-min share", "ratio"] + (["UDP jitter, loss"] if with_udp else []), table)]
     notes = []
     if step["fairness"] is not None:
         notes.append(f"Jain's fairness index {step['fairness']:.3f} (1 = perfectly fair)")
@@ -134,3 +144,47 @@ def compare(first: dict, second: dict) -> str:
         rows.append(cells)
     return "\n".join(_table(["step", "pair", "A RTT ms", "A Mbit/s", "B RTT ms", "B Mbit/s"],
                             rows))
+
+
+def sweep_points(run: dict) -> list[dict]:
+    """Per sweep value (in the order run), the tcp goodput of every round with its mean and
+    95 % confidence interval, beside the bounds theory gives."""
+    points: OrderedDict[str, dict] = OrderedDict()
+    for step in run["steps"]:
+        if step.get("sweep_value") is None:
+            continue
+        point = points.setdefault(step["sweep_value"], {
+            "value": step["sweep_value"], "parameter": step["sweep_parameter"],
+            "throughputs": [], "rtts": [], "predicted": None, "share": None,
+            "window_bound": None, "mathis_bound": None, "failed": 0})
+        flows = [f for f in step["flows"] if f["kind"] == "tcp"]
+        if not flows or not all(f["ok"] for f in flows):
+            point["failed"] += 1
+            continue
+        point["throughputs"].append(sum(f["throughput"] or 0 for f in flows))
+        point["rtts"] += [f["rtt_avg"] for f in flows if f["rtt_avg"] is not None]
+        for key in ("predicted", "window_bound", "mathis_bound"):
+            values = [f[key] for f in flows if f.get(key) is not None]
+            point[key] = sum(values) if values else None
+    for point in points.values():
+        if point["throughputs"]:
+            point["mean"], point["ci95"] = mean_confidence(point["throughputs"])
+    return list(points.values())
+
+
+def sweep_report(run: dict) -> str:
+    points = sweep_points(run)
+    if not points:
+        return "no sweep points"
+    parameter = points[0]["parameter"]
+    rows = []
+    for point in points:
+        measured = ("all failed" if "mean" not in point else
+                    f"{point['mean'] / 1e6:.2f} +- {point['ci95'] / 1e6:.2f}")
+        rows.append([point["value"], str(len(point["throughputs"]))
+                     + (f" ({point['failed']} failed)" if point["failed"] else ""), measured,
+                     _mbps(point["predicted"]), _mbps(point["window_bound"]),
+                     _mbps(point["mathis_bound"])])
+    return "\n".join([f"\nSweep of {parameter}: TCP goodput, mean and 95 % confidence interval",
+                      *_table([parameter, "runs", "Mbit/s", "theory", "window/RTT",
+                               "Mathis"], rows)])

@@ -28,7 +28,37 @@ def endpoint(address: tuple) -> str:
     return f"[{host}]:{port}" if ip.version == 6 else f"{host}:{port}"
 
 
-def open_listener(bind: str | None, port: int, backlog: int = 128) -> socket.socket:
+AVAILABLE_CONGESTION = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+
+
+def set_congestion(sock: socket.socket, name: str | None) -> None:
+    """Choose the congestion control of one socket (TCP_CONGESTION); works for any algorithm
+    the kernel has, also where the system default cannot be changed."""
+    if name is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+    except OSError as error:
+        try:
+            with open(AVAILABLE_CONGESTION) as available:
+                choices = available.read().split()
+        except OSError:
+            choices = []
+        reason = (f"available: {', '.join(choices)}" if error.errno == errno.ENOENT and choices
+                  else error.strerror or str(error))
+        raise SimpleperfError(f"cannot use congestion control '{name}' ({reason})") from None
+
+
+def set_window(sock: socket.socket, window: int | None) -> None:
+    """Fix both socket buffers (Linux then stops autotuning them). Set before listen() or
+    connect(), so that the window scale is negotiated from it."""
+    if window is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, window)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+
+
+def open_listener(bind: str | None, port: int, backlog: int = 128,
+                  window: int | None = None, congestion: str | None = None) -> socket.socket:
     """Listen on `bind`, or on every IPv4 and IPv6 address when no address is given."""
     if bind is None:
         candidates = [(socket.AF_INET6, "::", True), (socket.AF_INET, "0.0.0.0", False)]
@@ -40,11 +70,16 @@ def open_listener(bind: str | None, port: int, backlog: int = 128) -> socket.soc
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            set_window(sock, window)
+            set_congestion(sock, congestion)
             if dual_stack:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind((host, port))
             sock.listen(backlog)
             return sock
+        except SimpleperfError:
+            sock.close()
+            raise
         except OSError as error:
             sock.close()
             last_error = error
@@ -59,7 +94,8 @@ def open_listener(bind: str | None, port: int, backlog: int = 128) -> socket.soc
     raise SimpleperfError(f"cannot listen on {where}: {last_error.strerror}")
 
 
-def connect(host: str, port: int, timeout: float = 10.0) -> socket.socket:
+def connect(host: str, port: int, timeout: float = 10.0, window: int | None = None,
+            congestion: str | None = None) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror:
@@ -67,6 +103,12 @@ def connect(host: str, port: int, timeout: float = 10.0) -> socket.socket:
     last_error: OSError | None = None
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
+        set_window(sock, window)
+        try:
+            set_congestion(sock, congestion)
+        except SimpleperfError:
+            sock.close()
+            raise
         sock.settimeout(timeout)
         try:
             sock.connect(address)
