@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..units import parse_duration, parse_rate
+from . import datafiles
 from .topology import TopologyError, tomllib
 
 DATA_DIR = Path(__file__).parent / "data" / "experiments"
@@ -88,17 +89,7 @@ class Experiment:
 
 
 def load(name_or_path: str) -> Experiment:
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        path = DATA_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            shipped = ", ".join(sorted(p.stem for p in DATA_DIR.glob("*.toml")))
-            raise ExperimentError(f"no experiment named '{name_or_path}' (shipped: {shipped}; "
-                                  "or give a path to a .toml file)")
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ExperimentError(f"cannot read {path}: {error.strerror}") from None
+    text, path = datafiles.read(name_or_path, DATA_DIR, "experiment", ExperimentError)
     return parse(text, path.stem, path.parent)
 
 
@@ -221,10 +212,7 @@ def link_parameters(experiment: Experiment, value: str | None) -> dict:
 
 
 def _only(table: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ExperimentError(f"{where}: unknown field '{unknown[0]}' (allowed: "
-                              f"{', '.join(sorted(allowed))})")
+    datafiles.only(table, allowed, where, ExperimentError)
 
 
 def _timing(raw: Any, base: Timing, where: str) -> Timing:

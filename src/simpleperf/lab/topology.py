@@ -20,6 +20,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from ..units import parse_duration, parse_rate
+from . import datafiles
 
 NODE_KINDS = ("hosts", "routers", "switches")
 NODE_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
@@ -158,17 +159,7 @@ def _format_rate(rate: float) -> str:
 
 def load(name_or_path: str) -> Topology:
     """A shipped topology by name ('portfolio'), or a TOML file by path."""
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        path = DATA_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            shipped = ", ".join(sorted(p.stem for p in DATA_DIR.glob("*.toml")))
-            raise TopologyError(f"no topology named '{name_or_path}' (shipped: {shipped}; "
-                                "or give a path to a .toml file)")
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise TopologyError(f"cannot read {path}: {error.strerror}") from None
+    text, path = datafiles.read(name_or_path, DATA_DIR, "topology", TopologyError)
     return parse(text, default_name=path.stem)
 
 
@@ -216,10 +207,7 @@ def from_dict(data: dict, default_name: str = "lab", source: str = "") -> Topolo
 
 
 def _only(table: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise TopologyError(f"{where}: unknown field '{unknown[0]}' (allowed: "
-                            f"{', '.join(sorted(allowed)) or 'none'})")
+    datafiles.only(table, allowed, where, TopologyError)
 
 
 def _links(raw_links: Any, nodes: dict[str, Node]) -> list[Link]:
