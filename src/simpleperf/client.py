@@ -85,10 +85,12 @@ def _measure(streams: list[SendingStream], options: ClientOptions,
     for worker in workers:
         worker.start()
     out(table.header("Transfer"))
+    rule_printed = False
     try:
         if options.interval is not None:
             _print_intervals(streams, options, start, deadline_offset, out)
             out(table.INTERVAL_RULE)
+            rule_printed = True
         for stream in streams:
             while not stream.done.wait(0.2):
                 pass
@@ -98,7 +100,7 @@ def _measure(streams: list[SendingStream], options: ClientOptions,
             _abort(stream.sock)
         for worker in workers:
             worker.join(2)
-        if options.interval is not None:
+        if options.interval is not None and not rule_printed:
             out(table.INTERVAL_RULE)
         _print_totals(streams, options, out)
         raise Interrupted() from None
