@@ -84,10 +84,12 @@ def test_simpleperf_through_the_routers(portfolio_lab):
     try:
         time.sleep(1)
         done = lab("exec", "h1", "--", sys.executable, "-m", "simpleperf", "-c", "-I",
-                   "10.0.5.2", "-p", port, "-t", "6")
+                   "10.0.5.2", "-p", port, "-t", "10")
         rate = float(re.findall(r"([\d.]+) Mbps", done.stdout)[-1])
-        # Bottleneck L2 is 30 Mbit/s; TCP/IP headers cap goodput at 1448/1514 of it.
-        assert 0.80 * 30 <= rate <= 30
+        # Bottleneck L2 is 30 Mbit/s; TCP/IP headers cap goodput at 1448/1514 of it. Above
+        # 30 means the rate limit is missing; far below, the path is broken. (Tight fidelity,
+        # 0.90..1.0 over 25 s, is bench/lab_calibration.py's: a busy CI machine varies.)
+        assert 0.70 * 30 <= rate <= 30
     finally:
         os.killpg(server.pid, signal.SIGINT)
         out, _ = server.communicate(timeout=10)
