@@ -55,13 +55,13 @@ class ClientOptions:
     congestion: str | None = None
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print usage and exit; we want one line
         raise UsageError(message)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="simpleperf",
         description="Measure network throughput (classic Simpleperf and extensions).",
     )

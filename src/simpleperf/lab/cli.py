@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import UsageError
+from ..cli import OneLineParser, UsageError
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from . import lifecycle, ownership, theory, topology
 from .experiment import ExperimentError
@@ -20,14 +20,9 @@ PAIR_FLAGS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
 DEFAULT_RESULTS = "simpleperf-results"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="simpleperf lab", description="Emulated networks on this machine.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
+    parser = OneLineParser(prog="simpleperf lab", description="Emulated networks on this machine.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
                                      metavar="{run,results,compare,up,down,status,exec}")
     run_parser = commands.add_parser("run", help="build the topology, run an experiment "
                                                  "(e.g. portfolio), report, tear down")

@@ -111,7 +111,6 @@ def _start_delay_line(record: ownership.LabRecord, queues: list[dict]) -> None:
     line = daemon.stdout.readline() if ready else b""
     daemon.stdout.close()
     if line.strip() != b"ready":
-        daemon.poll()
         reason = log_path.read_text().strip().splitlines()
         raise CommandError("the delay line did not start: "
                            + (reason[-1] if reason else "no answer within 10 s"))

@@ -24,6 +24,7 @@ from .system import (
     is_same_process,
     namespace_inode,
     process_start_time,
+    process_stat,
     processes_in_namespaces,
     run,
 )
@@ -174,8 +175,5 @@ def _stop(pid: int, grace: float = 1.0) -> None:
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    fields = process_stat(pid)
+    return fields is None or fields[0] == "Z"

@@ -30,11 +30,6 @@ def run(command: Sequence[str], stdin: str | None = None, check: bool = True
     return done
 
 
-def in_namespace(namespace: str | None, command: Sequence[str]) -> list[str]:
-    return list(command) if namespace is None else ["ip", "netns", "exec", namespace,
-                                                    *command]
-
-
 def namespace_inode(name: str) -> int | None:
     try:
         return os.stat(os.path.join(NETNS_DIR, name)).st_ino
@@ -49,13 +44,22 @@ def existing_namespaces() -> set[str]:
         return set()
 
 
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_start_time(pid: int) -> int | None:
     """The kernel's start time of a process (clock ticks since boot): with the pid it names
     one process for good, even after the pid is reused."""
+    fields = process_stat(pid)
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
         return None
 
 

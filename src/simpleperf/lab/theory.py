@@ -34,10 +34,6 @@ class Path:
         return min(rates) if rates else None
 
     @property
-    def jitter(self) -> float:
-        return math.sqrt(sum(s.jitter ** 2 for s in self.shaping()))
-
-    @property
     def loss(self) -> float:
         return 1 - math.prod(1 - s.loss for s in self.shaping())
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,6 @@ class Topology:
     nodes: dict[str, Node]
     links: tuple[Link, ...]
     source: str = ""  # the TOML text it was read from, kept with results
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def endpoints_of(self, node: str) -> list[tuple[Endpoint, Link]]:
         found = []

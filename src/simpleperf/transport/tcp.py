@@ -103,15 +103,14 @@ def connect(host: str, port: int, timeout: float = 10.0, window: int | None = No
     last_error: OSError | None = None
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
-        set_window(sock, window)
         try:
+            set_window(sock, window)
             set_congestion(sock, congestion)
+            sock.settimeout(timeout)
+            sock.connect(address)
         except SimpleperfError:
             sock.close()
             raise
-        sock.settimeout(timeout)
-        try:
-            sock.connect(address)
         except OSError as error:
             sock.close()
             last_error = error
