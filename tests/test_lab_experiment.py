@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -101,7 +102,19 @@ def test_predictions_use_water_filling_over_every_shared_link():
     assert predicted(steps["h1-h4 -P 2, h2-h5, h3-h6"]) == [round(15 * goodput, 2),
                                                             round(7.5 * goodput, 2),
                                                             round(7.5 * goodput, 2)]
-    assert predicted(steps["UDP h1-h9"]) == [round(0.9 * 20 * 1470 / 1512, 2)]
+    # A probed UDP rate can reach the whole bottleneck: goodput of 1470-byte datagrams.
+    assert predicted(steps["UDP h1-h9"]) == [round(20 * 1470 / 1512, 2)]
+
+
+def test_an_auto_udp_rate_is_90_percent_of_the_bottleneck():
+    plan = experiment.load("portfolio")
+    model = topology.load("portfolio")
+    step = next(s for s in plan.steps if s.name == "UDP h1-h9")
+    flow = dataclasses.replace(step.flows[0], rate="auto")
+    outcome = FlowOutcome(flow, str(model.address_of(flow.target)))
+    Runner(model, None, plan.timing)._predict([outcome])
+    assert round(outcome.rate / 1e6, 2) == round(0.9 * 20 * 1470 / 1512, 2)
+    assert round(outcome.predicted / 1e6, 2) == round(0.9 * 20 * 1470 / 1512, 2)
 
 
 def test_fairness_of_a_step_is_over_its_tcp_connections():

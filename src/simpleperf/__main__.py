@@ -37,11 +37,23 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if isinstance(options, ClientOptions):
-            from . import client
+            from . import client, native_client
 
             try:
-                client.run(options, _print)
-            except client.Interrupted:
+                if options.rtt:
+                    from . import rtt_test
+                    rtt_test.run(options, _print)
+                elif options.probe:
+                    from . import rate_probe
+                    rate_probe.run(options, _print)
+                elif options.iperf3:
+                    from . import iperf3_client
+                    iperf3_client.run(options, _print)
+                elif options.needs_native:
+                    native_client.run(options, _print)
+                else:
+                    client.run(options, _print)
+            except (client.Interrupted, native_client.Interrupted):
                 return EXIT_INTERRUPTED
         else:
             from .server import Server

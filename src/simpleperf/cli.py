@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import re
+import socket
 from dataclasses import dataclass
 
 from . import __version__
-from .units import DISPLAY_UNITS, parse_size
+from .units import DISPLAY_UNITS, parse_rate, parse_size
 
 DEFAULT_PORT = 8088
 DEFAULT_SERVER_IP = "127.0.0.1"
 DEFAULT_DURATION = 25.0
 DEFAULT_LENGTH = 256 * 1024
 MAX_LENGTH = 64 * 1024 * 1024
-MAX_PARALLEL = 5
+MAX_PARALLEL = 5  # classic
+MAX_NATIVE_PARALLEL = 128
+DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
+DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
+DEFAULT_RTT_INTERVAL = 0.1
 MIN_WINDOW = 2 * 1000
 MAX_WINDOW = 10**9
 NO_MODE_MESSAGE = "Error: you must run either in server or client mode"
@@ -39,6 +45,10 @@ class ServerOptions:
     length: int
     window: int | None = None
     congestion: str | None = None
+    max_duration: float | None = None
+    max_clients: int | None = None
+    max_parallel: int | None = None
+    secret: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,42 @@ class ClientOptions:
     length: int
     window: int | None = None
     congestion: str | None = None
+    # Native protocol (any of these set means the test needs a simpleperf server):
+    udp: bool = False
+    rate: float | None = None  # bits/s per stream; None = unlimited TCP, 1 Mbit/s UDP
+    reverse: bool = False
+    bidir: bool = False
+    extended: bool = False
+    json: bool = False
+    json_stream: bool = False
+    mss: int | None = None
+    nodelay: bool = False
+    omit: float = 0.0
+    native: bool = False
+    iperf3: bool = False
+    rtt: bool = False
+    probe: bool = False
+    loss_threshold: float = 1.0  # percent, for --probe
+    count: int | None = None  # --rtt probes
+    rtt_interval: float = DEFAULT_RTT_INTERVAL
+    latency: bool = True  # RTT probes during native tests
+    # Either protocol:
+    local: str | None = None  # -B
+    family: int = 0  # socket.AF_UNSPEC, or AF_INET / AF_INET6 with -4 / -6
+    secret: bytes | None = None
+    length_given: bool = False
+    duration_given: bool = False
+
+    @property
+    def needs_native(self) -> bool:
+        return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
+                    self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
+                    self.rtt,
+                    self.probe, self.parallel > MAX_PARALLEL, self.secret is not None))
+
+    @property
+    def direction(self) -> str:
+        return "bidir" if self.bidir else "reverse" if self.reverse else "forward"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -79,21 +125,70 @@ def _build_parser() -> argparse.ArgumentParser:
                                               "64K (default: the kernel's autotuning)")
     common.add_argument("-C", "--congestion", help="TCP congestion control, e.g. cubic, reno, "
                                                   "bbr (default: the system's)")
+    common.add_argument("-b", dest="b", metavar="ADDRESS|RATE", help="server: the address "
+                        "to listen on (as --bind); client: the target rate (as --bitrate)")
+    common.add_argument("-B", "--bind-address", help="local address to use (server: to "
+                        "listen on; client: to send from)")
+    common.add_argument("-4", "--ipv4", action="store_true", help="IPv4 only")
+    common.add_argument("-6", "--ipv6", action="store_true", help="IPv6 only")
+    common.add_argument("--auth-secret-file", metavar="FILE", help="shared secret for "
+                        "authentication (challenge and HMAC; the secret never crosses the "
+                        "wire); also read from $SIMPLEPERF_SECRET")
     server = parser.add_argument_group("server")
-    server.add_argument("-b", "--bind", help="address to listen on (default: all interfaces)")
+    server.add_argument("--bind", help="address to listen on (default: all interfaces)")
+    server.add_argument("--max-duration", help="refuse tests longer than this many seconds "
+                        "and end any test that runs longer")
+    server.add_argument("--max-clients", help="tests served at the same time")
+    server.add_argument("--max-parallel", help="streams one test may open")
     client = parser.add_argument_group("client")
     client.add_argument("-I", "--serverip", help=f"server address (default {DEFAULT_SERVER_IP})")
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
     client.add_argument("-n", "--num", help="send exactly this many bytes, e.g. 10MB")
     client.add_argument("-i", "--interval", help="print a row every this many seconds")
-    client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL}")
+    client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
+                        f"(up to {MAX_NATIVE_PARALLEL} against a native server)")
+    native = parser.add_argument_group("client, native protocol (needs a simpleperf server)")
+    native.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
+    native.add_argument("--bitrate", help="target rate per stream, e.g. 100M (-b in client "
+                        "mode; UDP default 1M, TCP default unlimited; 0 = unlimited)")
+    native.add_argument("-R", "--reverse", action="store_true", help="the server sends")
+    native.add_argument("--bidir", action="store_true", help="both directions at once")
+    native.add_argument("-e", "--extended", action="store_true",
+                        help="kernel TCP statistics: retransmits, cwnd, RTT")
+    native.add_argument("-J", "--json", action="store_true", help="one JSON document")
+    native.add_argument("--json-stream", action="store_true",
+                        help="one JSON object per line, as the test runs")
+    native.add_argument("-M", "--mss", help="TCP maximum segment size, 88..32767")
+    native.add_argument("-N", "--no-delay", action="store_true", help="TCP_NODELAY")
+    native.add_argument("-O", "--omit", help="leave the first this many seconds out")
+    native.add_argument("--iperf3", action="store_true",
+                        help="the server is an iperf3 server (found out by itself otherwise)")
+    native.add_argument("--native", action="store_true",
+                        help="use the native protocol (both ends' view of every stream)")
+    native.add_argument("--rtt", action="store_true", help="measure round-trip time only "
+                        "(TCP echo; with -u UDP echo)")
+    native.add_argument("--count", help="--rtt: number of probes (default: for -t seconds)")
+    native.add_argument("--rtt-interval", help="seconds between RTT probes (default "
+                        f"{DEFAULT_RTT_INTERVAL:g})")
+    native.add_argument("--no-latency", action="store_true",
+                        help="no RTT probes during the test")
+    native.add_argument("--probe", action="store_true", help="UDP: search the highest rate "
+                        "whose loss stays under --loss-threshold")
+    native.add_argument("--loss-threshold", help="--probe: loss percent allowed (default 1)")
     parser.add_argument("-V", "--version", action="version", version=f"simpleperf {__version__}")
     return parser
 
 
-_SERVER_ONLY = {"bind": "-b/--bind"}
+_SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration",
+                "max_clients": "--max-clients", "max_parallel": "--max-parallel"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
-                "interval": "-i/--interval", "parallel": "-P/--parallel"}
+                "interval": "-i/--interval", "parallel": "-P/--parallel", "bitrate": "--bitrate",
+                "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
+                "extended": "-e/--extended", "json": "-J/--json", "json_stream": "--json-stream",
+                "mss": "-M/--mss", "no_delay": "-N/--no-delay", "omit": "-O/--omit",
+                "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
+                "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
+                "probe": "--probe", "loss_threshold": "--loss-threshold"}
 
 
 def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
@@ -111,30 +206,155 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         raise UsageError(NO_MODE_MESSAGE)
     own, other = (_SERVER_ONLY, _CLIENT_ONLY) if args.server else (_CLIENT_ONLY, _SERVER_ONLY)
     for name, flag in other.items():
-        if getattr(args, name) is not None:
+        if getattr(args, name) not in (None, False):
             mode = "client" if args.server else "server"
             raise UsageError(f"{flag} is a {mode} option and cannot be used with "
                              f"{'-s' if args.server else '-c'}")
     port = _port(args.port)
     unit = _unit(args.format)
-    length = _length(args.len)
     window = _window(args.window)
+    congestion = _congestion(args.congestion)
+    family = _family(args)
+    secret = _secret(args.auth_secret_file)
     if args.server:
-        bind = _ip_address("-b/--bind", args.bind) if args.bind is not None else None
-        return ServerOptions(bind=bind, port=port, unit=unit, length=length, window=window,
-                             congestion=_congestion(args.congestion))
-    return ClientOptions(
+        if args.b is not None and args.bind is not None:
+            raise UsageError("-b and --bind both give the listening address: use one")
+        if args.bind_address is not None and (args.b or args.bind) is not None:
+            raise UsageError("-B and -b/--bind both give the listening address: use one")
+        bind_text = next((v for v in (args.b, args.bind, args.bind_address) if v is not None),
+                         None)
+        bind = _ip_address("-b/--bind", bind_text) if bind_text is not None else None
+        return ServerOptions(
+            bind=bind, port=port, unit=unit, length=_length(args.len, DEFAULT_LENGTH),
+            window=window, congestion=congestion,
+            max_duration=_positive_seconds("--max-duration", args.max_duration, None),
+            max_clients=_optional_int("--max-clients", args.max_clients, 1, 100000),
+            max_parallel=_optional_int("--max-parallel", args.max_parallel, 1,
+                                       MAX_NATIVE_PARALLEL),
+            secret=secret)
+    if args.b is not None and args.bitrate is not None:
+        raise UsageError("-b and --bitrate both give the rate: use one")
+    rate_text = args.b if args.b is not None else args.bitrate
+    rate = _rate(rate_text) if rate_text is not None else None
+    options = ClientOptions(
         host=_server_host(args.client, args.serverip),
         port=port,
         unit=unit,
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION),
         num_bytes=_num_bytes(args.num, args.time),
         interval=_positive_seconds("-i/--interval", args.interval, None),
-        parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
-        length=length,
+        parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_NATIVE_PARALLEL),
+        length=_length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH),
         window=window,
-        congestion=_congestion(args.congestion),
-    )
+        congestion=congestion,
+        udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
+        extended=args.extended, json=args.json, json_stream=args.json_stream,
+        mss=_optional_int("-M/--mss", args.mss, 88, 32767), nodelay=args.no_delay,
+        omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, rtt=args.rtt,
+        probe=args.probe,
+        loss_threshold=_percent("--loss-threshold", args.loss_threshold, 1.0),
+        count=_optional_int("--count", args.count, 1, 10**6),
+        rtt_interval=_positive_seconds("--rtt-interval", args.rtt_interval,
+                                       DEFAULT_RTT_INTERVAL),
+        latency=not args.no_latency,
+        local=_ip_address("-B/--bind-address", args.bind_address)
+        if args.bind_address is not None else None,
+        family=family, secret=secret, length_given=args.len is not None,
+        duration_given=args.time is not None)
+    _check_client_combinations(options, args)
+    return options
+
+
+def _check_client_combinations(options: ClientOptions, args) -> None:
+    if options.reverse and options.bidir:
+        raise UsageError("-R/--reverse and --bidir cannot be used together: --bidir already "
+                         "runs both directions")
+    if options.json and options.json_stream:
+        raise UsageError("-J/--json and --json-stream cannot be used together")
+    if options.udp and options.length > 65507:
+        raise UsageError(f"-l/--len must be at most 65507 bytes for UDP, not '{args.len}'")
+    if options.udp and options.length < 16:
+        raise UsageError(f"-l/--len must be at least 16 bytes for UDP (the datagram header), "
+                         f"not '{args.len}'")
+    if options.rtt and (options.reverse or options.bidir or options.probe):
+        raise UsageError("--rtt measures round trips only; it cannot be combined with -R, "
+                         "--bidir or --probe")
+    if options.probe and not options.udp:
+        raise UsageError("--probe searches a UDP rate: add -u")
+    if options.probe and (options.bidir or options.reverse and options.rate is not None):
+        raise UsageError("--probe searches the rate itself; it cannot be combined with "
+                         "--bidir or -b")
+    if options.iperf3 and (options.rtt or options.secret is not None):
+        raise UsageError("--iperf3: an iperf3 server has no echo service and no simpleperf "
+                         "authentication (--rtt, --auth-secret-file)")
+    if options.iperf3 and options.native:
+        raise UsageError("--iperf3 and --native cannot be used together")
+    if args.count is not None and not options.rtt:
+        raise UsageError("--count is an --rtt option")
+    if options.local is not None and options.family:
+        local_family = 6 if ":" in options.local else 4
+        if (local_family == 6) != (options.family == socket.AF_INET6):
+            raise UsageError("-B/--bind-address is of the other address family than -4/-6")
+
+
+def _family(args) -> int:
+    if args.ipv4 and args.ipv6:
+        raise UsageError("-4/--ipv4 and -6/--ipv6 cannot be used together")
+    return socket.AF_INET if args.ipv4 else socket.AF_INET6 if args.ipv6 else 0
+
+
+def _secret(path: str | None) -> bytes | None:
+    if path is None:
+        value = os.environ.get("SIMPLEPERF_SECRET")
+        return value.encode() if value else None
+    try:
+        with open(path, "rb") as source:
+            secret = source.read().strip()
+    except OSError as error:
+        raise UsageError(f"--auth-secret-file: cannot read '{path}': "
+                         f"{(error.strerror or str(error)).lower()}") from None
+    if not secret:
+        raise UsageError(f"--auth-secret-file: '{path}' is empty")
+    return secret
+
+
+def _optional_int(flag: str, text: str | None, low: int, high: int) -> int | None:
+    return None if text is None else _int_in_range(flag, text, low, low, high)
+
+
+def _rate(text: str) -> float:
+    try:
+        value = parse_rate(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1e13:
+        raise UsageError(f"-b/--bitrate must be a rate in bits/s with an optional K, M or G "
+                         f"(e.g. 100M; 0 = unlimited), not '{text}'")
+    return value
+
+
+def _omit(text: str | None) -> float:
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise UsageError(f"-O/--omit must be a number of seconds from 0 to 3600, not '{text}'")
+    return value
+
+
+def _percent(flag: str, text: str | None, default: float) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 100:
+        raise UsageError(f"{flag} must be a percentage from 0 to 99.9, not '{text}'")
+    return value
 
 
 def _int_in_range(flag: str, text: str | None, default: int, low: int, high: int) -> int:
@@ -163,9 +383,9 @@ def _unit(text: str | None) -> str:
     return unit
 
 
-def _length(text: str | None) -> int:
+def _length(text: str | None, default: int) -> int:
     if text is None:
-        return DEFAULT_LENGTH
+        return default
     try:
         value = parse_size(text)
     except ValueError:

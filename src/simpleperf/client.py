@@ -47,9 +47,12 @@ class Interrupted(Exception):
     """The user pressed Ctrl-C; rows measured so far have been printed."""
 
 
-def run(options: ClientOptions, out: Callable[[str], None]) -> None:
+def run(options: ClientOptions, out: Callable[[str], None],
+        first: tuple[socket.socket, int] | None = None) -> None:
+    """`first`: a connection already open to a classic server and the bytes already sent
+    on it (the native client's greeting, which a classic server counts as payload)."""
     out(table.client_banner(options.host, options.port))
-    streams = _connect_all(options)
+    streams = _connect_all(options, first)
     try:
         for stream in streams:
             out(table.client_connected(options.host, options.port,
@@ -60,10 +63,14 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
             stream.sock.close()
 
 
-def _connect_all(options: ClientOptions) -> list[SendingStream]:
+def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
+                 ) -> list[SendingStream]:
     streams: list[SendingStream] = []
+    if first is not None:
+        sock, already_sent = first
+        streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname()), already_sent))
     try:
-        for _ in range(options.parallel):
+        for _ in range(options.parallel - len(streams)):
             sock = tcp.connect(options.host, options.port, window=options.window,
                                congestion=options.congestion)
             streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname())))
@@ -144,7 +151,7 @@ def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
               stream: SendingStream, stop: threading.Event) -> None:
     send = sock.send
     clock = time.monotonic
-    sent = 0
+    sent = stream.sent
     while not stop.is_set():
         try:  # noqa: SIM105 - hot loop: a context manager per write costs throughput
             sent += send(payload)
@@ -159,7 +166,7 @@ def _send_amount(sock: socket.socket, payload: memoryview, amount: int,
                  stream: SendingStream, stop: threading.Event) -> None:
     send = sock.send
     size = len(payload)
-    sent = 0
+    sent = stream.sent
     while sent < amount and not stop.is_set():
         try:  # noqa: SIM105 - hot loop, as above
             sent += send(payload if amount - sent >= size else payload[: amount - sent])

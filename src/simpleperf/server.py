@@ -14,11 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .cli import ServerOptions
+from .iperf3_server import Iperf3Service, TestSlots
+from .native_server import NativeService
+from .protocol import iperf3, native
 from .protocol.classic import ACK, ClassicReceiver, ProtocolError
+from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
 from .report import classic as table
 from .transport import tcp
 
 IDLE_LIMIT_SECONDS = 60.0
+UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
 
 
 @dataclass
@@ -41,6 +46,13 @@ class Server:
         self._idle_limit = idle_limit
         self.listener = tcp.open_listener(options.bind, options.port, window=options.window,
                                           congestion=options.congestion)
+        slots = TestSlots(options.max_clients)
+        self.native = NativeService(options, self.listener, self.say, self._stopping, slots)
+        self.iperf3 = Iperf3Service(options, slots, self.say, self._stopping,
+                                    self.native.udp_socket_for
+                                    if self.native.udp_listener is not None else None)
+        self.native.on_foreign_datagram = self._iperf3_datagram
+        self._accepted = 0
 
     def say(self, *lines: str) -> None:
         with self._print_lock:
@@ -49,8 +61,9 @@ class Server:
 
     def serve_forever(self) -> None:
         """Accept until stop() or Ctrl-C; then end every connection and close."""
-        self.say(table.server_banner(self.options.port))
         tcp.set_wake_up(self.listener)
+        self.native.start()  # before the banner: a server that says it listens, does
+        self.say(table.server_banner(self.options.port))
         try:
             while not self._stopping.is_set():
                 try:
@@ -69,8 +82,14 @@ class Server:
     def stop(self) -> None:
         self._stopping.set()
 
+    def _iperf3_datagram(self, data: bytes, peer: tuple) -> None:
+        if data in (iperf3.UDP_CONNECT_MSG, iperf3.UDP_CONNECT_MSG[::-1]):
+            self.iperf3.udp_hello(data, peer)
+
     def _start(self, conn: socket.socket, address: tuple) -> None:
-        worker = threading.Thread(target=self._serve_connection, args=(conn, address),
+        self._accepted += 1  # iperf3 numbers its streams in the order they connected
+        worker = threading.Thread(target=self._serve_connection,
+                                  args=(conn, address, self._accepted),
                                   name=f"serve {address[0]}:{address[1]}", daemon=True)
         with self._active_lock:
             self._active[worker] = conn
@@ -79,6 +98,7 @@ class Server:
     def _shut_down(self) -> None:
         self._stopping.set()
         self.listener.close()
+        self.native.close()
         with self._active_lock:
             connections = list(self._active.items())
         for _, conn in connections:
@@ -87,33 +107,82 @@ class Server:
         for worker, _ in connections:
             worker.join(2)
 
-    def _serve_connection(self, conn: socket.socket, address: tuple) -> None:
+    def _serve_connection(self, conn: socket.socket, address: tuple, index: int) -> None:
         accepted = time.monotonic()
+        keep_open = False
         try:
             peer = tcp.endpoint(address)
-            self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
             tcp.set_wake_up(conn)
-            result = self._receive_classic(conn, peer, accepted)
-            self.say(table.header("Received"),
-                     table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
-                               self.options.unit,
-                               f"incomplete: {result.problem}" if result.problem else ""))
-        except OSError:
-            pass  # the peer vanished before it could even be greeted: nothing to report
+            protocol, prefix = self._identify(conn, accepted)
+            if protocol == NATIVE:
+                keep_open = self._serve_native(conn, peer, prefix)
+            elif protocol == IPERF3:
+                keep_open = self.iperf3.serve(conn, peer, prefix, index)
+            else:
+                self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
+                result = self._receive_classic(conn, peer, accepted, prefix)
+                self.say(table.header("Received"),
+                         table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
+                                   self.options.unit,
+                                   f"incomplete: {result.problem}" if result.problem else ""))
+        except (OSError, ProtocolError):
+            pass  # the peer vanished or spoke nonsense before a test began: nothing to report
         finally:
-            conn.close()
+            if not keep_open:
+                conn.close()
             with self._active_lock:
                 self._active.pop(threading.current_thread(), None)
 
+    def _identify(self, conn: socket.socket, accepted: float) -> tuple[str, bytes]:
+        """The protocol of a new connection and the bytes read to tell (which belong to
+        whatever comes next: payload, a message, a preface)."""
+        prefix = b""
+        while True:
+            protocol = detect(prefix)
+            if protocol is not None:
+                return protocol, prefix
+            try:
+                chunk = conn.recv(NEEDED - len(prefix))
+            except BlockingIOError:  # the wake-up timer
+                waited = time.monotonic() - accepted
+                if self._stopping.is_set() or waited > self._idle_limit:
+                    return CLASSIC, prefix
+                if prefix and waited > UNDECIDED_SECONDS:
+                    return CLASSIC, prefix
+                continue
+            if not chunk:
+                return CLASSIC, prefix
+            prefix += chunk
+
+    def _serve_native(self, conn: socket.socket, peer: str, prefix: bytes) -> bool:
+        """Serve a native connection; True when it now belongs to a test (kept open)."""
+        while len(prefix) < native.PREFACE_SIZE:
+            chunk = conn.recv(native.PREFACE_SIZE - len(prefix))
+            if not chunk:
+                return False
+            prefix += chunk
+        kind = native.parse_preface(prefix)
+        rest = prefix[native.PREFACE_SIZE:]
+        if kind == native.DATA:
+            return self.native.serve_data(conn, prefix)
+        if kind == native.ECHO:
+            self.native.serve_echo(conn, rest)
+            return False
+        self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
+        self.native.serve_control(conn, peer, rest)
+        return False
+
     def _receive_classic(self, conn: socket.socket, peer: str,
-                         accepted: float) -> ConnectionResult:
+                         accepted: float, prefix: bytes = b"") -> ConnectionResult:
         receiver = ClassicReceiver()
+        if prefix:
+            receiver.feed(prefix)
         buffer = memoryview(bytearray(max(self.options.length, 65536)))
         recv_into = conn.recv_into
         clock = time.monotonic
         last_data = accepted
         problem: str | None = None
-        while True:
+        while not receiver.finished:
             try:
                 count = recv_into(buffer)
             except BlockingIOError:  # the wake-up timer

@@ -73,3 +73,159 @@ def mean_confidence(values: Sequence[float]) -> tuple[float, float]:
     variance = sum((v - mean) ** 2 for v in values) / (count - 1)
     t = _T95[count - 2] if count - 1 <= len(_T95) else 1.96
     return mean, t * (variance / count) ** 0.5
+
+
+class UdpReceiveAccount:
+    """Loss, reordering and jitter of one UDP stream, as iperf3 and RFC 1889 define them.
+
+    Packet numbers start at 1. A gap counts the missing numbers as lost; a number below
+    the highest seen is out of order and takes one back from lost. `packets` is the
+    highest number seen (what the sender sent, as far as the receiver can tell). Jitter
+    smooths |transit - previous transit| with gain 1/16; the first packet only sets the
+    transit, so a clock offset between the hosts never enters it.
+    """
+
+    BLOCK = 32  # packets per block of the queue-growth estimate
+
+    __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "_transit",
+                 "first_block_min", "last_block_min", "_block_min", "_block_count")
+
+    def __init__(self) -> None:
+        self.highest = 0
+        self.lost = 0
+        self.out_of_order = 0
+        self.jitter = 0.0  # seconds
+        self.received = 0
+        self._transit: float | None = None
+        # Smallest transit time of the first and of the latest whole block of packets: their
+        # difference is how much the path's queues grew (the clock offset cancels out).
+        self.first_block_min: float | None = None
+        self.last_block_min: float | None = None
+        self._block_min = float("inf")
+        self._block_count = 0
+
+    def feed(self, number: int, sent: float, arrival: float) -> None:
+        """One packet: its number, when it was sent and when it arrived (seconds)."""
+        self.feed_packets(((number, sent, arrival),))
+
+    def feed_many(self, packets, arrival: float) -> None:
+        """`packets`: (packet number, send time) pairs that arrived together."""
+        self.feed_packets((number, sent, arrival) for number, sent in packets)
+
+    def feed_packets(self, packets) -> None:
+        """`packets`: (packet number, send time, arrival time) in arrival order."""
+        highest, lost, ooo, jitter, transit = (self.highest, self.lost, self.out_of_order,
+                                               self.jitter, self._transit)
+        block_min, block_count, block = self._block_min, self._block_count, self.BLOCK
+        count = 0
+        for number, sent, arrival in packets:
+            count += 1
+            if number > highest:
+                lost += number - highest - 1
+                highest = number
+            else:
+                ooo += 1
+                if lost > 0:
+                    lost -= 1
+            now_transit = arrival - sent
+            if transit is not None:
+                jitter += (abs(now_transit - transit) - jitter) / 16.0
+            transit = now_transit
+            if now_transit < block_min:
+                block_min = now_transit
+            block_count += 1
+            if block_count == block:
+                if self.first_block_min is None:
+                    self.first_block_min = block_min
+                self.last_block_min = block_min
+                block_min, block_count = float("inf"), 0
+        self.highest, self.lost, self.out_of_order, self.jitter, self._transit = (
+            highest, lost, ooo, jitter, transit)
+        self._block_min, self._block_count = block_min, block_count
+        self.received += count
+
+    def feed_run(self, first: int, count: int, sent: float, arrival: float) -> None:
+        """`count` packets numbered first, first+1, ..., all sent at `sent` and arriving
+        together (one segmentation-offload batch): the same result as feeding each, in
+        O(count / BLOCK) instead of O(count)."""
+        if first <= self.highest or count < 1:
+            self.feed_many(((first + i, sent) for i in range(count)), arrival)
+            return
+        self.lost += first - self.highest - 1
+        self.highest = first + count - 1
+        now_transit = arrival - sent
+        if self._transit is not None:
+            self.jitter += (abs(now_transit - self._transit) - self.jitter) / 16.0
+        # The other count - 1 packets have the same transit: D = 0 shrinks jitter each time.
+        self.jitter *= (15.0 / 16.0) ** (count - 1)
+        self._transit = now_transit
+        remaining = count
+        while remaining:
+            take = min(remaining, self.BLOCK - self._block_count)
+            self._block_min = min(self._block_min, now_transit)
+            self._block_count += take
+            remaining -= take
+            if self._block_count == self.BLOCK:
+                if self.first_block_min is None:
+                    self.first_block_min = self._block_min
+                self.last_block_min = self._block_min
+                self._block_min, self._block_count = float("inf"), 0
+        self.received += count
+
+    @property
+    def queue_growth(self) -> float | None:
+        """Seconds the one-way delay grew from the first to the latest block of packets: a
+        sender faster than the path fills its queue long before it loses anything."""
+        if self.first_block_min is None or self.last_block_min is None:
+            return None
+        return self.last_block_min - self.first_block_min
+
+    @property
+    def packets(self) -> int:
+        return self.highest
+
+
+def lost_percent(lost: int, packets: int) -> float:
+    return 100.0 * lost / packets if packets > 0 else 0.0
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); fraction in 0..1."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class RttSummary:
+    """Round-trip times in milliseconds, summarised as ping does, plus percentiles."""
+
+    count: int
+    minimum: float
+    average: float
+    maximum: float
+    mdev: float
+    p50: float
+    p90: float
+    p99: float
+
+    @property
+    def rpm(self) -> float:
+        """Responsiveness: round trips per minute at the median RTT."""
+        return 60000.0 / self.p50 if self.p50 > 0 else 0.0
+
+
+def summarise_rtt(samples_ms: Sequence[float]) -> RttSummary | None:
+    if not samples_ms:
+        return None
+    count = len(samples_ms)
+    average = sum(samples_ms) / count
+    square_mean = sum(x * x for x in samples_ms) / count
+    return RttSummary(count, min(samples_ms), average, max(samples_ms),
+                      max(0.0, square_mean - average * average) ** 0.5,
+                      percentile(samples_ms, 0.5), percentile(samples_ms, 0.9),
+                      percentile(samples_ms, 0.99))

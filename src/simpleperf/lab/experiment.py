@@ -36,7 +36,9 @@ class Flow:
     label: str
     parallel: int = 1
     duration: float | None = None  # None: the experiment's duration
-    rate: float | str | None = None  # udp: bits/s, or "auto" (90 % of the path's bottleneck)
+    # udp: bits/s; "auto": 90 % of the path's bottleneck, from the topology; "probe": the
+    # highest rate with loss under 1 %, found by simpleperf --probe without the topology
+    rate: float | str | None = None
     length: int | None = None  # udp: datagram payload (default 1470); tcp: write size (-l)
     window: int | None = None  # tcp: socket buffers on both ends (-w), bytes
     congestion: str | None = None  # tcp: the sender's congestion control (-C)
@@ -285,12 +287,12 @@ def _flow(raw: Any, where: str) -> Flow:
         if kind != "udp":
             raise ExperimentError(f"{where}: rate only applies to udp flows")
         rate = raw["rate"]
-        if rate != "auto":
+        if rate not in ("auto", "probe"):
             try:
                 rate = parse_rate(rate) if isinstance(rate, str) else float(rate)
             except (TypeError, ValueError):
                 raise ExperimentError(f"{where}: rate = {raw['rate']!r} is not a rate such as "
-                                      "'25M' or \"auto\"") from None
+                                      "'25M', \"auto\" or \"probe\"") from None
             if not 1e3 <= rate <= 100e9:
                 raise ExperimentError(f"{where}: rate = {raw['rate']!r} is out of range")
         values["rate"] = rate

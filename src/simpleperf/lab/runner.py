@@ -26,6 +26,7 @@ from .topology import Topology, TopologyError
 PYTHON = sys.executable
 FIRST_PORT = 15001
 TCP_GOODPUT = 1448 / 1514  # payload share of a full-size frame with TCP timestamps
+PROBE_TRIAL_SECONDS = 2.0
 START_DELAY = 1.0  # seconds between launching the clients and their common start
 SPREAD_WARNING = 0.010
 # Congestion controls whose throughput falls with loss as Mathis et al. describe.
@@ -59,6 +60,7 @@ class FlowOutcome:
     lost: int | None = None
     packets: int | None = None
     rate: float | None = None  # udp: the rate asked for, bits/s
+    probe_trials: list[dict] = field(default_factory=list)  # udp rate = "probe"
     predicted: float | None = None  # goodput theory predicts, bits/s
     base_rtt: float | None = None  # ms
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full
@@ -140,11 +142,14 @@ class Runner:
                                                            "-p", port, "-f", "B", *window],
                                              f"simpleperf server in {flow.target}")
             elif flow.kind == "udp":
-                servers[index] = self._start(flow.target, ["iperf3", "-s", "-1", "-J", "-p",
-                                                           port], f"iperf3 server in "
-                                                                  f"{flow.target}")
+                servers[index] = self._start(flow.target, [PYTHON, "-m", "simpleperf", "-s",
+                                                           "-p", port],
+                                             f"simpleperf server in {flow.target}")
         if servers:
             time.sleep(0.5)  # let them listen; the clients also wait START_DELAY
+        for index, outcome in enumerate(outcomes):
+            if outcome.flow.kind == "udp" and outcome.flow.rate == "probe":
+                self._probe_rate(outcome, str(FIRST_PORT + index))
         start_at = time.monotonic() + START_DELAY
         clients, pingers = {}, {}
         for index, outcome in enumerate(outcomes):
@@ -169,8 +174,7 @@ class Runner:
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = _ping_times(out)
         for index, process in servers.items():
-            if outcomes[index].flow.kind == "tcp":
-                process.send_signal(2)  # SIGINT: the server prints every row and exits
+            process.send_signal(2)  # SIGINT: the server prints every row and exits
             out, err, _ = self._finish(process, 15)
             self._read_server(outcomes[index], out)
         starts = [o.started for o in outcomes if o.started is not None]
@@ -200,8 +204,35 @@ class Runner:
                     duration, "-i", "1", "-f", "B", "-P", str(flow.parallel), *extra]
         if outcome.rate is None:
             outcome.rate = 1e6  # "auto" needs a routed path to size itself; a modest default
-        return ["iperf3", "-c", outcome.address, "-p", port, "-u", "-b",
-                str(int(outcome.rate)), "-l", str(_datagram(flow)), "-t", duration, "-J"]
+        return [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-u",
+                "-b", str(int(outcome.rate)), "-l", str(_datagram(flow)), "-t", duration,
+                "-J", "--no-latency"]
+
+    def _probe_rate(self, outcome: FlowOutcome, port: str) -> None:
+        """Find the rate by measurement alone: simpleperf --probe, before the flow runs."""
+        flow = outcome.flow
+        # Trials of 2 s, shorter in quick runs: a fifth of the flow's duration.
+        trial = min(PROBE_TRIAL_SECONDS, max(0.5, self._duration(flow) / 5))
+        process = self._start(flow.source, [
+            PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-u",
+            "--probe", "-t", f"{trial:g}", "-l", str(_datagram(flow)), "-J"],
+            f"udp rate probe in {flow.source}")
+        out, err, code = self._finish(process, 16 * (trial + 5))
+        try:
+            found = json.loads(out)["probe"]["result"]
+            outcome.probe_trials = json.loads(out)["probe"]["trials"]
+        except (ValueError, KeyError, TypeError):
+            found = None
+        if code != 0 or not found:
+            self.say(f"  warning: the UDP rate search from {flow.source} failed "
+                     f"({(err.strip().splitlines() or ['no rate kept loss low'])[-1][:120]});"
+                     f" using 1 Mbit/s")
+            outcome.rate = 1e6
+            return
+        outcome.rate = found["offered"]
+        self.say(f"  UDP rate search {flow.source} -> {outcome.address}: "
+                 f"{found['offered'] / 1e6:.2f} Mbit/s kept loss under 1 % "
+                 f"({len(outcome.probe_trials)} trials)")
 
     def _predict(self, outcomes: list[FlowOutcome]) -> None:
         """Theory for every flow: base RTT, and its max-min fair share of every shaped link
@@ -215,7 +246,7 @@ class Runner:
                                        str(self.model.address_of(flow.source)))
             except TopologyError:
                 continue  # no theory for an address the topology does not route: it just runs
-            if flow.kind == "udp" and flow.rate != "auto":
+            if flow.kind == "udp" and flow.rate not in ("auto", "probe"):
                 outcome.rate = float(flow.rate)
             outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
             queues = sum(s.queue * 1514 * 8 / s.rate for s in forward.shaping()
@@ -236,7 +267,7 @@ class Runner:
             for _ in range(flow.parallel):
                 paths.append(forward)
                 owners.append(index)
-                demands.append(None if flow.kind == "tcp"
+                demands.append(None if flow.kind == "tcp" or outcome.rate is None
                                else outcome.rate * (_datagram(flow) + 42) / _datagram(flow))
         if not paths:
             return
@@ -259,8 +290,6 @@ class Runner:
         kind = outcome.flow.kind
         if code != 0 and not (kind == "ping" and _ping_times("\n".join(lines))):
             detail = [line for line in err.strip().splitlines() if line.strip()]
-            if kind == "udp":
-                detail = [_iperf3_error("\n".join(lines))]
             outcome.error = (detail[-1] if detail else f"exit status {code}")[:200]
             return
         if kind == "ping":
@@ -281,11 +310,24 @@ class Runner:
             outcome.ok = bool(totals)
         else:
             try:
-                total = json.loads("\n".join(lines))["end"]["sum"]
-                outcome.sender_throughput = total["bits_per_second"]
-                outcome.ok = True
-            except (ValueError, KeyError):
-                outcome.error = "iperf3 gave no result"
+                self._read_udp(outcome, json.loads("\n".join(lines)))
+            except (ValueError, KeyError, TypeError):
+                outcome.error = "simpleperf gave no UDP result"
+
+    @staticmethod
+    def _read_udp(outcome: FlowOutcome, result: dict) -> None:
+        """Both ends' view comes back in the client's JSON; the receiver's intervals are
+        the server's."""
+        end = result["end"]
+        outcome.sender_throughput = end["sum_sent"]["bits_per_second"]
+        outcome.throughput = end["sum_received"]["bits_per_second"]
+        outcome.jitter_ms = end["sum"]["jitter_ms"]
+        outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
+        received = result.get("server_intervals") or result["intervals"]
+        outcome.intervals = [(i["sum"]["start"], i["sum"]["end"],
+                              i["sum"]["bits_per_second"]) for i in received]
+        outcome.connection_throughputs = [outcome.throughput]
+        outcome.ok = True
 
     def _read_server(self, outcome: FlowOutcome, out: str) -> None:
         if outcome.flow.kind == "tcp":
@@ -293,22 +335,6 @@ class Runner:
             outcome.connection_throughputs = rates
             if rates:
                 outcome.throughput = sum(rates)
-            return
-        try:
-            result = json.loads(out)
-            total = result["end"]["sum"]
-            # iperf3 3.12's UDP server leaves bytes at 0 in its summary; its intervals count.
-            received = sum(i["sum"]["bytes"] for i in result["intervals"])
-            seconds = sum(i["sum"]["seconds"] for i in result["intervals"])
-            outcome.throughput = received * 8 / seconds if seconds else None
-            outcome.jitter_ms = total["jitter_ms"]
-            outcome.lost, outcome.packets = total["lost_packets"], total["packets"]
-            outcome.intervals = [(i["sum"]["start"], i["sum"]["end"],
-                                  i["sum"]["bits_per_second"]) for i in result["intervals"]]
-            outcome.connection_throughputs = [outcome.throughput]
-        except (ValueError, KeyError, TypeError):
-            if outcome.ok:
-                outcome.ok, outcome.error = False, "the iperf3 server gave no result"
 
 
 def _datagram(flow: Flow) -> int:
@@ -317,13 +343,6 @@ def _datagram(flow: Flow) -> int:
 
 def _ping_times(text: str) -> list[float]:
     return [float(m) for m in re.findall(r"time=([\d.]+) ms", text)]
-
-
-def _iperf3_error(text: str) -> str:
-    try:
-        return json.loads(text).get("error", "iperf3 failed")
-    except ValueError:
-        return "iperf3 failed"
 
 
 def summarize_rtts(rtts: list[float]) -> dict[str, float] | None:

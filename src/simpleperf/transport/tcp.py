@@ -95,9 +95,11 @@ def open_listener(bind: str | None, port: int, backlog: int = 128,
 
 
 def connect(host: str, port: int, timeout: float = 10.0, window: int | None = None,
-            congestion: str | None = None) -> socket.socket:
+            congestion: str | None = None, family: int = socket.AF_UNSPEC,
+            local: str | None = None, mss: int | None = None) -> socket.socket:
+    """A connected socket, trying each address of `host` in turn; `local` binds our end."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
     except socket.gaierror:
         raise SimpleperfError(f"cannot resolve server name '{host}'") from None
     last_error: OSError | None = None
@@ -106,6 +108,10 @@ def connect(host: str, port: int, timeout: float = 10.0, window: int | None = No
         try:
             set_window(sock, window)
             set_congestion(sock, congestion)
+            if mss is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+            if local is not None:
+                bind_local(sock, local)
             sock.settimeout(timeout)
             sock.connect(address)
         except SimpleperfError:
@@ -127,6 +133,15 @@ def connect(host: str, port: int, timeout: float = 10.0, window: int | None = No
         reason = f"no answer within {timeout:g} s"
     raise SimpleperfError(f"cannot connect to {host} port {port}: "
                           f"{reason or last_error.strerror or last_error}")
+
+
+def bind_local(sock: socket.socket, local: str) -> None:
+    """Bind our end to `local` (an address of this host), any port."""
+    try:
+        sock.bind((local, 0))
+    except OSError as error:
+        raise SimpleperfError(f"cannot bind to local address {local}: "
+                              f"{(error.strerror or str(error)).lower()}") from None
 
 
 def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:

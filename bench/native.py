@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The native protocol against iperf3 on 127.0.0.1, both measured alternately in one run.
+
+- udp: 1470-byte datagrams at unlimited rate (-b 0): receiver-side goodput and loss
+  (target: simpleperf / iperf3 goodput >= 1.0);
+- reverse: TCP -R and --bidir, receiver-side throughput (target >= 0.95);
+- concurrency: 64 clients at once, each its own process and a 5 s TCP test started at the
+  same instant: completion, Jain's fairness index, aggregate against one stream alone, and
+  the server's peak memory (iperf3's server runs one test at a time, so no ratio there);
+- iperf3: Debian's iperf3 client against simpleperf's server and against iperf3's own
+  server, TCP and UDP (-b 0, 1470-byte datagrams), receiver side (target >= 0.95).
+
+    python3 bench/native.py [--only udp|reverse|concurrency|iperf3] [--runs 3] [--seconds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
+
+
+def simpleperf_json(port: int, *args: str) -> dict:
+    done = subprocess.run(SIMPLEPERF + ["-c", "-p", str(port), "-J", "--no-latency", *args],
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def iperf3_json(port: int, *args: str) -> dict:
+    done = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-J", *args],
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def received(end: dict) -> float:
+    """Receiver-side bits/s, both directions summed for --bidir (same keys in both tools)."""
+    return end["sum_received"]["bits_per_second"] + end.get(
+        "sum_received_bidir_reverse", {}).get("bits_per_second", 0.0)
+
+
+def alternate(runs: int, ours, theirs, show) -> tuple[list, list]:
+    mine, other = [], []
+    for run in range(runs):
+        # Alternate which tool goes first so drift on a shared machine hits both alike.
+        for tool in (("ours", "theirs") if run % 2 == 0 else ("theirs", "ours")):
+            (mine if tool == "ours" else other).append(ours() if tool == "ours" else theirs())
+        show(run, mine[-1], other[-1])
+    return mine, other
+
+
+def bench_udp(args, ports) -> None:
+    flags = ["-u", "-b", "0", "-l", "1470", "-t", str(args.seconds)]
+
+    def ours():
+        end = simpleperf_json(ports["simpleperf"], *flags)["end"]
+        return received(end), end["sum"]["lost_percent"]
+
+    def theirs():
+        end = iperf3_json(ports["iperf3"], *flags)["end"]
+        return received(end), end["sum"]["lost_percent"]
+
+    def show(run, mine, other):
+        print(f"udp run {run + 1}: simpleperf {mine[0] / 1e9:6.2f} Gbit/s received, "
+              f"{mine[1]:5.2f}% lost   iperf3 {other[0] / 1e9:6.2f} Gbit/s received, "
+              f"{other[1]:5.2f}% lost", flush=True)
+
+    mine, other = alternate(args.runs, ours, theirs, show)
+    goodput = statistics.median(m[0] for m in mine) / statistics.median(o[0] for o in other)
+    print(f"udp median: simpleperf {statistics.median(m[0] for m in mine) / 1e9:.2f} Gbit/s "
+          f"({statistics.median(m[1] for m in mine):.2f}% lost), iperf3 "
+          f"{statistics.median(o[0] for o in other) / 1e9:.2f} Gbit/s "
+          f"({statistics.median(o[1] for o in other):.2f}% lost), goodput ratio "
+          f"{goodput:.3f} ({'ok' if goodput >= 1.0 else 'BELOW TARGET 1.0'})", flush=True)
+
+
+def bench_reverse(args, ports) -> None:
+    for flag in ("-R", "--bidir"):
+        flags = [flag, "-t", str(args.seconds)]
+        mine, other = alternate(
+            args.runs, lambda f=flags: received(simpleperf_json(ports["simpleperf"], *f)["end"]),
+            lambda f=flags: received(iperf3_json(ports["iperf3"], *f)["end"]),
+            lambda run, m, o, f=flag: print(f"tcp {f} run {run + 1}: simpleperf "
+                                            f"{m / 1e9:6.2f} Gbit/s   iperf3 {o / 1e9:6.2f} "
+                                            "Gbit/s", flush=True))
+        ratio = statistics.median(mine) / statistics.median(other)
+        print(f"tcp {flag} median: simpleperf {statistics.median(mine) / 1e9:.2f} Gbit/s, "
+              f"iperf3 {statistics.median(other) / 1e9:.2f} Gbit/s, ratio {ratio:.3f} "
+              f"({'ok' if ratio >= 0.95 else 'BELOW TARGET 0.95'})", flush=True)
+
+
+def bench_iperf3(args, ports) -> None:
+    for name, flags in (("tcp", []), ("udp", ["-u", "-b", "0", "-l", "1470"])):
+        flags = [*flags, "-t", str(args.seconds)]
+
+        def run(port, f=flags):
+            end = iperf3_json(port, *f)["end"]
+            return received(end), end.get("sum", {}).get("lost_percent", 0.0)
+
+        mine, other = alternate(
+            args.runs, lambda r=run: r(ports["simpleperf"]), lambda r=run: r(ports["iperf3"]),
+            lambda i, m, o, n=name: print(
+                f"iperf3 client {n} run {i + 1}: to simpleperf {m[0] / 1e9:6.2f} Gbit/s "
+                f"({m[1]:.2f}% lost)   to iperf3 {o[0] / 1e9:6.2f} Gbit/s ({o[1]:.2f}% lost)",
+                flush=True))
+        ratio = statistics.median(m[0] for m in mine) / statistics.median(o[0] for o in other)
+        print(f"iperf3 client {name} median: simpleperf server "
+              f"{statistics.median(m[0] for m in mine) / 1e9:.2f} Gbit/s, iperf3 server "
+              f"{statistics.median(o[0] for o in other) / 1e9:.2f} Gbit/s, ratio {ratio:.3f} "
+              f"({'ok' if ratio >= 0.95 else 'BELOW TARGET 0.95'})", flush=True)
+
+
+def bench_concurrency(args, ports) -> None:
+    port = ports["simpleperf"]
+    alone = received(simpleperf_json(port, "-t", "5")["end"])
+    clients = args.clients
+    start_at = time.monotonic() + 3 + clients * 0.08
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "simpleperf.lab.launch", f"{start_at:.6f}", "--", "simpleperf",
+         "-c", "-p", str(port), "-t", "5", "-J", "--no-latency", "--native"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(clients)]
+    rates, failures, starts = [], [], []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        if process.returncode != 0:
+            failures.append(err.strip())
+            continue
+        mark, document = out.split("\n", 1)
+        starts.append(float(mark.split()[1]))
+        end = json.loads(document)["end"]
+        streams = end["streams"][0]
+        if streams["sender"]["bytes"] != streams["receiver"]["bytes"]:
+            failures.append("sender and receiver disagree")
+        rates.append(received(end))
+    total = sum(rates)
+    fairness = total * total / (len(rates) * sum(r * r for r in rates)) if rates else 0.0
+    with open(f"/proc/{ports['simpleperf_pid']}/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM"))
+    print(f"concurrency: {len(rates)}/{clients} tests completed, start spread "
+          f"{(max(starts) - min(starts)) * 1e3:.1f} ms, Jain's index {fairness:.3f} "
+          f"({'ok' if fairness >= 0.9 else 'BELOW TARGET 0.9'}), per test "
+          f"{min(rates) / 1e6:.0f}..{max(rates) / 1e6:.0f} Mbit/s, aggregate "
+          f"{total / 1e9:.2f} Gbit/s = {total / alone:.2f} x one stream alone "
+          f"({alone / 1e9:.2f} Gbit/s), server peak memory {int(peak) / 1024:.1f} MiB",
+          flush=True)
+    for failure in failures[:3]:
+        print(f"  failed: {failure}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("udp", "reverse", "concurrency", "iperf3"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--port", type=int, default=15301)
+    args = parser.parse_args()
+    if not shutil.which("iperf3"):
+        print("bench: iperf3 is not installed (apt-get install iperf3)", file=sys.stderr)
+        return 1
+    servers = [subprocess.Popen(["iperf3", "-s", "-p", str(args.port)],
+                                stdout=subprocess.DEVNULL),
+               subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port + 1)],
+                                stdout=subprocess.DEVNULL)]
+    ports = {"iperf3": args.port, "simpleperf": args.port + 1,
+             "simpleperf_pid": servers[1].pid}
+    time.sleep(1)
+    try:
+        for name, bench in (("udp", bench_udp), ("reverse", bench_reverse),
+                            ("iperf3", bench_iperf3), ("concurrency", bench_concurrency)):
+            if args.only in (None, name):
+                bench(args, ports)
+    finally:
+        for server in servers:
+            server.send_signal(signal.SIGINT)
+            server.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Testing against an iperf3 server: iperf3's exchange on the client side, measured by our
+own stream threads and Session, printed with simpleperf's tables and JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import time
+from collections.abc import Callable
+
+from . import __version__
+from .cli import DEFAULT_UDP_RATE, ClientOptions
+from .client_output import Interrupted, TestOutput, spec_from_options, system_congestion
+from .errors import SimpleperfError
+from .protocol import iperf3
+from .protocol.classic import ProtocolError
+from .protocol.native import TestSpec
+from .session import Session
+from .streams import Stream, apply_tcp_options
+from .transport import tcp, udp
+
+STATE_SECONDS = 15.0
+STEP_SECONDS = 1.0
+UDP_GREETING_TRIES = 15
+DRAIN_LIMIT = 3.0
+SETTLE_LIMIT = 2.0
+
+
+class Busy(SimpleperfError):
+    pass
+
+
+def run(options: ClientOptions, out: Callable[[str], None], busy_retries: int = 0) -> None:
+    for attempt in range(busy_retries + 1):
+        try:
+            _Iperf3Test(options, out).run()
+            return
+        except Busy:
+            if attempt == busy_retries:
+                raise
+            time.sleep(0.3)
+
+
+def parameters(spec: TestSpec, options: ClientOptions) -> dict:
+    """iperf3's parameter JSON for our test description."""
+    value: dict = {spec.protocol: True, "omit": spec.omit,
+                   "time": 0 if spec.duration is None else spec.duration,
+                   "num": spec.num_bytes or 0, "blockcount": 0, "parallel": spec.parallel,
+                   "len": spec.length, "pacing_timer": 1000,
+                   "client_version": f"simpleperf-{__version__}"}
+    if spec.direction == "reverse":
+        value["reverse"] = True
+    if spec.direction == "bidir":
+        value["bidirectional"] = True
+    if spec.window:
+        value["window"] = spec.window
+    if spec.rate:
+        value["bandwidth"] = int(spec.rate)
+    if spec.mss:
+        value["MSS"] = spec.mss
+    if spec.nodelay:
+        value["nodelay"] = True
+    if spec.congestion:
+        value["congestion"] = spec.congestion
+    if spec.protocol == "udp":
+        value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
+    return value
+
+
+class _Iperf3Test:
+    def __init__(self, options: ClientOptions, out: Callable[[str], None]) -> None:
+        self.options = options
+        self.out = out
+        self.spec = spec_from_options(options, DEFAULT_UDP_RATE)  # -n: all streams together
+        self.cookie = iperf3.make_cookie()
+        self.streams: list[Stream] = []
+        self.pending = b""
+
+    def run(self) -> None:
+        options = self.options
+        control = tcp.connect(options.host, options.port, family=options.family,
+                              local=options.local)
+        self.control = control
+        try:
+            control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            control.sendall(self.cookie)
+            self._expect(iperf3.PARAM_EXCHANGE)
+            control.sendall(iperf3.encode_json(parameters(self.spec, options)))
+            self._expect(iperf3.CREATE_STREAMS)
+            self._open_streams()
+            self._expect(iperf3.TEST_START)
+            self._expect(iperf3.TEST_RUNNING)
+            self._measure()
+        except ProtocolError as error:
+            raise SimpleperfError(f"iperf3 protocol error: {error}") from None
+        finally:
+            control.close()
+            for stream in self.streams:
+                stream.sock.close()
+
+    # The exchange ----------------------------------------------------------------------------
+
+    def _read_state(self, timeout: float) -> int | None:
+        if not self.pending:
+            readable, _, _ = select.select([self.control], [], [], timeout)
+            if not readable:
+                return None
+            data = self.control.recv(65536)
+            if not data:
+                raise SimpleperfError("the iperf3 server closed the connection")
+            self.pending = data
+        value = iperf3.signed(self.pending[0])
+        self.pending = self.pending[1:]
+        if value == iperf3.ACCESS_DENIED:
+            raise Busy(f"the iperf3 server at {self.options.host} port {self.options.port} "
+                       "is busy running a test (iperf3 serves one at a time); try again later")
+        if value == iperf3.SERVER_ERROR:
+            detail = self._read_bytes(8, STATE_SECONDS)
+            code, errno = iperf3.parse_server_error(detail)
+            raise SimpleperfError(f"the iperf3 server refused the test: "
+                                  f"{iperf3.error_text(code)}"
+                                  + (f" (errno {errno})" if errno else ""))
+        if value in (iperf3.SERVER_TERMINATE,):
+            raise SimpleperfError("the iperf3 server terminated the test")
+        return value
+
+    def _read_bytes(self, count: int, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        while len(self.pending) < count:
+            remaining = deadline - time.monotonic()
+            readable, _, _ = select.select([self.control], [], [], max(0.0, remaining))
+            if not readable:
+                raise ProtocolError("the iperf3 server stopped answering")
+            data = self.control.recv(65536)
+            if not data:
+                raise SimpleperfError("the iperf3 server closed the connection")
+            self.pending += data
+        data, self.pending = self.pending[:count], self.pending[count:]
+        return data
+
+    def _expect(self, wanted: int) -> None:
+        value = self._read_state(STATE_SECONDS)
+        if value is None:
+            raise ProtocolError(f"no state {wanted} from the server within "
+                                f"{STATE_SECONDS:g} s")
+        if value != wanted:
+            raise ProtocolError(f"expected state {wanted}, got {value}")
+
+    def _read_json(self) -> dict:
+        reader = iperf3.JsonReader(iperf3.MAX_RESULTS)
+        value = reader.feed(self.pending)
+        self.pending = b""
+        deadline = time.monotonic() + STATE_SECONDS
+        while value is None:
+            readable, _, _ = select.select([self.control], [], [],
+                                           max(0.0, deadline - time.monotonic()))
+            if not readable:
+                raise ProtocolError("the server's results did not arrive")
+            data = self.control.recv(65536)
+            if not data:
+                raise SimpleperfError("the iperf3 server closed the connection")
+            value = reader.feed(data)
+        self.pending = bytes(reader.buffer)
+        return value
+
+    # Streams ---------------------------------------------------------------------------------
+
+    def _open_streams(self) -> None:
+        options = self.options
+        header = iperf3.HEADER_64
+        for number in range(1, self.spec.stream_count() + 1):
+            sending = self.spec.client_sends(number)
+            if self.spec.protocol == "tcp":
+                sock = tcp.connect(options.host, options.port, window=options.window,
+                                   congestion=options.congestion, family=options.family,
+                                   local=options.local, mss=options.mss)
+                self.streams.append(Stream(number, sending, "tcp", sock,
+                                           tcp.endpoint(sock.getsockname())))
+                sock.sendall(self.cookie)
+                apply_tcp_options(sock, self.spec)
+            else:
+                sock = self._open_udp(sending)
+                self.streams.append(Stream(number, sending, "udp", sock,
+                                           tcp.endpoint(sock.getsockname()), header=header))
+            tcp.set_wake_up(sock)
+
+    def _open_udp(self, sending: bool) -> socket.socket:
+        options = self.options
+        infos = socket.getaddrinfo(options.host, options.port, options.family,
+                                   socket.SOCK_DGRAM)
+        family, _, _, _, address = infos[0]
+        sock = udp.open_connected(family, (options.local, 0) if options.local else None,
+                                  address)
+        try:
+            if not sending:
+                udp.enable_receive_offload(sock)
+            for _ in range(UDP_GREETING_TRIES):
+                sock.send(iperf3.UDP_CONNECT_MSG)
+                readable, _, _ = select.select([sock], [], [], 0.2)
+                if readable and sock.recv(64) in (iperf3.UDP_CONNECT_REPLY,
+                                                  iperf3.UDP_CONNECT_REPLY_LEGACY):
+                    return sock
+            raise SimpleperfError(f"no answer on UDP port {options.port} of {options.host}")
+        except ConnectionRefusedError:
+            sock.close()
+            raise SimpleperfError(f"UDP port {options.port} of {options.host} is "
+                                  "closed") from None
+        except BaseException:
+            sock.close()
+            raise
+
+    # The test --------------------------------------------------------------------------------
+
+    def _measure(self) -> None:
+        options = self.options
+        output = TestOutput(options, self.spec, self.streams, self.out, "iperf3")
+        session = Session(self._local_spec(), self.streams, None,
+                          options.interval or STEP_SECONDS, output.interval)
+        output.start()
+        session.begin(time.monotonic())
+        congestion = options.congestion or system_congestion()
+        try:
+            self._run_until_done(session)
+            session.stop_sending.set()
+            self._settle_senders()
+            self.control.sendall(iperf3.state(iperf3.TEST_END))
+            self._drain(session)
+            session.finish(time.monotonic())
+            session.stop.set()
+            remote = self._exchange_results(session)
+        except KeyboardInterrupt:
+            with contextlib.suppress(OSError):
+                self.control.sendall(iperf3.state(iperf3.CLIENT_TERMINATE))
+            session.close()
+            output.end(session, {}, None, None, congestion, interrupted=True)
+            raise Interrupted() from None
+        session.close()
+        output.end(session, remote, None, None, congestion)
+        errors = session.errors()
+        if errors:
+            raise SimpleperfError(errors[0])
+
+    def _local_spec(self) -> TestSpec:
+        """Our senders stop on their own at -n (split across the streams), or when we end
+        the test; the clock is ours, as in iperf3, where the client ends every test."""
+        spec = self.spec
+        senders = sum(1 for s in self.streams if s.sending) or 1
+        share = -(-spec.num_bytes // senders) if spec.num_bytes else None
+        return TestSpec(**{**spec.__dict__, "duration": None, "num_bytes": share})
+
+    def _run_until_done(self, session: Session) -> None:
+        spec = self.spec
+        while True:
+            now = time.monotonic()
+            session.tick(now)
+            elapsed = now - session.start
+            if spec.duration is not None and elapsed >= spec.omit + spec.duration:
+                return
+            if spec.num_bytes is not None and (
+                    sum(s.num_bytes for s in self.streams if s.sending) >= spec.num_bytes
+                    or sum(s.num_bytes for s in self.streams if not s.sending)
+                    >= spec.num_bytes):
+                return
+            value = self._read_state(0.02)
+            if value is not None:
+                raise ProtocolError(f"the server sent state {value} during the test")
+
+    def _settle_senders(self) -> None:
+        """An iperf3 server counts what it read when TEST_END arrives: let what we wrote
+        reach it first (at most SETTLE_LIMIT), so both ends report the same bytes."""
+        sending = [s for s in self.streams if s.sending]
+        deadline = time.monotonic() + SETTLE_LIMIT
+        for stream in sending:
+            stream.done.wait(max(0.0, deadline - time.monotonic()))
+        if self.spec.protocol != "tcp":
+            return
+        while time.monotonic() < deadline:
+            try:
+                if all(tcp.unsent_bytes(s.sock) == 0 for s in sending):
+                    return
+            except OSError:
+                return
+            time.sleep(0.002)
+
+    def _drain(self, session: Session) -> None:
+        receiving = [s for s in self.streams if not s.sending]
+        quiet = 0.25 if self.spec.protocol == "udp" else 0.05
+        began = time.monotonic()
+        while time.monotonic() - began < DRAIN_LIMIT:
+            now = time.monotonic()
+            if all(s.done.is_set() or now - (s.last or began) >= quiet for s in receiving):
+                return
+            # The server answers TEST_END with EXCHANGE_RESULTS; keep it for later.
+            time.sleep(0.01)
+
+    def _exchange_results(self, session: Session) -> dict[int, dict]:
+        self._expect(iperf3.EXCHANGE_RESULTS)
+        ids = iperf3.stream_ids(len(self.streams))
+        user, system = session.cpu_percent()
+        ours = []
+        for entry, stream_id in zip(session.finish(time.monotonic()), ids, strict=True):
+            sending = entry["sender"]
+            ours.append({"id": stream_id, "bytes": entry["bytes"],
+                         "retransmits": entry.get("retransmits", -1) if sending else -1,
+                         "jitter": entry.get("jitter_ms", 0.0) / 1000,
+                         "errors": entry.get("lost", 0), "omitted_errors": 0,
+                         "packets": entry.get("packets", 0), "omitted_packets": 0,
+                         "start_time": 0, "end_time": entry["seconds"]})
+        self.control.sendall(iperf3.encode_json({
+            "cpu_util_total": user + system, "cpu_util_user": user, "cpu_util_system": system,
+            "sender_has_retransmits": 1 if any(s.sending for s in self.streams) else -1,
+            "streams": ours}))
+        theirs = iperf3.parse_results(self._read_json())
+        self._expect(iperf3.DISPLAY_RESULTS)
+        with contextlib.suppress(OSError):
+            self.control.sendall(iperf3.state(iperf3.IPERF_DONE))
+        remote = {}
+        for number, stream_id in zip(range(1, len(self.streams) + 1), ids, strict=True):
+            view = theirs.get(stream_id)
+            if view is None:
+                continue
+            entry = {"stream": number, "bytes": int(view.get("bytes", 0)),
+                     "seconds": float(view.get("end_time", 0.0))}
+            if self.spec.protocol == "udp":
+                entry["packets"] = int(view.get("packets", 0))
+                if self.spec.client_sends(number):  # the server received: its loss, jitter
+                    entry["lost"] = int(view.get("errors", 0))
+                    entry["jitter_ms"] = float(view.get("jitter", 0.0)) * 1000
+            elif "retransmits" in view and not self.spec.client_sends(number):
+                entry["retransmits"] = int(view["retransmits"])
+            remote[number] = entry
+        return remote

@@ -1,0 +1,393 @@
+"""Serving iperf3 clients: iperf3's exchange on the shared port, any number at once (iperf3's
+own server takes one), measured by the same stream threads and Session as native tests."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .cli import ServerOptions
+from .protocol import iperf3
+from .protocol.classic import ProtocolError
+from .protocol.native import TestSpec
+from .report import native as table
+from .session import Session
+from .streams import Stream, apply_tcp_options
+from .transport import tcp, udp
+
+HANDSHAKE_SECONDS = 10.0
+STREAMS_SECONDS = 10.0
+RESULTS_SECONDS = 10.0
+TCP_QUIET = 0.05  # after TEST_END, a TCP receiver is done once nothing arrived this long
+UDP_QUIET = 0.25
+DRAIN_LIMIT = 3.0
+
+
+class TestSlots:
+    """Tests running at once, native and iperf3 together, against --max-clients."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.running = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> bool:
+        with self._lock:
+            if self.limit is not None and self.running >= self.limit:
+                return False
+            self.running += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+@dataclass
+class _Iperf3Test:
+    cookie: bytes
+    peer_host: str
+    params: iperf3.Parameters | None = None
+    accepting: bool = False
+    tcp_arrivals: list[tuple[int, socket.socket]] = field(default_factory=list)
+    udp_arrivals: list[tuple[tuple, socket.socket]] = field(default_factory=list)
+    complete: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def arrived(self) -> int:
+        return len(self.tcp_arrivals) + len(self.udp_arrivals)
+
+    def note_arrival(self) -> None:
+        assert self.params is not None
+        if self.arrived() >= self.params.stream_count():
+            self.accepting = False
+            self.complete.set()
+
+
+class Iperf3Service:
+    def __init__(self, options: ServerOptions, slots: TestSlots, say: Callable[..., None],
+                 stopping: threading.Event,
+                 udp_socket_for: Callable[[tuple], socket.socket] | None) -> None:
+        self.options = options
+        self.slots = slots
+        self.say = say
+        self.stopping = stopping
+        self.udp_socket_for = udp_socket_for
+        self._tests: dict[bytes, _Iperf3Test] = {}
+        self._lock = threading.Lock()
+
+    # Connections --------------------------------------------------------------------------
+
+    def serve(self, conn: socket.socket, peer: str, cookie: bytes, accept_index: int) -> bool:
+        """A connection that opened with an iperf3 cookie: a data connection of a test that
+        awaits its streams (kept open: True), or the control connection of a new test."""
+        with self._lock:
+            test = self._tests.get(cookie)
+        if test is not None:
+            with test.lock:
+                if not test.accepting or test.params is None or test.params.protocol != "tcp":
+                    conn.sendall(iperf3.state(iperf3.ACCESS_DENIED))
+                    return False
+                test.tcp_arrivals.append((accept_index, conn))
+                test.note_arrival()
+            return True
+        self._serve_control(conn, peer, cookie)
+        return False
+
+    def udp_hello(self, data: bytes, peer: tuple) -> None:
+        """A UDP stream's greeting ('9876'): it belongs to the test from that host that
+        awaits UDP streams (the oldest, if several do)."""
+        host = tcp.endpoint(peer).rsplit(":", 1)[0]
+        reply = iperf3.UDP_CONNECT_REPLY if data == iperf3.UDP_CONNECT_MSG else data[::-1]
+        with self._lock:
+            candidates = [t for t in self._tests.values() if t.peer_host == host]
+        for test in candidates:
+            with test.lock:
+                for address, sock in test.udp_arrivals:
+                    if address == peer:  # a repeated greeting: answer again
+                        sock.send(reply)
+                        return
+        for test in candidates:
+            with test.lock:
+                if test.accepting and test.params is not None and test.params.protocol == "udp":
+                    assert self.udp_socket_for is not None
+                    sock = self.udp_socket_for(peer)
+                    test.udp_arrivals.append((peer, sock))
+                    sock.send(reply)
+                    test.note_arrival()
+                    return
+
+    # One test -------------------------------------------------------------------------------
+
+    def _serve_control(self, conn: socket.socket, peer: str, cookie: bytes) -> None:
+        if not self.slots.acquire():
+            with contextlib.suppress(OSError):
+                conn.sendall(iperf3.state(iperf3.ACCESS_DENIED))
+            self.say(f"Refused iperf3 client {peer}: busy (--max-clients)")
+            return
+        test = _Iperf3Test(cookie, peer.rsplit(":", 1)[0])
+        with self._lock:
+            self._tests[cookie] = test
+        session: Session | None = None
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            control = _Control(conn)
+            params = self._parameters(control)
+            refusal = self._refusal(params)
+            if refusal is not None:
+                code, why = refusal
+                conn.sendall(iperf3.server_error(code))
+                self.say(f"Refused iperf3 client {peer}: {why}")
+                return
+            with test.lock:
+                test.params = params
+                test.accepting = True
+            conn.sendall(iperf3.state(iperf3.CREATE_STREAMS))
+            streams = self._await_streams(control, test)
+            session = self._run(control, params, streams)
+            lines = self._report(peer, params, session)
+            self._exchange_results(control, params, session, lines)
+            self.say(*lines)
+        except (ProtocolError, OSError) as error:
+            reason = str(error) if isinstance(error, ProtocolError) else (
+                error.strerror or str(error)).lower()
+            self.say(f"iperf3 test from {peer} ended: {reason}")
+        finally:
+            if session is not None:
+                session.close()
+            with self._lock:
+                self._tests.pop(cookie, None)
+            with test.lock:
+                test.accepting = False
+                if session is None:
+                    for _, sock in test.tcp_arrivals + test.udp_arrivals:
+                        sock.close()
+            self.slots.release()
+
+    def _parameters(self, control: _Control) -> iperf3.Parameters:
+        control.conn.sendall(iperf3.state(iperf3.PARAM_EXCHANGE))
+        value = control.read_json(iperf3.MAX_PARAMS, HANDSHAKE_SECONDS)
+        return iperf3.parse_parameters(value)
+
+    def _refusal(self, params: iperf3.Parameters) -> tuple[int, str] | None:
+        options = self.options
+        if options.secret is not None:
+            return iperf3.IEAUTHTEST, "this server requires simpleperf authentication"
+        if params.refused is not None:
+            return params.refused, f"option '{params.refused_option}' is not supported"
+        if options.max_parallel is not None and params.parallel > options.max_parallel:
+            return iperf3.IENUMSTREAMS, f"{params.parallel} streams (--max-parallel)"
+        if (options.max_duration is not None and not params.num_bytes and not params.blocks
+                and params.duration + params.omit > options.max_duration):
+            return iperf3.IEDURATION, f"{params.duration:g} s (--max-duration)"
+        if params.protocol == "udp" and self.udp_socket_for is None:
+            return iperf3.IEUNIMP, "no UDP port"
+        return None
+
+    def _await_streams(self, control: _Control, test: _Iperf3Test) -> list[Stream]:
+        params = test.params
+        assert params is not None
+        deadline = time.monotonic() + STREAMS_SECONDS
+        while not test.complete.is_set():
+            if time.monotonic() > deadline or self.stopping.is_set():
+                raise ProtocolError(f"only {test.arrived()} of {params.stream_count()} "
+                                    "streams connected")
+            if control.readable(0.05):
+                raise ProtocolError("unexpected control message before the streams")
+        with test.lock:
+            if params.protocol == "tcp":
+                ordered = [sock for _, sock in sorted(test.tcp_arrivals, key=lambda a: a[0])]
+            else:
+                ordered = [sock for _, sock in test.udp_arrivals]
+        streams = []
+        for position, (number, sock) in enumerate(
+                zip(iperf3.stream_ids(len(ordered)), ordered, strict=True), start=1):
+            sending = not params.client_sends(position)
+            label = tcp.endpoint(sock.getpeername())
+            stream = Stream(number, sending, params.protocol, sock, label,
+                            header=params.header())
+            if params.protocol == "tcp":
+                tcp.set_window(sock, params.window)
+                apply_tcp_options(sock, _spec(params))
+            elif not sending:
+                udp.enable_receive_offload(sock)
+            tcp.set_wake_up(sock)
+            streams.append(stream)
+        return streams
+
+    def _run(self, control: _Control, params: iperf3.Parameters,
+             streams: list[Stream]) -> Session:
+        session = Session(_spec(params), streams, None, 1.0)
+        control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
+        session.begin(time.monotonic())
+        limit = self._time_limit(params)
+        while True:
+            now = time.monotonic()
+            session.tick(now)
+            if now - session.start > limit:
+                with contextlib.suppress(OSError):
+                    control.conn.sendall(iperf3.state(iperf3.SERVER_TERMINATE))
+                raise ProtocolError(f"the test ran past {limit:g} s")
+            message = control.read_state(0.05)
+            if message is None:
+                continue
+            if message == iperf3.TEST_END:
+                break
+            raise ProtocolError(f"the client sent state {message} during the test"
+                                if message != iperf3.CLIENT_TERMINATE
+                                else "the client terminated the test")
+        session.stop_sending.set()
+        _uncount_undelivered(streams)
+        self._drain(session, streams)
+        session.finish(time.monotonic())
+        session.stop.set()
+        return session
+
+    def _time_limit(self, params: iperf3.Parameters) -> float:
+        if self.options.max_duration is not None:
+            return self.options.max_duration + 5
+        if params.num_bytes or params.blocks:
+            return 7 * 86400.0
+        return params.omit + params.duration + 30
+
+    @staticmethod
+    def _drain(session: Session, streams: list[Stream]) -> None:
+        """The client stopped sending when it said TEST_END; what is still on its way
+        belongs to the test: wait until every receiving stream has gone quiet."""
+        receiving = [s for s in streams if not s.sending]
+        began = time.monotonic()
+        while time.monotonic() - began < DRAIN_LIMIT:
+            now = time.monotonic()
+            quiet = UDP_QUIET if session.spec.protocol == "udp" else TCP_QUIET
+            if all(s.done.is_set() or now - (s.last or began) >= quiet for s in receiving):
+                return
+            time.sleep(0.01)
+
+    def _report(self, peer: str, params: iperf3.Parameters, session: Session) -> list[str]:
+        unit = self.options.unit
+        lines = [f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
+                 f"{params.protocol.upper()}, {params.direction}, {params.parallel} stream"
+                 f"{'s' if params.parallel > 1 else ''}",
+                 table.header(params.protocol, params.protocol == "tcp")]
+        for entry in session.finish(time.monotonic()):
+            stream = next(s for s in session.streams if s.number == entry["stream"])
+            lines.append(table.row(stream.label, 0.0, entry["seconds"], entry, unit,
+                                   params.protocol, params.protocol == "tcp", stream.role))
+        return lines
+
+    def _exchange_results(self, control: _Control, params: iperf3.Parameters,
+                          session: Session, lines: list[str]) -> None:
+        conn = control.conn
+        conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
+        theirs = iperf3.parse_results(control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS))
+        ours = _results(params, session)
+        if params.get_server_output:
+            ours["server_output_text"] = "\n".join(lines) + "\n"
+        conn.sendall(iperf3.encode_json(ours))
+        conn.sendall(iperf3.state(iperf3.DISPLAY_RESULTS))
+        with contextlib.suppress(ProtocolError):
+            control.read_state(RESULTS_SECONDS)  # IPERF_DONE, or the client just closes
+        if len(theirs) != len(session.streams):
+            raise ProtocolError(f"the client reported {len(theirs)} streams, not "
+                                f"{len(session.streams)}")
+
+
+def _uncount_undelivered(streams: list[Stream]) -> None:
+    """An iperf3 client stops reading when it sends TEST_END, so what still waits in our
+    send buffers (up to the 16 MB Linux allows) never reaches it: count as sent only what
+    the client's kernel acknowledged, so that both ends report the same bytes."""
+    for stream in streams:
+        if stream.sending and stream.protocol == "tcp":
+            stream.done.wait(1.0)  # the thread leaves its last write (wake-up timer)
+            with contextlib.suppress(OSError):
+                stream.num_bytes -= tcp.unsent_bytes(stream.sock)
+
+
+def _spec(params: iperf3.Parameters) -> TestSpec:
+    """What our stream threads run: senders go until the client's TEST_END (or, with -n
+    or -k, until their share of the amount is sent)."""
+    amount = params.num_bytes or params.blocks * params.length
+    senders = params.parallel
+    share = -(-amount // senders) if amount else None
+    return TestSpec(protocol=params.protocol, direction=params.direction,
+                    parallel=params.parallel, duration=None, num_bytes=share,
+                    length=params.length, rate=params.rate, window=params.window,
+                    congestion=params.congestion, nodelay=params.nodelay, omit=params.omit)
+
+
+def _results(params: iperf3.Parameters, session: Session) -> dict:
+    user, system = session.cpu_percent()
+    any_sender = any(s.sending for s in session.streams)
+    streams = []
+    for entry in session.finish(time.monotonic()):
+        sending = entry["sender"]
+        streams.append({
+            "id": entry["stream"], "bytes": entry["bytes"],
+            "retransmits": entry.get("retransmits", -1) if sending else -1,
+            "jitter": entry.get("jitter_ms", 0.0) / 1000, "errors": entry.get("lost", 0),
+            "omitted_errors": 0, "packets": entry.get("packets", 0), "omitted_packets": 0,
+            "start_time": 0, "end_time": entry["seconds"]})
+    result = {"cpu_util_total": user + system, "cpu_util_user": user,
+              "cpu_util_system": system,
+              "sender_has_retransmits": (1 if params.protocol == "tcp" else 0)
+              if any_sender else -1,
+              "streams": streams}
+    if params.protocol == "tcp":
+        result["congestion_used"] = params.congestion or _system_congestion()
+    return result
+
+
+def _system_congestion() -> str:
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as source:
+            return source.read().strip()
+    except OSError:
+        return "unknown"
+
+
+class _Control:
+    """iperf3's control connection: single state bytes and length-prefixed JSON."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.pending = b""
+
+    def readable(self, timeout: float) -> bool:
+        if self.pending:
+            return True
+        readable, _, _ = select.select([self.conn], [], [], timeout)
+        if not readable:
+            return False
+        data = self.conn.recv(4096)
+        if not data:
+            raise ProtocolError("the client closed the control connection")
+        self.pending += data
+        return True
+
+    def read_state(self, timeout: float) -> int | None:
+        if not self.readable(timeout):
+            return None
+        value = iperf3.signed(self.pending[0])
+        self.pending = self.pending[1:]
+        return value
+
+    def read_json(self, limit: int, timeout: float) -> dict:
+        reader = iperf3.JsonReader(limit)
+        deadline = time.monotonic() + timeout
+        value = reader.feed(self.pending)
+        self.pending = b""
+        while value is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProtocolError("the client's JSON did not arrive in time")
+            if not self.readable(remaining):
+                continue
+            data, self.pending = self.pending, b""
+            value = reader.feed(data)
+        self.pending = bytes(reader.buffer)
+        return value

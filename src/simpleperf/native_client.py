@@ -1,0 +1,294 @@
+"""The client side of a native test: greet, agree on the test, open the streams, run the
+session, then print both ends' view. A server that does not answer the greeting is a classic
+server: the test continues with the classic exchange where it can."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import select
+import socket
+import time
+from collections.abc import Callable
+
+from . import __version__
+from .cli import DEFAULT_UDP_RATE, ClientOptions
+from .client_output import Interrupted, TestOutput, spec_from_options, system_congestion
+from .errors import SimpleperfError
+from .latency import EchoProber
+from .protocol.classic import ProtocolError
+from .protocol.native import (
+    CONTROL,
+    UDP_ACK,
+    UDP_HELLO,
+    PeerRefused,
+    auth_proof,
+    data_preface,
+    encode,
+    preface,
+)
+from .session import ControlChannel, PeerGone, Session
+from .stats import summarise_rtt
+from .streams import Stream, apply_tcp_options
+from .transport import tcp, udp
+
+CLASSIC_WAIT_MIN = 1.5  # seconds without an answer to our greeting: a classic server
+STEP_SECONDS = 1.0  # interval of samples kept for JSON when -i is not given
+IDLE_PROBES = 5
+UDP_HELLO_TRIES = 15
+
+
+class ClassicServer(Exception):
+    """The server did not answer the greeting as a native server does."""
+
+
+class Iperf3Server(Exception):
+    """The server answered the greeting as an iperf3 server does."""
+
+
+def run(options: ClientOptions, out: Callable[[str], None]) -> None:
+    control = tcp.connect(options.host, options.port, family=options.family,
+                          local=options.local)
+    hello = preface(CONTROL) + encode({"type": "hello", "version": 1,
+                                       "software": f"simpleperf {__version__}"})
+    try:
+        control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        control.sendall(hello)
+        channel = ControlChannel(control)
+        try:
+            welcome = _await_welcome(channel)
+        except Iperf3Server:
+            control.close()
+            control = None
+            from . import iperf3_client
+
+            # The iperf3 server took our greeting for a test and is ending it: retry a
+            # moment later if it still says busy.
+            iperf3_client.run(dataclasses.replace(options, latency=False), out,
+                              busy_retries=3)
+            return
+        except ClassicServer:
+            _fall_back_to_classic(options, control, len(hello), out)
+            control = None  # the classic client owns and closes it
+            return
+        _authenticate(channel, welcome, options)
+        _NativeTest(options, channel, out).run()
+    except PeerRefused as refusal:
+        raise SimpleperfError(f"the server refused the test: {refusal}") from None
+    except PeerGone as gone:
+        raise SimpleperfError(f"the server ended the test: {gone}") from None
+    except ProtocolError as error:
+        raise SimpleperfError(f"protocol error: {error}") from None
+    finally:
+        if control is not None:
+            control.close()
+
+
+def _await_welcome(channel: ControlChannel) -> dict:
+    rtt = _handshake_rtt(channel.sock)
+    wait = max(CLASSIC_WAIT_MIN, 10 * rtt)
+    # An iperf3 server answers any first 37 bytes with a one-byte state (PARAM_EXCHANGE,
+    # or ACCESS_DENIED / SERVER_ERROR); a native welcome starts with a length's zero byte.
+    readable, _, _ = select.select([channel.sock], [], [], wait)
+    if readable:
+        with contextlib.suppress(OSError):
+            first = channel.sock.recv(1, socket.MSG_PEEK)
+            if first and first[0] in (9, 0xFF, 0xFE):
+                raise Iperf3Server()
+    try:
+        message = channel.receive(wait)
+    except PeerGone:
+        raise ClassicServer() from None
+    except ProtocolError:
+        raise ClassicServer() from None
+    if message is None or message.get("type") not in ("welcome", "error"):
+        raise ClassicServer()
+    if message["type"] == "error":
+        raise PeerRefused(str(message.get("message", "refused"))[:300])
+    return message
+
+
+def _handshake_rtt(sock: socket.socket) -> float:
+    from .transport import tcpinfo
+
+    info = tcpinfo.read(sock)
+    return info.rtt_us / 1e6 if info else 0.0
+
+
+def _authenticate(channel: ControlChannel, welcome: dict, options: ClientOptions) -> None:
+    challenge = welcome.get("challenge")
+    if not isinstance(challenge, str):
+        return
+    if options.secret is None:
+        raise SimpleperfError("the server requires authentication: give the shared secret "
+                              "with --auth-secret-file FILE or $SIMPLEPERF_SECRET")
+    channel.send({"type": "auth", "proof": auth_proof(options.secret, challenge[:128],
+                                                       "client")})
+    channel.expect(10, "authenticated")
+
+
+def _fall_back_to_classic(options: ClientOptions, control: socket.socket, sent: int,
+                          out: Callable[[str], None]) -> None:
+    unsupported = [flag for flag, used in (
+        ("-u", options.udp), ("-b", options.rate is not None), ("-R", options.reverse),
+        ("--bidir", options.bidir), ("-e", options.extended), ("-J", options.json),
+        ("--json-stream", options.json_stream), ("-O", options.omit > 0),
+        ("--rtt", options.rtt), ("--probe", options.probe)) if used]
+    if unsupported:
+        control.close()
+        raise SimpleperfError(
+            f"the server at {options.host} port {options.port} speaks only classic "
+            f"simpleperf, which cannot do {', '.join(unsupported)}: run a simpleperf server")
+    if options.num_bytes is not None and options.num_bytes < sent:
+        control.close()
+        control = None
+    from . import client as classic_client
+
+    try:
+        classic_client.run(options, out, None if control is None else (control, sent))
+    except classic_client.Interrupted:
+        raise Interrupted() from None
+    finally:
+        if control is not None:
+            control.close()
+
+
+class _NativeTest:
+    def __init__(self, options: ClientOptions, channel: ControlChannel,
+                 out: Callable[[str], None]) -> None:
+        self.options = options
+        self.channel = channel
+        self.out = out
+        self.spec = spec_from_options(options, DEFAULT_UDP_RATE)
+        self.streams: list[Stream] = []
+        self.prober: EchoProber | None = None
+
+    # The run -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        options = self.options
+        idle = None
+        if options.latency:
+            self.prober = EchoProber(options.host, options.port, family=options.family)
+            for _ in range(IDLE_PROBES):
+                self.prober.probe()
+                time.sleep(0.01)
+            idle = summarise_rtt(self.prober.samples_ms)
+        self.channel.send(self.spec.to_message())
+        accepted = self.channel.expect(15, "accepted")
+        token = bytes.fromhex(str(accepted.get("token", "")))
+        if len(token) != 16:
+            raise ProtocolError("the server sent a malformed test token")
+        try:
+            self._open_streams(token)
+            self.channel.expect(15, "start")
+            output = TestOutput(options, self.spec, self.streams, self.out,
+                                "simpleperf-native/1")
+            session = Session(self.spec, self.streams, self.channel,
+                              options.interval or STEP_SECONDS, output.interval)
+            output.start()
+            if self.prober is not None:
+                self.prober.start_background(options.rtt_interval)
+            session.begin(time.monotonic())
+            congestion = options.congestion or system_congestion()
+            try:
+                session.run()
+            except KeyboardInterrupt:
+                session.close()
+                output.end(session, session.peer_results or {}, idle, None, congestion,
+                           interrupted=True)
+                raise Interrupted() from None
+            loaded_samples = self.prober.stop_background() if self.prober else []
+            with contextlib.suppress(OSError):
+                self.channel.send({"type": "bye"})
+            session.close()
+            output.end(session, session.peer_results or {}, idle,
+                       summarise_rtt(loaded_samples), congestion)
+            errors = session.errors()
+            if errors:
+                raise SimpleperfError(errors[0])
+        finally:
+            if self.prober is not None:
+                self.prober.close()
+            for stream in self.streams:
+                stream.sock.close()
+
+    def _open_streams(self, token: bytes) -> None:
+        for number in range(1, self.spec.stream_count() + 1):
+            sending = self.spec.client_sends(number)
+            if self.spec.protocol == "tcp":
+                sock = self._open_tcp(token, number)
+            else:
+                sock = self._open_udp(token, number, sending)
+            self.streams.append(Stream(number, sending, self.spec.protocol, sock,
+                                       tcp.endpoint(sock.getsockname())))
+
+    def _open_tcp(self, token: bytes, number: int) -> socket.socket:
+        options = self.options
+        sock = tcp.connect(options.host, options.port, window=options.window,
+                           congestion=options.congestion, family=options.family,
+                           local=options.local, mss=options.mss)
+        try:
+            sock.sendall(data_preface(token, number))
+            apply_tcp_options(sock, self.spec)
+            tcp.set_wake_up(sock)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _open_udp(self, token: bytes, number: int, sending: bool) -> socket.socket:
+        options = self.options
+        remote_family, remote = _resolve_udp(options.host, options.port, options.family)
+        local = (options.local, 0) if options.local else None
+        sock = udp.open_connected(remote_family, local, remote)
+        try:
+            if not sending:
+                udp.enable_receive_offload(sock)
+            if options.window:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, options.window)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, options.window)
+            hello = data_preface(token, number, UDP_HELLO)
+            expected = data_preface(token, number, UDP_ACK)
+            for _ in range(UDP_HELLO_TRIES):
+                sock.send(hello)
+                if _await_datagram(sock, expected, 0.2):
+                    break
+            else:
+                raise SimpleperfError(f"no answer on UDP port {options.port} of "
+                                      f"{options.host} (a firewall?)")
+            tcp.set_wake_up(sock)
+        except ConnectionRefusedError:
+            sock.close()
+            raise SimpleperfError(f"UDP port {options.port} of {options.host} is "
+                                  "closed") from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+def _resolve_udp(host: str, port: int, family: int) -> tuple[int, tuple]:
+    try:
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
+    except socket.gaierror:
+        raise SimpleperfError(f"cannot resolve server name '{host}'") from None
+    return infos[0][0], infos[0][4]
+
+
+def _await_datagram(sock: socket.socket, expected: bytes, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        readable, _, _ = select.select([sock], [], [], remaining)
+        if readable and sock.recv(2048) == expected:
+            return True
+
+
+def measure(options: ClientOptions) -> dict:
+    """Run one native test quietly and return its JSON document (start, intervals, end)."""
+    lines: list[str] = []
+    run(dataclasses.replace(options, json=True, json_stream=False), lines.append)
+    return json.loads("\n".join(lines))

@@ -1,0 +1,345 @@
+"""The server side of native tests: the control exchange with its limits and
+authentication, data connections and UDP streams joining their test by token, the echo
+service for RTT probes, and each test's report."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import __version__
+from .cli import ServerOptions
+from .errors import SimpleperfError
+from .iperf3_server import TestSlots
+from .protocol.classic import ProtocolError
+from .protocol.native import (
+    DATA_PREFACE_SIZE,
+    ECHO_PROBE,
+    MAGIC,
+    PREFACE_SIZE,
+    UDP_ACK,
+    UDP_ECHO,
+    UDP_HELLO,
+    VERSION,
+    PeerRefused,
+    TestSpec,
+    auth_proof,
+    data_preface,
+    parse_data_preface,
+)
+from .report import native as table
+from .session import ControlChannel, PeerGone, Session
+from .streams import Stream, apply_tcp_options
+from .transport import tcp, udp
+
+HANDSHAKE_SECONDS = 10.0  # greeting to test description, however slowly it trickles
+STREAMS_SECONDS = 10.0  # accepted to every stream connected
+ECHO_IDLE_SECONDS = 60.0
+BYE_SECONDS = 2.0
+
+
+@dataclass
+class PendingTest:
+    spec: TestSpec
+    peer_host: str
+    streams: dict[int, Stream] = field(default_factory=dict)
+    complete: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, stream: Stream) -> bool:
+        with self.lock:
+            if stream.number in self.streams or self.complete.is_set():
+                return False
+            self.streams[stream.number] = stream
+            if len(self.streams) == self.spec.stream_count():
+                self.complete.set()
+            return True
+
+
+class NativeService:
+    def __init__(self, options: ServerOptions, listener: socket.socket,
+                 say: Callable[..., None], stopping: threading.Event,
+                 slots: TestSlots) -> None:
+        self.options = options
+        self.say = say
+        self.stopping = stopping
+        self.slots = slots
+        self.on_foreign_datagram: Callable[[bytes, tuple], None] | None = None
+        self._tests: dict[bytes, PendingTest] = {}
+        self._lock = threading.Lock()
+        family = listener.family
+        address = listener.getsockname()
+        self._udp_local = (address[0], address[1])
+        self._udp_family = family
+        self.udp_listener = self._open_udp_listener(family, address)
+        self._udp_thread: threading.Thread | None = None
+
+    # UDP -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _open_udp_listener(family: int, address: tuple) -> socket.socket | None:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY,
+                                0 if address[0] == "::" else 1)
+            sock.bind(address[:2])
+        except OSError:
+            sock.close()
+            return None  # TCP tests still work; UDP tests will be refused
+        tcp.set_wake_up(sock)
+        return sock
+
+    def start(self) -> None:
+        if self.udp_listener is not None:
+            self._udp_thread = threading.Thread(target=self._udp_loop, name="udp listener",
+                                                daemon=True)
+            self._udp_thread.start()
+
+    def close(self) -> None:
+        if self.udp_listener is not None:
+            self.udp_listener.close()
+        if self._udp_thread is not None:
+            self._udp_thread.join(2)
+
+    def _udp_loop(self) -> None:
+        sock = self.udp_listener
+        assert sock is not None
+        while not self.stopping.is_set():
+            try:
+                data, peer = sock.recvfrom(2048)
+            except (BlockingIOError, InterruptedError, ConnectionRefusedError):
+                continue
+            except OSError:
+                return
+            if len(data) < PREFACE_SIZE or data[:4] != MAGIC or data[5] != VERSION:
+                if self.on_foreign_datagram is not None:  # iperf3's UDP greeting
+                    with contextlib.suppress(OSError):
+                        self.on_foreign_datagram(data, peer)
+                continue  # nothing else: ignore rather than answer strangers
+            kind = data[4:5]
+            with contextlib.suppress(OSError):
+                if kind == UDP_ECHO and len(data) == PREFACE_SIZE + ECHO_PROBE.size:
+                    sock.sendto(data, peer)
+                elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
+                    self._udp_hello(data, peer)
+
+    def udp_socket_for(self, peer: tuple) -> socket.socket:
+        """A UDP socket on our port connected to `peer`: the kernel gives it that peer's
+        datagrams, the shared listener keeps everyone else's."""
+        return udp.open_connected(self._udp_family, self._udp_local, peer, reuse_address=True)
+
+    def _udp_hello(self, data: bytes, peer: tuple) -> None:
+        try:
+            token, number = parse_data_preface(data)
+        except ProtocolError:
+            return
+        pending = self._tests.get(token)
+        if pending is None or pending.spec.protocol != "udp" or \
+                not 1 <= number <= pending.spec.stream_count():
+            return
+        existing = pending.streams.get(number)
+        ack = data_preface(token, number, UDP_ACK)
+        if existing is not None:  # our acknowledgement was lost; the hello came again
+            existing.sock.send(ack)
+            return
+        sock = self.udp_socket_for(peer)
+        sending = not pending.spec.client_sends(number)
+        if not sending:
+            udp.enable_receive_offload(sock)
+        if pending.spec.window:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, pending.spec.window)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, pending.spec.window)
+        tcp.set_wake_up(sock)
+        stream = Stream(number, sending, "udp", sock, tcp.endpoint(peer))
+        if pending.attach(stream):
+            sock.send(ack)
+        else:
+            sock.close()
+
+    # TCP connections by kind ---------------------------------------------------------------
+
+    def serve_data(self, conn: socket.socket, initial: bytes) -> bool:
+        """Attach a data connection to its test; False if it belongs to none (the caller
+        closes it). `initial`: the bytes of its preface read so far."""
+        preface = initial + _receive_exactly(conn, DATA_PREFACE_SIZE - len(initial),
+                                             HANDSHAKE_SECONDS)
+        token, number = parse_data_preface(preface[:DATA_PREFACE_SIZE])
+        pending = self._tests.get(token)
+        if pending is None or pending.spec.protocol != "tcp" or \
+                not 1 <= number <= pending.spec.stream_count():
+            return False
+        stream = Stream(number, not pending.spec.client_sends(number), "tcp", conn,
+                        tcp.endpoint(conn.getpeername()))
+        return pending.attach(stream)
+
+    def serve_echo(self, conn: socket.socket, initial: bytes) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tcp.set_wake_up(conn)
+        if initial:
+            conn.sendall(initial)
+        last = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                data = conn.recv(4096)
+            except BlockingIOError:
+                if time.monotonic() - last > ECHO_IDLE_SECONDS:
+                    return
+                continue
+            if not data:
+                return
+            last = time.monotonic()
+            conn.sendall(data)
+
+    def serve_control(self, conn: socket.socket, peer: str, initial: bytes) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = ControlChannel(conn)
+        token = None
+        try:
+            channel.feed(initial)
+            spec = self._handshake(channel)
+            token = os.urandom(16)
+            pending = PendingTest(spec, peer)
+            with self._lock:
+                self._tests[token] = pending
+            channel.send({"type": "accepted", "token": token.hex()})
+            self._run(channel, pending, peer)
+        except _Refusal as refusal:
+            with contextlib.suppress(OSError):
+                channel.send({"type": "error", "message": str(refusal)})
+            self.say(f"Refused {peer}: {refusal}")
+        except (ProtocolError, PeerRefused) as error:
+            if not isinstance(error, PeerGone):
+                with contextlib.suppress(OSError):
+                    channel.send({"type": "error", "message": f"protocol error: {error}"})
+            self.say(f"Test from {peer} ended: {error}")
+        except SimpleperfError as error:
+            with contextlib.suppress(OSError):
+                channel.send({"type": "error", "message": str(error)})
+            self.say(f"Test from {peer} failed: {error}")
+        finally:
+            if token is not None:
+                with self._lock:
+                    pending = self._tests.pop(token, None)
+                if pending is not None:
+                    for stream in pending.streams.values():
+                        stream.sock.close()
+
+    def _handshake(self, channel: ControlChannel) -> TestSpec:
+        deadline = time.monotonic() + HANDSHAKE_SECONDS
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Refusal(f"the test was not described within {HANDSHAKE_SECONDS:g} s")
+            return left
+
+        channel.expect(remaining(), "hello")
+        welcome = {"type": "welcome", "version": VERSION, "software": f"simpleperf {__version__}"}
+        challenge = os.urandom(16).hex() if self.options.secret else None
+        if challenge:
+            welcome["challenge"] = challenge
+        channel.send(welcome)
+        if challenge:
+            proof = channel.expect(remaining(), "auth").get("proof")
+            expected = auth_proof(self.options.secret, challenge, "client")
+            if not isinstance(proof, str) or not hmac.compare_digest(proof, expected):
+                raise _Refusal("authentication failed: wrong shared secret")
+            channel.send({"type": "authenticated"})
+        spec = TestSpec.from_message(channel.expect(remaining(), "test"))
+        self._check_limits(spec)
+        return spec
+
+    def _check_limits(self, spec: TestSpec) -> None:
+        options = self.options
+        if options.max_parallel is not None and spec.parallel > options.max_parallel:
+            raise _Refusal(f"{spec.parallel} parallel streams asked, this server allows at "
+                           f"most {options.max_parallel} (--max-parallel)")
+        if options.max_duration is not None and spec.duration is not None and \
+                spec.duration + spec.omit > options.max_duration:
+            raise _Refusal(f"a {spec.duration + spec.omit:g} s test asked, this server "
+                           f"allows at most {options.max_duration:g} s (--max-duration)")
+        if spec.protocol == "udp" and self.udp_listener is None:
+            raise _Refusal("this server could not open its UDP port")
+        if not self.slots.acquire():
+            raise _Refusal(f"the server is busy: {self.slots.running} tests running, at most "
+                           f"{options.max_clients} at once (--max-clients)")
+
+    def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
+        try:
+            self._await_streams(channel, pending)
+            streams = [pending.streams[n] for n in sorted(pending.streams)]
+            for stream in streams:
+                if stream.protocol == "tcp":
+                    apply_tcp_options(stream.sock, pending.spec)
+                    tcp.set_wake_up(stream.sock)
+            session = Session(pending.spec, streams, channel, 1.0)
+            if self.options.max_duration is not None:
+                session.time_limit = self.options.max_duration + 5.0
+            channel.send({"type": "start"})
+            session.begin(time.monotonic())
+            try:
+                session.run()
+                _await_bye(channel)
+            finally:
+                session.close()
+            self._report(pending.spec, session, peer)
+        finally:
+            self.slots.release()
+
+    @staticmethod
+    def _await_streams(channel: ControlChannel, pending: PendingTest) -> None:
+        """Until every stream has connected; a client that gives up meanwhile ends it."""
+        deadline = time.monotonic() + STREAMS_SECONDS
+        while not pending.complete.is_set():
+            if time.monotonic() > deadline:
+                raise _Refusal(f"only {len(pending.streams)} of "
+                               f"{pending.spec.stream_count()} streams connected within "
+                               f"{STREAMS_SECONDS:g} s")
+            message = channel.receive(0.05)
+            if message is not None:
+                raise ProtocolError(f"unexpected '{message['type'][:40]}' message before "
+                                    "the test started")
+
+    def _report(self, spec: TestSpec, session: Session, peer: str) -> None:
+        unit = self.options.unit
+        lines = [f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
+                 f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}",
+                 table.header(spec.protocol, spec.protocol == "tcp")]
+        for entry in session.local_results():
+            stream = next(s for s in session.streams if s.number == entry["stream"])
+            lines.append(table.row(stream.label, 0.0, entry["seconds"], entry, unit,
+                                   spec.protocol, spec.protocol == "tcp", stream.role))
+        self.say(*lines)
+
+
+class _Refusal(Exception):
+    """A test this server will not run; the message goes to the client and the log."""
+
+
+def _await_bye(channel: ControlChannel) -> None:
+    with contextlib.suppress(ProtocolError, OSError):
+        channel.receive(BYE_SECONDS)
+
+
+def _receive_exactly(conn: socket.socket, size: int, timeout: float) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < size:
+        if time.monotonic() > deadline:
+            raise ProtocolError("the stream preface did not arrive in time")
+        try:
+            chunk = conn.recv(size - len(data))
+        except BlockingIOError:
+            continue
+        if not chunk:
+            raise ProtocolError("the connection closed during its preface")
+        data += chunk
+    return data

@@ -1,0 +1,32 @@
+"""Which protocol a new TCP connection speaks, judged from its first bytes alone.
+
+- native: the six-byte preface starting with MAGIC;
+- iperf3: a 36-character cookie from iperf3's alphabet, then a NUL;
+- classic: anything else (a classic client starts straight away with payload, zeros).
+
+`detect` answers None while the bytes so far could still be more than one of them; the
+caller reads more, or after a short wait treats the connection as classic (a classic
+client that paused mid-prefix is still a classic client, and its bytes are payload).
+"""
+
+from __future__ import annotations
+
+from .native import MAGIC, PREFACE_SIZE
+
+NATIVE, IPERF3, CLASSIC = "native", "iperf3", "classic"
+IPERF3_COOKIE_SIZE = 37
+IPERF3_ALPHABET = frozenset(b"abcdefghijklmnopqrstuvwxyz234567")
+NEEDED = max(PREFACE_SIZE, IPERF3_COOKIE_SIZE)
+
+
+def detect(prefix: bytes) -> str | None:
+    if not prefix:
+        return None
+    if prefix[:4] == MAGIC[:len(prefix)]:
+        return NATIVE if len(prefix) >= len(MAGIC) else None
+    head = prefix[:IPERF3_COOKIE_SIZE - 1]
+    if all(byte in IPERF3_ALPHABET for byte in head):
+        if len(prefix) < IPERF3_COOKIE_SIZE:
+            return None
+        return IPERF3 if prefix[IPERF3_COOKIE_SIZE - 1] == 0 else CLASSIC
+    return CLASSIC

@@ -1,0 +1,257 @@
+"""iperf3's protocol (as iperf3 3.12 speaks it): cookies, one-byte states, length-prefixed
+JSON for parameters and results, and the UDP stream greeting. Bytes in, values out; never a
+socket. The facts: ../shared/reference/iperf3-wire.md (repository: docs/iperf3-compat.md).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import struct
+from dataclasses import dataclass, field
+
+from .classic import ProtocolError
+
+COOKIE_SIZE = 37
+COOKIE_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
+
+TEST_START = 1
+TEST_RUNNING = 2
+TEST_END = 4
+PARAM_EXCHANGE = 9
+CREATE_STREAMS = 10
+SERVER_TERMINATE = 11
+CLIENT_TERMINATE = 12
+EXCHANGE_RESULTS = 13
+DISPLAY_RESULTS = 14
+IPERF_DONE = 16
+ACCESS_DENIED = -1
+SERVER_ERROR = -2
+
+# iperf3's error numbers (i_errno) that a SERVER_ERROR carries; the client prints its text.
+IEUNIMP = 13
+IENOSCTP = 18
+IEAUTHTEST = 142
+IERECVPARAMS = 114
+IENUMSTREAMS = 6
+IEDURATION = 5
+ERROR_TEXTS = {
+    IEDURATION: "test duration too long",
+    IENUMSTREAMS: "number of parallel streams too large",
+    IEUNIMP: "an option you are trying to set is not implemented yet",
+    IENOSCTP: "no SCTP support available",
+    IERECVPARAMS: "unable to receive parameters from client",
+    IEAUTHTEST: "test authorization failed",
+    121: "the server is busy running a test. try again later",
+}
+
+MAX_PARAMS = 8192  # as iperf3's server: a parameter message is 1..8192 bytes
+MAX_RESULTS = 512 * 1024
+UDP_CONNECT_MSG = b"9876"  # what the client's UDP socket sends first (little-endian int)
+UDP_CONNECT_REPLY = b"6789"
+UDP_CONNECT_REPLY_LEGACY = struct.pack("<i", 987654321)
+HEADER_32 = struct.Struct("!III")  # send seconds, microseconds, packet number
+HEADER_64 = struct.Struct("!IIQ")  # the same with udp_counters_64bit
+_LENGTH = struct.Struct("!I")
+_ERROR = struct.Struct("!ii")
+
+
+def make_cookie() -> bytes:
+    return "".join(secrets.choice(COOKIE_ALPHABET) for _ in range(36)).encode() + b"\0"
+
+
+def is_cookie(data: bytes) -> bool:
+    return (len(data) == COOKIE_SIZE and data[-1] == 0
+            and all(chr(c) in COOKIE_ALPHABET for c in data[:-1]))
+
+
+def state(value: int) -> bytes:
+    return struct.pack("b", value)
+
+
+def server_error(code: int, errno: int = 0) -> bytes:
+    return state(SERVER_ERROR) + _ERROR.pack(code, errno)
+
+
+def parse_server_error(data: bytes) -> tuple[int, int]:
+    return _ERROR.unpack(data[:_ERROR.size])
+
+
+def error_text(code: int) -> str:
+    return ERROR_TEXTS.get(code, f"iperf3 error {code}")
+
+
+def signed(byte: int) -> int:
+    return byte - 256 if byte > 127 else byte
+
+
+def encode_json(value: dict) -> bytes:
+    body = json.dumps(value, separators=(",", ":")).encode()
+    return _LENGTH.pack(len(body)) + body
+
+
+class JsonReader:
+    """One length-prefixed JSON object at a time, refusing lengths outside 1..limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> dict | None:
+        """The object once complete (extra bytes stay buffered), else None."""
+        self.buffer += data
+        if len(self.buffer) < _LENGTH.size:
+            return None
+        (size,) = _LENGTH.unpack_from(self.buffer)
+        if not 0 < size <= self.limit:
+            raise ProtocolError(f"JSON message length {size} outside 1..{self.limit}")
+        if len(self.buffer) < _LENGTH.size + size:
+            return None
+        body = bytes(self.buffer[_LENGTH.size:_LENGTH.size + size])
+        del self.buffer[:_LENGTH.size + size]
+        try:
+            value = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise ProtocolError("JSON message is not valid UTF-8 JSON") from None
+        if not isinstance(value, dict):
+            raise ProtocolError("JSON message is not an object")
+        return value
+
+
+# Parameters a client may send that simpleperf refuses, with the error the client prints.
+UNSUPPORTED = {"authtoken": IEAUTHTEST, "sctp": IENOSCTP, "file": IEUNIMP, "fqrate": IEUNIMP,
+               "flowlabel": IEUNIMP}
+
+
+@dataclass(frozen=True)
+class Parameters:
+    protocol: str = "tcp"
+    omit: float = 0.0
+    duration: float = 10.0
+    num_bytes: int = 0
+    blocks: int = 0
+    parallel: int = 1
+    reverse: bool = False
+    bidirectional: bool = False
+    window: int | None = None
+    length: int = 128 * 1024
+    rate: float = 0.0
+    mss: int | None = None
+    nodelay: bool = False
+    congestion: str | None = None
+    get_server_output: bool = False
+    udp_counters_64bit: bool = False
+    client_version: str = ""
+    refused: int | None = None  # an iperf3 error number when an option is unsupported
+    refused_option: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def direction(self) -> str:
+        return "bidir" if self.bidirectional else "reverse" if self.reverse else "forward"
+
+    def stream_count(self) -> int:
+        return self.parallel * (2 if self.bidirectional else 1)
+
+    def client_sends(self, index: int) -> bool:
+        """By position (1-based) in the order the client opened them: with --bidir the
+        client's sending streams come first."""
+        if self.bidirectional:
+            return index <= self.parallel
+        return not self.reverse
+
+    def header(self) -> struct.Struct:
+        return HEADER_64 if self.udp_counters_64bit else HEADER_32
+
+
+def parse_parameters(value: dict) -> Parameters:
+    """iperf3's parameter JSON: unknown keys ignored, wrong types a ProtocolError."""
+    def number(key, default, low, high, integer=False):
+        item = value.get(key, default)
+        if item is None:
+            return default
+        if isinstance(item, bool) or not isinstance(item, int | float) or item != item:
+            raise ProtocolError(f"parameter '{key}' is not a number")
+        if integer and not isinstance(item, int):
+            raise ProtocolError(f"parameter '{key}' is not an integer")
+        if not low <= item <= high:
+            raise ProtocolError(f"parameter '{key}' is out of range")
+        return item
+
+    def flag(key):
+        item = value.get(key, False)
+        if isinstance(item, bool):
+            return item
+        if isinstance(item, int) and item in (0, 1):
+            return bool(item)
+        raise ProtocolError(f"parameter '{key}' is not a flag")
+
+    if value.get("udp"):
+        protocol = "udp"
+    elif value.get("tcp") or "sctp" not in value:
+        protocol = "tcp"
+    else:
+        protocol = "sctp"
+    congestion = value.get("congestion")
+    if congestion is not None and not (isinstance(congestion, str) and 0 < len(congestion)
+                                       <= 15 and congestion.isascii()
+                                       and congestion.isprintable()):
+        raise ProtocolError("parameter 'congestion' is not a name")
+    version = value.get("client_version", "")
+    refused, option = None, ""
+    for key, code in UNSUPPORTED.items():
+        if value.get(key):
+            refused, option = code, key
+            break
+    if protocol == "sctp":
+        refused, option = IENOSCTP, "sctp"
+    window = number("window", 0, 0, 2**31 - 1, integer=True)
+    mss = number("MSS", 0, 0, 65535, integer=True)
+    length = number("len", 0, 0, 64 * 1024 * 1024, integer=True)
+    return Parameters(
+        protocol=protocol,
+        omit=float(number("omit", 0, 0, 3600)),
+        duration=float(number("time", 10, 0, 86400 * 7)),
+        num_bytes=int(number("num", 0, 0, 2**62, integer=True)),
+        blocks=int(number("blockcount", 0, 0, 2**62, integer=True)),
+        parallel=int(number("parallel", 1, 1, 128, integer=True)),
+        reverse=flag("reverse"), bidirectional=flag("bidirectional"),
+        window=window or None,
+        length=length or (1460 if protocol == "udp" else 128 * 1024),
+        rate=float(number("bandwidth", 0 if protocol != "udp" else 1e6, 0, 1e13)),
+        mss=mss or None, nodelay=flag("nodelay"), congestion=congestion,
+        get_server_output=flag("get_server_output"),
+        udp_counters_64bit=flag("udp_counters_64bit"),
+        client_version=version[:40] if isinstance(version, str) else "",
+        refused=refused, refused_option=option)
+
+
+def stream_ids(count: int) -> list[int]:
+    """iperf3 numbers streams 1, 3, 4, 5, ...: 2 is skipped."""
+    return [1] + list(range(3, count + 2)) if count else []
+
+
+RESULT_NUMBERS = ("bytes", "retransmits", "jitter", "errors", "omitted_errors", "packets",
+                  "omitted_packets", "start_time", "end_time")
+
+
+def parse_results(value: dict) -> dict[int, dict]:
+    """The peer's per-stream results by stream id. iperf3 3.12 may send -1 as
+    18446744073709551615 (an unsigned -1): read as 'not known'."""
+    streams = value.get("streams")
+    if not isinstance(streams, list) or len(streams) > 256:
+        raise ProtocolError("results have no list 'streams'")
+    parsed = {}
+    for entry in streams:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
+            raise ProtocolError("a result has no integer 'id'")
+        clean = {}
+        for key in RESULT_NUMBERS:
+            item = entry.get(key)
+            if isinstance(item, bool) or not isinstance(item, int | float) or item != item:
+                continue
+            if item >= 2**63 or item < 0:
+                continue
+            clean[key] = item
+        parsed[entry["id"]] = clean
+    return parsed

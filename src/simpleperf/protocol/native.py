@@ -1,0 +1,273 @@
+"""The native simpleperf protocol, version 1: bytes in, messages out, never a socket.
+
+Every TCP connection opens with a six-byte preface: MAGIC, a kind byte and the version.
+
+- control (kind C): then length-prefixed JSON messages both ways (4-byte big-endian length,
+  then a UTF-8 JSON object with a string "type"), see MESSAGE_FIELDS;
+- data (kind D): then the 16-byte test token and a 2-byte stream number, then raw payload;
+- echo (kind E): then 16-byte probes that the server sends straight back (RTT tests).
+
+UDP datagrams open with the same MAGIC: stream hello (U) and its acknowledgement (A) carry
+token and stream number; echo probes (e) come back unchanged. Data datagrams carry no magic:
+they arrive on a socket already bound to one stream, and start with DATAGRAM_HEADER.
+
+A classic client's first bytes are payload (zeros), an iperf3 client's are its cookie; see
+detect.py. Sizes are capped so that no peer can make us buffer more than MAX_MESSAGE.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, fields
+
+from .classic import ProtocolError
+
+MAGIC = b"SPRF"
+VERSION = 1
+CONTROL, DATA, ECHO = b"C", b"D", b"E"
+UDP_HELLO, UDP_ACK, UDP_ECHO = b"U", b"A", b"e"
+PREFACE_SIZE = len(MAGIC) + 2
+TOKEN_SIZE = 16
+STREAM_ID = struct.Struct("!H")
+DATA_PREFACE_SIZE = PREFACE_SIZE + TOKEN_SIZE + STREAM_ID.size
+UDP_HELLO_SIZE = DATA_PREFACE_SIZE
+ECHO_PROBE = struct.Struct("!QQ")  # probe number, sender's clock in nanoseconds
+DATAGRAM_HEADER = struct.Struct("!IIQ")  # send time: seconds, microseconds; packet number
+MAX_MESSAGE = 64 * 1024
+_LENGTH = struct.Struct("!I")
+MAX_PARALLEL = 128
+MAX_LENGTH = 64 * 1024 * 1024
+MAX_UDP_LENGTH = 65507
+
+
+def preface(kind: bytes) -> bytes:
+    return MAGIC + kind + bytes([VERSION])
+
+
+def parse_preface(data: bytes) -> bytes:
+    """The kind byte of a complete preface; ProtocolError for anything else."""
+    if len(data) < PREFACE_SIZE or data[:4] != MAGIC:
+        raise ProtocolError("not a simpleperf connection preface")
+    if data[5] != VERSION:
+        raise ProtocolError(f"unsupported simpleperf protocol version {data[5]} "
+                            f"(this server speaks version {VERSION})")
+    kind = data[4:5]
+    if kind not in (CONTROL, DATA, ECHO):
+        raise ProtocolError(f"unknown connection kind {kind!r}")
+    return kind
+
+
+def data_preface(token: bytes, stream: int, kind: bytes = DATA) -> bytes:
+    return preface(kind) + token + STREAM_ID.pack(stream)
+
+
+def parse_data_preface(data: bytes) -> tuple[bytes, int]:
+    """(token, stream number) of a data-connection or UDP hello preface."""
+    if len(data) != DATA_PREFACE_SIZE or data[:4] != MAGIC or data[5] != VERSION:
+        raise ProtocolError("malformed stream preface")
+    return data[PREFACE_SIZE:PREFACE_SIZE + TOKEN_SIZE], STREAM_ID.unpack_from(
+        data, PREFACE_SIZE + TOKEN_SIZE)[0]
+
+
+def encode(message: dict) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_MESSAGE:
+        raise ValueError("message too large")
+    return _LENGTH.pack(len(body)) + body
+
+
+class MessageReader:
+    """Feed it bytes as they arrive; it returns every complete message, in order.
+
+    It refuses, with ProtocolError, a message of length 0 or above MAX_MESSAGE (before
+    buffering it), text that is not a JSON object, and an object without a string "type".
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict]:
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= _LENGTH.size:
+            (size,) = _LENGTH.unpack_from(self._buffer)
+            if not 0 < size <= MAX_MESSAGE:
+                raise ProtocolError(f"message length {size} outside 1..{MAX_MESSAGE}")
+            if len(self._buffer) < _LENGTH.size + size:
+                break
+            body = bytes(self._buffer[_LENGTH.size:_LENGTH.size + size])
+            del self._buffer[:_LENGTH.size + size]
+            messages.append(decode_body(body))
+        return messages
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+
+def decode_body(body: bytes) -> dict:
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ProtocolError("message is not valid UTF-8 JSON") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("message is not a JSON object")
+    if not isinstance(message.get("type"), str):
+        raise ProtocolError("message has no string 'type'")
+    return message
+
+
+def expect(message: dict, *types: str) -> dict:
+    """The message if its type is one of `types`; an error message from the peer or any
+    other type is a ProtocolError naming it."""
+    kind = message["type"]
+    if kind == "error" and "error" not in types:
+        raise PeerRefused(_text(message.get("message"), "the peer reported an error"))
+    if kind not in types:
+        raise ProtocolError(f"expected a '{'/'.join(types)}' message, got '{kind[:40]}'")
+    return message
+
+
+class PeerRefused(Exception):
+    """The peer answered with an error message; str() is its explanation."""
+
+
+def _text(value, default: str) -> str:
+    return value[:300] if isinstance(value, str) and value else default
+
+
+DIRECTIONS = ("forward", "reverse", "bidir")
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """What the client asks the server to run. Sizes in bytes, rates in bits/s."""
+
+    protocol: str = "tcp"  # tcp | udp
+    direction: str = "forward"  # forward: client sends; reverse: server sends; bidir: both
+    parallel: int = 1
+    duration: float | None = 10.0  # seconds of measurement after the omitted ones
+    num_bytes: int | None = None  # per stream, instead of a duration
+    length: int = 128 * 1024  # write size (TCP) or datagram size (UDP)
+    rate: float = 0.0  # per stream; 0 is unlimited
+    window: int | None = None
+    congestion: str | None = None
+    mss: int | None = None
+    nodelay: bool = False
+    omit: float = 0.0
+
+    def to_message(self) -> dict:
+        return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_message(cls, message: dict) -> TestSpec:
+        """Strict: every field checked for type and range; unknown fields are ignored so
+        that later versions can add some."""
+        checks = {
+            "protocol": lambda v: v in ("tcp", "udp"),
+            "direction": lambda v: v in DIRECTIONS,
+            "parallel": lambda v: _is_int(v) and 1 <= v <= MAX_PARALLEL,
+            "duration": lambda v: v is None or (_is_number(v) and 0 < v <= 86400 * 7),
+            "num_bytes": lambda v: v is None or (_is_int(v) and 0 < v <= 1 << 60),
+            "length": lambda v: _is_int(v) and 1 <= v <= MAX_LENGTH,
+            "rate": lambda v: _is_number(v) and 0 <= v <= 1e13,
+            "window": lambda v: v is None or (_is_int(v) and 2000 <= v <= 10**9),
+            "congestion": lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 15
+                                                  and v.isascii() and v.isprintable()),
+            "mss": lambda v: v is None or (_is_int(v) and 88 <= v <= 65535),
+            "nodelay": lambda v: isinstance(v, bool),
+            "omit": lambda v: _is_number(v) and 0 <= v <= 3600,
+        }
+        values = {}
+        for name, check in checks.items():
+            if name in message:
+                if not check(message[name]):
+                    raise ProtocolError(f"test field '{name}' has an invalid value")
+                values[name] = message[name]
+        spec = cls(**values)
+        if (spec.duration is None) == (spec.num_bytes is None):
+            raise ProtocolError("a test needs exactly one of 'duration' and 'num_bytes'")
+        if spec.protocol == "udp" and spec.length < DATAGRAM_HEADER.size:
+            raise ProtocolError(f"UDP datagrams need at least {DATAGRAM_HEADER.size} bytes")
+        if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
+            raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
+        return spec
+
+    def stream_count(self) -> int:
+        return self.parallel * (2 if self.direction == "bidir" else 1)
+
+    def client_sends(self, stream: int) -> bool:
+        """Streams 1..P carry the forward direction; with bidir P+1..2P the reverse."""
+        if self.direction == "forward":
+            return True
+        if self.direction == "reverse":
+            return False
+        return stream <= self.parallel
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and value == value  # not NaN
+
+
+# Fields of each per-stream result a peer reports at the end; anything else is ignored.
+RESULT_FIELDS = {"stream": int, "bytes": int, "seconds": float, "packets": int, "lost": int,
+                 "out_of_order": int, "jitter_ms": float, "retransmits": int,
+                 "max_snd_cwnd": int, "mean_rtt_us": int, "queue_growth_ms": float}
+SIGNED_RESULT_FIELDS = {"queue_growth_ms"}
+
+
+def parse_results(message: dict) -> dict[int, dict]:
+    """Per-stream results by stream number, type-checked; a malformed entry is an error."""
+    streams = message.get("streams")
+    if not isinstance(streams, list) or len(streams) > 2 * MAX_PARALLEL:
+        raise ProtocolError("results need a list 'streams'")
+    parsed = {}
+    for entry in streams:
+        if not isinstance(entry, dict) or not _is_int(entry.get("stream")):
+            raise ProtocolError("each result needs an integer 'stream'")
+        clean = {}
+        for name, kind in RESULT_FIELDS.items():
+            value = entry.get(name)
+            if value is None:
+                continue
+            ok = _is_int(value) if kind is int else _is_number(value)
+            if not ok or (value < 0 and name not in SIGNED_RESULT_FIELDS):
+                raise ProtocolError(f"result field '{name}' has an invalid value")
+            clean[name] = value
+        parsed[clean["stream"]] = clean
+    return parsed
+
+
+def auth_proof(secret: bytes, challenge: str, role: str) -> str:
+    """HMAC-SHA256 of the server's challenge: proves the secret without sending it. `role`
+    keeps a proof made for one direction from being replayed in the other."""
+    import hashlib
+    import hmac
+
+    return hmac.new(secret, f"{role}:{challenge}".encode(), hashlib.sha256).hexdigest()
+
+
+MAX_PEER_INTERVALS = 1500  # rows of [stream, start, end, bytes, packets, lost, jitter_ms]
+
+
+def parse_intervals(message: dict) -> list[tuple[int, float, float, int, int | None,
+                                                 int | None, float | None]]:
+    """The peer's interval rows sent with its results (absent in long tests)."""
+    rows = message.get("intervals", [])
+    if not isinstance(rows, list) or len(rows) > MAX_PEER_INTERVALS:
+        raise ProtocolError("results 'intervals' must be a list of at most "
+                            f"{MAX_PEER_INTERVALS} rows")
+    parsed = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 7 and _is_int(row[0])
+                and _is_number(row[1]) and _is_number(row[2]) and _is_int(row[3])
+                and all(v is None or _is_int(v) for v in row[4:6])
+                and (row[6] is None or _is_number(row[6]))):
+            raise ProtocolError("malformed results interval row")
+        parsed.append(tuple(row))
+    return parsed

@@ -1,0 +1,163 @@
+"""JSON output in iperf3's layout and key names (start, intervals, end, sum_sent,
+sum_received, ...), so tools that read iperf3 JSON read ours; what iperf3 lacks sits under
+new keys. docs/json-output.md is the schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..stats import RttSummary, lost_percent
+
+
+def interval_entry(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
+                   we_are_client: bool) -> dict:
+    """One iperf3 interval object from the records of one interval (all streams)."""
+    streams = [_interval_stream(r, protocol) for r in records]
+    forward = [s for s, r in zip(streams, records, strict=False)
+               if client_sends(r.stream) == we_are_client] or streams
+    reverse = [s for s, r in zip(streams, records, strict=False)
+               if client_sends(r.stream) != we_are_client]
+    entry = {"streams": streams, "sum": _sum(forward, protocol)}
+    if reverse and forward is not streams:
+        entry["sum_bidir_reverse"] = _sum(reverse, protocol)
+    return entry
+
+
+def _interval_stream(record, protocol: str) -> dict:
+    seconds = record.end - record.start
+    entry = {"socket": record.stream, "start": _round(record.start), "end": _round(record.end),
+             "seconds": _round(seconds), "bytes": record.num_bytes,
+             "bits_per_second": _rate(record.num_bytes, seconds), "omitted": record.omitted,
+             "sender": record.sending}
+    if protocol == "udp":
+        entry["packets"] = record.packets or 0
+        if record.lost is not None:
+            entry.update(jitter_ms=record.jitter_ms, lost_packets=record.lost,
+                         lost_percent=lost_percent(record.lost, entry["packets"]),
+                         out_of_order=record.out_of_order)
+    elif record.retransmits is not None or record.snd_cwnd is not None:
+        entry.update(retransmits=record.retransmits, snd_cwnd=record.snd_cwnd,
+                     rtt=record.rtt_us, rttvar=record.rttvar_us)
+    return entry
+
+
+def _sum(streams: list[dict], protocol: str) -> dict:
+    if not streams:
+        return {}
+    total = sum(s["bytes"] for s in streams)
+    seconds = max(s["seconds"] for s in streams)
+    entry = {"start": min(s["start"] for s in streams), "end": max(s["end"] for s in streams),
+             "seconds": seconds, "bytes": total, "bits_per_second": _rate(total, seconds),
+             "omitted": streams[0].get("omitted", False), "sender": streams[0]["sender"]}
+    if protocol == "udp":
+        entry["packets"] = sum(s.get("packets", 0) for s in streams)
+        if any("lost_packets" in s for s in streams):
+            lost = sum(s.get("lost_packets", 0) for s in streams)
+            entry.update(jitter_ms=_mean(s.get("jitter_ms", 0.0) for s in streams),
+                         lost_packets=lost, lost_percent=lost_percent(lost, entry["packets"]))
+        growth = [s["queue_growth_ms"] for s in streams if "queue_growth_ms" in s]
+        if growth:
+            entry["queue_growth_ms"] = max(growth)
+    elif any("retransmits" in s for s in streams):
+        entry["retransmits"] = sum(s.get("retransmits") or 0 for s in streams)
+    return entry
+
+
+def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[int], bool],
+                client_view: dict[int, dict], server_view: dict[int, dict]) -> dict:
+    """Per-stream sender and receiver views and their sums. `client_view`/`server_view`:
+    result entries by stream number (what each end measured)."""
+    streams, sent, received, sent_reverse, received_reverse = [], [], [], [], []
+    bidir = len({client_sends(n) for n in numbers}) > 1
+    for number in numbers:
+        if client_sends(number):
+            sender_view, receiver_view = client_view.get(number), server_view.get(number)
+        else:
+            sender_view, receiver_view = server_view.get(number), client_view.get(number)
+        sender = _end_stream(number, sender_view, True, protocol)
+        receiver = _end_stream(number, receiver_view, False, protocol)
+        if protocol == "udp":
+            merged = dict(sender)
+            for key in ("jitter_ms", "lost_packets", "lost_percent", "out_of_order",
+                        "queue_growth_ms"):
+                if key in receiver:
+                    merged[key] = receiver[key]
+            if "lost_packets" in receiver:
+                merged["packets"] = receiver["packets"]
+            streams.append({"udp": merged, "sender": sender, "receiver": receiver})
+        else:
+            streams.append({"sender": sender, "receiver": receiver})
+        reverse = bidir and not client_sends(number)
+        (sent_reverse if reverse else sent).append(sender)
+        (received_reverse if reverse else received).append(receiver)
+    end = {"streams": streams, "sum_sent": _sum(sent, protocol),
+           "sum_received": _sum(received, protocol)}
+    if protocol == "udp":
+        end["sum"] = _udp_sum(end["sum_sent"], end["sum_received"])
+    if bidir:
+        end["sum_sent_bidir_reverse"] = _sum(sent_reverse, protocol)
+        end["sum_received_bidir_reverse"] = _sum(received_reverse, protocol)
+        if protocol == "udp":
+            end["sum_bidir_reverse"] = _udp_sum(end["sum_sent_bidir_reverse"],
+                                                end["sum_received_bidir_reverse"])
+    return end
+
+
+def _udp_sum(sent: dict, received: dict) -> dict:
+    """iperf3's UDP 'sum': the sender's bytes, the receiver's jitter and loss."""
+    entry = dict(sent)
+    for key in ("jitter_ms", "lost_packets", "lost_percent", "packets", "queue_growth_ms"):
+        if key in received:
+            entry[key] = received[key]
+    return entry
+
+
+def _end_stream(number: int, view: dict | None, sender: bool, protocol: str) -> dict:
+    view = view or {}
+    seconds = view.get("seconds", 0.0)
+    num_bytes = view.get("bytes", 0)
+    entry = {"socket": number, "start": 0, "end": _round(seconds), "seconds": _round(seconds),
+             "bytes": num_bytes, "bits_per_second": _rate(num_bytes, seconds),
+             "sender": sender}
+    if "error" in view:
+        entry["error"] = view["error"]
+    if protocol == "udp":
+        entry["packets"] = view.get("packets", 0)
+        if "lost" in view:
+            entry.update(jitter_ms=view.get("jitter_ms", 0.0), lost_packets=view["lost"],
+                         lost_percent=lost_percent(view["lost"], entry["packets"]),
+                         out_of_order=view.get("out_of_order", 0))
+        if "queue_growth_ms" in view:
+            entry["queue_growth_ms"] = view["queue_growth_ms"]
+    else:
+        if "retransmits" in view and sender:
+            entry["retransmits"] = view["retransmits"]
+        if "max_snd_cwnd" in view and sender:
+            entry["max_snd_cwnd"] = view["max_snd_cwnd"]
+        if "mean_rtt_us" in view:
+            entry["mean_rtt"] = view["mean_rtt_us"]
+    return entry
+
+
+def latency_section(idle: RttSummary | None, loaded: RttSummary | None) -> dict:
+    """New in simpleperf (iperf3 has no latency under load): milliseconds."""
+    def block(summary: RttSummary | None):
+        if summary is None:
+            return None
+        return {"count": summary.count, "min_ms": summary.minimum, "mean_ms": summary.average,
+                "max_ms": summary.maximum, "mdev_ms": summary.mdev, "p50_ms": summary.p50,
+                "p90_ms": summary.p90, "p99_ms": summary.p99, "rpm": summary.rpm}
+    return {"idle": block(idle), "loaded": block(loaded)}
+
+
+def _rate(num_bytes: int, seconds: float) -> float:
+    return num_bytes * 8 / seconds if seconds > 0 else 0.0
+
+
+def _round(value: float) -> float:
+    return round(value, 6)
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,88 @@
+"""Tables of a native test: the classic columns, then what the test measured beyond them
+(kernel TCP statistics with -e, jitter and loss for UDP), and both ends' view at the end."""
+
+from __future__ import annotations
+
+from ..stats import RttSummary, lost_percent
+from ..units import format_amount, format_mbps
+from .classic import COLUMN, INTERVAL_RULE
+
+SUM_LABEL = "SUM"
+
+
+def header(protocol: str, extended: bool) -> str:
+    cells = ["ID", "Interval", "Transfer", "Bandwidth"]
+    if protocol == "udp":
+        cells += ["Jitter", "Lost/Total", "Datagrams"]
+    elif extended:
+        cells += ["Retr", "Cwnd", "RTT"]
+    return _line(cells)
+
+
+def row(label: str, start: float, end: float, values: dict, unit: str, protocol: str,
+        extended: bool, note: str = "") -> str:
+    """One line for one stream (or the sum) over [start, end]. `values` holds the keys of a
+    result entry: bytes, and where known packets, lost, jitter_ms, retransmits, snd_cwnd or
+    max_snd_cwnd, rtt_us or mean_rtt_us."""
+    num_bytes = values.get("bytes", 0)
+    cells = [label, f"{start:.1f} - {end:.1f}", format_amount(num_bytes, unit),
+             format_mbps(num_bytes, end - start)]
+    if protocol == "udp":
+        if values.get("lost") is not None and values.get("packets") is not None:
+            lost, packets = values["lost"], values["packets"]
+            cells += [f"{values.get('jitter_ms', 0.0):.3f} ms",
+                      f"{lost}/{packets} ({lost_percent(lost, packets):.2g}%)", ""]
+        else:
+            cells += ["", "", str(values.get("packets", ""))]
+    elif extended:
+        cwnd = values.get("snd_cwnd", values.get("max_snd_cwnd"))
+        rtt = values.get("rtt_us", values.get("mean_rtt_us"))
+        cells += [_optional(values.get("retransmits")),
+                  format_amount(cwnd, "KB") if cwnd is not None else "",
+                  f"{rtt / 1000:.2f} ms" if rtt is not None else ""]
+    if note:
+        cells.append(note)
+    return _line(cells).rstrip()
+
+
+def _optional(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _line(cells: list[str]) -> str:
+    widths = [COLUMN] * 4 + [12] * (len(cells) - 4)
+    padded = (f"{cell:<{width}}" for cell, width in zip(cells[:-1], widths, strict=False))
+    return "".join(padded) + cells[-1]
+
+
+def rule() -> str:
+    return INTERVAL_RULE
+
+
+def latency_lines(idle: RttSummary | None, loaded: RttSummary | None) -> list[str]:
+    if idle is None and loaded is None:
+        return []
+    parts = []
+    if idle is not None:
+        parts.append(f"idle {idle.p50:.3f} ms")
+    if loaded is not None:
+        parts.append(f"under load p50 {loaded.p50:.3f} ms, p90 {loaded.p90:.3f} ms, "
+                     f"p99 {loaded.p99:.3f} ms ({loaded.count} probes)")
+        parts.append(f"responsiveness {loaded.rpm:.0f} RPM")
+    return ["RTT " + "; ".join(parts)]
+
+
+def rtt_probe_line(number: int, rtt_ms: float) -> str:
+    return f"probe {number}: time={rtt_ms:.3f} ms"
+
+
+def rtt_summary_lines(host: str, sent: int, summary: RttSummary | None) -> list[str]:
+    received = summary.count if summary else 0
+    loss = 100.0 * (sent - received) / sent if sent else 0.0
+    lines = [f"--- {host} RTT statistics ---",
+             f"{sent} probes sent, {received} answered, {loss:.0f}% lost"]
+    if summary is not None:
+        lines.append(f"rtt min/avg/max/mdev = {summary.minimum:.3f}/{summary.average:.3f}/"
+                     f"{summary.maximum:.3f}/{summary.mdev:.3f} ms; p50/p90/p99 = "
+                     f"{summary.p50:.3f}/{summary.p90:.3f}/{summary.p99:.3f} ms")
+    return lines

@@ -1,0 +1,220 @@
+"""UDP sockets that move datagrams fast: segmentation offload when sending (UDP_SEGMENT),
+receive offload when receiving (UDP_GRO), kernel receive timestamps, and a plain path
+where the kernel has neither."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import socket
+import struct
+import sys
+import time
+
+SOL_UDP = 17
+UDP_SEGMENT = 103  # linux/udp.h: one send() becomes many datagrams of this size
+UDP_GRO = 104  # linux/udp.h: one recv() returns many datagrams of one size, coalesced
+SO_TIMESTAMPNS = 35
+MAX_GSO_BYTES = 65000  # a GSO send stays below the 64 KiB IP payload limit
+MAX_GSO_SEGMENTS = 64
+RECEIVE_BUFFER = 4 * 1024 * 1024
+_TIMESPEC = struct.Struct("qq")
+_INT = struct.Struct("i")
+ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_INT.size)
+
+
+def enable_segmentation(sock: socket.socket, datagram_size: int) -> int:
+    """How many datagrams one send() may carry: >1 when the kernel segments for us."""
+    batch = min(MAX_GSO_SEGMENTS, MAX_GSO_BYTES // datagram_size)
+    if batch < 2:
+        return 1
+    try:
+        sock.setsockopt(SOL_UDP, UDP_SEGMENT, datagram_size)
+    except OSError:
+        return 1
+    return batch
+
+
+def enable_receive_offload(sock: socket.socket) -> None:
+    """Coalesced reads where the kernel offers them; kernel timestamps for jitter."""
+    for level, option in ((SOL_UDP, UDP_GRO), (socket.SOL_SOCKET, SO_TIMESTAMPNS)):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, 1)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+
+
+def read_ancillary(ancillary: list, count: int) -> tuple[int, float]:
+    """From one read's ancillary data: the size of each datagram in it (UDP_GRO; else the
+    read is one datagram) and the kernel's arrival time (else now), wall clock."""
+    segment = count
+    arrival = None
+    for level, kind, data in ancillary:
+        if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            arrival = seconds + nanoseconds * 1e-9
+        elif kind == UDP_GRO and level == SOL_UDP:
+            segment = _INT.unpack_from(data)[0] or count
+    return segment, arrival if arrival is not None else time.time()
+
+
+def open_connected(family: int, local: tuple | None, remote: tuple,
+                   reuse_address: bool = False) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if local is not None:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(local)
+        sock.connect(remote)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class Pacer:
+    """Spreads sending evenly at `rate` bits/s: it says how many units are due now, and
+    sleeps until the next one is. A sender that fell behind catches up at most
+    CATCH_UP_SECONDS' worth at once, so there is never a burst of a whole interval."""
+
+    TICK_SECONDS = 0.001
+    CATCH_UP_SECONDS = 0.01
+
+    def __init__(self, rate: float, unit_bytes: int, start: float) -> None:
+        self.per_second = rate / 8 / unit_bytes
+        self.start = start
+        self.done = 0
+
+    def due(self, now: float) -> int:
+        owed = int((now - self.start) * self.per_second) - self.done
+        limit = max(1, int(self.per_second * self.CATCH_UP_SECONDS))
+        if owed > limit:  # forget what could not be sent in time instead of bursting it
+            self.done += owed - limit
+            owed = limit
+        return owed
+
+    def wait(self, now: float) -> None:
+        next_due = self.start + (self.done + 1) / self.per_second
+        time.sleep(max(0.0, min(next_due - now, 0.05)))
+
+
+class _IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(_IOVec)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class _MMsgHdr(ctypes.Structure):
+    _fields_ = [("header", _MsgHdr), ("length", ctypes.c_uint)]
+
+
+MSG_WAITFORONE = 0x10000
+_CMSG_HEADER = struct.Struct("Qii")  # cmsg_len, cmsg_level, cmsg_type (64-bit Linux)
+_TIMESTAMP_ONLY = struct.Struct("Qiiqq")  # that header, then a struct timespec
+_UINT = struct.Struct("I")
+_SIZE = struct.Struct("Q")
+
+
+class BatchReceiver:
+    """Many datagrams per system call (Linux recvmmsg, through ctypes from the standard
+    library): a sender that does not segment (iperf3 3.12) sends one datagram per packet,
+    and one Python call per datagram would cap the receiver near 2 Gbit/s.
+
+    receive() returns how many messages arrived; then `message(i)` gives (offset into
+    `buffer`, bytes, size of each datagram in it, arrival time on the wall clock)."""
+
+    SLOT = 65536
+    CONTROL = 64
+
+    def __init__(self, sock: socket.socket, count: int = 64) -> None:
+        self.sock = sock
+        self.count = count
+        self.buffer = bytearray(self.SLOT * count)
+        self._data = (ctypes.c_char * len(self.buffer)).from_buffer(self.buffer)
+        self._control = (ctypes.c_char * (self.CONTROL * count))()
+        self._control_view = memoryview(self._control).cast("B")
+        self._iovecs = (_IOVec * count)()
+        self._messages = (_MMsgHdr * count)()
+        base = ctypes.addressof(self._data)
+        control = ctypes.addressof(self._control)
+        for i in range(count):
+            self._iovecs[i].base = base + i * self.SLOT
+            self._iovecs[i].length = self.SLOT
+            header = self._messages[i].header
+            header.iov = ctypes.pointer(self._iovecs[i])
+            header.iovlen = 1
+            header.control = control + i * self.CONTROL
+            header.controllen = self.CONTROL
+        self._pristine = bytes(memoryview(self._messages).cast("B"))
+        self._view = memoryview(self._messages).cast("B")
+        self._size = ctypes.sizeof(_MMsgHdr)
+        self._length_at = _MMsgHdr.length.offset
+        self._controllen_at = _MsgHdr.controllen.offset
+        self._fd = sock.fileno()
+
+    @staticmethod
+    def available() -> bool:
+        return _recvmmsg is not None
+
+    def receive(self) -> int:
+        """Block until at least one datagram (or the socket's receive timeout: then raise
+        BlockingIOError); return how many were read."""
+        ctypes.memmove(self._messages, self._pristine, len(self._pristine))
+        got = _recvmmsg(self._fd, self._messages, self.count, MSG_WAITFORONE, None)
+        if got < 0:
+            error = ctypes.get_errno()
+            if error in (errno.EAGAIN, errno.EINTR):
+                raise BlockingIOError(error, os.strerror(error))
+            raise OSError(error, os.strerror(error))
+        return got
+
+    def message(self, index: int) -> tuple[int, int, int, float]:
+        base = index * self._size
+        length = _UINT.unpack_from(self._view, base + self._length_at)[0]
+        controllen = _SIZE.unpack_from(self._view, base + self._controllen_at)[0]
+        control = self._control_view
+        offset = index * self.CONTROL
+        if controllen == _TIMESTAMP_ONLY.size:  # the usual case: one timestamp, no GRO
+            _, level, kind, seconds, nanoseconds = _TIMESTAMP_ONLY.unpack_from(control, offset)
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                return index * self.SLOT, length, length, seconds + nanoseconds * 1e-9
+        segment, arrival = length, None
+        end = offset + min(controllen, self.CONTROL)
+        while offset + _CMSG_HEADER.size <= end:
+            cmsg_len, level, kind = _CMSG_HEADER.unpack_from(control, offset)
+            data = offset + _CMSG_HEADER.size
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(control, data)
+                arrival = seconds + nanoseconds * 1e-9
+            elif level == SOL_UDP and kind == UDP_GRO:
+                segment = _INT.unpack_from(control, data)[0] or length
+            if cmsg_len < _CMSG_HEADER.size:
+                break
+            offset += (cmsg_len + 7) & ~7
+        return index * self.SLOT, length, segment, arrival if arrival else time.time()
+
+
+def _load_recvmmsg():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        function = libc.recvmmsg
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int,
+                         ctypes.c_void_p]
+    return function
+
+
+_recvmmsg = _load_recvmmsg() if sys.platform.startswith("linux") else None

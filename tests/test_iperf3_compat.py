@@ -1,0 +1,195 @@
+"""iperf3 on the wire, both ways, with Debian's real iperf3: its clients against our
+server (every option of the issue), and our client against its server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import free_port, run_simpleperf, start_server
+
+from simpleperf.protocol import iperf3
+
+pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
+
+
+def iperf3_client(port: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def iperf3_json(port: int, *args: str) -> dict:
+    done = iperf3_client(port, "-J", *args)
+    assert done.returncode == 0, done.stdout[-800:] + done.stderr
+    return json.loads(done.stdout)
+
+
+def agree(a: float, b: float, within: float = 0.01) -> bool:
+    return a > 0 and abs(a - b) <= within * max(a, b)
+
+
+@pytest.fixture(scope="module")
+def our_server():
+    live, port = start_server()
+    yield live, port
+    live.close()
+
+
+@pytest.mark.parametrize("args", [
+    ["-t", "2"], ["-t", "2", "-P", "4"], ["-t", "2", "-R"], ["-t", "2", "--bidir"],
+    ["-n", "200M"], ["-t", "3", "-O", "1"], ["-t", "2", "-w", "256K"],
+    ["-t", "2", "-l", "32K"], ["-t", "2", "-R", "-P", "2"],
+])
+def test_iperf3_tcp_clients_get_correct_results(our_server, args):
+    _, port = our_server
+    end = iperf3_json(port, *args)["end"]
+    assert agree(end["sum_sent"]["bytes"], end["sum_received"]["bytes"]), end["sum_sent"]
+    if "--bidir" in args:
+        assert agree(end["sum_sent_bidir_reverse"]["bytes"],
+                     end["sum_received_bidir_reverse"]["bytes"])
+    if "-n" in args:
+        assert end["sum_sent"]["bytes"] >= 200 * 1024 * 1024
+    streams = 4 if "4" in args else 2 if ("2" in args[3:] or "--bidir" in args) else 1
+    assert len(end["streams"]) == streams
+
+
+@pytest.mark.parametrize("args", [["-u", "-b", "100M", "-t", "2"],
+                                  ["-u", "-b", "50M", "-R", "-t", "2"],
+                                  ["-u", "-b", "20M", "-l", "1000", "-t", "2", "-P", "2"]])
+def test_iperf3_udp_clients_get_jitter_and_loss(our_server, args):
+    _, port = our_server
+    end = iperf3_json(port, *args)["end"]
+    total = end["sum"]
+    assert total["packets"] > 0 and total["lost_packets"] <= 0.01 * total["packets"]
+    assert 0 <= total["jitter_ms"] < 50
+    rate = float(args[args.index("-b") + 1].rstrip("M")) * 1e6
+    streams = 2 if "-P" in args else 1
+    assert 0.9 * rate * streams < total["bits_per_second"] < 1.1 * rate * streams
+    if "-l" in args:
+        assert end["streams"][0]["udp"]["bytes"] == end["streams"][0]["udp"]["packets"] * 1000
+
+
+def test_get_server_output_carries_our_report(our_server):
+    _, port = our_server
+    document = iperf3_json(port, "-t", "1", "--get-server-output")
+    assert "receiver" in document["server_output_text"]
+    text = iperf3_client(port, "-t", "1", "--get-server-output")
+    assert text.returncode == 0 and "Server output:" in text.stdout
+
+
+def test_ten_iperf3_clients_at_once(our_server):
+    live, port = our_server
+    processes = [subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3",
+                                   "-J"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(10)]
+    results = [process.communicate(timeout=60) for process in processes]
+    assert [p.returncode for p in processes] == [0] * 10, [r[1] for r in results]
+    for out, _ in results:
+        end = json.loads(out)["end"]
+        assert agree(end["sum_sent"]["bytes"], end["sum_received"]["bytes"])
+
+
+def test_classic_native_and_iperf3_clients_share_the_port(our_server):
+    _, port = our_server
+    outcome: dict[str, subprocess.CompletedProcess] = {}
+    runs = {"classic": lambda: run_simpleperf("-c", "-p", str(port), "-t", "2"),
+            "native": lambda: run_simpleperf("-c", "-p", str(port), "-t", "2", "-u", "-J"),
+            "iperf3": lambda: iperf3_client(port, "-t", "2")}
+    threads = [threading.Thread(target=lambda n=name, f=run: outcome.__setitem__(n, f()))
+               for name, run in runs.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert {name: done.returncode for name, done in outcome.items()} == {
+        "classic": 0, "native": 0, "iperf3": 0}
+
+
+def test_authentication_is_refused_with_a_message_iperf3_prints(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    live, port = start_server("--auth-secret-file", str(secret))
+    try:
+        done = iperf3_client(port, "-t", "1")
+        assert done.returncode != 0
+        assert "test authorization failed" in done.stdout + done.stderr
+    finally:
+        live.close()
+
+
+def _raw_iperf3_test(port: int, parameters: dict) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(iperf3.make_cookie())
+        assert sock.recv(1) == iperf3.state(iperf3.PARAM_EXCHANGE)
+        sock.sendall(iperf3.encode_json(parameters))
+        sock.settimeout(10)
+        reply = b""
+        while len(reply) < 9:
+            chunk = sock.recv(64)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+@pytest.mark.parametrize("key,code", [("authtoken", iperf3.IEAUTHTEST),
+                                      ("sctp", iperf3.IENOSCTP)])
+def test_unsupported_options_get_a_server_error(our_server, key, code):
+    _, port = our_server
+    reply = _raw_iperf3_test(port, {"tcp": True, "time": 1, "parallel": 1, key: "x"})
+    assert reply[:1] == iperf3.state(iperf3.SERVER_ERROR)
+    assert struct.unpack("!ii", reply[1:9])[0] == code
+
+
+# Our client against iperf3's own server ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def iperf3_server():
+    port = free_port()
+    process = subprocess.Popen(["iperf3", "-s", "-p", str(port)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    yield port
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.mark.parametrize("args", [["-t", "2"], ["-t", "2", "-P", "3"], ["-t", "2", "-R"],
+                                  ["-t", "2", "--bidir"], ["-u", "-b", "50M", "-t", "2"],
+                                  ["-u", "-b", "20M", "-R", "-t", "2"]])
+def test_our_client_against_an_iperf3_server(iperf3_server, args):
+    done = run_simpleperf("-c", "-p", str(iperf3_server), "--iperf3", "-J", *args)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["start"]["protocol"] == "iperf3"
+    end = document["end"]
+    assert agree(end["sum_sent"]["bytes"], end["sum_received"]["bytes"])
+    if "-u" in args:
+        assert end["sum"]["lost_percent"] <= 1 and end["sum"]["jitter_ms"] >= 0
+    text = run_simpleperf("-c", "-p", str(iperf3_server), "--iperf3", "-t", "1")
+    assert text.returncode == 0 and text.stdout.rstrip().endswith("receiver")
+
+
+def test_an_iperf3_server_is_recognised_by_itself(iperf3_server):
+    done = run_simpleperf("-c", "-p", str(iperf3_server), "-J", "-t", "1", "-R")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["start"]["protocol"] == "iperf3"
+
+
+def test_a_busy_iperf3_server_is_said_so(iperf3_server):
+    long_test = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(iperf3_server), "-t",
+                                  "4"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        done = run_simpleperf("-c", "-p", str(iperf3_server), "--iperf3", "-t", "1")
+        assert done.returncode == 1
+        assert "busy" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    finally:
+        long_test.wait(30)

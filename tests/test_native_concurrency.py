@@ -1,0 +1,49 @@
+"""Many independent tests at once on one server: 64 clients, each its own process, all
+starting a 5 s TCP test at the same instant, all finish with both ends agreeing, fairly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import start_server
+
+from simpleperf.stats import jain_index
+
+CLIENTS = 64
+SECONDS = 5
+
+def run_clients(port: int, count: int, seconds: int) -> list[subprocess.CompletedProcess]:
+    start_at = time.monotonic() + 3 + count * 0.08
+    # The launcher imports simpleperf, then starts the test at the common instant.
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "simpleperf.lab.launch", f"{start_at:.6f}", "--", "simpleperf",
+         "-c", "-p", str(port), "--native", "-t", str(seconds), "-J", "--no-latency"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(count)]
+    done = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return done
+
+
+def test_64_clients_at_once_all_finish_correctly_and_fairly():
+    live, port = start_server()
+    try:
+        done = run_clients(port, CLIENTS, SECONDS)
+        failures = [d.stderr.strip() for d in done if d.returncode != 0]
+        assert not failures, failures[:3]
+        received = []
+        for run in done:
+            end = json.loads(run.stdout.split("\n", 1)[1])["end"]  # after the start mark
+            sender, receiver = end["streams"][0]["sender"], end["streams"][0]["receiver"]
+            assert sender["bytes"] == receiver["bytes"] > 0
+            assert SECONDS - 0.5 < receiver["seconds"] < SECONDS + 2
+            received.append(receiver["bits_per_second"])
+        assert jain_index(received) >= 0.9, sorted(received)
+        live.wait_for(lambda lines: sum(line.startswith("Test from") for line in lines)
+                      >= CLIENTS)
+    finally:
+        live.close()

@@ -1,0 +1,250 @@
+"""The server's native side: one port for every protocol, falling back against classic
+servers, operator limits, authentication, and peers that misbehave or vanish."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+from conftest import LiveProcess, free_port, proc_status, run_simpleperf, start_server
+
+from simpleperf.protocol import native
+
+
+class ThreadedClassicServer:
+    """A classic server written from the spec: counts payload until a read that ends in
+    BYE, answers ACK: BYE; any number of connections at once."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        self.counts: list[int] = []
+        self.greetings_answered = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            received = b""
+            total = 0
+            while True:
+                data = conn.recv(1000)
+                if not data:
+                    return  # closed without BYE: not counted
+                total += len(data)
+                received = (received + data)[-3:]
+                if received == b"BYE":
+                    self.counts.append(total - 3)
+                    conn.sendall(b"ACK: BYE")
+                    return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def classic_server():
+    server = ThreadedClassicServer()
+    yield server
+    server.close()
+
+
+def test_native_client_falls_back_on_a_classic_server(classic_server):
+    done = run_simpleperf("-c", "-p", str(classic_server.port), "--native", "-P", "2",
+                          "-n", "1MB", "-f", "B", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert sorted(classic_server.counts) == [1_000_000, 1_000_000]
+    rows = [line for line in done.stdout.splitlines() if line.endswith(" Mbps")]
+    assert [line.split()[4] for line in rows] == ["1000000", "1000000"]
+
+
+def test_features_a_classic_server_lacks_fail_clearly(classic_server):
+    done = run_simpleperf("-c", "-p", str(classic_server.port), "-R", "-t", "1", timeout=30)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "speaks only classic simpleperf" in lines[0] and "-R" in lines[0]
+
+
+@pytest.mark.parametrize("limit,args,message", [
+    (["--max-parallel", "2"], ["-P", "3", "--native", "-t", "1"], "at most 2 (--max-parallel)"),
+    (["--max-duration", "2"], ["-t", "5", "--native"], "at most 2 s (--max-duration)"),
+])
+def test_limits_refuse_with_a_clear_message(limit, args, message):
+    live, port = start_server(*limit)
+    try:
+        done = run_simpleperf("-c", "-p", str(port), *args, timeout=30)
+        assert done.returncode == 1
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        live.wait_for(lambda lines: any(line.startswith("Refused") for line in lines))
+        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        live.close()
+
+
+def test_max_clients_refuses_the_extra_test_while_one_runs():
+    live, port = start_server("--max-clients", "1")
+    first = LiveProcess("-c", "-p", str(port), "--native", "-t", "4")
+    try:
+        first.wait_for(lambda lines: any("connected with" in line for line in lines))
+        time.sleep(0.5)
+        second = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert second.returncode == 1 and "busy" in second.stderr
+        assert first.process.wait(30) == 0
+    finally:
+        first.close()
+        live.close()
+
+
+def test_shared_secret_authentication(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("correct horse battery staple\n")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("nope\n")
+    live, port = start_server("--auth-secret-file", str(secret))
+    try:
+        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", "--auth-secret-file",
+                            str(secret), timeout=30)
+        assert ok.returncode == 0, ok.stderr
+        bad = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1",
+                             "--auth-secret-file", str(wrong), timeout=30)
+        assert bad.returncode == 1 and "authentication failed" in bad.stderr
+        missing = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert missing.returncode == 1 and "requires authentication" in missing.stderr
+        live.wait_for(lambda lines: any("authentication failed" in line for line in lines))
+        assert not any("correct horse" in line for line in live.lines)
+    finally:
+        live.close()
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket, limit: float = 20) -> bytes:
+    sock.settimeout(limit)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _messages(data: bytes) -> list[dict]:
+    return native.MessageReader().feed(data)
+
+
+def test_a_silent_control_connection_is_timed_out(server):
+    live, port = server
+    with _connect(port) as sock:
+        sock.sendall(native.preface(native.CONTROL))
+        began = time.monotonic()
+        reply = _read_until_closed(sock, 30)
+    assert time.monotonic() - began < 15
+    assert _messages(reply)[-1]["type"] == "error"
+
+
+def test_a_data_connection_with_an_unknown_token_is_closed(server):
+    _, port = server
+    with _connect(port) as sock:
+        sock.sendall(native.data_preface(b"x" * 16, 1))
+        assert _read_until_closed(sock, 10) == b""
+
+
+def test_wrong_order_and_malformed_messages_get_a_protocol_error(server):
+    _, port = server
+    for payload in (native.encode({"type": "test", "protocol": "tcp"}),  # before hello
+                    b"\x00\x00\x00\x05{not}",
+                    b"\xff\xff\xff\xff"):
+        with _connect(port) as sock:
+            sock.sendall(native.preface(native.CONTROL) + payload)
+            reply = _messages(_read_until_closed(sock, 10))
+        assert reply and reply[-1]["type"] == "error"
+        assert "protocol error" in reply[-1]["message"]
+    with _connect(port) as sock:
+        sock.sendall(native.preface(native.CONTROL) + native.encode({"type": "hello"}))
+        sock.sendall(native.encode({"type": "test", "protocol": "tcp", "parallel": "many",
+                                    "duration": 1}))
+        reply = _messages(_read_until_closed(sock, 10))
+    assert reply[0]["type"] == "welcome" and reply[-1]["type"] == "error"
+    assert "parallel" in reply[-1]["message"]
+
+
+def test_a_client_that_vanishes_mid_test_frees_everything():
+    live, port = start_server()
+    try:
+        baseline = proc_status(live.process.pid)
+        for ended, args in enumerate((["-t", "10"], ["-t", "10", "-u", "-b", "50M"],
+                                      ["-t", "10", "-R"]), start=1):
+            client = LiveProcess("-c", "-p", str(port), "--native", "-i", "1", *args)
+            client.wait_for(lambda lines: sum("Mbps" in line for line in lines) >= 1)
+            client.process.kill()
+            client.close()
+            live.wait_for(lambda lines, n=ended: sum(line.startswith("Test from") for line in
+                                                     lines) >= n)
+        deadline = time.monotonic() + 20
+        while proc_status(live.process.pid) != baseline and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc_status(live.process.pid) == baseline
+        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        live.close()
+
+
+def test_the_server_vanishing_mid_test_is_one_line_and_exit_1():
+    live, port = start_server()
+    client = LiveProcess("-c", "-p", str(port), "--native", "-t", "20", "-i", "1")
+    try:
+        client.wait_for(lambda lines: sum("Mbps" in line for line in lines) >= 1)
+        live.process.kill()
+        assert client.process.wait(30) == 1
+        errors = client.stderr().strip().splitlines()
+        assert len(errors) == 1 and errors[0].startswith("simpleperf: error:")
+    finally:
+        client.close()
+        live.close()
+
+
+def test_ctrl_c_on_a_native_client_prints_what_was_measured(server):
+    _, port = server
+    client = LiveProcess("-c", "-p", str(port), "-R", "-t", "20", "-i", "1")
+    try:
+        client.wait_for(lambda lines: sum("Mbps" in line for line in lines) >= 2)
+        assert client.interrupt() == 130
+        assert any(line.rstrip().endswith("receiver") for line in client.lines)
+    finally:
+        client.close()
+
+
+def test_one_port_serves_classic_and_native_clients_at_once(server):
+    _, port = server
+    results: dict[str, object] = {}
+
+    def classic() -> None:
+        results["classic"] = run_simpleperf("-c", "-p", str(port), "-t", "2", timeout=30)
+
+    thread = threading.Thread(target=classic)
+    thread.start()
+    native_run = run_simpleperf("-c", "-p", str(port), "-J", "-t", "2", "-u", "-b", "5M",
+                                timeout=30)
+    thread.join(40)
+    assert native_run.returncode == 0 and json.loads(native_run.stdout)["end"]["sum"]
+    classic_run = results["classic"]
+    assert classic_run.returncode == 0 and classic_run.stdout.rstrip().endswith("Mbps")

@@ -1,0 +1,67 @@
+"""UDP loss, reordering and jitter accounting: iperf3's and RFC 1889's definitions."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpleperf.stats import UdpReceiveAccount, percentile, summarise_rtt
+
+
+def test_gaps_are_lost_and_late_packets_take_one_back():
+    account = UdpReceiveAccount()
+    for number in (1, 2, 5, 3, 6):
+        account.feed(number, 0.0, 0.0)
+    # 3 and 4 went missing at 5; 3 came late: out of order, and no longer lost.
+    assert (account.lost, account.out_of_order, account.packets, account.received) == (
+        1, 1, 6, 5)
+
+
+def test_jitter_is_rfc1889_smoothing_of_transit_differences():
+    account = UdpReceiveAccount()
+    account.feed(1, 0.000, 0.010)  # transit 10 ms: only sets the reference
+    account.feed(2, 0.020, 0.034)  # transit 14 ms: D = 4 ms
+    account.feed(3, 0.040, 0.050)  # transit 10 ms: D = 4 ms
+    first = 0.004 / 16
+    assert abs(account.jitter - (first + (0.004 - first) / 16)) < 1e-12
+
+
+def test_a_clock_offset_between_hosts_never_enters_jitter():
+    account = UdpReceiveAccount()
+    for number in range(1, 100):
+        account.feed(number, number * 0.001, 1000.0 + number * 0.001)
+    assert account.jitter < 1e-9
+
+
+def test_queue_growth_follows_the_one_way_delay():
+    account = UdpReceiveAccount()
+    for number in range(1, 321):  # delay grows 0.1 ms per packet: 32 ms over 320 packets
+        account.feed(number, number * 0.001, number * 0.001 + number * 0.0001)
+    assert 0.027 < account.queue_growth < 0.033
+
+
+runs = st.lists(st.tuples(st.integers(1, 300), st.integers(1, 70),
+                          st.floats(0, 10), st.floats(0, 1)), min_size=1, max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(runs)
+def test_a_batch_at_once_equals_packet_by_packet(batches):
+    fast, slow = UdpReceiveAccount(), UdpReceiveAccount()
+    for first, count, sent, delay in batches:
+        fast.feed_run(first, count, sent, sent + delay)
+        slow.feed_many([(first + i, sent) for i in range(count)], sent + delay)
+    for name in ("highest", "lost", "out_of_order", "received", "first_block_min",
+                 "last_block_min"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert abs(fast.jitter - slow.jitter) < 1e-9
+
+
+def test_percentiles_and_rtt_summary():
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5
+    assert percentile([5], 0.99) == 5
+    summary = summarise_rtt([10.0, 20.0, 30.0, 40.0])
+    assert (summary.minimum, summary.average, summary.maximum) == (10.0, 25.0, 40.0)
+    assert abs(summary.mdev - 11.180339887) < 1e-6  # ping's mdev: population deviation
+    assert summary.rpm == 60000 / 25.0
+    assert summarise_rtt([]) is None
