@@ -178,14 +178,6 @@ def _connected(stream: Stream, options: ClientOptions) -> dict:
             "remote_host": options.host, "remote_port": options.port}
 
 
-def system_congestion() -> str | None:
-    try:
-        with open("/proc/sys/net/ipv4/tcp_congestion_control") as source:
-            return source.read().strip()
-    except OSError:
-        return None
-
-
 def spec_from_options(options: ClientOptions, default_udp_rate: float) -> TestSpec:
     rate = options.rate if options.rate is not None else (
         default_udp_rate if options.udp else 0.0)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from . import __version__
 from .cli import DEFAULT_UDP_RATE, ClientOptions
-from .client_output import Interrupted, TestOutput, spec_from_options, system_congestion
+from .client_output import Interrupted, TestOutput, spec_from_options
 from .errors import SimpleperfError
 from .protocol import iperf3
 from .protocol.classic import ProtocolError
@@ -187,28 +187,10 @@ class _Iperf3Test:
 
     def _open_udp(self, sending: bool) -> socket.socket:
         options = self.options
-        infos = socket.getaddrinfo(options.host, options.port, options.family,
-                                   socket.SOCK_DGRAM)
-        family, _, _, _, address = infos[0]
-        sock = udp.open_connected(family, (options.local, 0) if options.local else None,
-                                  address)
-        try:
-            if not sending:
-                udp.enable_receive_offload(sock)
-            for _ in range(UDP_GREETING_TRIES):
-                sock.send(iperf3.UDP_CONNECT_MSG)
-                readable, _, _ = select.select([sock], [], [], 0.2)
-                if readable and sock.recv(64) in (iperf3.UDP_CONNECT_REPLY,
-                                                  iperf3.UDP_CONNECT_REPLY_LEGACY):
-                    return sock
-            raise SimpleperfError(f"no answer on UDP port {options.port} of {options.host}")
-        except ConnectionRefusedError:
-            sock.close()
-            raise SimpleperfError(f"UDP port {options.port} of {options.host} is "
-                                  "closed") from None
-        except BaseException:
-            sock.close()
-            raise
+        return udp.open_greeted(options.host, options.port, options.family, options.local,
+                                iperf3.UDP_CONNECT_MSG, (iperf3.UDP_CONNECT_REPLY,
+                                                         iperf3.UDP_CONNECT_REPLY_LEGACY),
+                                not sending, options.window, tries=UDP_GREETING_TRIES)
 
     # The test --------------------------------------------------------------------------------
 
@@ -219,7 +201,7 @@ class _Iperf3Test:
                           options.interval or STEP_SECONDS, output.interval)
         output.start()
         session.begin(time.monotonic())
-        congestion = options.congestion or system_congestion()
+        congestion = options.congestion or tcp.system_congestion()
         try:
             self._run_until_done(session)
             session.stop_sending.set()

@@ -17,6 +17,7 @@ from .protocol.classic import ProtocolError
 from .protocol.native import TestSpec
 from .report import native as table
 from .session import Session
+from .slots import TestSlots
 from .streams import Stream, apply_tcp_options
 from .transport import tcp, udp
 
@@ -26,26 +27,6 @@ RESULTS_SECONDS = 10.0
 TCP_QUIET = 0.05  # after TEST_END, a TCP receiver is done once nothing arrived this long
 UDP_QUIET = 0.25
 DRAIN_LIMIT = 3.0
-
-
-class TestSlots:
-    """Tests running at once, native and iperf3 together, against --max-clients."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self.running = 0
-        self._lock = threading.Lock()
-
-    def acquire(self) -> bool:
-        with self._lock:
-            if self.limit is not None and self.running >= self.limit:
-                return False
-            self.running += 1
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self.running -= 1
 
 
 @dataclass
@@ -338,16 +319,8 @@ def _results(params: iperf3.Parameters, session: Session) -> dict:
               if any_sender else -1,
               "streams": streams}
     if params.protocol == "tcp":
-        result["congestion_used"] = params.congestion or _system_congestion()
+        result["congestion_used"] = params.congestion or tcp.system_congestion() or "unknown"
     return result
-
-
-def _system_congestion() -> str:
-    try:
-        with open("/proc/sys/net/ipv4/tcp_congestion_control") as source:
-            return source.read().strip()
-    except OSError:
-        return "unknown"
 
 
 class _Control:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from . import __version__
 from .cli import DEFAULT_UDP_RATE, ClientOptions
-from .client_output import Interrupted, TestOutput, spec_from_options, system_congestion
+from .client_output import Interrupted, TestOutput, spec_from_options
 from .errors import SimpleperfError
 from .latency import EchoProber
 from .protocol.classic import ProtocolError
@@ -191,7 +191,7 @@ class _NativeTest:
             if self.prober is not None:
                 self.prober.start_background(options.rtt_interval)
             session.begin(time.monotonic())
-            congestion = options.congestion or system_congestion()
+            congestion = options.congestion or tcp.system_congestion()
             try:
                 session.run()
             except KeyboardInterrupt:
@@ -240,51 +240,12 @@ class _NativeTest:
 
     def _open_udp(self, token: bytes, number: int, sending: bool) -> socket.socket:
         options = self.options
-        remote_family, remote = _resolve_udp(options.host, options.port, options.family)
-        local = (options.local, 0) if options.local else None
-        sock = udp.open_connected(remote_family, local, remote)
-        try:
-            if not sending:
-                udp.enable_receive_offload(sock)
-            if options.window:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, options.window)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, options.window)
-            hello = data_preface(token, number, UDP_HELLO)
-            expected = data_preface(token, number, UDP_ACK)
-            for _ in range(UDP_HELLO_TRIES):
-                sock.send(hello)
-                if _await_datagram(sock, expected, 0.2):
-                    break
-            else:
-                raise SimpleperfError(f"no answer on UDP port {options.port} of "
-                                      f"{options.host} (a firewall?)")
-            tcp.set_wake_up(sock)
-        except ConnectionRefusedError:
-            sock.close()
-            raise SimpleperfError(f"UDP port {options.port} of {options.host} is "
-                                  "closed") from None
-        except BaseException:
-            sock.close()
-            raise
+        sock = udp.open_greeted(options.host, options.port, options.family, options.local,
+                                data_preface(token, number, UDP_HELLO),
+                                (data_preface(token, number, UDP_ACK),), not sending,
+                                options.window, tries=UDP_HELLO_TRIES)
+        tcp.set_wake_up(sock)
         return sock
-
-def _resolve_udp(host: str, port: int, family: int) -> tuple[int, tuple]:
-    try:
-        infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
-    except socket.gaierror:
-        raise SimpleperfError(f"cannot resolve server name '{host}'") from None
-    return infos[0][0], infos[0][4]
-
-
-def _await_datagram(sock: socket.socket, expected: bytes, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        readable, _, _ = select.select([sock], [], [], remaining)
-        if readable and sock.recv(2048) == expected:
-            return True
 
 
 def measure(options: ClientOptions) -> dict:

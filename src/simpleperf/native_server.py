@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from . import __version__
 from .cli import ServerOptions
 from .errors import SimpleperfError
-from .iperf3_server import TestSlots
 from .protocol.classic import ProtocolError
 from .protocol.native import (
     DATA_PREFACE_SIZE,
@@ -35,6 +34,7 @@ from .protocol.native import (
 )
 from .report import native as table
 from .session import ControlChannel, PeerGone, Session
+from .slots import TestSlots
 from .streams import Stream, apply_tcp_options
 from .transport import tcp, udp
 

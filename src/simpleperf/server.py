@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .cli import ServerOptions
-from .iperf3_server import Iperf3Service, TestSlots
+from .iperf3_server import Iperf3Service
 from .native_server import NativeService
 from .protocol import iperf3, native
 from .protocol.classic import ACK, ClassicReceiver, ProtocolError
 from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
 from .report import classic as table
+from .slots import TestSlots
 from .transport import tcp
 
 IDLE_LIMIT_SECONDS = 60.0

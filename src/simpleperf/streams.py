@@ -276,11 +276,3 @@ def apply_tcp_options(sock: socket.socket, spec: TestSpec) -> None:
     if spec.nodelay:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tcp.set_congestion(sock, spec.congestion)
-
-
-def mss_option(sock: socket.socket, mss: int | None) -> None:
-    if mss is not None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
-        except OSError as error:
-            raise SimpleperfError(f"cannot set MSS {mss}: {error.strerror}") from None

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..stats import jain_index
+from ..transport import tcp
 from . import ownership, theory
 from .experiment import Flow, Step, Timing
 from .launch import START_MARK
@@ -36,11 +37,7 @@ LOSS_BASED = {"reno", "cubic", "bic", "htcp", "highspeed", "scalable", "westwood
 
 def system_congestion_control() -> str:
     """What TCP uses unless told otherwise; new network namespaces inherit it."""
-    try:
-        with open("/proc/sys/net/ipv4/tcp_congestion_control") as current:
-            return current.read().strip()
-    except OSError:
-        return "unknown"
+    return tcp.system_congestion() or "unknown"
 ROW = re.compile(r"^(\S+:\d+)\s+(\d+\.\d) - (\d+\.\d)\s+(\d+) B\s+([\d.]+) Mbps")
 
 

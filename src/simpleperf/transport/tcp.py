@@ -29,6 +29,16 @@ def endpoint(address: tuple) -> str:
 
 
 AVAILABLE_CONGESTION = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+CURRENT_CONGESTION = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+
+def system_congestion() -> str | None:
+    """What TCP uses unless told otherwise (new network namespaces inherit it)."""
+    try:
+        with open(CURRENT_CONGESTION) as current:
+            return current.read().strip()
+    except OSError:
+        return None
 
 
 def set_congestion(sock: socket.socket, name: str | None) -> None:

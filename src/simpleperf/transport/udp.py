@@ -9,10 +9,13 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import select
 import socket
 import struct
 import sys
 import time
+
+from ..errors import SimpleperfError
 
 SOL_UDP = 17
 UDP_SEGMENT = 103  # linux/udp.h: one send() becomes many datagrams of this size
@@ -76,6 +79,39 @@ def open_connected(family: int, local: tuple | None, remote: tuple,
         sock.close()
         raise
     return sock
+
+
+def open_greeted(host: str, port: int, family: int, local: str | None, greeting: bytes,
+                 answers: tuple[bytes, ...], receiving: bool, window: int | None,
+                 tries: int = 15, wait: float = 0.2) -> socket.socket:
+    """A UDP socket connected to the server's port, once the server answered `greeting`
+    (sent again every `wait` seconds, `tries` times) with one of `answers`."""
+    try:
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
+    except socket.gaierror:
+        raise SimpleperfError(f"cannot resolve server name '{host}'") from None
+    remote_family, _, _, _, remote = infos[0]
+    sock = open_connected(remote_family, (local, 0) if local else None, remote)
+    try:
+        if receiving:
+            enable_receive_offload(sock)
+        if window:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, window)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+        for _ in range(tries):
+            sock.send(greeting)
+            deadline = time.monotonic() + wait
+            while (remaining := deadline - time.monotonic()) > 0:
+                readable, _, _ = select.select([sock], [], [], remaining)
+                if readable and sock.recv(2048) in answers:
+                    return sock
+        raise SimpleperfError(f"no answer on UDP port {port} of {host} (a firewall?)")
+    except ConnectionRefusedError:
+        sock.close()
+        raise SimpleperfError(f"UDP port {port} of {host} is closed") from None
+    except BaseException:
+        sock.close()
+        raise
 
 
 class Pacer:
