@@ -246,3 +246,22 @@ def test_record_is_written_before_anything_exists(tmp_path, monkeypatch):
     loaded = ownership.load("zz")
     assert loaded.namespaces == {"zz-a": None} and loaded.state == "building"
     assert json.loads((tmp_path / "zz.record.json").read_text())["lab"] == "zz"
+
+
+def test_udp_rate_search_finds_the_link_rate_without_knowing_it(pair_lab):
+    pair_lab("--rate", "20M", "--delay", "5ms", "--queue", "50")
+    port = str(free_port())
+    server = subprocess.Popen(["ip", "netns", "exec", "h2", *SIMPLEPERF, "-s", "-p", port],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.7)
+        done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-u", "--probe",
+                       "-t", "0.7", "-l", "1400", "-J", timeout=120)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)["probe"]["result"]
+        goodput = 20e6 * 1400 / (1400 + 28 + 14)  # what the link carries of 1400-byte payloads
+        assert 0.85 * goodput <= found["offered"] <= 1.02 * goodput, found
+        assert found["lost_percent"] <= 1.0
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -161,3 +161,15 @@ def test_text_output_of_a_udp_test(server):
     receiver = [line for line in done.stdout.splitlines() if line.endswith("receiver")]
     assert len(receiver) == 1 and "/" in receiver[0] and " ms " in receiver[0]
     assert "KB" in receiver[0]
+
+
+def test_local_address_ipv6_mss_and_nodelay(server):
+    _, port = server
+    document = run_json(port, "-t", "1", "-B", "127.0.0.2", "-M", "1000", "-N", "-C", "cubic")
+    assert document["start"]["connected"][0]["local_host"] == "127.0.0.2"
+    assert views(document)[0][1]["bytes"] > 0
+    six = run_simpleperf("-c", "::1", "-p", str(port), "-6", "-J", "-t", "1", "-R")
+    assert six.returncode == 0, six.stderr
+    assert json.loads(six.stdout)["start"]["connected"][0]["local_host"] == "::1"
+    four_only = run_simpleperf("-c", "::1", "-p", str(port), "-4", "-J", "-t", "1")
+    assert four_only.returncode == 1 and "resolve" in four_only.stderr

@@ -65,3 +65,20 @@ def test_percentiles_and_rtt_summary():
     assert abs(summary.mdev - 11.180339887) < 1e-6  # ping's mdev: population deviation
     assert summary.rpm == 60000 / 25.0
     assert summarise_rtt([]) is None
+
+
+def test_rate_search_converges_just_under_a_path_it_does_not_know():
+    from simpleperf.rate_probe import best, search
+
+    capacity = 37.3e6
+
+    def path(rate: float) -> tuple[float, float, float]:
+        # Above capacity the queue grows (2 s trials, ms) and, past the queue, packets drop.
+        excess = max(0.0, rate - capacity)
+        return min(rate, capacity), 100 * excess / rate, 2000 * excess / capacity
+
+    trials = search(path, threshold=1.0)
+    found = best(trials)
+    assert found is not None and 0.95 * capacity <= found.offered <= capacity
+    assert len(trials) <= 16
+    assert best(search(lambda rate: (0.0, 100.0, None), threshold=1.0)) is None
