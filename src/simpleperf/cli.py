@@ -224,6 +224,8 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         bind_text = next((v for v in (args.b, args.bind, args.bind_address) if v is not None),
                          None)
         bind = _ip_address("-b/--bind", bind_text) if bind_text is not None else None
+        if bind is None and family:  # -4 / -6 without an address: that family's wildcard
+            bind = "0.0.0.0" if family == socket.AF_INET else "::"
         return ServerOptions(
             bind=bind, port=port, unit=unit, length=_length(args.len, DEFAULT_LENGTH),
             window=window, congestion=congestion,
