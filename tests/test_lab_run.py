@@ -66,8 +66,8 @@ def mixed_run(tmp_path_factory):
 def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     done, folder = mixed_run
     assert_gone(PORTFOLIO_NAMESPACES)
-    for name in ("results.sqlite", "flows.csv", "intervals.csv", "probes.csv", "results.json",
-                 "report.html"):
+    for name in ("results.sqlite", "flows.csv", "intervals.csv", "probes.csv",
+                 "rate_trials.csv", "results.json", "report.html"):
         assert (folder / name).stat().st_size > 0, name
     db = sqlite3.connect(folder / "results.sqlite")
     steps = db.execute('SELECT name, start_spread_ms, fairness FROM step ORDER BY position'
@@ -180,6 +180,12 @@ def test_the_portfolio_experiment_runs_all_five_cases(tmp_path):
         # use at least half of it, and no flow is starved.
         assert 0.5 * predicted < measured <= 1.05 * predicted, (step, measured, predicted)
         assert weakest > 0.15, step
+    # Case 1 found its rates by searching: every UDP flow has trials, and runs at a good one.
+    for rate, best in db.execute(
+            "SELECT f.rate, MAX(CASE WHEN t.good THEN t.offered END) FROM flow f "
+            "JOIN rate_trial t ON t.flow_id = f.id WHERE f.kind = 'udp' GROUP BY f.id"):
+        assert best is not None and rate == best
+    assert db.execute("SELECT COUNT(DISTINCT flow_id) FROM rate_trial").fetchone()[0] == 3
     fairness = [r[0] for r in db.execute("SELECT fairness FROM step WHERE \"case\" IN "
                                          "('4', '5') ORDER BY position")]
     assert len(fairness) == 5 and all(0.5 <= f <= 1.0 for f in fairness)

@@ -23,7 +23,6 @@ from .transport import tcp, udp
 STATE_SECONDS = 15.0
 STEP_SECONDS = 1.0
 UDP_GREETING_TRIES = 15
-DRAIN_LIMIT = 3.0
 SETTLE_LIMIT = 2.0
 
 
@@ -207,7 +206,7 @@ class _Iperf3Test:
             session.stop_sending.set()
             self._settle_senders()
             self.control.sendall(iperf3.state(iperf3.TEST_END))
-            self._drain(session)
+            session.drain_receivers()
             session.finish(time.monotonic())
             session.stop.set()
             remote = self._exchange_results(session)
@@ -264,17 +263,6 @@ class _Iperf3Test:
             except OSError:
                 return
             time.sleep(0.002)
-
-    def _drain(self, session: Session) -> None:
-        receiving = [s for s in self.streams if not s.sending]
-        quiet = 0.25 if self.spec.protocol == "udp" else 0.05
-        began = time.monotonic()
-        while time.monotonic() - began < DRAIN_LIMIT:
-            now = time.monotonic()
-            if all(s.done.is_set() or now - (s.last or began) >= quiet for s in receiving):
-                return
-            # The server answers TEST_END with EXCHANGE_RESULTS; keep it for later.
-            time.sleep(0.01)
 
     def _exchange_results(self, session: Session) -> dict[int, dict]:
         self._expect(iperf3.EXCHANGE_RESULTS)

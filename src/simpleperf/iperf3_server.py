@@ -24,9 +24,6 @@ from .transport import tcp, udp
 HANDSHAKE_SECONDS = 10.0
 STREAMS_SECONDS = 10.0
 RESULTS_SECONDS = 10.0
-TCP_QUIET = 0.05  # after TEST_END, a TCP receiver is done once nothing arrived this long
-UDP_QUIET = 0.25
-DRAIN_LIMIT = 3.0
 
 
 @dataclass
@@ -224,7 +221,7 @@ class Iperf3Service:
                                 else "the client terminated the test")
         session.stop_sending.set()
         _uncount_undelivered(streams)
-        self._drain(session, streams)
+        session.drain_receivers()
         session.finish(time.monotonic())
         session.stop.set()
         return session
@@ -235,19 +232,6 @@ class Iperf3Service:
         if params.num_bytes or params.blocks:
             return 7 * 86400.0
         return params.omit + params.duration + 30
-
-    @staticmethod
-    def _drain(session: Session, streams: list[Stream]) -> None:
-        """The client stopped sending when it said TEST_END; what is still on its way
-        belongs to the test: wait until every receiving stream has gone quiet."""
-        receiving = [s for s in streams if not s.sending]
-        began = time.monotonic()
-        while time.monotonic() - began < DRAIN_LIMIT:
-            now = time.monotonic()
-            quiet = UDP_QUIET if session.spec.protocol == "udp" else TCP_QUIET
-            if all(s.done.is_set() or now - (s.last or began) >= quiet for s in receiving):
-                return
-            time.sleep(0.01)
 
     def _report(self, peer: str, params: iperf3.Parameters, session: Session) -> list[str]:
         unit = self.options.unit

@@ -25,11 +25,13 @@ from .protocol.native import (
     parse_results,
 )
 from .streams import Stream, run_stream
-from .transport import tcpinfo
+from .transport import tcp, tcpinfo
 
 UDP_QUIET_MIN = 0.25  # a UDP receiver ends this long after the last datagram ...
 UDP_QUIET_MAX = 2.0  # ... once the sender said it finished, scaled by the path's RTT
 RESULTS_WAIT_SECONDS = 30.0
+TCP_QUIET = 0.02  # a drained TCP receiver: nothing unread, nothing new for this long
+DRAIN_LIMIT = 3.0
 
 
 class ControlChannel:
@@ -239,6 +241,18 @@ class Session:
             self.channel.send(message)
             self._sent_results = True
 
+    def drain_receivers(self, limit: float = DRAIN_LIMIT) -> None:
+        """After the peer said the test ended (iperf3's TEST_END): what it wrote before
+        that belongs to the test. Wait until every receiving stream has nothing unread
+        and nothing new for a moment (UDP: for UDP_QUIET_MIN), at most `limit` seconds."""
+        receiving = [s for s in self.streams if not s.sending and not s.done.is_set()]
+        began = time.monotonic()
+        while time.monotonic() - began < limit:
+            now = time.monotonic()
+            if all(s.done.is_set() or _drained(s, now - (s.last or began)) for s in receiving):
+                return
+            time.sleep(0.005)
+
     def cpu_percent(self) -> tuple[float, float]:
         """This process's user and system CPU since begin(), in percent of one core."""
         now = os.times()
@@ -375,6 +389,15 @@ def _snapshot(stream: Stream) -> _Snapshot:
             return _Snapshot(stream.num_bytes)
         return _Snapshot(stream.num_bytes, account.packets, account.lost, account.out_of_order)
     return _Snapshot(stream.num_bytes)
+
+
+def _drained(stream: Stream, quiet: float) -> bool:
+    if stream.protocol == "udp":
+        return quiet >= UDP_QUIET_MIN
+    try:
+        return quiet >= TCP_QUIET and tcp.unread_bytes(stream.sock) == 0
+    except OSError:
+        return True
 
 
 def _control_rtt(sock: socket.socket) -> float:

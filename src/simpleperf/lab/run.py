@@ -134,7 +134,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
 
     report = write_report(folder, run, plan.cases)
     say(f"\nresults: {folder} (results.sqlite, flows.csv, intervals.csv, probes.csv, "
-        f"results.json, plots, {report.name})")
+        f"rate_trials.csv, results.json, plots, {report.name})")
     if interrupted:
         raise KeyboardInterrupt
     return folder

@@ -37,6 +37,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
+CREATE TABLE rate_trial (flow_id INTEGER REFERENCES flow(id), trial INTEGER, offered REAL,
+    received REAL, lost_percent REAL, queue_growth_ms REAL, good INTEGER);
 """
 
 
@@ -95,6 +97,10 @@ class Store:
                                 [(flow_id, a, b, r) for a, b, r in flow.intervals])
             self.db.executemany("INSERT INTO probe VALUES (?, ?, ?)",
                                 [(flow_id, i, r) for i, r in enumerate(flow.rtts, start=1)])
+            self.db.executemany("INSERT INTO rate_trial VALUES (?, ?, ?, ?, ?, ?, ?)", [
+                (flow_id, i, t.get("offered"), t.get("received"), t.get("lost_percent"),
+                 t.get("queue_growth_ms"), int(bool(t.get("good"))))
+                for i, t in enumerate(flow.probe_trials, start=1)])
         self.db.commit()
 
     def finish(self, interrupted: bool) -> None:
@@ -104,7 +110,8 @@ class Store:
         self.export()
 
     def export(self) -> None:
-        """flows.csv, intervals.csv, probes.csv and results.json beside the database."""
+        """flows.csv, intervals.csv, probes.csv, rate_trials.csv and results.json beside the
+        database."""
         for table, query in (
                 ("flows", "SELECT s.position AS step, s.\"case\", s.name AS step_name, "
                           "s.start_spread_ms, s.fairness, f.* FROM flow f JOIN step s ON "
@@ -112,7 +119,10 @@ class Store:
                 ("intervals", "SELECT f.label, s.name AS step_name, i.* FROM interval i JOIN "
                               "flow f ON f.id = i.flow_id JOIN step s ON s.id = f.step_id"),
                 ("probes", "SELECT f.label, s.name AS step_name, p.* FROM probe p JOIN flow f "
-                           "ON f.id = p.flow_id JOIN step s ON s.id = f.step_id")):
+                           "ON f.id = p.flow_id JOIN step s ON s.id = f.step_id"),
+                ("rate_trials", "SELECT f.label, s.name AS step_name, t.* FROM rate_trial t "
+                                "JOIN flow f ON f.id = t.flow_id JOIN step s ON "
+                                "s.id = f.step_id")):
             cursor = self.db.execute(query)
             with open(self.folder / f"{table}.csv", "w", newline="") as out:
                 writer = csv.writer(out)
@@ -144,6 +154,9 @@ def load_run(folder: Path) -> dict:
                     (flow["id"],))]
                 item["rtts"] = [r[0] for r in db.execute(
                     "SELECT rtt_ms FROM probe WHERE flow_id = ? ORDER BY seq", (flow["id"],))]
+                item["rate_trials"] = [dict(r) for r in db.execute(
+                    "SELECT offered, received, lost_percent, queue_growth_ms, good FROM "
+                    "rate_trial WHERE flow_id = ? ORDER BY trial", (flow["id"],))]
                 flows.append(item)
             steps.append(dict(step) | {"flows": flows})
         run["steps"] = steps

@@ -13,6 +13,7 @@ from ..errors import SimpleperfError
 from . import tcpinfo
 
 SIOCOUTQ = 0x5411  # bytes in the send queue not yet acknowledged by the peer
+SIOCINQ = 0x541B  # bytes received and not yet read
 WAKE_UP_SECONDS = 0.5
 SETTLE_MIN_SECONDS = 0.02  # a 1000-byte-read Python peer empties a 6 MB buffer in ~15 ms
 SETTLE_MAX_SECONDS = 0.25  # how often a blocked read or write looks up to check for a stop
@@ -165,6 +166,11 @@ def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:
 
 def unsent_bytes(sock: socket.socket) -> int:
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0]
+
+
+def unread_bytes(sock: socket.socket) -> int:
+    """Bytes the kernel holds for us that we have not read yet (SIOCINQ)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCINQ, b"\0" * 4))[0]
 
 
 def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30.0) -> None:
