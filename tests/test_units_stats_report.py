@@ -75,3 +75,16 @@ def test_mean_confidence_uses_students_t():
     assert mean == 11.0 and half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
     with pytest.raises(ValueError):
         mean_confidence([])
+
+
+def test_native_udp_row_shows_loss_and_reordering():
+    from simpleperf.report import native
+
+    line = native.row("10.0.0.1:5000", 0.0, 1.0, {"bytes": 1_000_000, "packets": 1000,
+                                                  "lost": 5, "jitter_ms": 0.25,
+                                                  "out_of_order": 3},
+                      "MB", "udp", False, "receiver")
+    assert "0.250 ms" in line and "5/1000 (0.5%), 3 out of order" in line
+    assert line.endswith("receiver")
+    assert "out of order" not in native.row("x", 0.0, 1.0, {"bytes": 1, "packets": 1,
+                                                            "lost": 0}, "MB", "udp", False)

@@ -61,6 +61,7 @@ class TestOutput:
             stream = by_number[record.stream]
             values = {"bytes": record.num_bytes, "packets": record.packets,
                       "lost": record.lost, "jitter_ms": record.jitter_ms,
+                      "out_of_order": record.out_of_order,
                       "retransmits": record.retransmits, "snd_cwnd": record.snd_cwnd,
                       "rtt_us": record.rtt_us}
             notes = [n for n in ("omitted" if record.omitted else "",
@@ -169,6 +170,7 @@ def _role_values(view: dict, role: str) -> dict:
 def _sum_values(total: dict) -> dict:
     return {"bytes": total["bytes"], "packets": total.get("packets"),
             "lost": total.get("lost_packets"), "jitter_ms": total.get("jitter_ms"),
+            "out_of_order": total.get("out_of_order"),
             "retransmits": total.get("retransmits")}
 
 

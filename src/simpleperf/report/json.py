@@ -54,7 +54,8 @@ def _sum(streams: list[dict], protocol: str) -> dict:
         if any("lost_packets" in s for s in streams):
             lost = sum(s.get("lost_packets", 0) for s in streams)
             entry.update(jitter_ms=_mean(s.get("jitter_ms", 0.0) for s in streams),
-                         lost_packets=lost, lost_percent=lost_percent(lost, entry["packets"]))
+                         lost_packets=lost, lost_percent=lost_percent(lost, entry["packets"]),
+                         out_of_order=sum(s.get("out_of_order") or 0 for s in streams))
         growth = [s["queue_growth_ms"] for s in streams if "queue_growth_ms" in s]
         if growth:
             entry["queue_growth_ms"] = max(growth)

@@ -30,8 +30,10 @@ def row(label: str, start: float, end: float, values: dict, unit: str, protocol:
     if protocol == "udp":
         if values.get("lost") is not None and values.get("packets") is not None:
             lost, packets = values["lost"], values["packets"]
+            reordered = values.get("out_of_order") or 0
             cells += [f"{values.get('jitter_ms', 0.0):.3f} ms",
-                      f"{lost}/{packets} ({lost_percent(lost, packets):.2g}%)", ""]
+                      f"{lost}/{packets} ({lost_percent(lost, packets):.2g}%)"
+                      + (f", {reordered} out of order" if reordered else ""), ""]
         else:
             cells += ["", "", str(values.get("packets", ""))]
     elif extended:
