@@ -4,7 +4,6 @@ own stream threads and Session, printed with simpleperf's tables and JSON."""
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 import time
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from . import __version__
 from .cli import DEFAULT_UDP_RATE, ClientOptions
 from .client_output import Interrupted, TestOutput, spec_from_options
 from .errors import SimpleperfError
+from .iperf3_control import Iperf3Control
 from .protocol import iperf3
 from .protocol.classic import ProtocolError
 from .protocol.native import TestSpec
@@ -74,13 +74,12 @@ class _Iperf3Test:
         self.spec = spec_from_options(options, DEFAULT_UDP_RATE)  # -n: all streams together
         self.cookie = iperf3.make_cookie()
         self.streams: list[Stream] = []
-        self.pending = b""
 
     def run(self) -> None:
         options = self.options
         control = tcp.connect(options.host, options.port, family=options.family,
                               local=options.local)
-        self.control = control
+        self.control = Iperf3Control(control, "server")
         try:
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             control.sendall(self.cookie)
@@ -101,42 +100,19 @@ class _Iperf3Test:
     # The exchange ----------------------------------------------------------------------------
 
     def _read_state(self, timeout: float) -> int | None:
-        if not self.pending:
-            readable, _, _ = select.select([self.control], [], [], timeout)
-            if not readable:
-                return None
-            data = self.control.recv(65536)
-            if not data:
-                raise SimpleperfError("the iperf3 server closed the connection")
-            self.pending = data
-        value = iperf3.signed(self.pending[0])
-        self.pending = self.pending[1:]
+        """The server's next state; its refusals and endings become one-line errors."""
+        value = self.control.read_state(timeout)
         if value == iperf3.ACCESS_DENIED:
             raise Busy(f"the iperf3 server at {self.options.host} port {self.options.port} "
                        "is busy running a test (iperf3 serves one at a time); try again later")
         if value == iperf3.SERVER_ERROR:
-            detail = self._read_bytes(8, STATE_SECONDS)
-            code, errno = iperf3.parse_server_error(detail)
+            code, errno = iperf3.parse_server_error(self.control.read_bytes(8, STATE_SECONDS))
             raise SimpleperfError(f"the iperf3 server refused the test: "
                                   f"{iperf3.error_text(code)}"
                                   + (f" (errno {errno})" if errno else ""))
-        if value in (iperf3.SERVER_TERMINATE,):
+        if value == iperf3.SERVER_TERMINATE:
             raise SimpleperfError("the iperf3 server terminated the test")
         return value
-
-    def _read_bytes(self, count: int, timeout: float) -> bytes:
-        deadline = time.monotonic() + timeout
-        while len(self.pending) < count:
-            remaining = deadline - time.monotonic()
-            readable, _, _ = select.select([self.control], [], [], max(0.0, remaining))
-            if not readable:
-                raise ProtocolError("the iperf3 server stopped answering")
-            data = self.control.recv(65536)
-            if not data:
-                raise SimpleperfError("the iperf3 server closed the connection")
-            self.pending += data
-        data, self.pending = self.pending[:count], self.pending[count:]
-        return data
 
     def _expect(self, wanted: int) -> None:
         value = self._read_state(STATE_SECONDS)
@@ -145,23 +121,6 @@ class _Iperf3Test:
                                 f"{STATE_SECONDS:g} s")
         if value != wanted:
             raise ProtocolError(f"expected state {wanted}, got {value}")
-
-    def _read_json(self) -> dict:
-        reader = iperf3.JsonReader(iperf3.MAX_RESULTS)
-        value = reader.feed(self.pending)
-        self.pending = b""
-        deadline = time.monotonic() + STATE_SECONDS
-        while value is None:
-            readable, _, _ = select.select([self.control], [], [],
-                                           max(0.0, deadline - time.monotonic()))
-            if not readable:
-                raise ProtocolError("the server's results did not arrive")
-            data = self.control.recv(65536)
-            if not data:
-                raise SimpleperfError("the iperf3 server closed the connection")
-            value = reader.feed(data)
-        self.pending = bytes(reader.buffer)
-        return value
 
     # Streams ---------------------------------------------------------------------------------
 
@@ -205,14 +164,14 @@ class _Iperf3Test:
             self._run_until_done(session)
             session.stop_sending.set()
             self._settle_senders()
-            self.control.sendall(iperf3.state(iperf3.TEST_END))
+            self.control.conn.sendall(iperf3.state(iperf3.TEST_END))
             session.drain_receivers()
             session.finish(time.monotonic())
             session.stop.set()
             remote = self._exchange_results(session)
         except KeyboardInterrupt:
             with contextlib.suppress(OSError):
-                self.control.sendall(iperf3.state(iperf3.CLIENT_TERMINATE))
+                self.control.conn.sendall(iperf3.state(iperf3.CLIENT_TERMINATE))
             session.close()
             output.end(session, {}, None, None, congestion, interrupted=True)
             raise Interrupted() from None
@@ -248,21 +207,22 @@ class _Iperf3Test:
                 raise ProtocolError(f"the server sent state {value} during the test")
 
     def _settle_senders(self) -> None:
-        """An iperf3 server counts what it read when TEST_END arrives: let what we wrote
-        reach it first (at most SETTLE_LIMIT), so both ends report the same bytes."""
+        """An iperf3 server counts what it has read when TEST_END arrives: let what we wrote
+        be acknowledged, then read (at most SETTLE_LIMIT), so both ends report the same."""
         sending = [s for s in self.streams if s.sending]
         deadline = time.monotonic() + SETTLE_LIMIT
         for stream in sending:
             stream.done.wait(max(0.0, deadline - time.monotonic()))
-        if self.spec.protocol != "tcp":
+        if self.spec.protocol != "tcp" or not sending:
             return
-        while time.monotonic() < deadline:
-            try:
+        try:
+            while time.monotonic() < deadline:
                 if all(tcp.unsent_bytes(s.sock) == 0 for s in sending):
+                    time.sleep(max(tcp.settle_time(s.sock) for s in sending))
                     return
-            except OSError:
-                return
-            time.sleep(0.002)
+                time.sleep(0.002)
+        except OSError:
+            return
 
     def _exchange_results(self, session: Session) -> dict[int, dict]:
         self._expect(iperf3.EXCHANGE_RESULTS)
@@ -277,14 +237,15 @@ class _Iperf3Test:
                          "errors": entry.get("lost", 0), "omitted_errors": 0,
                          "packets": entry.get("packets", 0), "omitted_packets": 0,
                          "start_time": 0, "end_time": entry["seconds"]})
-        self.control.sendall(iperf3.encode_json({
+        self.control.conn.sendall(iperf3.encode_json({
             "cpu_util_total": user + system, "cpu_util_user": user, "cpu_util_system": system,
             "sender_has_retransmits": 1 if any(s.sending for s in self.streams) else -1,
             "streams": ours}))
-        theirs = iperf3.parse_results(self._read_json())
+        theirs = iperf3.parse_results(self.control.read_json(iperf3.MAX_RESULTS,
+                                                             STATE_SECONDS))
         self._expect(iperf3.DISPLAY_RESULTS)
         with contextlib.suppress(OSError):
-            self.control.sendall(iperf3.state(iperf3.IPERF_DONE))
+            self.control.conn.sendall(iperf3.state(iperf3.IPERF_DONE))
         remote = {}
         for number, stream_id in zip(range(1, len(self.streams) + 1), ids, strict=True):
             view = theirs.get(stream_id)

@@ -4,7 +4,6 @@ own server takes one), measured by the same stream threads and Session as native
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 import threading
 import time
@@ -12,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .cli import ServerOptions
+from .iperf3_control import Iperf3Control
 from .protocol import iperf3
 from .protocol.classic import ProtocolError
 from .protocol.native import TestSpec
@@ -114,7 +114,7 @@ class Iperf3Service:
         session: Session | None = None
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            control = _Control(conn)
+            control = Iperf3Control(conn, "client")
             params = self._parameters(control)
             refusal = self._refusal(params)
             if refusal is not None:
@@ -147,7 +147,7 @@ class Iperf3Service:
                         sock.close()
             self.slots.release()
 
-    def _parameters(self, control: _Control) -> iperf3.Parameters:
+    def _parameters(self, control: Iperf3Control) -> iperf3.Parameters:
         control.conn.sendall(iperf3.state(iperf3.PARAM_EXCHANGE))
         value = control.read_json(iperf3.MAX_PARAMS, HANDSHAKE_SECONDS)
         return iperf3.parse_parameters(value)
@@ -167,7 +167,7 @@ class Iperf3Service:
             return iperf3.IEUNIMP, "no UDP port"
         return None
 
-    def _await_streams(self, control: _Control, test: _Iperf3Test) -> list[Stream]:
+    def _await_streams(self, control: Iperf3Control, test: _Iperf3Test) -> list[Stream]:
         params = test.params
         assert params is not None
         deadline = time.monotonic() + STREAMS_SECONDS
@@ -198,7 +198,7 @@ class Iperf3Service:
             streams.append(stream)
         return streams
 
-    def _run(self, control: _Control, params: iperf3.Parameters,
+    def _run(self, control: Iperf3Control, params: iperf3.Parameters,
              streams: list[Stream]) -> Session:
         session = Session(_spec(params), streams, None, 1.0)
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
@@ -245,7 +245,7 @@ class Iperf3Service:
                                    params.protocol, params.protocol == "tcp", stream.role))
         return lines
 
-    def _exchange_results(self, control: _Control, params: iperf3.Parameters,
+    def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
                           session: Session, lines: list[str]) -> None:
         conn = control.conn
         conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
@@ -305,46 +305,3 @@ def _results(params: iperf3.Parameters, session: Session) -> dict:
     if params.protocol == "tcp":
         result["congestion_used"] = params.congestion or tcp.system_congestion() or "unknown"
     return result
-
-
-class _Control:
-    """iperf3's control connection: single state bytes and length-prefixed JSON."""
-
-    def __init__(self, conn: socket.socket) -> None:
-        self.conn = conn
-        self.pending = b""
-
-    def readable(self, timeout: float) -> bool:
-        if self.pending:
-            return True
-        readable, _, _ = select.select([self.conn], [], [], timeout)
-        if not readable:
-            return False
-        data = self.conn.recv(4096)
-        if not data:
-            raise ProtocolError("the client closed the control connection")
-        self.pending += data
-        return True
-
-    def read_state(self, timeout: float) -> int | None:
-        if not self.readable(timeout):
-            return None
-        value = iperf3.signed(self.pending[0])
-        self.pending = self.pending[1:]
-        return value
-
-    def read_json(self, limit: int, timeout: float) -> dict:
-        reader = iperf3.JsonReader(limit)
-        deadline = time.monotonic() + timeout
-        value = reader.feed(self.pending)
-        self.pending = b""
-        while value is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ProtocolError("the client's JSON did not arrive in time")
-            if not self.readable(remaining):
-                continue
-            data, self.pending = self.pending, b""
-            value = reader.feed(data)
-        self.pending = bytes(reader.buffer)
-        return value

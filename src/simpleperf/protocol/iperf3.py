@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .classic import ProtocolError
+from .native import decode_object
 
 COOKIE_SIZE = 37
 COOKIE_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
@@ -109,13 +110,7 @@ class JsonReader:
             return None
         body = bytes(self.buffer[_LENGTH.size:_LENGTH.size + size])
         del self.buffer[:_LENGTH.size + size]
-        try:
-            value = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise ProtocolError("JSON message is not valid UTF-8 JSON") from None
-        if not isinstance(value, dict):
-            raise ProtocolError("JSON message is not an object")
-        return value
+        return decode_object(body)
 
 
 # Parameters a client may send that simpleperf refuses, with the error the client prints.

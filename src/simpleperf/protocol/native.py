@@ -106,13 +106,19 @@ class MessageReader:
         return len(self._buffer)
 
 
-def decode_body(body: bytes) -> dict:
+def decode_object(body: bytes) -> dict:
+    """A JSON object from UTF-8 bytes (iperf3's messages are these too)."""
     try:
-        message = json.loads(body.decode("utf-8"))
+        value = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise ProtocolError("message is not valid UTF-8 JSON") from None
-    if not isinstance(message, dict):
+    if not isinstance(value, dict):
         raise ProtocolError("message is not a JSON object")
+    return value
+
+
+def decode_body(body: bytes) -> dict:
+    message = decode_object(body)
     if not isinstance(message.get("type"), str):
         raise ProtocolError("message has no string 'type'")
     return message

@@ -187,8 +187,13 @@ def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30
         elif now - last_change > stall_limit:
             raise SimpleperfError(f"the server stopped reading ({last} bytes unacknowledged "
                                   f"for {stall_limit:g} s)")
-    # Acknowledged is not yet read, and the advertised window cannot tell the two apart
-    # (Linux stops announcing a window once it passes half the buffer): allow a few RTTs.
+    time.sleep(settle_time(sock))
+
+
+def settle_time(sock: socket.socket) -> float:
+    """How long to let the peer's application read what its kernel acknowledged.
+    Acknowledged is not yet read, and the advertised window cannot tell the two apart
+    (Linux stops announcing a window once it passes half the buffer): a few RTTs."""
     info = tcpinfo.read(sock)
     rtt = info.rtt_us / 1e6 if info else 0.0
-    time.sleep(min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * rtt)))
+    return min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * rtt))
