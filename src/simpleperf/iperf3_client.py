@@ -227,20 +227,9 @@ class _Iperf3Test:
     def _exchange_results(self, session: Session) -> dict[int, dict]:
         self._expect(iperf3.EXCHANGE_RESULTS)
         ids = iperf3.stream_ids(len(self.streams))
-        user, system = session.cpu_percent()
-        ours = []
-        for entry, stream_id in zip(session.finish(time.monotonic()), ids, strict=True):
-            sending = entry["sender"]
-            ours.append({"id": stream_id, "bytes": entry["bytes"],
-                         "retransmits": entry.get("retransmits", -1) if sending else -1,
-                         "jitter": entry.get("jitter_ms", 0.0) / 1000,
-                         "errors": entry.get("lost", 0), "omitted_errors": 0,
-                         "packets": entry.get("packets", 0), "omitted_packets": 0,
-                         "start_time": 0, "end_time": entry["seconds"]})
-        self.control.conn.sendall(iperf3.encode_json({
-            "cpu_util_total": user + system, "cpu_util_user": user, "cpu_util_system": system,
-            "sender_has_retransmits": 1 if any(s.sending for s in self.streams) else -1,
-            "streams": ours}))
+        self.control.conn.sendall(iperf3.encode_json(iperf3.results_message(
+            session.finish(time.monotonic()), ids, session.cpu_percent(),
+            1 if any(s.sending for s in self.streams) else -1)))
         theirs = iperf3.parse_results(self.control.read_json(iperf3.MAX_RESULTS,
                                                              STATE_SECONDS))
         self._expect(iperf3.DISPLAY_RESULTS)

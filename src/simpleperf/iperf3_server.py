@@ -223,7 +223,9 @@ class Iperf3Service:
         _uncount_undelivered(streams)
         session.drain_receivers()
         session.finish(time.monotonic())
-        session.stop.set()
+        # As iperf3's server does: close the data connections before EXCHANGE_RESULTS. An
+        # iperf3 client may sit in a blocking read of one; only their end wakes it.
+        session.close()
         return session
 
     def _time_limit(self, params: iperf3.Parameters) -> float:
@@ -234,16 +236,11 @@ class Iperf3Service:
         return params.omit + params.duration + 30
 
     def _report(self, peer: str, params: iperf3.Parameters, session: Session) -> list[str]:
-        unit = self.options.unit
-        lines = [f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
+        title = (f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
                  f"{params.protocol.upper()}, {params.direction}, {params.parallel} stream"
-                 f"{'s' if params.parallel > 1 else ''}",
-                 table.header(params.protocol, params.protocol == "tcp")]
-        for entry in session.finish(time.monotonic()):
-            stream = next(s for s in session.streams if s.number == entry["stream"])
-            lines.append(table.row(stream.label, 0.0, entry["seconds"], entry, unit,
-                                   params.protocol, params.protocol == "tcp", stream.role))
-        return lines
+                 f"{'s' if params.parallel > 1 else ''}")
+        return table.test_report(title, params.protocol, session.streams,
+                                 session.finish(time.monotonic()), self.options.unit)
 
     def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
                           session: Session, lines: list[str]) -> None:
@@ -286,22 +283,11 @@ def _spec(params: iperf3.Parameters) -> TestSpec:
 
 
 def _results(params: iperf3.Parameters, session: Session) -> dict:
-    user, system = session.cpu_percent()
+    entries = session.finish(time.monotonic())
     any_sender = any(s.sending for s in session.streams)
-    streams = []
-    for entry in session.finish(time.monotonic()):
-        sending = entry["sender"]
-        streams.append({
-            "id": entry["stream"], "bytes": entry["bytes"],
-            "retransmits": entry.get("retransmits", -1) if sending else -1,
-            "jitter": entry.get("jitter_ms", 0.0) / 1000, "errors": entry.get("lost", 0),
-            "omitted_errors": 0, "packets": entry.get("packets", 0), "omitted_packets": 0,
-            "start_time": 0, "end_time": entry["seconds"]})
-    result = {"cpu_util_total": user + system, "cpu_util_user": user,
-              "cpu_util_system": system,
-              "sender_has_retransmits": (1 if params.protocol == "tcp" else 0)
-              if any_sender else -1,
-              "streams": streams}
+    result = iperf3.results_message(
+        entries, [entry["stream"] for entry in entries], session.cpu_percent(),
+        (1 if params.protocol == "tcp" else 0) if any_sender else -1)
     if params.protocol == "tcp":
         result["congestion_used"] = params.congestion or tcp.system_congestion() or "unknown"
     return result

@@ -309,15 +309,10 @@ class NativeService:
                                     "the test started")
 
     def _report(self, spec: TestSpec, session: Session, peer: str) -> None:
-        unit = self.options.unit
-        lines = [f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
-                 f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}",
-                 table.header(spec.protocol, spec.protocol == "tcp")]
-        for entry in session.local_results():
-            stream = next(s for s in session.streams if s.number == entry["stream"])
-            lines.append(table.row(stream.label, 0.0, entry["seconds"], entry, unit,
-                                   spec.protocol, spec.protocol == "tcp", stream.role))
-        self.say(*lines)
+        title = (f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
+                 f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
+        self.say(*table.test_report(title, spec.protocol, session.streams,
+                                    session.local_results(), self.options.unit))
 
 
 class _Refusal(Exception):

@@ -226,6 +226,21 @@ def stream_ids(count: int) -> list[int]:
     return [1] + list(range(3, count + 2)) if count else []
 
 
+def results_message(entries: list[dict], ids: list[int], cpu: tuple[float, float],
+                    sender_has_retransmits: int) -> dict:
+    """iperf3's results JSON from our per-stream result entries (Session.local_results),
+    stream ids as iperf3 numbers them, and (user, system) CPU percent."""
+    user, system = cpu
+    streams = [{"id": stream_id, "bytes": entry["bytes"],
+                "retransmits": entry.get("retransmits", -1) if entry["sender"] else -1,
+                "jitter": entry.get("jitter_ms", 0.0) / 1000, "errors": entry.get("lost", 0),
+                "omitted_errors": 0, "packets": entry.get("packets", 0), "omitted_packets": 0,
+                "start_time": 0, "end_time": entry["seconds"]}
+               for entry, stream_id in zip(entries, ids, strict=True)]
+    return {"cpu_util_total": user + system, "cpu_util_user": user, "cpu_util_system": system,
+            "sender_has_retransmits": sender_has_retransmits, "streams": streams}
+
+
 RESULT_NUMBERS = ("bytes", "retransmits", "jitter", "errors", "omitted_errors", "packets",
                   "omitted_packets", "start_time", "end_time")
 

@@ -57,6 +57,19 @@ def _line(cells: list[str]) -> str:
     return "".join(padded) + cells[-1]
 
 
+def test_report(title: str, protocol: str, streams, results: list[dict],
+                unit: str) -> list[str]:
+    """What a server prints when a test ends: its own view of every stream."""
+    by_number = {s.number: s for s in streams}
+    tcp = protocol == "tcp"
+    lines = [title, header(protocol, tcp)]
+    for entry in results:
+        stream = by_number[entry["stream"]]
+        lines.append(row(stream.label, 0.0, entry["seconds"], entry, unit, protocol, tcp,
+                         stream.role))
+    return lines
+
+
 def rule() -> str:
     return INTERVAL_RULE
 
