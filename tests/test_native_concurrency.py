@@ -40,7 +40,13 @@ def test_64_clients_at_once_all_finish_correctly_and_fairly():
             end = json.loads(run.stdout.split("\n", 1)[1])["end"]  # after the start mark
             sender, receiver = end["streams"][0]["sender"], end["streams"][0]["receiver"]
             assert sender["bytes"] == receiver["bytes"] > 0
-            assert SECONDS - 0.5 < receiver["seconds"] < SECONDS + 2
+            # Lower bounds only: a test may not end early, but how much later than its
+            # duration a loaded 2-core machine lets a receiver see the end is scheduling.
+            assert sender["seconds"] >= SECONDS - 0.01
+            assert receiver["seconds"] >= SECONDS - 0.5
+            for side in (sender, receiver):
+                assert abs(side["bits_per_second"] - side["bytes"] * 8 / side["seconds"]) \
+                    <= 1e-6 * side["bits_per_second"]
             received.append(receiver["bits_per_second"])
         assert jain_index(received) >= 0.9, sorted(received)
         live.wait_for(lambda lines: sum(line.startswith("Test from") for line in lines)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import proc_status, run_simpleperf, start_server
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simpleperf.protocol import detect, native
@@ -122,6 +122,8 @@ LIVE_EXAMPLES = int(os.environ.get("SIMPLEPERF_FUZZ_LIVE", "10000"))
           database=None)
 @given(kind=st.sampled_from([native.CONTROL, native.DATA, native.ECHO, b"X"]),
        data=hostile_streams)
+@example(kind=native.CONTROL,  # a valid test whose client closes before its streams come
+         data=native.encode({"type": "hello"}) + native.encode({"type": "test"}))
 def test_live_server_survives_hostile_connections(live_server, kind, data):
     _, port = live_server
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
@@ -144,7 +146,23 @@ def test_live_server_survives_hostile_connections(live_server, kind, data):
         assert time.monotonic() - began < 10
     if kind == native.CONTROL and reply:
         replies = native.MessageReader().feed(reply)
-        assert replies[-1]["type"] in ("error", "welcome")
+        if replies[-1]["type"] == "accepted":
+            # Only a hello followed by a valid test may be accepted (the client's close
+            # then ends it quietly, the peer being gone).
+            sent = native.MessageReader().feed(data[:_framed_length(data, 2)])
+            assert [m.get("type") for m in sent] == ["hello", "test"]
+            native.TestSpec.from_message(sent[1])
+        else:
+            assert replies[-1]["type"] in ("error", "welcome")
+
+
+def _framed_length(data: bytes, count: int) -> int:
+    """How many leading bytes of data hold its first count length-prefixed frames."""
+    end = 0
+    for _ in range(count):
+        (size,) = struct.unpack_from("!I", data, end)
+        end += 4 + size
+    return end
 
 
 def test_after_the_hostile_inputs_a_valid_client_is_served(live_server):
