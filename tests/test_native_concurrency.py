@@ -10,7 +10,7 @@ import time
 
 from conftest import start_server
 
-from simpleperf.stats import jain_index
+from simpleperf.stats import jain_index, rates_while_all_ran
 
 CLIENTS = 64
 SECONDS = 5
@@ -35,9 +35,10 @@ def test_64_clients_at_once_all_finish_correctly_and_fairly():
         done = run_clients(port, CLIENTS, SECONDS)
         failures = [d.stderr.strip() for d in done if d.returncode != 0]
         assert not failures, failures[:3]
-        received = []
+        tests = []
         for run in done:
-            end = json.loads(run.stdout.split("\n", 1)[1])["end"]  # after the start mark
+            document = json.loads(run.stdout.split("\n", 1)[1])  # after the start mark
+            end = document["end"]
             sender, receiver = end["streams"][0]["sender"], end["streams"][0]["receiver"]
             assert sender["bytes"] == receiver["bytes"] > 0
             # Lower bounds only: a test may not end early, but how much later than its
@@ -47,8 +48,15 @@ def test_64_clients_at_once_all_finish_correctly_and_fairly():
             for side in (sender, receiver):
                 assert abs(side["bits_per_second"] - side["bytes"] * 8 / side["seconds"]) \
                     <= 1e-6 * side["bits_per_second"]
-            received.append(receiver["bits_per_second"])
-        assert jain_index(received) >= 0.9, sorted(received)
+            began = end["measurement_start"]["monotonic"]
+            intervals = [(began + i["sum"]["start"], began + i["sum"]["end"],
+                          i["sum"]["bytes"]) for i in document["server_intervals"]]
+            assert sum(i[2] for i in intervals) == receiver["bytes"]
+            tests.append(intervals)
+        # Fairness among tests that run at once: over the time they all ran.
+        rates = rates_while_all_ran(tests)
+        assert all(rate is not None for rate in rates), tests
+        assert jain_index(rates) >= 0.9, sorted(rates)
         live.wait_for(lambda lines: sum(line.startswith("Test from") for line in lines)
                       >= CLIENTS)
     finally:

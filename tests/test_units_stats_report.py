@@ -7,7 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simpleperf.report import classic as table
-from simpleperf.stats import interval_boundaries, jain_index, mean_confidence
+from simpleperf.stats import (
+    interval_boundaries,
+    jain_index,
+    mean_confidence,
+    rates_while_all_ran,
+)
 from simpleperf.units import format_amount, format_mbps, parse_rate, parse_size
 
 
@@ -88,3 +93,15 @@ def test_native_udp_row_shows_loss_and_reordering():
     assert line.endswith("receiver")
     assert "out of order" not in native.row("x", 0.0, 1.0, {"bytes": 1, "packets": 1,
                                                             "lost": 0}, "MB", "udp", False)
+
+
+def test_rates_while_all_ran_use_only_intervals_inside_the_common_time():
+    # Flow a began 0.5 s before b and had the path alone for its first interval.
+    early = [(0.0, 1.0, 1000), (1.0, 2.0, 500), (2.0, 3.0, 500)]
+    late = [(0.5, 1.5, 200), (1.5, 2.5, 500), (2.5, 3.5, 400)]
+    rates = rates_while_all_ran([early, late])
+    # All ran in [0.5, 3]: a counts [1, 2] and [2, 3]; b counts [0.5, 1.5] and [1.5, 2.5].
+    assert rates == [(500 + 500) * 8 / 2, (200 + 500) * 8 / 2]
+    assert rates_while_all_ran([[(0.0, 1.0, 10)], [(2.0, 3.0, 10)]]) == [None, None]
+    with pytest.raises(ValueError):
+        rates_while_all_ran([early, []])

@@ -90,6 +90,7 @@ class TestOutput:
                                           "host_system": system}
         if self.spec.protocol == "tcp":
             end["sender_tcp_congestion"] = congestion
+        end["measurement_start"] = _measurement_start(session.start + self.spec.omit)
         if not self.text:
             document = {"start": self._start_section(), "intervals": self.json_intervals,
                         "end": end}
@@ -190,3 +191,10 @@ def spec_from_options(options: ClientOptions, default_udp_rate: float) -> TestSp
         num_bytes=options.num_bytes, length=options.length, rate=rate,
         window=options.window, congestion=options.congestion, mss=options.mss,
         nodelay=options.nodelay, omit=options.omit)
+
+
+def _measurement_start(monotonic: float) -> dict:
+    """When the measured part began: on CLOCK_MONOTONIC, which every process and network
+    namespace of a machine shares (to line up tests run at once), and as Unix time."""
+    return {"monotonic": round(monotonic, 6),
+            "unix": round(time.time() - (time.monotonic() - monotonic), 6)}

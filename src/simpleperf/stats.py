@@ -55,6 +55,26 @@ def jain_index(throughputs: Sequence[float]) -> float:
     return total * total / (len(throughputs) * squares)
 
 
+def rates_while_all_ran(flows: Sequence[Sequence[tuple[float, float, int]]],
+                        slack: float = 1e-3) -> list[float | None]:
+    """Each flow's rate (bits/s) over its intervals that lie wholly within the time every
+    flow was running. flows: per flow, (start, end, bytes) intervals on one shared clock.
+    At the edges a flow that began a little early or ended a little late has the path to
+    itself, which says nothing about how the flows shared it. None for a flow with no
+    interval inside that time."""
+    if not flows or any(not intervals for intervals in flows):
+        raise ValueError("every flow needs at least one interval")
+    common_start = max(intervals[0][0] for intervals in flows)
+    common_end = min(intervals[-1][1] for intervals in flows)
+    rates: list[float | None] = []
+    for intervals in flows:
+        inside = [(start, end, size) for start, end, size in intervals
+                  if start >= common_start - slack and end <= common_end + slack]
+        seconds = sum(end - start for start, end, _ in inside)
+        rates.append(sum(size for _, _, size in inside) * 8 / seconds if seconds > 0 else None)
+    return rates
+
+
 # Student's t, two-sided 95 %, by degrees of freedom (1..30); beyond that the normal's 1.96.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,

@@ -19,6 +19,9 @@ NFQA_VERDICT_HDR = 2
 NFQA_CFG_CMD = 1
 NFQA_CFG_PARAMS = 2
 NFQA_CFG_QUEUE_MAXLEN = 3
+NFQA_CFG_MASK = 4
+NFQA_CFG_FLAGS = 5
+NFQA_CFG_F_GSO = 1 << 2
 NFQNL_CFG_CMD_BIND = 1
 NFQNL_COPY_META = 1
 NF_DROP = 0
@@ -44,7 +47,9 @@ def _message(kind: int, queue: int, attributes: bytes, flags: int, seq: int) -> 
 
 
 def bind(queue: int, max_packets: int, seq: int = 1) -> list[bytes]:
-    """Messages that bind `queue`, ask for metadata only, and size the kernel's queue."""
+    """Messages that bind `queue`, ask for metadata only, size the kernel's queue, and take
+    GRO/GSO aggregates whole (one entry and one verdict for many packets; the rate limiter
+    after the delay splits them again)."""
     return [
         _message(NFQNL_MSG_CONFIG, queue,
                  _attribute(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0)),
@@ -55,6 +60,10 @@ def bind(queue: int, max_packets: int, seq: int = 1) -> list[bytes]:
         _message(NFQNL_MSG_CONFIG, queue,
                  _attribute(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", max_packets)),
                  NLM_F_ACK, seq + 2),
+        _message(NFQNL_MSG_CONFIG, queue,
+                 _attribute(NFQA_CFG_MASK, struct.pack("!I", NFQA_CFG_F_GSO))
+                 + _attribute(NFQA_CFG_FLAGS, struct.pack("!I", NFQA_CFG_F_GSO)),
+                 NLM_F_ACK, seq + 3),
     ]
 
 
