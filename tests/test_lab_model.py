@@ -178,7 +178,11 @@ def test_own_plan_routes_shaped_links_through_the_wire(portfolio):
     wire = plan.namespaces["portfolio-wire"].script()
     assert "rule add iif w1a table 1001" in wire
     assert "route add default via 10.0.1.2 dev w1b onlink table 1001" in wire
-    assert "class add dev w2b parent 1: classid 1:1 htb rate 30000000bit" in wire
+    # L2, 30 Mbit/s: a bucket of one frame and 1600 bytes for late timers, and a peak rate
+    # with an MTU that makes tbf cut aggregates into packets before the pfifo counts them.
+    assert ("qdisc add dev w2b root handle 1: tbf rate 30000000bit burst 3114 peakrate "
+            "3000000000bit mtu 2200 limit 1000000") in wire
+    assert "qdisc add dev w2b parent 1:1 handle 10: pfifo limit 100" in wire
     assert "pfifo limit 100" in wire and "pfifo limit 33" in wire
     assert "-A PREROUTING -i w3b -j NFQUEUE --queue-num 6" in wire
     assert "TTL --ttl-inc 1" in wire
@@ -187,7 +191,8 @@ def test_own_plan_routes_shaped_links_through_the_wire(portfolio):
     r1 = plan.namespaces["r1"].script()
     assert "net.ipv4.ip_forward=1" in r1
     assert "neigh replace 10.0.1.2 lladdr 02:53:50:00:01:02 dev r1-eth1 nud permanent" in r1
-    assert "ethtool -K r1-eth1 tso off gso off gro off" in r1
+    assert "ethtool -K r1-eth1 tso on gso on gro on tx-udp-segmentation on" in r1
+    assert "ethtool -K w1a gro on" in wire  # no loss on L1: aggregates may enter the wire
     assert "link add s1 type bridge" in plan.namespaces["s1"].script()
     assert "ip_forward" not in plan.namespaces["h1"].script()
 
@@ -198,8 +203,13 @@ def test_netem_plan_and_loss_in_own_plan():
     assert ("netem limit 1000000 delay 20000us 2000us distribution normal loss 1.000000%"
             in netem)
     assert "mirred egress redirect dev ifb1a" in netem
-    own = build.plan(model, "own").namespaces["pair-wire"].script()
+    own_plan = build.plan(model, "own")
+    own = own_plan.namespaces["pair-wire"].script()
     assert "-m statistic --mode random --probability 0.0100000000 -j DROP" in own
+    # Loss strikes packets, not aggregates: the sender segments, the wire does not merge.
+    assert "ethtool -K w1a gro off" in own
+    assert ("ethtool -K h1-eth0 tso off gso off tx-udp-segmentation off gro on"
+            in own_plan.namespaces["h1"].script())
     with pytest.raises(TopologyError, match="netem reorders"):
         build.plan(topology.pair(delay="20ms", jitter="2ms"), "netem")
 
@@ -215,9 +225,9 @@ def test_delay_on_a_switch_link_is_refused_before_anything_is_built():
 
 
 @pytest.mark.parametrize("capabilities,wanted,expected", [
-    (Capabilities(htb=True, netem=True, ifb=True, nfqueue=True), "auto", "netem"),
-    (Capabilities(htb=True, netem=False, ifb=True, nfqueue=True), "auto", "own"),
-    (Capabilities(htb=True, netem=True, ifb=True, nfqueue=True), "own", "own"),
+    (Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True), "auto", "netem"),
+    (Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True), "auto", "own"),
+    (Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True), "own", "own"),
 ])
 def test_backend_choice(capabilities, wanted, expected):
     assert capabilities.backend(wanted) == expected
@@ -225,9 +235,9 @@ def test_backend_choice(capabilities, wanted, expected):
 
 def test_impossible_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="no netem qdisc"):
-        Capabilities(htb=True, netem=False, ifb=True, nfqueue=True).backend("netem")
+        Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True).backend("netem")
     with pytest.raises(ValueError, match="neither netem nor NFQUEUE"):
-        Capabilities(htb=True, netem=False, ifb=False, nfqueue=False).backend("auto")
+        Capabilities(tbf=True, netem=False, ifb=False, nfqueue=False).backend("auto")
 
 
 _values = st.one_of(st.none(), st.integers(-5, 10**7), st.text(max_size=12),
@@ -250,3 +260,11 @@ def test_any_malformed_input_is_a_topology_error(link, key, value):
         for end in (link.a, link.b):
             assert end.address is None or isinstance(end.address, ipaddress.IPv4Interface)
             assert end.interface.startswith(f"{end.node}-eth")
+
+
+def test_rate_limits_at_any_speed_keep_tbf_cutting_aggregates_into_packets():
+    fast = build.plan(topology.pair(rate="1G"), "own").namespaces["pair-wire"].script()
+    # 1 Gbit/s: one frame and 200 us (25,000 bytes); the peak rate is capped at 20 Gbit/s.
+    assert "tbf rate 1000000000bit burst 26514 peakrate 20000000000bit mtu 2200" in fast
+    faster = build.plan(topology.pair(rate="40G"), "own").namespaces["pair-wire"].script()
+    assert "tbf rate 40000000000bit burst 1001514 limit" in faster  # no peak above 10G

@@ -102,7 +102,10 @@ def test_status_describes_the_lab(portfolio_lab):
     assert re.search(r"L2\s+r2-eth2 10\.0\.3\.1 <-> r3-eth0 10\.0\.3\.2\s+30 Mbit/s, delay 20 ms "
                      r"one-way, queue 100 pkt", out)
     assert re.search(r"h1\s+-\s+0\.0\s+0\.0\s+60\.0\s+60\.0\s+60\.0\s+20\.0\s+60\.0\s+80\.0", out)
-    assert "delay line: pid" in out and "running" in out
+    # One delay line per CPU (2 here, at most one per queue), each running.
+    daemons = re.findall(r"delay line (\d+): pid \d+, (\S+)", out)
+    assert [number for number, _ in daemons] == [str(n + 1) for n in range(len(daemons))]
+    assert 1 <= len(daemons) <= 6 and {state for _, state in daemons} == {"running"}
 
 
 def test_second_up_and_unknown_node_are_clear_errors(portfolio_lab):

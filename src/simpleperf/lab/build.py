@@ -29,13 +29,34 @@ from .topology import Link, Shaping, Topology, TopologyError
 WIRE_SUFFIX = "-wire"
 FIRST_INDEX = 1000  # explicit ifindexes, above what the kernel hands out by itself
 DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
-OFFLOADS_OFF = "tso off gso off gro off tx-udp-segmentation off"
+# Offloads. Senders hand the kernel 64 KB segments and receivers take aggregates (GRO), as
+# real NICs let them: the per-packet cost of a 1 Gbit/s link otherwise exceeds two cores.
+# The wire still sees what a real link carries: its rate limiter splits every aggregate into
+# packets before they queue (tbf_segment), so queue sizes are in real packets. A direction
+# whose loss or reordering must hit packets one by one gets them one by one instead: the
+# sending interface segments in software and the wire port does not aggregate.
+OFFLOADS_ON = "tso on gso on gro on tx-udp-segmentation on"
+RECEIVE_AGGREGATED = "gro on"
+SEND_PER_PACKET = "tso off gso off tx-udp-segmentation off"
+RECEIVE_PER_PACKET = "gro off"
+# tbf sends a packet once its bucket holds the packet's size, and the bucket's capacity caps
+# what a late timer leaves in it: a bucket of one frame loses every microsecond a timer is
+# late (0.75-0.85 of the rate on a VM). So the bucket holds one frame plus LATE_SECONDS at
+# the link rate, at least LATE_BYTES (what htb's default buffer tolerates). A peak rate far
+# above the rate with an MTU just above one frame makes tbf cut every aggregate into packets.
+# tc rounds the MTU's transmission time to 64 ns at the peak rate, so the peak rate stays
+# at most 20 Gbit/s (160 bytes of rounding under a 2200-byte MTU).
+FRAME_BYTES = 1514
+LATE_SECONDS = 200e-6
+LATE_BYTES = 1600
+SEGMENTING_MTU = 2200
+MAX_PEAK = 20e9
 
 
 @dataclass
 class NamespacePlan:
     sysctls: list[str] = field(default_factory=list)
-    plain_interfaces: list[str] = field(default_factory=list)  # offloads switched off
+    offloads: dict[str, str] = field(default_factory=dict)  # interface: ethtool -K settings
     ip_first: list[str] = field(default_factory=list)  # lo, bridges, ports, addresses
     ip_then: list[str] = field(default_factory=list)  # neighbours, rules, routes
     iptables: list[str] = field(default_factory=list)  # raw PREROUTING rules
@@ -46,8 +67,8 @@ class NamespacePlan:
         lines = ["set -e"]
         if self.sysctls:
             lines.append("sysctl -qw " + " ".join(self.sysctls))
-        for interface in self.plain_interfaces:
-            lines.append(f"ethtool -K {interface} {OFFLOADS_OFF}")
+        for interface, settings in self.offloads.items():
+            lines.append(f"ethtool -K {interface} {settings}")
         lines.append(_heredoc("ip -batch -", self.ip_first + self.ip_then))
         if self.iptables or self.ttl_restore:
             tables = []
@@ -128,7 +149,7 @@ def plan(topology: Topology, backend: str) -> Plan:
                 space.ip_first += [f"link set {end.interface} master {end.node}",
                                    f"link set {end.interface} up"]
             else:
-                space.plain_interfaces.append(end.interface)
+                space.offloads.setdefault(end.interface, OFFLOADS_ON)
                 space.ip_first += [f"addr add {end.address} dev {end.interface}",
                                    f"link set {end.interface} up"]
     for node in topology.nodes.values():
@@ -154,13 +175,22 @@ def _shape_at_endpoints(topology: Topology, link: Link,
 
 
 def _rate_limit(device: str, shaping: Shaping) -> list[str]:
+    """A drop-tail queue of `queue` packets drained at the link rate."""
     assert shaping.rate is not None
     rate = int(shaping.rate)
-    return [f"qdisc add dev {device} root handle 1: htb default 1",
-            f"class add dev {device} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
-            "quantum 3028",
+    burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
+    bucket = f"tbf rate {rate}bit burst {burst}"
+    if rate * 2 <= MAX_PEAK:
+        bucket += f" peakrate {int(min(100 * rate, MAX_PEAK))}bit mtu {SEGMENTING_MTU}"
+    # tbf's own limit sizes a default byte queue that the pfifo replaces.
+    return [f"qdisc add dev {device} root handle 1: {bucket} limit 1000000",
             f"qdisc add dev {device} parent 1:1 handle 10: pfifo limit "
             f"{shaping.queue or DEFAULT_QUEUE}"]
+
+
+def _per_packet(shaping: Shaping) -> bool:
+    """Loss and reordering act on single packets, never on an aggregate of them."""
+    return shaping.loss > 0 or (shaping.jitter > 0 and shaping.reorder)
 
 
 def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, NamespacePlan],
@@ -179,8 +209,14 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
         f"neigh replace {b.address.ip} lladdr {mac_port_a} dev {a.interface} nud permanent")
     namespaces[b.node].ip_then.append(
         f"neigh replace {a.address.ip} lladdr {mac_port_b} dev {b.interface} nud permanent")
+    for end, shaping in ((a, link.a_to_b), (b, link.b_to_a)):
+        namespaces[end.node].offloads[end.interface] = (
+            f"{SEND_PER_PACKET} {RECEIVE_AGGREGATED}" if _per_packet(shaping) else OFFLOADS_ON)
     space = namespaces[wire]
-    space.plain_interfaces += [port_a, port_b]
+    space.offloads[port_a] = (RECEIVE_PER_PACKET if _per_packet(link.a_to_b)
+                              else RECEIVE_AGGREGATED)
+    space.offloads[port_b] = (RECEIVE_PER_PACKET if _per_packet(link.b_to_a)
+                              else RECEIVE_AGGREGATED)
     space.ip_first += [f"link set {port_a} up", f"link set {port_b} up"]
     space.ttl_restore = True
     directions = ((port_a, port_b, b, mac_b, link.a_to_b, 2 * index - 1),

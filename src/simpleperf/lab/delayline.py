@@ -42,6 +42,7 @@ NETLINK_NO_ENOBUFS = 5
 MAX_QUEUED_PACKETS = 200_000
 RECEIVE_BUFFER = 32 << 20
 REALTIME_PRIORITY = 10
+MAX_LATENESS = 0.002  # seconds; beyond this a wake-up was not the timer's doing
 
 
 @dataclass
@@ -56,6 +57,13 @@ class DirectionQueue:
     in_order: deque = field(default_factory=deque)  # (release time, highest id)
     by_time: list = field(default_factory=list)  # heap of (release time, id)
     last_release: float = 0.0
+    last_read: float = 0.0  # when the kernel queue was last read to its end
+
+    @property
+    def unread_wait(self) -> float:
+        """How long a packet that is not read yet must wait at least: without jitter every
+        packet waits the delay, so this queue need not be read more often than that."""
+        return self.delay if self.jitter == 0 else 0.0
 
     def admit(self, arrivals: list[tuple[int, float]], rng: random.Random) -> None:
         """arrivals: (packet id, monotonic arrival time), in id order."""
@@ -145,26 +153,35 @@ def serve(plan: list[dict]) -> None:
               for e in plan]
     for queue, entry in zip(queues, plan, strict=True):
         queue.sock = open_queue_socket(entry["namespace"], entry["queue"])
-    by_socket = {q.sock: q for q in queues}
     # The delay line lives as long as its namespaces: if they are removed (even by someone
     # who never knew this process existed) it leaves too.
     watched = {e["namespace"]: namespace_inode(e["namespace"]) for e in plan if e["namespace"]}
     next_check = 0.0
-    readable = list(by_socket)
     rng = random.Random()
     buffer = bytearray(4 << 20)
     view = memoryview(buffer)
     clock = time.monotonic
-    lateness = 0.0  # how late the timer has been waking us, smoothed
+    lateness = timer_lateness(clock)  # how late the timer wakes us, smoothed from here on
     signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
     signal.signal(signal.SIGINT, _stop)
     print("ready", flush=True)
     while True:
-        releases = [r for q in queues if (r := q.next_release()) is not None]
-        target = min(releases) if releases else None
+        # Wake for the next release, and to read a busy queue before anything unread in it
+        # can fall due: not for every arrival (the kernel stamped it), which at 1 Gbit/s
+        # would be a wake-up per acknowledgement. An idle queue wakes us when a packet comes.
+        wakes, listened = [], []
+        for queue in queues:
+            release = queue.next_release()
+            if release is None or queue.unread_wait == 0:
+                listened.append(queue.sock)
+            else:
+                wakes.append(queue.last_read + queue.unread_wait)
+            if release is not None:
+                wakes.append(release)
+        target = min(wakes) if wakes else None
         timeout = 0.5 if target is None else max(0.0, target - lateness - clock())
         try:
-            ready, _, _ = select.select(readable, [], [], timeout)
+            ready, _, _ = select.select(listened, [], [], timeout)
         except InterruptedError:
             continue
         now = clock()
@@ -172,32 +189,46 @@ def serve(plan: list[dict]) -> None:
             next_check = now + 0.5
             if any(namespace_inode(name) != inode for name, inode in watched.items()):
                 return
-        if not ready and target is not None and timeout > 0:
-            lateness += 0.1 * ((now - target + lateness) - lateness)
-            lateness = min(max(lateness, 0.0), 0.002)
-        if ready:
-            # Kernel stamps are wall-clock; turn them into our monotonic clock.
-            offset = time.time() - clock()
-            for sock in ready:
-                queue = by_socket[sock]
-                last_only = not (queue.reorder and queue.jitter > 0)
-                while True:
-                    try:
-                        count = sock.recv_into(buffer)
-                    except BlockingIOError:
-                        break
-                    except OSError as error:
-                        if error.errno == errno.ENOBUFS:
-                            continue
-                        raise
-                    arrivals = [(packet_id, now if stamp is None else min(now, stamp - offset))
-                                for packet_id, stamp in nfqueue.packets(view[:count], last_only)]
-                    if arrivals:
-                        queue.admit(arrivals, rng)
+        timed = target if not ready and target is not None and timeout > 0 else None
+        # Kernel stamps are wall-clock; turn them into our monotonic clock.
+        offset = time.time() - now
+        for queue in queues:
+            queue.last_read = now
+            last_only = not (queue.reorder and queue.jitter > 0)
+            while True:
+                try:
+                    count = queue.sock.recv_into(buffer)
+                except BlockingIOError:
+                    break
+                except OSError as error:
+                    if error.errno == errno.ENOBUFS:
+                        continue
+                    raise
+                arrivals = [(packet_id, now if stamp is None else min(now, stamp - offset))
+                            for packet_id, stamp in nfqueue.packets(view[:count], last_only)]
+                if arrivals:
+                    queue.admit(arrivals, rng)
         now = clock()
+        if timed is not None:
+            # Learn how late, after a timed wait, this point is reached: the timer's lateness
+            # and the work since the wake-up (slow on a VM whose CPU was idle).
+            lateness += 0.1 * ((now - timed + lateness) - lateness)
+            lateness = min(max(lateness, 0.0), MAX_LATENESS)
         for queue in queues:
             for message in queue.due(now):
                 queue.sock.send(message)
+
+
+def timer_lateness(clock, samples: int = 15, sleep: float = 0.003) -> float:
+    """How late a timed wait ends on this machine (the median of a few): the first releases
+    are then as punctual as later ones, instead of late until the smoothing has learnt it."""
+    late = []
+    for _ in range(samples):
+        began = clock()
+        select.select([], [], [], sleep)
+        late.append(clock() - began - sleep)
+    late.sort()
+    return min(max(late[len(late) // 2], 0.0), MAX_LATENESS)
 
 
 class Stopped(Exception):

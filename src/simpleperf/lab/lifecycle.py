@@ -55,7 +55,7 @@ def up(model: topology.Topology, spec: dict, shaper: str = "auto", persistent: b
             build.execute(plan)
             ownership.record_namespaces_created(record)
             if plan.delay_queues:
-                _start_delay_line(record, plan.delay_queues)
+                _start_delay_lines(record, plan.delay_queues)
             record.complete = True
             record.save()
         except BaseException as error:
@@ -92,28 +92,38 @@ def _clear_the_way(lab: str, namespaces: list[str], say: Callable[[str], None]) 
                        "simpleperf lab; it is left alone: remove it or rename the node")
 
 
-def _start_delay_line(record: ownership.LabRecord, queues: list[dict]) -> None:
-    config = ownership.RECORD_DIR / f"{record.lab}.delayline.json"
-    config.write_text(json.dumps(queues))
-    log_path = ownership.RECORD_DIR / f"{record.lab}.delayline.log"
+def _start_delay_lines(record: ownership.LabRecord, queues: list[dict]) -> None:
+    """One delay line per CPU (at most one per queue), the queues dealt out in turn so that
+    the two directions of a link land on different ones. Each release runs the kernel's
+    forwarding of what it lets go (and the receiver's first processing of it) in the
+    releasing process: one process for everything serialises a link's data and its
+    acknowledgements on one core."""
+    workers = min(len(queues), os.cpu_count() or 1)
     package_root = str(Path(__file__).resolve().parents[2])
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root,
                                                               environment.get("PYTHONPATH")]))
-    with open(log_path, "w") as log:
-        daemon = subprocess.Popen([sys.executable, "-m", "simpleperf.lab.delayline",
-                                   str(config)], stdout=subprocess.PIPE, stderr=log,
-                                  stdin=subprocess.DEVNULL, start_new_session=True,
-                                  env=environment)
-    ownership.add_process(record, daemon.pid, "delay line")
-    assert daemon.stdout is not None
-    ready, _, _ = select.select([daemon.stdout], [], [], 10)
-    line = daemon.stdout.readline() if ready else b""
-    daemon.stdout.close()
-    if line.strip() != b"ready":
-        reason = log_path.read_text().strip().splitlines()
-        raise CommandError("the delay line did not start: "
-                           + (reason[-1] if reason else "no answer within 10 s"))
+    started = []
+    for number in range(1, workers + 1):
+        config = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.json"
+        config.write_text(json.dumps(queues[number - 1::workers]))
+        log_path = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.log"
+        with open(log_path, "w") as log:
+            daemon = subprocess.Popen([sys.executable, "-m", "simpleperf.lab.delayline",
+                                       str(config)], stdout=subprocess.PIPE, stderr=log,
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      env=environment)
+        ownership.add_process(record, daemon.pid, f"delay line {number}")
+        started.append((daemon, log_path))
+    for daemon, log_path in started:
+        assert daemon.stdout is not None
+        ready, _, _ = select.select([daemon.stdout], [], [], 10)
+        line = daemon.stdout.readline() if ready else b""
+        daemon.stdout.close()
+        if line.strip() != b"ready":
+            reason = log_path.read_text().strip().splitlines()
+            raise CommandError("the delay line did not start: "
+                               + (reason[-1] if reason else "no answer within 10 s"))
 
 
 def find(name: str | None) -> ownership.LabRecord:

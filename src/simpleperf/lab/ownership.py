@@ -154,7 +154,7 @@ def tear_down(record: LabRecord) -> list[str]:
                        "removed namespace; it is left alone and the namespace lingers until "
                        "it exits)")
     record.path.unlink(missing_ok=True)
-    for leftover in RECORD_DIR.glob(f"{record.lab}.delayline.*"):
+    for leftover in RECORD_DIR.glob(f"{record.lab}.delayline*"):
         leftover.unlink(missing_ok=True)
     return removed
 

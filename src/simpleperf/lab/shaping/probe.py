@@ -11,7 +11,8 @@ from ..system import CommandError, run
 PROBE_SCRIPT = """
 ip link add p0 type veth peer name p1 || exit 3
 try() { if "$@" >/dev/null 2>&1; then echo "$PROBE=yes"; else echo "$PROBE=no"; fi; }
-PROBE=htb try tc qdisc add dev p0 root handle 1: htb
+PROBE=tbf try sh -c 'tc qdisc add dev p0 root handle 1: tbf rate 1mbit burst 1600 \
+peakrate 100mbit mtu 2200 limit 1000000 && tc qdisc add dev p0 parent 1:1 pfifo limit 10'
 PROBE=netem try tc qdisc add dev p1 root netem delay 1ms
 PROBE=ifb try ip link add ifb9 type ifb
 PROBE=nfqueue try iptables-restore <<'RULES'
@@ -25,15 +26,15 @@ RULES
 
 @dataclass(frozen=True)
 class Capabilities:
-    htb: bool
+    tbf: bool  # token bucket with a peak rate, and a pfifo in it
     netem: bool
     ifb: bool
     nfqueue: bool  # iptables NFQUEUE target and statistic match
 
     def backend(self, wanted: str) -> str:
         """'netem' or 'own' for --shaper auto|netem|own; raises ValueError if impossible."""
-        if not self.htb:
-            raise ValueError("this kernel has no htb qdisc, which every shaper needs for rate "
+        if not self.tbf:
+            raise ValueError("this kernel has no tbf qdisc, which every shaper needs for rate "
                              "limits")
         netem_ok = self.netem and self.ifb
         if wanted == "netem" and not netem_ok:
@@ -56,7 +57,7 @@ class Capabilities:
 def probe() -> Capabilities:
     done = run(["unshare", "--net", "sh", "-c", PROBE_SCRIPT], check=False)
     found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
-    if done.returncode not in (0, 1) or set(found) != {"htb", "netem", "ifb", "nfqueue"}:
+    if done.returncode not in (0, 1) or set(found) != {"tbf", "netem", "ifb", "nfqueue"}:
         raise CommandError("cannot probe the kernel in a scratch network namespace: "
                            + (done.stderr.strip().splitlines() or ["unshare failed"])[-1])
     return Capabilities(**{name: value == "yes" for name, value in found.items()})
