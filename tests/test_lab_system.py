@@ -6,6 +6,7 @@ calibration benchmark (bench/lab_calibration.py) measures fidelity tightly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -227,19 +228,26 @@ def test_rate_limit_and_standing_queue(pair_lab):
     assert 0.85 * 10e6 <= carried <= 1.02 * 10e6
 
 
-def tcp_transfer(seconds: float, *options: str) -> dict:
+@contextlib.contextmanager
+def server_in_h2():
+    """A simpleperf server in node h2; yields its port."""
     port = str(free_port())
     server = subprocess.Popen(["ip", "netns", "exec", "h2", *SIMPLEPERF, "-s", "-p", port],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.7)
-        done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-t", str(seconds),
-                       "--native", "-J", "--no-latency", *options, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        yield port
     finally:
         server.terminate()
         server.wait(10)
+
+
+def tcp_transfer(seconds: float, *options: str) -> dict:
+    with server_in_h2() as port:
+        done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-t", str(seconds),
+                       "--native", "-J", "--no-latency", *options, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def test_tcp_segments_cross_the_delay_line_whole(pair_lab):
@@ -261,20 +269,13 @@ def test_tcp_fills_the_queue_with_packets_not_segments(pair_lab):
     """With offloads on, the queue still holds max_queue_size frames: a TCP flow that keeps
     it full (CUBIC fills queues) sees the queueing delay of that many frames, no more."""
     pair_lab("--rate", "10M", "--delay", "5ms", "--queue", "30")
-    port = str(free_port())
-    server = subprocess.Popen(["ip", "netns", "exec", "h2", *SIMPLEPERF, "-s", "-p", port],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.7)
+    with server_in_h2() as port:
         client = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c", "10.0.0.2",
                                    "-p", port, "-t", "6", "--native", "-C", "cubic",
                                    "--no-latency"], stdout=subprocess.DEVNULL)
         time.sleep(3)  # past slow start
         rtts = ping_rtts("h1", "10.0.0.2", 30, 0.05)
         client.wait(30)
-    finally:
-        server.terminate()
-        server.wait(10)
     full = 30 * 1514 * 8 / 10e6 * 1e3  # 36.3 ms to drain 30 frames
     # TCP's sawtooth drains the queue now and then: the worst samples show a full one. A
     # queue of 30 aggregates of 2 or more segments would hold twice as long.
@@ -305,21 +306,14 @@ def test_record_is_written_before_anything_exists(tmp_path, monkeypatch):
 
 def test_udp_rate_search_finds_the_link_rate_without_knowing_it(pair_lab):
     pair_lab("--rate", "20M", "--delay", "5ms", "--queue", "50")
-    port = str(free_port())
-    server = subprocess.Popen(["ip", "netns", "exec", "h2", *SIMPLEPERF, "-s", "-p", port],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.7)
+    with server_in_h2() as port:
         done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-u", "--probe",
                        "-t", "0.7", "-l", "1400", "-J", timeout=120)
-        assert done.returncode == 0, done.stderr
-        found = json.loads(done.stdout)["probe"]["result"]
-        goodput = 20e6 * 1400 / (1400 + 28 + 14)  # what the link carries of 1400-byte payloads
-        assert 0.85 * goodput <= found["offered"] <= 1.02 * goodput, found
-        assert found["lost_percent"] <= 1.0
-    finally:
-        server.terminate()
-        server.wait(10)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)["probe"]["result"]
+    goodput = 20e6 * 1400 / (1400 + 28 + 14)  # what the link carries of 1400-byte payloads
+    assert 0.85 * goodput <= found["offered"] <= 1.02 * goodput, found
+    assert found["lost_percent"] <= 1.0
 
 
 def test_udp_reordering_by_jitter_is_counted(pair_lab):
