@@ -177,3 +177,17 @@ def test_after_the_hostile_inputs_a_valid_client_is_served(live_server):
         time.sleep(0.1)
     assert proc_status(live.process.pid)["fds"] <= baseline["fds"]
     assert live.process.poll() is None
+
+
+@settings(max_examples=2000, deadline=None)
+@given(number=st.integers(0, 2**64 - 1), clock=st.integers(0, 2**64 - 1),
+       secret=st.binary(min_size=1, max_size=64), other=st.binary(min_size=1, max_size=64),
+       noise=st.binary(max_size=40))
+def test_echo_probes_authenticate_with_their_secret_only(number, clock, secret, other, noise):
+    probe = native.echo_probe(number, clock, secret)
+    assert native.echo_probe_is_authentic(secret, probe)
+    # HMAC pads keys shorter than its block with zeros: b"k" and b"k\0" are one key.
+    same_key = other.rstrip(b"\0") == secret.rstrip(b"\0")
+    assert native.echo_probe_is_authentic(other, probe) == same_key
+    assert not native.echo_probe_is_authentic(secret, probe[:16] + bytes(16))
+    assert native.echo_probe_is_authentic(secret, noise) == (noise == probe)

@@ -124,8 +124,38 @@ def test_shared_secret_authentication(tmp_path):
         assert missing.returncode == 1 and "requires authentication" in missing.stderr
         live.wait_for(lambda lines: any("authentication failed" in line for line in lines))
         assert not any("correct horse" in line for line in live.lines)
+        # The echo service answers only probes made with the secret, over TCP and UDP.
+        for transport in ([], ["-u"]):
+            probes = run_simpleperf("-c", "-p", str(port), "--rtt", "--count", "3",
+                                    "--rtt-interval", "0.05", *transport,
+                                    "--auth-secret-file", str(secret), timeout=30)
+            assert probes.returncode == 0 and "3 answered" in probes.stdout, probes
+        stranger = run_simpleperf("-c", "-p", str(port), "--rtt", "--count", "2", "-u",
+                                  "--rtt-interval", "0.05", timeout=30)
+        assert "0 answered" in stranger.stdout and "shared secret" in stranger.stdout
+        stranger = run_simpleperf("-c", "-p", str(port), "--rtt", "--count", "1", timeout=30)
+        assert stranger.returncode == 1 and "shared secret" in stranger.stderr
+        forged = native.echo_probe(1, 2, b"a guess")
+        untagged = native.echo_probe(1, 2, None)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(0.5)
+            for probe in (forged, untagged):
+                sock.sendto(native.preface(native.UDP_ECHO) + probe, ("127.0.0.1", port))
+                with pytest.raises(TimeoutError):
+                    sock.recv(100)
     finally:
         live.close()
+
+
+def test_without_a_secret_probes_with_or_without_a_tag_are_echoed(server, tmp_path):
+    _, port = server
+    secret = tmp_path / "secret"
+    secret.write_text("only the client has one\n")
+    for options in ([], ["-u"], ["--auth-secret-file", str(secret)],
+                    ["-u", "--auth-secret-file", str(secret)]):
+        probes = run_simpleperf("-c", "-p", str(port), "--rtt", "--count", "2",
+                                "--rtt-interval", "0.05", *options, timeout=30)
+        assert probes.returncode == 0 and "2 answered" in probes.stdout, (options, probes)
 
 
 def _connect(port: int) -> socket.socket:

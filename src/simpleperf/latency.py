@@ -11,17 +11,20 @@ import threading
 import time
 
 from .errors import SimpleperfError
-from .protocol.native import ECHO, ECHO_PROBE, PREFACE_SIZE, UDP_ECHO, preface
+from .protocol.native import ECHO, ECHO_PROBE, PREFACE_SIZE, UDP_ECHO, echo_probe, preface
 from .transport import tcp
 
 UDP_REPLY_TIMEOUT = 1.0
 TCP_REPLY_TIMEOUT = 5.0
+SECRET_HINT = (" (a server that requires authentication answers only probes made with the "
+               "shared secret: --auth-secret-file FILE or $SIMPLEPERF_SECRET)")
 
 
 class EchoProber:
     def __init__(self, host: str, port: int, protocol: str = "tcp",
-                 family: int = socket.AF_UNSPEC) -> None:
+                 family: int = socket.AF_UNSPEC, secret: bytes | None = None) -> None:
         self.protocol = protocol
+        self.secret = secret
         self.sent = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -40,7 +43,7 @@ class EchoProber:
         self.sent += 1
         number = self.sent
         began = time.monotonic_ns()
-        message = self._prefix + ECHO_PROBE.pack(number, began)
+        message = self._prefix + echo_probe(number, began, self.secret)
         self.sock.send(message)
         timeout = UDP_REPLY_TIMEOUT if self.protocol == "udp" else TCP_REPLY_TIMEOUT
         deadline = time.monotonic() + timeout
@@ -49,21 +52,23 @@ class EchoProber:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if self.protocol == "tcp":
-                    raise SimpleperfError(f"no echo from the server within {timeout:g} s")
+                    raise SimpleperfError(f"no echo from the server within {timeout:g} s"
+                                          + ("" if self.secret else SECRET_HINT))
                 return None
             readable, _, _ = select.select([self.sock], [], [], remaining)
             if not readable:
                 continue
             chunk = self.sock.recv(65536)
             if not chunk:
-                raise SimpleperfError("the server closed the echo connection")
+                raise SimpleperfError("the server closed the echo connection"
+                                      + ("" if self.secret else SECRET_HINT))
             if self.protocol == "udp":
                 if len(chunk) == len(message) and ECHO_PROBE.unpack_from(
                         chunk, PREFACE_SIZE)[0] == number:
                     break
                 continue  # a late answer to an earlier probe
             received += chunk
-            if len(received) >= ECHO_PROBE.size:
+            if len(received) >= len(message):
                 break
         rtt = (time.monotonic_ns() - began) / 1e6
         self.samples_ms.append(rtt)

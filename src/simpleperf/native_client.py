@@ -170,7 +170,8 @@ class _NativeTest:
         options = self.options
         idle = None
         if options.latency:
-            self.prober = EchoProber(options.host, options.port, family=options.family)
+            self.prober = EchoProber(options.host, options.port, family=options.family,
+                                     secret=options.secret)
             for _ in range(IDLE_PROBES):
                 self.prober.probe()
                 time.sleep(0.01)

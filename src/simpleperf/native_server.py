@@ -20,6 +20,7 @@ from .protocol.classic import ProtocolError
 from .protocol.native import (
     DATA_PREFACE_SIZE,
     ECHO_PROBE,
+    ECHO_TAG_SIZE,
     MAGIC,
     PREFACE_SIZE,
     UDP_ACK,
@@ -30,6 +31,7 @@ from .protocol.native import (
     TestSpec,
     auth_proof,
     data_preface,
+    echo_probe_is_authentic,
     parse_data_preface,
 )
 from .report import native as table
@@ -126,7 +128,7 @@ class NativeService:
                 continue  # nothing else: ignore rather than answer strangers
             kind = data[4:5]
             with contextlib.suppress(OSError):
-                if kind == UDP_ECHO and len(data) == PREFACE_SIZE + ECHO_PROBE.size:
+                if kind == UDP_ECHO and self._echo_allowed(data[PREFACE_SIZE:]):
                     sock.sendto(data, peer)
                 elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
                     self._udp_hello(data, peer)
@@ -180,13 +182,32 @@ class NativeService:
                         tcp.endpoint(conn.getpeername()))
         return pending.attach(stream)
 
+    def _echo_allowed(self, probe: bytes) -> bool:
+        """With a shared secret only authentic probes are answered; without one, a probe
+        with or without a tag (its client cannot know whether the server wants one)."""
+        if self.options.secret is not None:
+            return echo_probe_is_authentic(self.options.secret, probe)
+        return len(probe) in (ECHO_PROBE.size, ECHO_PROBE.size + ECHO_TAG_SIZE)
+
     def serve_echo(self, conn: socket.socket, initial: bytes) -> None:
+        """Echo what comes; with a shared secret, probe by probe and only authentic ones
+        (the first that is not ends the connection)."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tcp.set_wake_up(conn)
-        if initial:
-            conn.sendall(initial)
+        record = ECHO_PROBE.size + ECHO_TAG_SIZE
+        pending = initial
         last = time.monotonic()
         while not self.stopping.is_set():
+            if self.options.secret is None:
+                if pending:
+                    conn.sendall(pending)
+                pending = b""
+            while len(pending) >= record:
+                if not self._echo_allowed(pending[:record]):
+                    self.say("Echo from an unauthenticated peer refused")
+                    return
+                conn.sendall(pending[:record])
+                pending = pending[record:]
             try:
                 data = conn.recv(4096)
             except BlockingIOError:
@@ -196,7 +217,7 @@ class NativeService:
             if not data:
                 return
             last = time.monotonic()
-            conn.sendall(data)
+            pending += data
 
     def serve_control(self, conn: socket.socket, peer: str, initial: bytes) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -7,14 +7,14 @@ import threading
 from collections.abc import Callable
 
 from .cli import ClientOptions
-from .latency import EchoProber
+from .latency import SECRET_HINT, EchoProber
 from .report import native as table
 from .stats import summarise_rtt
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     protocol = "udp" if options.udp else "tcp"
-    prober = EchoProber(options.host, options.port, protocol, options.family)
+    prober = EchoProber(options.host, options.port, protocol, options.family, options.secret)
     count = options.count or max(1, round(options.duration / options.rtt_interval))
     out(f"RTT to {options.host} port {options.port} over {protocol.upper()} echo, "
         f"{count} probes every {options.rtt_interval:g} s")
@@ -31,3 +31,5 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     for line in table.rtt_summary_lines(options.host, prober.sent,
                                         summarise_rtt(prober.samples_ms)):
         out(line)
+    if prober.sent and not prober.samples_ms and options.secret is None:
+        out("no probe was answered" + SECRET_HINT)

@@ -17,6 +17,8 @@ detect.py. Sizes are capped so that no peer can make us buffer more than MAX_MES
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import struct
 from dataclasses import dataclass, fields
@@ -33,6 +35,7 @@ STREAM_ID = struct.Struct("!H")
 DATA_PREFACE_SIZE = PREFACE_SIZE + TOKEN_SIZE + STREAM_ID.size
 UDP_HELLO_SIZE = DATA_PREFACE_SIZE
 ECHO_PROBE = struct.Struct("!QQ")  # probe number, sender's clock in nanoseconds
+ECHO_TAG_SIZE = 16  # after a probe, when the server requires a shared secret
 DATAGRAM_HEADER = struct.Struct("!IIQ")  # send time: seconds, microseconds; packet number
 MAX_MESSAGE = 64 * 1024
 _LENGTH = struct.Struct("!I")
@@ -252,10 +255,25 @@ def parse_results(message: dict) -> dict[int, dict]:
 def auth_proof(secret: bytes, challenge: str, role: str) -> str:
     """HMAC-SHA256 of the server's challenge: proves the secret without sending it. `role`
     keeps a proof made for one direction from being replayed in the other."""
-    import hashlib
-    import hmac
-
     return hmac.new(secret, f"{role}:{challenge}".encode(), hashlib.sha256).hexdigest()
+
+
+def echo_probe(number: int, clock_ns: int, secret: bytes | None) -> bytes:
+    """One echo probe; with a secret, followed by its tag (a server that requires the secret
+    answers nothing else; one that does not echoes the tag along)."""
+    probe = ECHO_PROBE.pack(number, clock_ns)
+    return probe + _echo_tag(secret, probe) if secret is not None else probe
+
+
+def echo_probe_is_authentic(secret: bytes, record: bytes) -> bool:
+    if len(record) != ECHO_PROBE.size + ECHO_TAG_SIZE:
+        return False
+    probe, tag = record[:ECHO_PROBE.size], record[ECHO_PROBE.size:]
+    return hmac.compare_digest(tag, _echo_tag(secret, probe))
+
+
+def _echo_tag(secret: bytes, probe: bytes) -> bytes:
+    return hmac.new(secret, b"echo:" + probe, hashlib.sha256).digest()[:ECHO_TAG_SIZE]
 
 
 MAX_PEER_INTERVALS = 1500  # rows of [stream, start, end, bytes, packets, lost, jitter_ms]
