@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_simpleperf
+from conftest import run_simpleperf, start_server
 
 from simpleperf.cli import parse_args
 
@@ -173,3 +173,16 @@ def test_local_address_ipv6_mss_and_nodelay(server):
     assert json.loads(six.stdout)["start"]["connected"][0]["local_host"] == "::1"
     four_only = run_simpleperf("-c", "::1", "-p", str(port), "-4", "-J", "-t", "1")
     assert four_only.returncode == 1 and "resolve" in four_only.stderr
+
+
+def test_a_server_with_6_serves_ipv6_only_tcp_and_udp():
+    live, port = start_server("-6")
+    try:
+        for transport in ([], ["-u", "-b", "10M"]):
+            six = run_simpleperf("-c", "::1", "-p", str(port), "-J", "-t", "1", *transport)
+            assert six.returncode == 0, six.stderr
+            assert json.loads(six.stdout)["end"]["sum_received"]["bytes"] > 0
+        four = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--native")
+        assert four.returncode == 1 and "refused" in four.stderr
+    finally:
+        live.close()

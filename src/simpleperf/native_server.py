@@ -79,19 +79,22 @@ class NativeService:
         address = listener.getsockname()
         self._udp_local = (address[0], address[1])
         self._udp_family = family
-        self.udp_listener = self._open_udp_listener(family, address)
+        v6_only = family == socket.AF_INET6 and bool(
+            listener.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
+        self.udp_listener = self._open_udp_listener(family, address, v6_only)
         self._udp_thread: threading.Thread | None = None
 
     # UDP -----------------------------------------------------------------------------------
 
     @staticmethod
-    def _open_udp_listener(family: int, address: tuple) -> socket.socket | None:
+    def _open_udp_listener(family: int, address: tuple,
+                           v6_only: bool) -> socket.socket | None:
+        """UDP on the TCP listener's address and port, for the same address families."""
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY,
-                                0 if address[0] == "::" else 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
             sock.bind(address[:2])
         except OSError:
             sock.close()

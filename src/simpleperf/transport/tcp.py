@@ -83,8 +83,8 @@ def open_listener(bind: str | None, port: int, backlog: int = 128,
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             set_window(sock, window)
             set_congestion(sock, congestion)
-            if dual_stack:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            if family == socket.AF_INET6:  # "::" given (-6) is IPv6 only, as with iperf3
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
             sock.bind((host, port))
             sock.listen(backlog)
             return sock
