@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -268,3 +269,17 @@ def test_rate_limits_at_any_speed_keep_tbf_cutting_aggregates_into_packets():
     assert "tbf rate 1000000000bit burst 26514 peakrate 20000000000bit mtu 2200" in fast
     faster = build.plan(topology.pair(rate="40G"), "own").namespaces["pair-wire"].script()
     assert "tbf rate 40000000000bit burst 1001514 limit" in faster  # no peak above 10G
+
+
+def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
+    from simpleperf.lab.delayline import DirectionQueue
+
+    steady = DirectionQueue(1, delay=0.01, jitter=0.0, reorder=False)
+    assert steady.unread_wait == 0.01  # nothing unread can fall due sooner
+    assert DirectionQueue(2, delay=0.01, jitter=0.002, reorder=False).unread_wait == 0.0
+    steady.stamped = False  # without kernel arrival times, reading late would delay packets
+    assert steady.unread_wait == 0.0
+    steady.stamped = True
+    steady.admit([(5, 1.0), (6, 1.001)], random.Random(1))
+    assert steady.next_release() == pytest.approx(1.011)
+    assert steady.due(1.0109) == [] and len(steady.due(1.011)) == 1

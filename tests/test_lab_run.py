@@ -90,7 +90,11 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     assert db.execute("SELECT COUNT(*) FROM probe WHERE flow_id = ?", (tcp[0],)
                       ).fetchone()[0] >= 2
     udp = flows["h7-h9"]
-    assert udp[2] == 1 and 4e6 < udp[4] < 5.5e6 and udp[8] is not None and udp[9] > 1000
+    assert udp[2] == 1 and udp[8] is not None and udp[9] > 1000
+    # It shares r2-r3 with the TCP flow, whose start fills that queue: some of the 5 Mbit/s
+    # is lost (7-12 % in 3 s here, once 32 %), and what arrived is what was not lost.
+    assert 0 <= udp[10] < 60
+    assert abs(udp[4] - 5e6 * (1 - udp[10] / 100)) <= 0.1 * 5e6, udp
     failed = flows["nowhere"]
     assert failed[2] == 0 and re.search(r"unreachable|refused|no answer", failed[3])
     assert flows["h2-h5"][2] == 1

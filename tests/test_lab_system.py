@@ -277,9 +277,10 @@ def test_tcp_fills_the_queue_with_packets_not_segments(pair_lab):
         rtts = ping_rtts("h1", "10.0.0.2", 30, 0.05)
         client.wait(30)
     full = 30 * 1514 * 8 / 10e6 * 1e3  # 36.3 ms to drain 30 frames
-    # TCP's sawtooth drains the queue now and then: the worst samples show a full one. A
-    # queue of 30 aggregates of 2 or more segments would hold twice as long.
-    assert 10 + 0.7 * full <= max(rtts) <= 10 + 1.25 * full + 2, sorted(rtts)
+    # CUBIC's sawtooth keeps the queue between about two thirds full and full. A queue of
+    # 30 aggregates of 2 or more segments would hold twice as long (htb: median near 70 ms).
+    # The median, not the maximum: one ping delayed by the shared machine is not the queue.
+    assert 10 + 0.4 * full <= statistics.median(rtts) <= 10 + 1.25 * full + 2, sorted(rtts)
 
 
 def test_processes_in_namespaces_finds_a_process_by_its_namespace(pair_lab):

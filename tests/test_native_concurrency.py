@@ -55,7 +55,7 @@ def test_64_clients_at_once_all_finish_correctly_and_fairly():
             tests.append(intervals)
         # Fairness among tests that run at once: over the time they all ran.
         rates = rates_while_all_ran(tests)
-        assert all(rate is not None for rate in rates), tests
+        assert None not in rates, "the 64 tests never all ran at once"
         assert jain_index(rates) >= 0.9, sorted(rates)
         live.wait_for(lambda lines: sum(line.startswith("Test from") for line in lines)
                       >= CLIENTS)

@@ -95,13 +95,14 @@ def test_native_udp_row_shows_loss_and_reordering():
                                                             "lost": 0}, "MB", "udp", False)
 
 
-def test_rates_while_all_ran_use_only_intervals_inside_the_common_time():
-    # Flow a began 0.5 s before b and had the path alone for its first interval.
+def test_rates_while_all_ran_count_only_the_common_time():
+    # Flow a began 0.5 s before b and had the path alone until then.
     early = [(0.0, 1.0, 1000), (1.0, 2.0, 500), (2.0, 3.0, 500)]
     late = [(0.5, 1.5, 200), (1.5, 2.5, 500), (2.5, 3.5, 400)]
     rates = rates_while_all_ran([early, late])
-    # All ran in [0.5, 3]: a counts [1, 2] and [2, 3]; b counts [0.5, 1.5] and [1.5, 2.5].
-    assert rates == [(500 + 500) * 8 / 2, (200 + 500) * 8 / 2]
+    # All ran in [0.5, 3]: a has half of its first interval in it, b half of its last.
+    assert rates == [pytest.approx((500 + 500 + 500) * 8 / 2.5),
+                     pytest.approx((200 + 500 + 200) * 8 / 2.5)]
     assert rates_while_all_ran([[(0.0, 1.0, 10)], [(2.0, 3.0, 10)]]) == [None, None]
     with pytest.raises(ValueError):
         rates_while_all_ran([early, []])

@@ -55,23 +55,27 @@ def jain_index(throughputs: Sequence[float]) -> float:
     return total * total / (len(throughputs) * squares)
 
 
-def rates_while_all_ran(flows: Sequence[Sequence[tuple[float, float, int]]],
-                        slack: float = 1e-3) -> list[float | None]:
-    """Each flow's rate (bits/s) over its intervals that lie wholly within the time every
-    flow was running. flows: per flow, (start, end, bytes) intervals on one shared clock.
-    At the edges a flow that began a little early or ended a little late has the path to
-    itself, which says nothing about how the flows shared it. None for a flow with no
-    interval inside that time."""
+def rates_while_all_ran(flows: Sequence[Sequence[tuple[float, float, int]]]
+                        ) -> list[float | None]:
+    """Each flow's rate (bits/s) over the time every flow was running. flows: per flow,
+    (start, end, bytes) intervals on one shared clock; an interval cut by that time counts
+    in proportion (its bytes taken as spread evenly over it). At the edges a flow that began
+    a little early or ended a little late has the path to itself, which says nothing about
+    how the flows shared it. All None when the flows never all ran at once."""
     if not flows or any(not intervals for intervals in flows):
         raise ValueError("every flow needs at least one interval")
     common_start = max(intervals[0][0] for intervals in flows)
     common_end = min(intervals[-1][1] for intervals in flows)
+    if common_end <= common_start:
+        return [None] * len(flows)
     rates: list[float | None] = []
     for intervals in flows:
-        inside = [(start, end, size) for start, end, size in intervals
-                  if start >= common_start - slack and end <= common_end + slack]
-        seconds = sum(end - start for start, end, _ in inside)
-        rates.append(sum(size for _, _, size in inside) * 8 / seconds if seconds > 0 else None)
+        carried = 0.0
+        for start, end, size in intervals:
+            inside = min(end, common_end) - max(start, common_start)
+            if inside > 0 and end > start:
+                carried += size * inside / (end - start)
+        rates.append(carried * 8 / (common_end - common_start))
     return rates
 
 

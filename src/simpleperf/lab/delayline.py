@@ -58,12 +58,14 @@ class DirectionQueue:
     by_time: list = field(default_factory=list)  # heap of (release time, id)
     last_release: float = 0.0
     last_read: float = 0.0  # when the kernel queue was last read to its end
+    stamped: bool = True  # the kernel gives arrival times (else arrival is when read)
 
     @property
     def unread_wait(self) -> float:
         """How long a packet that is not read yet must wait at least: without jitter every
-        packet waits the delay, so this queue need not be read more often than that."""
-        return self.delay if self.jitter == 0 else 0.0
+        packet waits the delay, so this queue need not be read more often than that, as long
+        as the kernel stamps arrivals."""
+        return self.delay if self.jitter == 0 and self.stamped else 0.0
 
     def admit(self, arrivals: list[tuple[int, float]], rng: random.Random) -> None:
         """arrivals: (packet id, monotonic arrival time), in id order."""
@@ -204,8 +206,11 @@ def serve(plan: list[dict]) -> None:
                     if error.errno == errno.ENOBUFS:
                         continue
                     raise
-                arrivals = [(packet_id, now if stamp is None else min(now, stamp - offset))
-                            for packet_id, stamp in nfqueue.packets(view[:count], last_only)]
+                arrivals = []
+                for packet_id, stamp in nfqueue.packets(view[:count], last_only):
+                    if stamp is None:
+                        queue.stamped = False
+                    arrivals.append((packet_id, now if stamp is None else min(now, stamp - offset)))
                 if arrivals:
                     queue.admit(arrivals, rng)
         now = clock()
