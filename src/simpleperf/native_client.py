@@ -31,7 +31,7 @@ from .protocol.native import (
 from .session import ControlChannel, PeerGone, Session
 from .stats import summarise_rtt
 from .streams import Stream, apply_tcp_options
-from .transport import tcp, udp
+from .transport import tcp, tcpinfo, udp
 
 CLASSIC_WAIT_MIN = 1.5  # seconds without an answer to our greeting: a classic server
 STEP_SECONDS = 1.0  # interval of samples kept for JSON when -i is not given
@@ -86,7 +86,7 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
 
 
 def _await_welcome(channel: ControlChannel) -> dict:
-    rtt = _handshake_rtt(channel.sock)
+    rtt = tcpinfo.rtt_seconds(channel.sock)
     wait = max(CLASSIC_WAIT_MIN, 10 * rtt)
     # An iperf3 server answers any first 37 bytes with a one-byte state (PARAM_EXCHANGE,
     # or ACCESS_DENIED / SERVER_ERROR); a native welcome starts with a length's zero byte.
@@ -107,13 +107,6 @@ def _await_welcome(channel: ControlChannel) -> dict:
     if message["type"] == "error":
         raise PeerRefused(str(message.get("message", "refused"))[:300])
     return message
-
-
-def _handshake_rtt(sock: socket.socket) -> float:
-    from .transport import tcpinfo
-
-    info = tcpinfo.read(sock)
-    return info.rtt_us / 1e6 if info else 0.0
 
 
 def _authenticate(channel: ControlChannel, welcome: dict, options: ClientOptions) -> None:

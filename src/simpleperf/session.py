@@ -170,7 +170,7 @@ class Session:
         self.start = start
         self.cpu_before = os.times()
         if self.channel is not None:
-            rtt = _control_rtt(self.channel.sock)
+            rtt = tcpinfo.rtt_seconds(self.channel.sock)
             self._udp_quiet = min(UDP_QUIET_MAX, max(UDP_QUIET_MIN, 4 * rtt))
         for stream in self.streams:
             stop = self.stop_sending if stream.sending else self.stop
@@ -398,8 +398,3 @@ def _drained(stream: Stream, quiet: float) -> bool:
         return quiet >= TCP_QUIET and tcp.unread_bytes(stream.sock) == 0
     except OSError:
         return True
-
-
-def _control_rtt(sock: socket.socket) -> float:
-    info = tcpinfo.read(sock)
-    return info.rtt_us / 1e6 if info else 0.0

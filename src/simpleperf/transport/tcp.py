@@ -194,6 +194,4 @@ def settle_time(sock: socket.socket) -> float:
     """How long to let the peer's application read what its kernel acknowledged.
     Acknowledged is not yet read, and the advertised window cannot tell the two apart
     (Linux stops announcing a window once it passes half the buffer): a few RTTs."""
-    info = tcpinfo.read(sock)
-    rtt = info.rtt_us / 1e6 if info else 0.0
-    return min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * rtt))
+    return min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * tcpinfo.rtt_seconds(sock)))

@@ -34,3 +34,9 @@ def read(sock: socket.socket) -> TcpInfo | None:
     if values["total_retrans"] is None:
         return None
     return TcpInfo(**values)
+
+
+def rtt_seconds(sock: socket.socket) -> float:
+    """The kernel's smoothed RTT of a connection in seconds; 0.0 where it is unknown."""
+    info = read(sock)
+    return info.rtt_us / 1e6 if info else 0.0
