@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-from simpleperf.lab import lifecycle, ownership, theory, topology
+from simpleperf.lab.model import theory, topology
+from simpleperf.lab.net import lifecycle, ownership
 
 PYTHON = sys.executable
 rows: list[tuple[str, str, str, bool | None]] = []

@@ -124,7 +124,7 @@ def bench_concurrency(args, ports) -> None:
     clients = args.clients
     start_at = time.monotonic() + 3 + clients * 0.08
     processes = [subprocess.Popen(
-        [sys.executable, "-m", "simpleperf.lab.launch", f"{start_at:.6f}", "--", "simpleperf",
+        [sys.executable, "-m", "simpleperf.lab.run.launch", f"{start_at:.6f}", "--", "simpleperf",
          "-c", "-p", str(port), "-t", "5", "-J", "--no-latency", "--native"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(clients)]
     rates, failures, starts, flows = [], [], [], []

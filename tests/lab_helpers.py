@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from conftest import SIMPLEPERF
 
-from simpleperf.lab.system import existing_namespaces
+from simpleperf.lab.net.system import existing_namespaces
 
 needs_lab = pytest.mark.skipif(
     os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "tc", "iptables-restore",
@@ -44,7 +44,7 @@ def delay_line_pids() -> set[int]:
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if b"simpleperf.lab.delayline" in cmdline.read():
+                if b"simpleperf.lab.net.shaping.delayline" in cmdline.read():
                     found.add(int(entry))
         except (OSError, ValueError):
             continue

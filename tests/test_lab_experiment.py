@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from simpleperf.lab import experiment, topology
-from simpleperf.lab.experiment import ExperimentError
-from simpleperf.lab.runner import FlowOutcome, Runner, StepOutcome
-from simpleperf.lab.tables import case_report
+from simpleperf.lab.model import experiment, topology
+from simpleperf.lab.model.experiment import ExperimentError
+from simpleperf.lab.results.tables import case_report
+from simpleperf.lab.run.step import FlowOutcome, Runner, StepOutcome
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def test_every_shipped_experiment_loads():
 
 
 def test_flow_sweep_points_change_only_tcp_flows():
-    from simpleperf.lab.run import _at_point
+    from simpleperf.lab.run.runner import _at_point
 
     plan = experiment.parse(SWEEP.replace('parameter = "delay"\nvalues = ["5ms", "10ms"]',
                                           'parameter = "parallel"\nvalues = ["1", "3"]'))
@@ -201,7 +201,7 @@ def test_flow_sweep_points_change_only_tcp_flows():
 
 
 def test_sweep_summary_is_mean_and_confidence_beside_the_bounds():
-    from simpleperf.lab.tables import sweep_points
+    from simpleperf.lab.results.tables import sweep_points
 
     def step(value, rate):
         return {"sweep_value": value, "sweep_parameter": "delay", "flows": [

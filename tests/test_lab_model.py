@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.lab import build, theory, topology
-from simpleperf.lab.shaping.probe import Capabilities
-from simpleperf.lab.topology import TopologyError
+from simpleperf.lab.model import theory, topology
+from simpleperf.lab.model.topology import TopologyError
+from simpleperf.lab.net import build
+from simpleperf.lab.net.shaping.probe import Capabilities
 
 PORTFOLIO_ADDRESSES = {
     "h1": ["10.0.0.2"], "h2": ["10.0.0.3"], "h3": ["10.0.0.4"],
@@ -272,7 +273,7 @@ def test_rate_limits_at_any_speed_keep_tbf_cutting_aggregates_into_packets():
 
 
 def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
-    from simpleperf.lab.delayline import DirectionQueue
+    from simpleperf.lab.net.shaping.delayline import DirectionQueue
 
     steady = DirectionQueue(1, delay=0.01, jitter=0.0, reorder=False)
     assert steady.unread_wait == 0.01  # nothing unread can fall due sooner

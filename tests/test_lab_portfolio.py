@@ -21,7 +21,8 @@ import pytest
 from conftest import SIMPLEPERF, free_port
 from lab_helpers import PORTFOLIO_NAMESPACES, assert_gone, in_node, lab, needs_lab, ping_rtts
 
-from simpleperf.lab import ownership, theory, topology
+from simpleperf.lab.model import theory, topology
+from simpleperf.lab.net import ownership
 
 pytestmark = needs_lab
 

@@ -31,8 +31,8 @@ from lab_helpers import (
     ping_rtts,
 )
 
-from simpleperf.lab import ownership
-from simpleperf.lab.system import existing_namespaces, processes_in_namespaces
+from simpleperf.lab.net import ownership
+from simpleperf.lab.net.system import existing_namespaces, processes_in_namespaces
 
 pytestmark = needs_lab
 SRC = str(Path(__file__).resolve().parents[1] / "src")

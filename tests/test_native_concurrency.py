@@ -19,7 +19,7 @@ def run_clients(port: int, count: int, seconds: int) -> list[subprocess.Complete
     start_at = time.monotonic() + 3 + count * 0.08
     # The launcher imports simpleperf, then starts the test at the common instant.
     processes = [subprocess.Popen(
-        [sys.executable, "-m", "simpleperf.lab.launch", f"{start_at:.6f}", "--", "simpleperf",
+        [sys.executable, "-m", "simpleperf.lab.run.launch", f"{start_at:.6f}", "--", "simpleperf",
          "-c", "-p", str(port), "--native", "-t", str(seconds), "-J", "--no-latency"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(count)]
     done = []

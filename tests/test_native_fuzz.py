@@ -16,8 +16,9 @@ from conftest import proc_status, run_simpleperf, start_server
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from simpleperf.protocol import detect, native
-from simpleperf.protocol.classic import ProtocolError
+from simpleperf.errors import ProtocolError
+from simpleperf.protocol import detect, events, native
+from simpleperf.protocol.exchange import Exchange, Role
 
 TYPES = ["hello", "welcome", "auth", "test", "accepted", "start", "finished", "results",
          "bye", "error", "authenticated"]
@@ -56,8 +57,10 @@ hostile_streams = st.one_of(
 
 
 def _consume(data: bytes, cuts: list[int]) -> None:
-    """What a server does with bytes: frame, parse, validate every message."""
+    """What a server does with bytes: frame, parse, validate every message, and hold the
+    typed events against the exchange's order."""
     reader = native.MessageReader()
+    exchange = Exchange(Role.SERVER)
     pieces, last = [], 0
     for cut in sorted(c % (len(data) + 1) for c in cuts):
         pieces.append(data[last:cut])
@@ -69,8 +72,10 @@ def _consume(data: bytes, cuts: list[int]) -> None:
                           native.parse_intervals):
                 with contextlib.suppress(ProtocolError):
                     check(message)
-            with contextlib.suppress(ProtocolError, native.PeerRefused):
-                native.expect(message, "hello")
+            with contextlib.suppress(ProtocolError):
+                events.decode(message)
+        with contextlib.suppress(ProtocolError):
+            exchange.receive(piece)
 
 
 @settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))

@@ -68,7 +68,7 @@ def test_percentiles_and_rtt_summary():
 
 
 def test_rate_search_converges_just_under_a_path_it_does_not_know():
-    from simpleperf.rate_probe import best, search
+    from simpleperf.native.rate_probe import best, search
 
     capacity = 37.3e6
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simpleperf.engine.clock import IntervalClock
 from simpleperf.report import classic as table
 from simpleperf.stats import (
-    interval_boundaries,
     jain_index,
     mean_confidence,
     rates_while_all_ran,
@@ -54,10 +54,18 @@ def test_formatting_matches_the_classic_columns():
 
 
 def test_interval_boundaries():
-    assert interval_boundaries(5, 25, 12.0) == [5, 10]
-    assert interval_boundaries(5, 25, 25.0) == [5, 10, 15, 20, 25]
-    assert interval_boundaries(5, 7, 7.0) == [5, 7]
-    assert interval_boundaries(0.1, None, 0.35) == [0.1, 0.2, 0.3]
+    assert IntervalClock(5, end=25).closed_by(12.0) == [5, 10]
+    assert IntervalClock(5, end=25).closed_by(25.0) == [5, 10, 15, 20, 25]
+    assert IntervalClock(5, end=7).closed_by(7.0) == [5, 7]
+    assert IntervalClock(0.1).closed_by(0.35) == [0.1, 0.2, 0.3]
+
+
+def test_the_interval_clock_steps_through_omitting_then_from_its_end():
+    clock = IntervalClock(1, omit=2.5, end=5.5)
+    assert [clock.mark(i) for i in range(5)] == [1, 2, 2.5, 3.5, 4.5]
+    assert [clock.is_omitted(clock.mark(i)) for i in range(4)] == [True, True, True, False]
+    assert clock.closed_by(5.5) == [1, 2, 2.5, 3.5, 4.5, 5.5]
+    assert clock.is_final(5.5) and not clock.is_final(4.5)
 
 
 def test_jain_index():

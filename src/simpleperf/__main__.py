@@ -6,8 +6,16 @@ import contextlib
 import signal
 import sys
 
-from .cli import NO_MODE_MESSAGE, ClientOptions, UsageError, parse_args
-from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SimpleperfError
+from .cli import NO_MODE_MESSAGE, parse_args
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Interrupted,
+    SimpleperfError,
+    UsageError,
+)
+from .options import ClientOptions
 
 
 def _print(line: str) -> None:
@@ -23,11 +31,35 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM ends a run the way Ctrl-C
     raise KeyboardInterrupt
 
 
+def _run_client(options: ClientOptions) -> None:
+    """Hand the test to the driver it needs; each is imported only when used."""
+    if options.rtt:
+        from .native import round_trips
+
+        round_trips.run(options, _print)
+    elif options.probe:
+        from .native import rate_probe
+
+        rate_probe.run(options, _print)
+    elif options.iperf3:
+        from .iperf3 import client as iperf3_client
+
+        iperf3_client.run(options, _print)
+    elif options.needs_native:
+        from .native import client as native_client
+
+        native_client.run(options, _print)
+    else:
+        from .classic import client as classic_client
+
+        classic_client.run(options, _print)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     if argv[:1] == ["lab"]:  # the lab sits on top of the tool; the tool never needs it
-        from .lab.cli import main as lab_main
+        from .lab.commands import main as lab_main
 
         return lab_main(argv[1:])
     try:
@@ -37,30 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if isinstance(options, ClientOptions):
-            from . import client, native_client
-
-            try:
-                if options.rtt:
-                    from . import rtt_test
-                    rtt_test.run(options, _print)
-                elif options.probe:
-                    from . import rate_probe
-                    rate_probe.run(options, _print)
-                elif options.iperf3:
-                    from . import iperf3_client
-                    iperf3_client.run(options, _print)
-                elif options.needs_native:
-                    native_client.run(options, _print)
-                else:
-                    client.run(options, _print)
-            except (client.Interrupted, native_client.Interrupted):
-                return EXIT_INTERRUPTED
+            _run_client(options)
         else:
             from .server import Server
 
             server = Server(options, _print)
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a server stops
                 server.serve_forever()
+    except Interrupted:
+        return EXIT_INTERRUPTED
     except SimpleperfError as error:
         _error(str(error))
         return error.exit_status

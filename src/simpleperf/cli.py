@@ -11,94 +11,42 @@ import ipaddress
 import os
 import re
 import socket
-from dataclasses import dataclass
 
 from . import __version__
+from .errors import UsageError
+from .options import (
+    CLASSIC_MAX_PARALLEL,
+    DEFAULT_DURATION,
+    DEFAULT_LENGTH,
+    DEFAULT_LOSS_THRESHOLD,
+    DEFAULT_PORT,
+    DEFAULT_RTT_INTERVAL,
+    DEFAULT_SERVER_IP,
+    DEFAULT_UDP_LENGTH,
+    MAX_CLIENTS_LIMIT,
+    MAX_LENGTH,
+    MAX_MSS,
+    MAX_OMIT,
+    MAX_PARALLEL,
+    MAX_PORT,
+    MAX_RATE,
+    MAX_RTT_COUNT,
+    MAX_UDP_LENGTH,
+    MAX_WINDOW,
+    MIN_LENGTH,
+    MIN_MSS,
+    MIN_PORT,
+    MIN_UDP_LENGTH,
+    MIN_WINDOW,
+    ClientOptions,
+    ServerOptions,
+    is_congestion_name,
+)
 from .units import DISPLAY_UNITS, parse_rate, parse_size
 
-DEFAULT_PORT = 8088
-DEFAULT_SERVER_IP = "127.0.0.1"
-DEFAULT_DURATION = 25.0
-DEFAULT_LENGTH = 256 * 1024
-MAX_LENGTH = 64 * 1024 * 1024
-MAX_PARALLEL = 5  # classic
-MAX_NATIVE_PARALLEL = 128
-DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
-DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
-DEFAULT_RTT_INTERVAL = 0.1
-MIN_WINDOW = 2 * 1000
-MAX_WINDOW = 10**9
 NO_MODE_MESSAGE = "Error: you must run either in server or client mode"
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
-
-
-class UsageError(Exception):
-    """A command-line mistake; str(error) is the single line shown to the user."""
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    bind: str | None
-    port: int
-    unit: str
-    length: int
-    window: int | None = None
-    congestion: str | None = None
-    max_duration: float | None = None
-    max_clients: int | None = None
-    max_parallel: int | None = None
-    secret: bytes | None = None
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    host: str
-    port: int
-    unit: str
-    duration: float
-    num_bytes: int | None
-    interval: float | None
-    parallel: int
-    length: int
-    window: int | None = None
-    congestion: str | None = None
-    # Native protocol (any of these set means the test needs a simpleperf server):
-    udp: bool = False
-    rate: float | None = None  # bits/s per stream; None = unlimited TCP, 1 Mbit/s UDP
-    reverse: bool = False
-    bidir: bool = False
-    extended: bool = False
-    json: bool = False
-    json_stream: bool = False
-    mss: int | None = None
-    nodelay: bool = False
-    omit: float = 0.0
-    native: bool = False
-    iperf3: bool = False
-    rtt: bool = False
-    probe: bool = False
-    loss_threshold: float = 1.0  # percent, for --probe
-    count: int | None = None  # --rtt probes
-    rtt_interval: float = DEFAULT_RTT_INTERVAL
-    latency: bool = True  # RTT probes during native tests
-    # Either protocol:
-    local: str | None = None  # -B
-    family: int = 0  # socket.AF_UNSPEC, or AF_INET / AF_INET6 with -4 / -6
-    secret: bytes | None = None
-    length_given: bool = False
-    duration_given: bool = False
-
-    @property
-    def needs_native(self) -> bool:
-        return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
-                    self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
-                    self.rtt,
-                    self.probe, self.parallel > MAX_PARALLEL, self.secret is not None))
-
-    @property
-    def direction(self) -> str:
-        return "bidir" if self.bidir else "reverse" if self.reverse else "forward"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -145,8 +93,8 @@ def _build_parser() -> argparse.ArgumentParser:
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
     client.add_argument("-n", "--num", help="send exactly this many bytes, e.g. 10MB")
     client.add_argument("-i", "--interval", help="print a row every this many seconds")
-    client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
-                        f"(up to {MAX_NATIVE_PARALLEL} against a native server)")
+    client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{CLASSIC_MAX_PARALLEL} "
+                        f"(up to {MAX_PARALLEL} against a native server)")
     native = parser.add_argument_group("client, native protocol (needs a simpleperf server)")
     native.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
     native.add_argument("--bitrate", help="target rate per stream, e.g. 100M (-b in client "
@@ -230,9 +178,9 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
             bind=bind, port=port, unit=unit, length=_length(args.len, DEFAULT_LENGTH),
             window=window, congestion=congestion,
             max_duration=_positive_seconds("--max-duration", args.max_duration, None),
-            max_clients=_optional_int("--max-clients", args.max_clients, 1, 100000),
+            max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
             max_parallel=_optional_int("--max-parallel", args.max_parallel, 1,
-                                       MAX_NATIVE_PARALLEL),
+                                       MAX_PARALLEL),
             secret=secret)
     if args.b is not None and args.bitrate is not None:
         raise UsageError("-b and --bitrate both give the rate: use one")
@@ -245,17 +193,18 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION),
         num_bytes=_num_bytes(args.num, args.time),
         interval=_positive_seconds("-i/--interval", args.interval, None),
-        parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_NATIVE_PARALLEL),
+        parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
         length=_length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH),
         window=window,
         congestion=congestion,
         udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
         extended=args.extended, json=args.json, json_stream=args.json_stream,
-        mss=_optional_int("-M/--mss", args.mss, 88, 32767), nodelay=args.no_delay,
+        mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
         omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, rtt=args.rtt,
         probe=args.probe,
-        loss_threshold=_percent("--loss-threshold", args.loss_threshold, 1.0),
-        count=_optional_int("--count", args.count, 1, 10**6),
+        loss_threshold=_percent("--loss-threshold", args.loss_threshold,
+                                  DEFAULT_LOSS_THRESHOLD),
+        count=_optional_int("--count", args.count, 1, MAX_RTT_COUNT),
         rtt_interval=_positive_seconds("--rtt-interval", args.rtt_interval,
                                        DEFAULT_RTT_INTERVAL),
         latency=not args.no_latency,
@@ -273,10 +222,12 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
                          "runs both directions")
     if options.json and options.json_stream:
         raise UsageError("-J/--json and --json-stream cannot be used together")
-    if options.udp and options.length > 65507:
-        raise UsageError(f"-l/--len must be at most 65507 bytes for UDP, not '{args.len}'")
-    if options.udp and options.length < 16:
-        raise UsageError(f"-l/--len must be at least 16 bytes for UDP (the datagram header), "
+    if options.udp and options.length > MAX_UDP_LENGTH:
+        raise UsageError(f"-l/--len must be at most {MAX_UDP_LENGTH} bytes for UDP, "
+                         f"not '{args.len}'")
+    if options.udp and options.length < MIN_UDP_LENGTH:
+        raise UsageError(f"-l/--len must be at least {MIN_UDP_LENGTH} bytes for UDP (the "
+                         "datagram header), "
                          f"not '{args.len}'")
     if options.rtt and (options.reverse or options.bidir or options.probe):
         raise UsageError("--rtt measures round trips only; it cannot be combined with -R, "
@@ -329,7 +280,7 @@ def _rate(text: str) -> float:
         value = parse_rate(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 1e13:
+    if not 0 <= value <= MAX_RATE:
         raise UsageError(f"-b/--bitrate must be a rate in bits/s with an optional K, M or G "
                          f"(e.g. 100M; 0 = unlimited), not '{text}'")
     return value
@@ -342,8 +293,9 @@ def _omit(text: str | None) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 3600:
-        raise UsageError(f"-O/--omit must be a number of seconds from 0 to 3600, not '{text}'")
+    if not 0 <= value <= MAX_OMIT:
+        raise UsageError(f"-O/--omit must be a number of seconds from 0 to {MAX_OMIT:g}, "
+                         f"not '{text}'")
     return value
 
 
@@ -373,7 +325,7 @@ def _int_in_range(flag: str, text: str | None, default: int, low: int, high: int
 
 
 def _port(text: str | None) -> int:
-    return _int_in_range("-p/--port", text, DEFAULT_PORT, 1024, 65535)
+    return _int_in_range("-p/--port", text, DEFAULT_PORT, MIN_PORT, MAX_PORT)
 
 
 def _unit(text: str | None) -> str:
@@ -392,7 +344,7 @@ def _length(text: str | None, default: int) -> int:
         value = parse_size(text)
     except ValueError:
         value = 0
-    if not 1 <= value <= MAX_LENGTH:
+    if not MIN_LENGTH <= value <= MAX_LENGTH:
         raise UsageError(f"-l/--len must be a size from 1B to 64MB (e.g. 128K), not '{text}'")
     return value
 
@@ -400,7 +352,7 @@ def _length(text: str | None, default: int) -> int:
 def _congestion(text: str | None) -> str | None:
     if text is None:
         return None
-    if not re.fullmatch(r"[a-z0-9_]{1,15}", text):
+    if not is_congestion_name(text):
         raise UsageError(f"-C/--congestion must name a congestion control such as cubic, not "
                          f"'{text}'")
     return text

@@ -12,3 +12,25 @@ class SimpleperfError(Exception):
     """A run-time failure (network, peer, system) to be shown as one line; exit status 1."""
 
     exit_status = EXIT_FAILURE
+
+
+class UsageError(Exception):
+    """A command-line or data-file mistake; str(error) is the single line shown; exit 2."""
+
+    exit_status = EXIT_USAGE
+
+
+class ProtocolError(Exception):
+    """The peer sent something the protocol does not allow (any of the three protocols)."""
+
+
+class PeerGone(ProtocolError):
+    """The other end closed or reset the control connection."""
+
+
+class PeerRefused(Exception):
+    """The peer answered with an error message; str() is its explanation."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C ended a test; what was measured has been printed."""

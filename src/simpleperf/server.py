@@ -13,14 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cli import ServerOptions
-from .iperf3_server import Iperf3Service
-from .native_server import NativeService
+from .errors import ProtocolError
+from .iperf3.server import Iperf3Service
+from .native.server import NativeService
+from .options import ServerOptions
+from .policy import ServerPolicy
 from .protocol import iperf3, native
-from .protocol.classic import ACK, ClassicReceiver, ProtocolError
+from .protocol.classic import ACK, ClassicReceiver
 from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
 from .report import classic as table
-from .slots import TestSlots
 from .transport import tcp
 
 IDLE_LIMIT_SECONDS = 60.0
@@ -47,9 +48,9 @@ class Server:
         self._idle_limit = idle_limit
         self.listener = tcp.open_listener(options.bind, options.port, window=options.window,
                                           congestion=options.congestion)
-        slots = TestSlots(options.max_clients)
-        self.native = NativeService(options, self.listener, self.say, self._stopping, slots)
-        self.iperf3 = Iperf3Service(options, slots, self.say, self._stopping,
+        policy = ServerPolicy(options)
+        self.native = NativeService(options, self.listener, self.say, self._stopping, policy)
+        self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping,
                                     self.native.udp_socket_for
                                     if self.native.udp_listener is not None else None)
         self.native.on_foreign_datagram = self._iperf3_datagram

@@ -6,6 +6,8 @@ The receiver is a small state machine fed whatever each read returned. It copes 
 
 from __future__ import annotations
 
+from ..errors import ProtocolError
+
 FINISH = b"BYE"
 ACK = b"ACK: BYE"
 ACK_PREFIX = b"ACK"
@@ -46,6 +48,3 @@ def is_acknowledgement(reply: bytes) -> bool:
     """Classic servers answer `ACK: BYE`, `ACK:BYE` or just `ACK`: accept any of them."""
     return reply.startswith(ACK_PREFIX)
 
-
-class ProtocolError(Exception):
-    """The peer sent something the protocol does not allow."""

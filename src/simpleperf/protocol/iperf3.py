@@ -10,7 +10,17 @@ import secrets
 import struct
 from dataclasses import dataclass, field
 
-from .classic import ProtocolError
+from ..errors import ProtocolError
+from ..options import (
+    DEFAULT_UDP_LENGTH,
+    DEFAULT_UDP_RATE,
+    MAX_LENGTH,
+    MAX_OMIT,
+    MAX_PARALLEL,
+    MAX_RATE,
+    MAX_TEST_SECONDS,
+    is_congestion_name,
+)
 from .native import decode_object
 
 COOKIE_SIZE = 37
@@ -28,6 +38,9 @@ DISPLAY_RESULTS = 14
 IPERF_DONE = 16
 ACCESS_DENIED = -1
 SERVER_ERROR = -2
+# What an iperf3 server answers to any first 37 bytes (a cookie, or a native greeting).
+FIRST_ANSWERS = frozenset(value & 0xFF for value in (PARAM_EXCHANGE, ACCESS_DENIED,
+                                                    SERVER_ERROR))
 
 # iperf3's error numbers (i_errno) that a SERVER_ERROR carries; the client prints its text.
 IEUNIMP = 13
@@ -46,6 +59,7 @@ ERROR_TEXTS = {
     121: "the server is busy running a test. try again later",
 }
 
+DEFAULT_TCP_LENGTH = 128 * 1024  # iperf3's own default for TCP, not ours
 MAX_PARAMS = 8192  # as iperf3's server: a parameter message is 1..8192 bytes
 MAX_RESULTS = 512 * 1024
 UDP_CONNECT_MSG = b"9876"  # what the client's UDP socket sends first (little-endian int)
@@ -129,7 +143,7 @@ class Parameters:
     reverse: bool = False
     bidirectional: bool = False
     window: int | None = None
-    length: int = 128 * 1024
+    length: int = DEFAULT_TCP_LENGTH
     rate: float = 0.0
     mss: int | None = None
     nodelay: bool = False
@@ -188,9 +202,7 @@ def parse_parameters(value: dict) -> Parameters:
     else:
         protocol = "sctp"
     congestion = value.get("congestion")
-    if congestion is not None and not (isinstance(congestion, str) and 0 < len(congestion)
-                                       <= 15 and congestion.isascii()
-                                       and congestion.isprintable()):
+    if congestion is not None and not is_congestion_name(congestion):
         raise ProtocolError("parameter 'congestion' is not a name")
     version = value.get("client_version", "")
     refused, option = None, ""
@@ -202,18 +214,19 @@ def parse_parameters(value: dict) -> Parameters:
         refused, option = IENOSCTP, "sctp"
     window = number("window", 0, 0, 2**31 - 1, integer=True)
     mss = number("MSS", 0, 0, 65535, integer=True)
-    length = number("len", 0, 0, 64 * 1024 * 1024, integer=True)
+    length = number("len", 0, 0, MAX_LENGTH, integer=True)
     return Parameters(
         protocol=protocol,
-        omit=float(number("omit", 0, 0, 3600)),
-        duration=float(number("time", 10, 0, 86400 * 7)),
+        omit=float(number("omit", 0, 0, MAX_OMIT)),
+        duration=float(number("time", 10, 0, MAX_TEST_SECONDS)),
         num_bytes=int(number("num", 0, 0, 2**62, integer=True)),
         blocks=int(number("blockcount", 0, 0, 2**62, integer=True)),
-        parallel=int(number("parallel", 1, 1, 128, integer=True)),
+        parallel=int(number("parallel", 1, 1, MAX_PARALLEL, integer=True)),
         reverse=flag("reverse"), bidirectional=flag("bidirectional"),
         window=window or None,
-        length=length or (1460 if protocol == "udp" else 128 * 1024),
-        rate=float(number("bandwidth", 0 if protocol != "udp" else 1e6, 0, 1e13)),
+        length=length or (DEFAULT_UDP_LENGTH if protocol == "udp" else DEFAULT_TCP_LENGTH),
+        rate=float(number("bandwidth", DEFAULT_UDP_RATE if protocol == "udp" else 0, 0,
+                          MAX_RATE)),
         mss=mss or None, nodelay=flag("nodelay"), congestion=congestion,
         get_server_output=flag("get_server_output"),
         udp_counters_64bit=flag("udp_counters_64bit"),
@@ -228,7 +241,7 @@ def stream_ids(count: int) -> list[int]:
 
 def results_message(entries: list[dict], ids: list[int], cpu: tuple[float, float],
                     sender_has_retransmits: int) -> dict:
-    """iperf3's results JSON from our per-stream result entries (Session.local_results),
+    """iperf3's results JSON from our per-stream result entries (Measurement.local_results),
     stream ids as iperf3 numbers them, and (user, system) CPU percent."""
     user, system = cpu
     streams = [{"id": stream_id, "bytes": entry["bytes"],

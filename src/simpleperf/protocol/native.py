@@ -3,7 +3,8 @@
 Every TCP connection opens with a six-byte preface: MAGIC, a kind byte and the version.
 
 - control (kind C): then length-prefixed JSON messages both ways (4-byte big-endian length,
-  then a UTF-8 JSON object with a string "type"), see MESSAGE_FIELDS;
+  then a UTF-8 JSON object with a string "type"): events.py types them, exchange.py orders
+  them;
 - data (kind D): then the 16-byte test token and a 2-byte stream number, then raw payload;
 - echo (kind E): then 16-byte probes that the server sends straight back (RTT tests).
 
@@ -23,7 +24,23 @@ import json
 import struct
 from dataclasses import dataclass, fields
 
-from .classic import ProtocolError
+from ..errors import ProtocolError
+from ..options import (
+    DEFAULT_UDP_RATE,
+    MAX_LENGTH,
+    MAX_NUM_BYTES,
+    MAX_OMIT,
+    MAX_PARALLEL,
+    MAX_RATE,
+    MAX_TEST_SECONDS,
+    MAX_UDP_LENGTH,
+    MAX_WINDOW,
+    MIN_LENGTH,
+    MIN_UDP_LENGTH,
+    MIN_WINDOW,
+    ClientOptions,
+    is_congestion_name,
+)
 
 MAGIC = b"SPRF"
 VERSION = 1
@@ -37,11 +54,9 @@ UDP_HELLO_SIZE = DATA_PREFACE_SIZE
 ECHO_PROBE = struct.Struct("!QQ")  # probe number, sender's clock in nanoseconds
 ECHO_TAG_SIZE = 16  # after a probe, when the server requires a shared secret
 DATAGRAM_HEADER = struct.Struct("!IIQ")  # send time: seconds, microseconds; packet number
+assert DATAGRAM_HEADER.size == MIN_UDP_LENGTH
 MAX_MESSAGE = 64 * 1024
 _LENGTH = struct.Struct("!I")
-MAX_PARALLEL = 128
-MAX_LENGTH = 64 * 1024 * 1024
-MAX_UDP_LENGTH = 65507
 
 
 def preface(kind: bytes) -> bytes:
@@ -127,25 +142,6 @@ def decode_body(body: bytes) -> dict:
     return message
 
 
-def expect(message: dict, *types: str) -> dict:
-    """The message if its type is one of `types`; an error message from the peer or any
-    other type is a ProtocolError naming it."""
-    kind = message["type"]
-    if kind == "error" and "error" not in types:
-        raise PeerRefused(_text(message.get("message"), "the peer reported an error"))
-    if kind not in types:
-        raise ProtocolError(f"expected a '{'/'.join(types)}' message, got '{kind[:40]}'")
-    return message
-
-
-class PeerRefused(Exception):
-    """The peer answered with an error message; str() is its explanation."""
-
-
-def _text(value, default: str) -> str:
-    return value[:300] if isinstance(value, str) and value else default
-
-
 DIRECTIONS = ("forward", "reverse", "bidir")
 
 
@@ -177,16 +173,15 @@ class TestSpec:
             "protocol": lambda v: v in ("tcp", "udp"),
             "direction": lambda v: v in DIRECTIONS,
             "parallel": lambda v: _is_int(v) and 1 <= v <= MAX_PARALLEL,
-            "duration": lambda v: v is None or (_is_number(v) and 0 < v <= 86400 * 7),
-            "num_bytes": lambda v: v is None or (_is_int(v) and 0 < v <= 1 << 60),
-            "length": lambda v: _is_int(v) and 1 <= v <= MAX_LENGTH,
-            "rate": lambda v: _is_number(v) and 0 <= v <= 1e13,
-            "window": lambda v: v is None or (_is_int(v) and 2000 <= v <= 10**9),
-            "congestion": lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 15
-                                                  and v.isascii() and v.isprintable()),
+            "duration": lambda v: v is None or (_is_number(v) and 0 < v <= MAX_TEST_SECONDS),
+            "num_bytes": lambda v: v is None or (_is_int(v) and 0 < v <= MAX_NUM_BYTES),
+            "length": lambda v: _is_int(v) and MIN_LENGTH <= v <= MAX_LENGTH,
+            "rate": lambda v: _is_number(v) and 0 <= v <= MAX_RATE,
+            "window": lambda v: v is None or (_is_int(v) and MIN_WINDOW <= v <= MAX_WINDOW),
+            "congestion": lambda v: v is None or is_congestion_name(v),
             "mss": lambda v: v is None or (_is_int(v) and 88 <= v <= 65535),
             "nodelay": lambda v: isinstance(v, bool),
-            "omit": lambda v: _is_number(v) and 0 <= v <= 3600,
+            "omit": lambda v: _is_number(v) and 0 <= v <= MAX_OMIT,
         }
         values = {}
         for name, check in checks.items():
@@ -197,11 +192,24 @@ class TestSpec:
         spec = cls(**values)
         if (spec.duration is None) == (spec.num_bytes is None):
             raise ProtocolError("a test needs exactly one of 'duration' and 'num_bytes'")
-        if spec.protocol == "udp" and spec.length < DATAGRAM_HEADER.size:
-            raise ProtocolError(f"UDP datagrams need at least {DATAGRAM_HEADER.size} bytes")
+        if spec.protocol == "udp" and spec.length < MIN_UDP_LENGTH:
+            raise ProtocolError(f"UDP datagrams need at least {MIN_UDP_LENGTH} bytes")
         if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
             raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
         return spec
+
+    @classmethod
+    def from_options(cls, options: ClientOptions) -> TestSpec:
+        """What a client's command line asks for."""
+        rate = options.rate if options.rate is not None else (
+            DEFAULT_UDP_RATE if options.udp else 0.0)
+        return cls(
+            protocol="udp" if options.udp else "tcp", direction=options.direction,
+            parallel=options.parallel,
+            duration=None if options.num_bytes is not None else options.duration,
+            num_bytes=options.num_bytes, length=options.length, rate=rate,
+            window=options.window, congestion=options.congestion, mss=options.mss,
+            nodelay=options.nodelay, omit=options.omit)
 
     def stream_count(self) -> int:
         return self.parallel * (2 if self.direction == "bidir" else 1)
@@ -276,11 +284,12 @@ def _echo_tag(secret: bytes, probe: bytes) -> bytes:
     return hmac.new(secret, b"echo:" + probe, hashlib.sha256).digest()[:ECHO_TAG_SIZE]
 
 
-MAX_PEER_INTERVALS = 1500  # rows of [stream, start, end, bytes, packets, lost, jitter_ms]
+MAX_PEER_INTERVALS = 1500
+# A peer's interval row: stream, start, end, bytes, packets, lost, jitter_ms.
+IntervalRow = tuple[int, float, float, int, int | None, int | None, float | None]
 
 
-def parse_intervals(message: dict) -> list[tuple[int, float, float, int, int | None,
-                                                 int | None, float | None]]:
+def parse_intervals(message: dict) -> list[IntervalRow]:
     """The peer's interval rows sent with its results (absent in long tests)."""
     rows = message.get("intervals", [])
     if not isinstance(rows, list) or len(rows) > MAX_PEER_INTERVALS:
@@ -293,5 +302,5 @@ def parse_intervals(message: dict) -> list[tuple[int, float, float, int, int | N
                 and all(v is None or _is_int(v) for v in row[4:6])
                 and (row[6] is None or _is_number(row[6]))):
             raise ProtocolError("malformed results interval row")
-        parsed.append(tuple(row))
+        parsed.append((row[0], row[1], row[2], row[3], row[4], row[5], row[6]))
     return parsed

@@ -1,0 +1,251 @@
+"""The client: open the connections, send, report.
+
+One thread per connection moves bytes; the main thread prints interval rows, waits, and
+handles Ctrl-C. Each connection's interval runs from its first write until the server's
+acknowledgement arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..engine.clock import IntervalClock
+from ..errors import Interrupted, SimpleperfError
+from ..options import ClientOptions
+from ..protocol.classic import FINISH, is_acknowledgement
+from ..report import classic as table
+from ..transport import tcp
+
+ACK_WAIT_SECONDS = 30.0
+
+
+@dataclass
+class SendingStream:
+    """One TCP connection of a test and what it has measured so far."""
+
+    sock: socket.socket
+    local: str
+    sent: int = 0
+    started: float | None = None  # monotonic time of the first write
+    sending_ended: float | None = None  # monotonic time the last payload byte was written
+    finished: float | None = None  # monotonic time the acknowledgement arrived
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def elapsed(self, now: float) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished or now) - self.started
+
+
+
+def run(options: ClientOptions, out: Callable[[str], None],
+        first: tuple[socket.socket, int] | None = None) -> None:
+    """`first`: a connection already open to a classic server and the bytes already sent
+    on it (the native client's greeting, which a classic server counts as payload)."""
+    out(table.client_banner(options.host, options.port))
+    streams = _connect_all(options, first)
+    try:
+        for stream in streams:
+            out(table.client_connected(options.host, options.port,
+                                       stream.local if options.parallel > 1 else None))
+        _measure(streams, options, out)
+    finally:
+        for stream in streams:
+            stream.sock.close()
+
+
+def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
+                 ) -> list[SendingStream]:
+    streams: list[SendingStream] = []
+    if first is not None:
+        sock, already_sent = first
+        streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname()), already_sent))
+    try:
+        for _ in range(options.parallel - len(streams)):
+            sock = tcp.connect(options.host, options.port, window=options.window,
+                               congestion=options.congestion)
+            streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname())))
+    except BaseException:
+        for stream in streams:
+            stream.sock.close()
+        raise
+    return streams
+
+
+def _measure(streams: list[SendingStream], options: ClientOptions,
+             out: Callable[[str], None]) -> None:
+    stop = threading.Event()
+    deadline_offset = None if options.num_bytes is not None else options.duration
+    start = time.monotonic()
+    workers = [threading.Thread(target=_send, args=(stream, options, start, stop),
+                                name=f"send {stream.local}", daemon=True)
+               for stream in streams]
+    for worker in workers:
+        worker.start()
+    out(table.header("Transfer"))
+    rule_printed = False
+    try:
+        if options.interval is not None:
+            _print_intervals(streams, options, start, deadline_offset, out)
+            out(table.INTERVAL_RULE)
+            rule_printed = True
+        for stream in streams:
+            while not stream.done.wait(0.2):
+                pass
+    except KeyboardInterrupt:
+        stop.set()
+        for stream in streams:
+            _abort(stream.sock)
+        for worker in workers:
+            worker.join(2)
+        if options.interval is not None and not rule_printed:
+            out(table.INTERVAL_RULE)
+        _print_totals(streams, options, out)
+        raise Interrupted() from None
+    _print_totals(streams, options, out)
+    failures = [stream.error for stream in streams if stream.error]
+    if failures:
+        raise SimpleperfError(failures[0])
+
+
+def _send(stream: SendingStream, options: ClientOptions, start: float,
+          stop: threading.Event) -> None:
+    sock = stream.sock
+    try:
+        tcp.set_wake_up(sock)
+        payload = memoryview(bytes(options.length))
+        stream.started = time.monotonic()
+        if options.num_bytes is None:
+            _send_for(sock, payload, start + options.duration, stream, stop)
+        else:
+            _send_amount(sock, payload, options.num_bytes, stream, stop)
+        stream.sending_ended = time.monotonic()
+        if stop.is_set():
+            return
+        tcp.wait_until_drained(sock, stop.is_set)
+        _send_all(sock, FINISH, stop)
+        _await_acknowledgement(sock, stop)
+        stream.finished = time.monotonic()
+    except SimpleperfError as error:
+        stream.error = str(error)
+    except OSError as error:
+        if not stop.is_set():
+            stream.error = f"connection {stream.local} to the server failed: " + (
+                error.strerror or str(error)).lower()
+    finally:
+        if stream.sending_ended is None:
+            stream.sending_ended = time.monotonic()
+        stream.done.set()
+
+
+def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
+              stream: SendingStream, stop: threading.Event) -> None:
+    send = sock.send
+    clock = time.monotonic
+    sent = stream.sent
+    while not stop.is_set():
+        try:  # noqa: SIM105 - hot loop: a context manager per write costs throughput
+            sent += send(payload)
+        except BlockingIOError:  # the wake-up timer: nothing could be written for a while
+            pass
+        stream.sent = sent
+        if clock() >= deadline:
+            return
+
+
+def _send_amount(sock: socket.socket, payload: memoryview, amount: int,
+                 stream: SendingStream, stop: threading.Event) -> None:
+    send = sock.send
+    size = len(payload)
+    sent = stream.sent
+    while sent < amount and not stop.is_set():
+        try:  # noqa: SIM105 - hot loop, as above
+            sent += send(payload if amount - sent >= size else payload[: amount - sent])
+        except BlockingIOError:
+            pass
+        stream.sent = sent
+
+
+def _send_all(sock: socket.socket, data: bytes, stop: threading.Event) -> None:
+    view = memoryview(data)
+    while view and not stop.is_set():
+        with contextlib.suppress(BlockingIOError):
+            view = view[sock.send(view):]
+
+
+def _await_acknowledgement(sock: socket.socket, stop: threading.Event) -> None:
+    """Any reply starting with ACK ends the test; so does the server closing the connection
+    (some classic servers close without answering)."""
+    reply = b""
+    waited_since = time.monotonic()
+    while not stop.is_set():
+        try:
+            chunk = sock.recv(64)
+        except BlockingIOError:
+            if time.monotonic() - waited_since > ACK_WAIT_SECONDS:
+                raise SimpleperfError(f"the server did not acknowledge the end of the test "
+                                      f"within {ACK_WAIT_SECONDS:g} s") from None
+            continue
+        if not chunk:
+            return
+        reply += chunk
+        if is_acknowledgement(reply) or len(reply) >= 3:
+            if not is_acknowledgement(reply):
+                raise SimpleperfError(f"unexpected reply from the server: {reply[:40]!r}")
+            return
+
+
+def _abort(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _print_intervals(streams: list[SendingStream], options: ClientOptions, start: float,
+                     end: float | None, out: Callable[[str], None]) -> None:
+    """Print a row per stream for every closed interval, while the test runs."""
+    step = options.interval
+    assert step is not None
+    clock = IntervalClock(step, end=end)
+    printed_until = 0.0
+    reported = [0] * len(streams)
+    while True:
+        all_sent = all(s.done.is_set() or s.sending_ended is not None for s in streams)
+        now = time.monotonic() - start
+        if all_sent:
+            finished_at = max(s.sending_ended or start for s in streams) - start
+            now = max(now, finished_at)
+        marks = [m for m in clock.closed_by(now) if m > printed_until]
+        if end is not None and marks and marks[-1] == end and not all_sent:
+            marks.pop()  # the final row waits until every stream has stopped sending
+        for mark in marks:
+            counts = [s.sent for s in streams]
+            for index, stream in enumerate(streams):
+                out(table.row(stream.local, printed_until, mark, counts[index] - reported[index],
+                              options.unit))
+            reported = counts
+            printed_until = mark
+        if all_sent:
+            if end is None and finished_at > printed_until + 1e-3:
+                for index, stream in enumerate(streams):
+                    out(table.row(stream.local, printed_until, finished_at,
+                                  stream.sent - reported[index], options.unit))
+            return
+        next_mark = (int(printed_until / step + 1e-9) + 1) * step
+        if end is not None:
+            next_mark = min(next_mark, end)
+        time.sleep(max(0.001, min(0.05, start + next_mark - time.monotonic())))
+
+
+def _print_totals(streams: list[SendingStream], options: ClientOptions,
+                  out: Callable[[str], None]) -> None:
+    now = time.monotonic()
+    for stream in streams:
+        note = "" if stream.finished else "incomplete"
+        out(table.row(stream.local, 0.0, stream.elapsed(now), stream.sent, options.unit,
+                      note))

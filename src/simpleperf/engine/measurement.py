@@ -1,0 +1,179 @@
+"""One test as our end measures it, whatever the protocol: the stream threads, the interval
+clock, and the accounting of every stream over the measured part. The drivers (native,
+iperf3) run their exchange around it; it never touches a control connection."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..protocol.native import TestSpec
+from .clock import IntervalClock
+from .records import IntervalRecord, Snapshot
+from .streams import Stream, run_stream
+
+DRAIN_LIMIT = 3.0
+MIN_LAST_INTERVAL = 1e-3  # seconds: a shorter tail is folded into the interval before it
+
+
+class Measurement:
+    """Our end's view of `streams` once they are all connected."""
+
+    def __init__(self, spec: TestSpec, streams: list[Stream], step: float,
+                 on_interval: Callable[[list[IntervalRecord]], None] | None = None) -> None:
+        self.spec = spec
+        self.streams = streams
+        self.on_interval = on_interval
+        end = None if spec.duration is None else spec.omit + spec.duration
+        self.clock = IntervalClock(step, spec.omit, end)
+        self.stop = threading.Event()  # receivers
+        self.stop_sending = threading.Event()  # senders: the peer said the test ended
+        self.intervals: list[IntervalRecord] = []
+        self.start = 0.0
+        self.cpu_before = os.times()
+        self._threads: list[threading.Thread] = []
+        self._previous = {s.number: Snapshot() for s in streams}
+        self._baseline = {s.number: Snapshot() for s in streams}
+        self._mark_index = 0
+        self._final: list[dict[str, Any]] | None = None
+
+    @property
+    def sending(self) -> list[Stream]:
+        return [s for s in self.streams if s.sending]
+
+    @property
+    def receiving(self) -> list[Stream]:
+        return [s for s in self.streams if not s.sending]
+
+    def begin(self, start: float) -> None:
+        """Start every stream thread; senders begin writing at monotonic time `start`."""
+        self.start = start
+        self.cpu_before = os.times()
+        for stream in self.streams:
+            stop = self.stop_sending if stream.sending else self.stop
+            thread = threading.Thread(target=run_stream,
+                                      args=(stream, self.spec, start, stop),
+                                      name=f"stream {stream.number}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def next_mark_at(self) -> float:
+        """Monotonic time at which the next interval closes."""
+        return self.start + self.clock.mark(self._mark_index)
+
+    def tick(self, now: float) -> None:
+        """Close every interval that has ended by `now` (the test's last one waits for
+        finish(): a sender may still be inside its last write when the clock reaches it)."""
+        while True:
+            mark = self.clock.mark(self._mark_index)
+            if now < self.start + mark or self.clock.is_final(mark):
+                return
+            self._emit(mark)
+            self._mark_index += 1
+
+    def finish(self, now: float) -> list[dict[str, Any]]:
+        """Close the last interval and fix our results; later calls return the same."""
+        if self._final is None:
+            self.tick(now)
+            last = max([s.last or self.start for s in self.streams] + [self.start]) - self.start
+            previous = self.clock.mark(self._mark_index - 1) if self._mark_index else 0.0
+            if last > previous + MIN_LAST_INTERVAL or self._counted_since_last_interval():
+                self._emit(max(last, previous + MIN_LAST_INTERVAL))
+            self._final = self.local_results()
+        return self._final
+
+    def end_quiet_receivers(self, now: float, quiet: float) -> None:
+        """Once the peer has finished sending: a receiver that cannot see an end of stream
+        (UDP) ends after `quiet` seconds without data."""
+        for stream in self.receiving:
+            if (stream.transport.ENDS_WHEN_QUIET and not stream.done.is_set()
+                    and now - (stream.last or self.start) >= quiet):
+                stream.done.set()  # the thread sees stop later; counters are final
+
+    def drain_receivers(self, limit: float = DRAIN_LIMIT) -> None:
+        """After the peer said the test ended (iperf3's TEST_END): what it wrote before
+        that belongs to the test. Wait until every receiving stream has nothing unread
+        and nothing new for a moment, at most `limit` seconds."""
+        receiving = [s for s in self.receiving if not s.done.is_set()]
+        began = time.monotonic()
+        while time.monotonic() - began < limit:
+            now = time.monotonic()
+            if all(s.done.is_set() or s.transport.drained(s, now - (s.last or began))
+                   for s in receiving):
+                return
+            time.sleep(0.005)
+
+    def _counted_since_last_interval(self) -> bool:
+        return any(s.transport.snapshot(s).num_bytes != self._previous[s.number].num_bytes
+                   for s in self.streams)
+
+    def _emit(self, mark: float) -> None:
+        previous_mark = self.clock.mark(self._mark_index - 1) if self._mark_index else 0.0
+        omitted = self.clock.is_omitted(mark)
+        # As iperf3: omitted intervals count from the start, measured ones from the end
+        # of omitting.
+        shift = 0.0 if omitted else self.spec.omit
+        records = []
+        for stream in self.streams:
+            now = stream.transport.snapshot(stream)
+            before = self._previous[stream.number]
+            record = IntervalRecord(stream.number, previous_mark - shift, mark - shift,
+                                    now.num_bytes - before.num_bytes, stream.sending, omitted)
+            stream.transport.fill_interval(stream, record, now, before)
+            self._previous[stream.number] = now
+            if omitted and abs(mark - self.spec.omit) < 1e-9:
+                self._baseline[stream.number] = now
+            records.append(record)
+        self.intervals.extend(records)
+        if self.on_interval is not None:
+            self.on_interval(records)
+
+    def local_results(self) -> list[dict[str, Any]]:
+        """Our view of every stream over the measured part (after -O); once finished,
+        exactly what finish() returned."""
+        if self._final is not None:
+            return self._final
+        return [self._result(stream) for stream in self.streams]
+
+    def _result(self, stream: Stream) -> dict[str, Any]:
+        final = stream.transport.snapshot(stream)
+        base = self._baseline[stream.number]
+        begin = self.start + self.spec.omit
+        # A sender stopped by the peer may still be inside its last write: now is when.
+        end = stream.last if stream.last is not None else time.monotonic()
+        if self.spec.omit == 0 and stream.first is not None:
+            begin = stream.first  # a receiver's data starts a path's delay later
+        entry: dict[str, Any] = {"stream": stream.number,
+                                 "bytes": final.num_bytes - base.num_bytes,
+                                 "seconds": round(max(0.0, end - begin), 6),
+                                 "sender": stream.sending}
+        stream.transport.fill_result(stream, entry, final, base)
+        if stream.error:
+            entry["error"] = stream.error
+        return entry
+
+    def cpu_percent(self) -> tuple[float, float]:
+        """This process's user and system CPU since begin(), in percent of one core."""
+        now = os.times()
+        wall = max(1e-9, time.monotonic() - self.start)
+        return (100.0 * (now.user - self.cpu_before.user) / wall,
+                100.0 * (now.system - self.cpu_before.system) / wall)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.stop_sending.set()
+        for stream in self.streams:
+            with contextlib.suppress(OSError):
+                stream.sock.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(2)
+        for stream in self.streams:
+            stream.sock.close()
+
+    def errors(self) -> list[str]:
+        return [s.error for s in self.streams if s.error]

@@ -1,0 +1,125 @@
+"""TCP streams: the send and receive loops, and what a TCP stream reports (TCP_INFO)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.native import TestSpec
+from ..transport import tcp, tcpinfo, udp
+from .pacing import wait_until
+from .records import IntervalRecord, Snapshot
+
+if TYPE_CHECKING:
+    from .streams import Stream
+
+SO_MAX_PACING_RATE = 47
+QUIET_SECONDS = 0.02  # a drained receiver: nothing unread, nothing new for this long
+ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
+
+
+def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
+              stop: threading.Event) -> None:
+    sock = stream.sock
+    payload = memoryview(bytes(spec.length))
+    amount = spec.num_bytes
+    pacer = None
+    wait_until(start, stop)
+    stream.first = time.monotonic()
+    if spec.rate > 0:
+        with contextlib.suppress(OSError):  # TCP paces itself at this rate, without fq too
+            sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
+                            min(int(spec.rate / 8), 2**32 - 1))
+        pacer = udp.Pacer(spec.rate, spec.length, stream.first)
+    send = sock.send
+    clock = time.monotonic
+    sent = 0
+    while not stop.is_set():
+        now = clock()
+        if deadline is not None and now >= deadline:
+            break
+        if amount is not None and sent >= amount:
+            break
+        if pacer is not None:
+            if pacer.due(now) <= 0:
+                pacer.wait(now)
+                continue
+            pacer.done += 1
+        chunk = payload if amount is None or amount - sent >= len(payload) \
+            else payload[:amount - sent]
+        try:  # noqa: SIM105 - hot loop: a context manager per write costs throughput
+            sent += send(chunk)
+        except BlockingIOError:  # the wake-up timer: nothing could be written for a while
+            pass
+        stream.num_bytes = sent
+    stream.last = clock()
+    if not stop.is_set():
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)  # the receiver's end of stream marks the end
+
+
+def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
+    buffer = memoryview(bytearray(max(spec.length, 256 * 1024)))
+    recv_into = stream.sock.recv_into
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            count = recv_into(buffer)
+        except BlockingIOError:
+            continue
+        if count == 0:
+            return
+        if stream.first is None:
+            stream.first = clock()
+        received += count
+        stream.num_bytes = received
+        stream.last = clock()
+
+
+def snapshot(stream: Stream) -> Snapshot:
+    return Snapshot(stream.num_bytes)
+
+
+def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,
+                  before: Snapshot) -> None:
+    """The kernel's view for one interval: retransmits, congestion window, RTT."""
+    info = tcpinfo.read(stream.sock)
+    if info is None:
+        return
+    now.retransmits = info.total_retrans
+    stream.tcp_samples.append(info)
+    record.retransmits = now.retransmits - before.retransmits
+    record.snd_cwnd = info.snd_cwnd * info.snd_mss
+    record.rtt_us, record.rttvar_us = info.rtt_us, info.rttvar_us
+
+
+def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
+                base: Snapshot) -> None:
+    samples = stream.tcp_samples
+    info = tcpinfo.read(stream.sock)
+    if info is not None:
+        samples.append(info)
+        entry["retransmits"] = info.total_retrans - base.retransmits
+    if samples:
+        entry["max_snd_cwnd"] = max(s.snd_cwnd * s.snd_mss for s in samples)
+        entry["mean_rtt_us"] = int(sum(s.rtt_us for s in samples) / len(samples))
+
+
+def drained(stream: Stream, quiet: float) -> bool:
+    """Nothing unread and nothing new for a moment."""
+    try:
+        return quiet >= QUIET_SECONDS and tcp.unread_bytes(stream.sock) == 0
+    except OSError:
+        return True
+
+
+def apply_options(sock: socket.socket, spec: TestSpec) -> None:
+    """MSS and no-delay on a data connection (window and congestion are set before
+    connect or listen, where they must be)."""
+    if spec.nodelay:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    tcp.set_congestion(sock, spec.congestion)

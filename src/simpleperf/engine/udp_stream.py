@@ -1,0 +1,197 @@
+"""UDP streams: paced sending with GSO, receiving with GRO and recvmmsg, and what a UDP
+stream reports (datagrams, loss, jitter, reordering)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SimpleperfError
+from ..protocol.native import TestSpec
+from ..stats import UdpReceiveAccount
+from ..transport import udp
+from .pacing import wait_until
+from .records import IntervalRecord, Snapshot
+
+if TYPE_CHECKING:
+    from .streams import Stream
+
+QUIET_SECONDS = 0.25  # a drained receiver: nothing new for this long
+ENDS_WHEN_QUIET = True  # UDP has no end of stream: a receiver ends after a quiet time
+
+
+def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
+              stop: threading.Event) -> None:
+    sock = stream.sock
+    size = spec.length
+    batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
+    buffer = bytearray(size * batch)
+    view = memoryview(buffer)
+    pack_into = stream.header.pack_into
+    offsets = range(0, size * batch, size)
+    amount = spec.num_bytes
+    wait_until(start, stop)
+    clock = time.monotonic
+    wall = time.time
+    stream.first = clock()
+    pacer = udp.Pacer(spec.rate, size, stream.first) if spec.rate > 0 else None
+    number = 0
+    send = sock.send
+    while not stop.is_set():
+        now = clock()
+        if deadline is not None and now >= deadline:
+            break
+        count = batch
+        if amount is not None:
+            count = min(count, -(-(amount - stream.num_bytes) // size))
+            if count <= 0:
+                break
+        if pacer is not None:
+            due = pacer.due(now)
+            if due <= 0:
+                pacer.wait(now)
+                continue
+            count = min(count, due)
+        stamp = wall()
+        seconds = int(stamp)
+        micros = int((stamp - seconds) * 1e6)
+        for offset in offsets[:count]:
+            number += 1
+            pack_into(buffer, offset, seconds, micros, number)
+        try:
+            send(view[:count * size])
+        except BlockingIOError:
+            number -= count
+            continue
+        except ConnectionRefusedError:
+            raise SimpleperfError("the receiver's UDP port is closed (ICMP port "
+                                  "unreachable)") from None
+        if pacer is not None:
+            pacer.done += count
+        stream.packets_sent = number
+        stream.num_bytes = number * size
+    stream.last = clock()
+
+
+def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
+    sock = stream.sock
+    account = stream.account = UdpReceiveAccount()
+    buffer = bytearray(udp.MAX_GSO_BYTES + 65536)
+    buffers = [buffer]
+    header = stream.header
+    unpack_from = header.unpack_from
+    recvmsg_into = sock.recvmsg_into
+    read_ancillary = udp.read_ancillary
+    feed = account.feed
+    clock = time.monotonic
+    received = 0
+    if udp.BatchReceiver.available():
+        _receive_udp_batches(stream, account, stop)
+        return
+    # Hot loop: one read may be one datagram (iperf3 peers at a few hundred thousand a
+    # second) or a coalesced batch (UDP_GRO), so the single datagram takes the short path.
+    while not stop.is_set():
+        try:
+            count, ancillary, _, _ = recvmsg_into(buffers, udp.ANCILLARY_SPACE)
+        except (BlockingIOError, ConnectionRefusedError):
+            continue
+        if count < header.size:
+            continue
+        segment, arrival = read_ancillary(ancillary, count)
+        if segment >= count:
+            seconds, micros, number = unpack_from(buffer, 0)
+            feed(number, seconds + micros * 1e-6, arrival)
+        else:
+            _account_batch(account, buffer, 0, count, segment, unpack_from, header.size,
+                           arrival)
+        if stream.first is None:
+            stream.first = clock()
+        received += count
+        stream.num_bytes = received
+        stream.last = clock()
+
+
+def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
+                         stop: threading.Event) -> None:
+    """The same as the loop above, many datagrams per system call (recvmmsg)."""
+    receiver = udp.BatchReceiver(stream.sock)
+    buffer = receiver.buffer
+    header_size = stream.header.size
+    unpack_from = stream.header.unpack_from
+    message = receiver.message
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            got = receiver.receive()
+        except (BlockingIOError, ConnectionRefusedError):
+            continue
+        packets = []
+        for index in range(got):
+            base, count, segment, arrival = message(index)
+            if count < header_size:
+                continue
+            if segment >= count:
+                seconds, micros, number = unpack_from(buffer, base)
+                packets.append((number, seconds + micros * 1e-6, arrival))
+            else:  # a coalesced read: account what came before it first, in order
+                account.feed_packets(packets)
+                packets = []
+                _account_batch(account, buffer, base, count, segment, unpack_from,
+                               header_size, arrival)
+            received += count
+        account.feed_packets(packets)
+        if stream.first is None:
+            stream.first = clock()
+        stream.num_bytes = received
+        stream.last = clock()
+
+
+def _account_batch(account: UdpReceiveAccount, buffer: bytearray, base: int, count: int,
+                   segment: int, unpack_from, header_size: int, arrival: float) -> None:
+    """A coalesced read (UDP_GRO) of datagrams of `segment` bytes from `base`."""
+    last_offset = base + (count - header_size) // segment * segment
+    seconds, micros, number = unpack_from(buffer, base)
+    last_seconds, last_micros, last_number = unpack_from(buffer, last_offset)
+    run = (last_offset - base) // segment + 1
+    if last_number == number + run - 1 and (last_seconds, last_micros) == (seconds, micros):
+        account.feed_run(number, run, seconds + micros * 1e-6, arrival)  # one send, at once
+        return
+    for offset in range(base, last_offset + 1, segment):
+        seconds, micros, number = unpack_from(buffer, offset)
+        account.feed(number, seconds + micros * 1e-6, arrival)
+
+
+def snapshot(stream: Stream) -> Snapshot:
+    if stream.sending:
+        return Snapshot(stream.num_bytes, stream.packets_sent)
+    account = stream.account
+    if account is None:
+        return Snapshot(stream.num_bytes)
+    return Snapshot(stream.num_bytes, account.packets, account.lost, account.out_of_order)
+
+
+def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,
+                  before: Snapshot) -> None:
+    record.packets = now.packets - before.packets
+    if not stream.sending and stream.account is not None:
+        record.lost = now.lost - before.lost
+        record.out_of_order = now.out_of_order - before.out_of_order
+        record.jitter_ms = stream.account.jitter * 1000
+
+
+def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
+                base: Snapshot) -> None:
+    entry["packets"] = final.packets - base.packets
+    if not stream.sending and stream.account is not None:
+        entry["lost"] = final.lost - base.lost
+        entry["out_of_order"] = final.out_of_order - base.out_of_order
+        entry["jitter_ms"] = stream.account.jitter * 1000
+        growth = stream.account.queue_growth
+        if growth is not None:
+            entry["queue_growth_ms"] = growth * 1000
+
+
+def drained(stream: Stream, quiet: float) -> bool:
+    return quiet >= QUIET_SECONDS

@@ -1,0 +1,253 @@
+"""Testing against an iperf3 server: iperf3's exchange on the client side, measured by our
+own stream threads and Measurement, printed with simpleperf's tables and JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+
+from .. import __version__
+from ..engine import tcp_stream
+from ..engine.measurement import Measurement
+from ..engine.streams import Stream
+from ..errors import Interrupted, ProtocolError, SimpleperfError
+from ..options import ClientOptions
+from ..protocol import iperf3
+from ..protocol.native import TestSpec
+from ..report.client import TestOutput
+from ..transport import tcp, udp
+from .control import Iperf3Control
+
+STATE_SECONDS = 15.0
+STEP_SECONDS = 1.0
+UDP_GREETING_TRIES = 15
+SETTLE_LIMIT = 2.0
+
+
+class Busy(SimpleperfError):
+    pass
+
+
+def run(options: ClientOptions, out: Callable[[str], None], busy_retries: int = 0) -> None:
+    for attempt in range(busy_retries + 1):
+        try:
+            _Iperf3Test(options, out).run()
+            return
+        except Busy:
+            if attempt == busy_retries:
+                raise
+            time.sleep(0.3)
+
+
+def parameters(spec: TestSpec, options: ClientOptions) -> dict:
+    """iperf3's parameter JSON for our test description."""
+    value: dict = {spec.protocol: True, "omit": spec.omit,
+                   "time": 0 if spec.duration is None else spec.duration,
+                   "num": spec.num_bytes or 0, "blockcount": 0, "parallel": spec.parallel,
+                   "len": spec.length, "pacing_timer": 1000,
+                   "client_version": f"simpleperf-{__version__}"}
+    if spec.direction == "reverse":
+        value["reverse"] = True
+    if spec.direction == "bidir":
+        value["bidirectional"] = True
+    if spec.window:
+        value["window"] = spec.window
+    if spec.rate:
+        value["bandwidth"] = int(spec.rate)
+    if spec.mss:
+        value["MSS"] = spec.mss
+    if spec.nodelay:
+        value["nodelay"] = True
+    if spec.congestion:
+        value["congestion"] = spec.congestion
+    if spec.protocol == "udp":
+        value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
+    return value
+
+
+class _Iperf3Test:
+    def __init__(self, options: ClientOptions, out: Callable[[str], None]) -> None:
+        self.options = options
+        self.out = out
+        self.spec = TestSpec.from_options(options)  # -n: all streams together
+        self.cookie = iperf3.make_cookie()
+        self.streams: list[Stream] = []
+
+    def run(self) -> None:
+        options = self.options
+        control = tcp.connect(options.host, options.port, family=options.family,
+                              local=options.local)
+        self.control = Iperf3Control(control, "server")
+        try:
+            control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            control.sendall(self.cookie)
+            self._expect(iperf3.PARAM_EXCHANGE)
+            control.sendall(iperf3.encode_json(parameters(self.spec, options)))
+            self._expect(iperf3.CREATE_STREAMS)
+            self._open_streams()
+            self._expect(iperf3.TEST_START)
+            self._expect(iperf3.TEST_RUNNING)
+            self._measure()
+        except ProtocolError as error:
+            raise SimpleperfError(f"iperf3 protocol error: {error}") from None
+        finally:
+            control.close()
+            for stream in self.streams:
+                stream.sock.close()
+
+    # The exchange ----------------------------------------------------------------------------
+
+    def _read_state(self, timeout: float) -> int | None:
+        """The server's next state; its refusals and endings become one-line errors."""
+        value = self.control.read_state(timeout)
+        if value == iperf3.ACCESS_DENIED:
+            raise Busy(f"the iperf3 server at {self.options.host} port {self.options.port} "
+                       "is busy running a test (iperf3 serves one at a time); try again later")
+        if value == iperf3.SERVER_ERROR:
+            code, errno = iperf3.parse_server_error(self.control.read_bytes(8, STATE_SECONDS))
+            raise SimpleperfError(f"the iperf3 server refused the test: "
+                                  f"{iperf3.error_text(code)}"
+                                  + (f" (errno {errno})" if errno else ""))
+        if value == iperf3.SERVER_TERMINATE:
+            raise SimpleperfError("the iperf3 server terminated the test")
+        return value
+
+    def _expect(self, wanted: int) -> None:
+        value = self._read_state(STATE_SECONDS)
+        if value is None:
+            raise ProtocolError(f"no state {wanted} from the server within "
+                                f"{STATE_SECONDS:g} s")
+        if value != wanted:
+            raise ProtocolError(f"expected state {wanted}, got {value}")
+
+    # Streams ---------------------------------------------------------------------------------
+
+    def _open_streams(self) -> None:
+        options = self.options
+        header = iperf3.HEADER_64
+        for number in range(1, self.spec.stream_count() + 1):
+            sending = self.spec.client_sends(number)
+            if self.spec.protocol == "tcp":
+                sock = tcp.connect(options.host, options.port, window=options.window,
+                                   congestion=options.congestion, family=options.family,
+                                   local=options.local, mss=options.mss)
+                self.streams.append(Stream(number, sending, "tcp", sock,
+                                           tcp.endpoint(sock.getsockname())))
+                sock.sendall(self.cookie)
+                tcp_stream.apply_options(sock, self.spec)
+            else:
+                sock = self._open_udp(sending)
+                self.streams.append(Stream(number, sending, "udp", sock,
+                                           tcp.endpoint(sock.getsockname()), header=header))
+            tcp.set_wake_up(sock)
+
+    def _open_udp(self, sending: bool) -> socket.socket:
+        options = self.options
+        return udp.open_greeted(options.host, options.port, options.family, options.local,
+                                iperf3.UDP_CONNECT_MSG, (iperf3.UDP_CONNECT_REPLY,
+                                                         iperf3.UDP_CONNECT_REPLY_LEGACY),
+                                not sending, options.window, tries=UDP_GREETING_TRIES)
+
+    # The test --------------------------------------------------------------------------------
+
+    def _measure(self) -> None:
+        options = self.options
+        output = TestOutput(options, self.spec, self.streams, self.out, "iperf3")
+        measurement = Measurement(self._local_spec(), self.streams,
+                                  options.interval or STEP_SECONDS, output.interval)
+        output.start()
+        measurement.begin(time.monotonic())
+        congestion = options.congestion or tcp.system_congestion()
+        try:
+            self._run_until_done(measurement)
+            measurement.stop_sending.set()
+            self._settle_senders()
+            self.control.conn.sendall(iperf3.state(iperf3.TEST_END))
+            measurement.drain_receivers()
+            measurement.finish(time.monotonic())
+            measurement.stop.set()
+            remote = self._exchange_results(measurement)
+        except KeyboardInterrupt:
+            with contextlib.suppress(OSError):
+                self.control.conn.sendall(iperf3.state(iperf3.CLIENT_TERMINATE))
+            measurement.close()
+            output.end(measurement, {}, None, None, congestion, interrupted=True)
+            raise Interrupted() from None
+        measurement.close()
+        output.end(measurement, remote, None, None, congestion)
+        errors = measurement.errors()
+        if errors:
+            raise SimpleperfError(errors[0])
+
+    def _local_spec(self) -> TestSpec:
+        """Our senders stop on their own at -n (split across the streams), or when we end
+        the test; the clock is ours, as in iperf3, where the client ends every test."""
+        spec = self.spec
+        senders = sum(1 for s in self.streams if s.sending) or 1
+        share = -(-spec.num_bytes // senders) if spec.num_bytes else None
+        return TestSpec(**{**spec.__dict__, "duration": None, "num_bytes": share})
+
+    def _run_until_done(self, measurement: Measurement) -> None:
+        spec = self.spec
+        while True:
+            now = time.monotonic()
+            measurement.tick(now)
+            elapsed = now - measurement.start
+            if spec.duration is not None and elapsed >= spec.omit + spec.duration:
+                return
+            if spec.num_bytes is not None and (
+                    sum(s.num_bytes for s in self.streams if s.sending) >= spec.num_bytes
+                    or sum(s.num_bytes for s in self.streams if not s.sending)
+                    >= spec.num_bytes):
+                return
+            value = self._read_state(0.02)
+            if value is not None:
+                raise ProtocolError(f"the server sent state {value} during the test")
+
+    def _settle_senders(self) -> None:
+        """An iperf3 server counts what it has read when TEST_END arrives: let what we wrote
+        be acknowledged, then read (at most SETTLE_LIMIT), so both ends report the same."""
+        sending = [s for s in self.streams if s.sending]
+        deadline = time.monotonic() + SETTLE_LIMIT
+        for stream in sending:
+            stream.done.wait(max(0.0, deadline - time.monotonic()))
+        if self.spec.protocol != "tcp" or not sending:
+            return
+        try:
+            while time.monotonic() < deadline:
+                if all(tcp.unsent_bytes(s.sock) == 0 for s in sending):
+                    time.sleep(max(tcp.settle_time(s.sock) for s in sending))
+                    return
+                time.sleep(0.002)
+        except OSError:
+            return
+
+    def _exchange_results(self, measurement: Measurement) -> dict[int, dict]:
+        self._expect(iperf3.EXCHANGE_RESULTS)
+        ids = iperf3.stream_ids(len(self.streams))
+        self.control.conn.sendall(iperf3.encode_json(iperf3.results_message(
+            measurement.finish(time.monotonic()), ids, measurement.cpu_percent(),
+            1 if any(s.sending for s in self.streams) else -1)))
+        theirs = iperf3.parse_results(self.control.read_json(iperf3.MAX_RESULTS,
+                                                             STATE_SECONDS))
+        self._expect(iperf3.DISPLAY_RESULTS)
+        with contextlib.suppress(OSError):
+            self.control.conn.sendall(iperf3.state(iperf3.IPERF_DONE))
+        remote = {}
+        for number, stream_id in zip(range(1, len(self.streams) + 1), ids, strict=True):
+            view = theirs.get(stream_id)
+            if view is None:
+                continue
+            entry = {"stream": number, "bytes": int(view.get("bytes", 0)),
+                     "seconds": float(view.get("end_time", 0.0))}
+            if self.spec.protocol == "udp":
+                entry["packets"] = int(view.get("packets", 0))
+                if self.spec.client_sends(number):  # the server received: its loss, jitter
+                    entry["lost"] = int(view.get("errors", 0))
+                    entry["jitter_ms"] = float(view.get("jitter", 0.0)) * 1000
+            elif "retransmits" in view and not self.spec.client_sends(number):
+                entry["retransmits"] = int(view["retransmits"])
+            remote[number] = entry
+        return remote

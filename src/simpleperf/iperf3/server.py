@@ -1,0 +1,295 @@
+"""Serving iperf3 clients: iperf3's exchange on the shared port, any number at once (iperf3's
+own server takes one), measured by the same stream threads and Measurement as native tests."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..engine import tcp_stream
+from ..engine.measurement import Measurement
+from ..engine.streams import Stream
+from ..errors import ProtocolError
+from ..options import ServerOptions, test_deadline
+from ..policy import Limit, ServerPolicy
+from ..protocol import iperf3
+from ..protocol.native import TestSpec
+from ..report import native as table
+from ..transport import tcp, udp
+from .control import Iperf3Control
+
+HANDSHAKE_SECONDS = 10.0
+STREAMS_SECONDS = 10.0
+RESULTS_SECONDS = 10.0
+SERVER_STEP_SECONDS = 1.0
+# iperf3's error numbers for the limits an iperf3 client can be told about.
+REFUSAL_ERRORS = {Limit.PARALLEL: iperf3.IENUMSTREAMS, Limit.DURATION: iperf3.IEDURATION,
+                  Limit.UDP: iperf3.IEUNIMP}
+
+
+@dataclass
+class _Iperf3Test:
+    cookie: bytes
+    peer_host: str
+    params: iperf3.Parameters | None = None
+    accepting: bool = False
+    tcp_arrivals: list[tuple[int, socket.socket]] = field(default_factory=list)
+    udp_arrivals: list[tuple[tuple, socket.socket]] = field(default_factory=list)
+    complete: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def arrived(self) -> int:
+        return len(self.tcp_arrivals) + len(self.udp_arrivals)
+
+    def note_arrival(self) -> None:
+        assert self.params is not None
+        if self.arrived() >= self.params.stream_count():
+            self.accepting = False
+            self.complete.set()
+
+
+class Iperf3Service:
+    def __init__(self, options: ServerOptions, policy: ServerPolicy, say: Callable[..., None],
+                 stopping: threading.Event,
+                 udp_socket_for: Callable[[tuple], socket.socket] | None) -> None:
+        self.options = options
+        self.policy = policy
+        self.say = say
+        self.stopping = stopping
+        self.udp_socket_for = udp_socket_for
+        self._tests: dict[bytes, _Iperf3Test] = {}
+        self._lock = threading.Lock()
+
+    # Connections --------------------------------------------------------------------------
+
+    def serve(self, conn: socket.socket, peer: str, cookie: bytes, accept_index: int) -> bool:
+        """A connection that opened with an iperf3 cookie: a data connection of a test that
+        awaits its streams (kept open: True), or the control connection of a new test."""
+        with self._lock:
+            test = self._tests.get(cookie)
+        if test is not None:
+            with test.lock:
+                if not test.accepting or test.params is None or test.params.protocol != "tcp":
+                    conn.sendall(iperf3.state(iperf3.ACCESS_DENIED))
+                    return False
+                test.tcp_arrivals.append((accept_index, conn))
+                test.note_arrival()
+            return True
+        self._serve_control(conn, peer, cookie)
+        return False
+
+    def udp_hello(self, data: bytes, peer: tuple) -> None:
+        """A UDP stream's greeting ('9876'): it belongs to the test from that host that
+        awaits UDP streams (the oldest, if several do)."""
+        host = tcp.endpoint(peer).rsplit(":", 1)[0]
+        reply = iperf3.UDP_CONNECT_REPLY if data == iperf3.UDP_CONNECT_MSG else data[::-1]
+        with self._lock:
+            candidates = [t for t in self._tests.values() if t.peer_host == host]
+        for test in candidates:
+            with test.lock:
+                for address, sock in test.udp_arrivals:
+                    if address == peer:  # a repeated greeting: answer again
+                        sock.send(reply)
+                        return
+        for test in candidates:
+            with test.lock:
+                if test.accepting and test.params is not None and test.params.protocol == "udp":
+                    assert self.udp_socket_for is not None
+                    sock = self.udp_socket_for(peer)
+                    test.udp_arrivals.append((peer, sock))
+                    sock.send(reply)
+                    test.note_arrival()
+                    return
+
+    # One test -------------------------------------------------------------------------------
+
+    def _serve_control(self, conn: socket.socket, peer: str, cookie: bytes) -> None:
+        test = _Iperf3Test(cookie, peer.rsplit(":", 1)[0])
+        with self._lock:
+            self._tests[cookie] = test
+        measurement: Measurement | None = None
+        admitted = False
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            control = Iperf3Control(conn, "client")
+            params = self._parameters(control)
+            answer, why = self._admit(params)
+            if answer is not None:
+                conn.sendall(answer)
+                self.say(f"Refused iperf3 client {peer}: {why}")
+                return
+            admitted = True
+            with test.lock:
+                test.params = params
+                test.accepting = True
+            conn.sendall(iperf3.state(iperf3.CREATE_STREAMS))
+            streams = self._await_streams(control, test)
+            measurement = self._run(control, params, streams)
+            lines = self._report(peer, params, measurement)
+            self._exchange_results(control, params, measurement, lines)
+            self.say(*lines)
+        except (ProtocolError, OSError) as error:
+            reason = str(error) if isinstance(error, ProtocolError) else (
+                error.strerror or str(error)).lower()
+            self.say(f"iperf3 test from {peer} ended: {reason}")
+        finally:
+            if measurement is not None:
+                measurement.close()
+            with self._lock:
+                self._tests.pop(cookie, None)
+            with test.lock:
+                test.accepting = False
+                if measurement is None:
+                    for _, sock in test.tcp_arrivals + test.udp_arrivals:
+                        sock.close()
+            if admitted:
+                self.policy.release()
+
+    def _parameters(self, control: Iperf3Control) -> iperf3.Parameters:
+        control.conn.sendall(iperf3.state(iperf3.PARAM_EXCHANGE))
+        value = control.read_json(iperf3.MAX_PARAMS, HANDSHAKE_SECONDS)
+        return iperf3.parse_parameters(value)
+
+    def _admit(self, params: iperf3.Parameters) -> tuple[bytes | None, str]:
+        """The answer that refuses this test, and why; (None, "") once it is admitted (a
+        slot taken: the parameters were valid)."""
+        if self.options.secret is not None:
+            return (iperf3.server_error(iperf3.IEAUTHTEST),
+                    "this server requires simpleperf authentication")
+        if params.refused is not None:
+            return (iperf3.server_error(params.refused),
+                    f"option '{params.refused_option}' is not supported")
+        timed = not params.num_bytes and not params.blocks
+        refusal = self.policy.admit(params.protocol, params.parallel,
+                                    params.duration if timed else None, params.omit)
+        if refusal is None:
+            return None, ""
+        if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
+            return iperf3.state(iperf3.ACCESS_DENIED), str(refusal)
+        return iperf3.server_error(REFUSAL_ERRORS[refusal.limit]), str(refusal)
+
+    def _await_streams(self, control: Iperf3Control, test: _Iperf3Test) -> list[Stream]:
+        params = test.params
+        assert params is not None
+        deadline = time.monotonic() + STREAMS_SECONDS
+        while not test.complete.is_set():
+            if time.monotonic() > deadline or self.stopping.is_set():
+                raise ProtocolError(f"only {test.arrived()} of {params.stream_count()} "
+                                    "streams connected")
+            if control.readable(0.05):
+                raise ProtocolError("unexpected control message before the streams")
+        with test.lock:
+            if params.protocol == "tcp":
+                ordered = [sock for _, sock in sorted(test.tcp_arrivals, key=lambda a: a[0])]
+            else:
+                ordered = [sock for _, sock in test.udp_arrivals]
+        streams = []
+        for position, (number, sock) in enumerate(
+                zip(iperf3.stream_ids(len(ordered)), ordered, strict=True), start=1):
+            sending = not params.client_sends(position)
+            label = tcp.endpoint(sock.getpeername())
+            stream = Stream(number, sending, params.protocol, sock, label,
+                            header=params.header())
+            if params.protocol == "tcp":
+                tcp.set_window(sock, params.window)
+                tcp_stream.apply_options(sock, _spec(params))
+            elif not sending:
+                udp.enable_receive_offload(sock)
+            tcp.set_wake_up(sock)
+            streams.append(stream)
+        return streams
+
+    def _run(self, control: Iperf3Control, params: iperf3.Parameters,
+             streams: list[Stream]) -> Measurement:
+        spec = _spec(params)
+        measurement = Measurement(spec, streams, SERVER_STEP_SECONDS)
+        control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
+        measurement.begin(time.monotonic())
+        timed = not params.num_bytes and not params.blocks
+        limit = test_deadline(params.duration if timed else None, params.omit,
+                              self.policy.time_limit)
+        while True:
+            now = time.monotonic()
+            measurement.tick(now)
+            if now - measurement.start > limit:
+                with contextlib.suppress(OSError):
+                    control.conn.sendall(iperf3.state(iperf3.SERVER_TERMINATE))
+                raise ProtocolError(f"the test ran past {limit:g} s")
+            message = control.read_state(0.05)
+            if message is None:
+                continue
+            if message == iperf3.TEST_END:
+                break
+            raise ProtocolError(f"the client sent state {message} during the test"
+                                if message != iperf3.CLIENT_TERMINATE
+                                else "the client terminated the test")
+        measurement.stop_sending.set()
+        _uncount_undelivered(streams)
+        measurement.drain_receivers()
+        measurement.finish(time.monotonic())
+        # As iperf3's server does: close the data connections before EXCHANGE_RESULTS. An
+        # iperf3 client may sit in a blocking read of one; only their end wakes it.
+        measurement.close()
+        return measurement
+
+    def _report(self, peer: str, params: iperf3.Parameters,
+                measurement: Measurement) -> list[str]:
+        title = (f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
+                 f"{params.protocol.upper()}, {params.direction}, {params.parallel} stream"
+                 f"{'s' if params.parallel > 1 else ''}")
+        return table.test_report(title, params.protocol, measurement.streams,
+                                 measurement.finish(time.monotonic()), self.options.unit)
+
+    def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
+                          measurement: Measurement, lines: list[str]) -> None:
+        conn = control.conn
+        conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
+        theirs = iperf3.parse_results(control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS))
+        ours = _results(params, measurement)
+        if params.get_server_output:
+            ours["server_output_text"] = "\n".join(lines) + "\n"
+        conn.sendall(iperf3.encode_json(ours))
+        conn.sendall(iperf3.state(iperf3.DISPLAY_RESULTS))
+        with contextlib.suppress(ProtocolError):
+            control.read_state(RESULTS_SECONDS)  # IPERF_DONE, or the client just closes
+        if len(theirs) != len(measurement.streams):
+            raise ProtocolError(f"the client reported {len(theirs)} streams, not "
+                                f"{len(measurement.streams)}")
+
+
+def _uncount_undelivered(streams: list[Stream]) -> None:
+    """An iperf3 client stops reading when it sends TEST_END, so what still waits in our
+    send buffers (up to the 16 MB Linux allows) never reaches it: count as sent only what
+    the client's kernel acknowledged, so that both ends report the same bytes."""
+    for stream in streams:
+        if stream.sending and stream.protocol == "tcp":
+            stream.done.wait(1.0)  # the thread leaves its last write (wake-up timer)
+            with contextlib.suppress(OSError):
+                stream.num_bytes -= tcp.unsent_bytes(stream.sock)
+
+
+def _spec(params: iperf3.Parameters) -> TestSpec:
+    """What our stream threads run: senders go until the client's TEST_END (or, with -n
+    or -k, until their share of the amount is sent)."""
+    amount = params.num_bytes or params.blocks * params.length
+    senders = params.parallel
+    share = -(-amount // senders) if amount else None
+    return TestSpec(protocol=params.protocol, direction=params.direction,
+                    parallel=params.parallel, duration=None, num_bytes=share,
+                    length=params.length, rate=params.rate, window=params.window,
+                    congestion=params.congestion, nodelay=params.nodelay, omit=params.omit)
+
+
+def _results(params: iperf3.Parameters, measurement: Measurement) -> dict:
+    entries = measurement.finish(time.monotonic())
+    any_sender = any(s.sending for s in measurement.streams)
+    result = iperf3.results_message(
+        entries, [entry["stream"] for entry in entries], measurement.cpu_percent(),
+        (1 if params.protocol == "tcp" else 0) if any_sender else -1)
+    if params.protocol == "tcp":
+        result["congestion_used"] = params.congestion or tcp.system_congestion() or "unknown"
+    return result

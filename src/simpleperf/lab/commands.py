@@ -1,0 +1,193 @@
+"""`simpleperf lab ...`: up, down, status, exec."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..cli import OneLineParser
+from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from .model import theory, topology
+from .model.experiment import ExperimentError
+from .net import lifecycle, ownership
+from .net.system import is_same_process
+from .results.store import find_runs, load_run
+from .results.tables import compare
+from .run.runner import run_experiment
+
+PAIR_FLAGS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
+DEFAULT_RESULTS = "simpleperf-results"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="simpleperf lab", description="Emulated networks on this machine.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
+                                     metavar="{run,results,compare,up,down,status,exec}")
+    run_parser = commands.add_parser("run", help="build the topology, run an experiment "
+                                                 "(e.g. portfolio), report, tear down")
+    run_parser.add_argument("experiment", help="portfolio, or a path to an experiment TOML")
+    run_parser.add_argument("--quick", action="store_true",
+                            help="short transfers and pings (the experiment's [quick] timing)")
+    run_parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
+                            help=f"where the results folder goes (default {DEFAULT_RESULTS})")
+    run_parser.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto")
+    results = commands.add_parser("results", help="list past runs")
+    results.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR")
+    compare = commands.add_parser("compare", help="two runs side by side")
+    compare.add_argument("runs", nargs=2, metavar="RUN", help="a results folder")
+    up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
+    up.add_argument("topology", help="portfolio, pair, or a path to a TOML file")
+    up.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto",
+                    help="netem where the kernel has it (auto), or the own delay line")
+    pair = up.add_argument_group("pair (two hosts h1, h2 joined by one link)")
+    pair.add_argument("--rate", help="link rate, e.g. 100M")
+    pair.add_argument("--delay", help="one-way delay in each direction, e.g. 20ms")
+    pair.add_argument("--jitter", help="standard deviation of the one-way delay, e.g. 2ms")
+    pair.add_argument("--reorder", action="store_true", help="let jitter reorder packets")
+    pair.add_argument("--loss", help="random loss in each direction, e.g. 1%%")
+    pair.add_argument("--queue", type=_queue, help="drop-tail queue in packets (needs --rate)")
+    down = commands.add_parser("down", help="remove a lab and everything it created")
+    down.add_argument("name", nargs="?")
+    status = commands.add_parser("status", help="nodes, links, shaping, expected RTTs")
+    status.add_argument("name", nargs="?")
+    run = commands.add_parser("exec", help="run a command inside a node: exec h1 -- ping h4")
+    run.add_argument("node")
+    run.add_argument("command", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _queue(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of packets, not '{text}'"
+                                         ) from None
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return _dispatch(args)
+    except UsageError as error:
+        print(f"simpleperf lab: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except (lifecycle.LabError, topology.TopologyError, ExperimentError) as error:
+        print(f"simpleperf lab: error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        run_experiment(args.experiment, args.quick, Path(args.results), args.shaper)
+        return EXIT_OK
+    if args.command == "results":
+        folders = find_runs(Path(args.results))
+        if not folders:
+            print(f"no runs under {args.results}")
+        for folder in folders:
+            run = load_run(folder)
+            flows = [f for step in run["steps"] for f in step["flows"]]
+            failed = sum(1 for f in flows if not f["ok"])
+            print(f"{folder}  {run['experiment']}  "
+                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(run['started']))}  "
+                  f"{len(run['steps'])} steps, {len(flows)} flows"
+                  + (f", {failed} failed" if failed else "")
+                  + (", quick" if run["quick"] else "")
+                  + (", interrupted" if run["interrupted"] else "")
+                  + f", shaper {run['shaper']}")
+        return EXIT_OK
+    if args.command == "compare":
+        runs = []
+        for folder in args.runs:
+            if not (Path(folder) / "results.sqlite").exists():
+                raise lifecycle.LabError(f"{folder} is not a results folder (no results.sqlite)")
+            runs.append(load_run(Path(folder)))
+        print(f"A: {args.runs[0]}\nB: {args.runs[1]}")
+        print(compare(*runs))
+        return EXIT_OK
+    if args.command == "up":
+        model, spec = _model(args)
+        started = time.monotonic()
+        record = lifecycle.up(model, spec, args.shaper, persistent=True)
+        print(f"lab {model.name} is up ({len(record.namespaces)} namespaces, shaper "
+              f"{record.backend}) in {time.monotonic() - started:.2f} s")
+        print(f"  simpleperf lab status {model.name}   |   simpleperf lab exec h1 -- ping ...  "
+              f"|   simpleperf lab down {model.name}")
+        return EXIT_OK
+    if args.command == "down":
+        removed = lifecycle.down(args.name)
+        print(f"removed {len(removed)} items: " + ", ".join(removed))
+        return EXIT_OK
+    if args.command == "status":
+        records = [lifecycle.find(args.name)] if args.name else ownership.all_records()
+        if not records:
+            print("no lab is up")
+        for record in records:
+            print(describe(record))
+        return EXIT_OK
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return lifecycle.run_in_node(args.node, command)
+
+
+def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict]:
+    given = {flag: getattr(args, flag) for flag in PAIR_FLAGS
+             if getattr(args, flag) not in (None, False)}
+    if args.topology == "pair":
+        params = {"rate": args.rate, "delay": args.delay, "jitter": args.jitter,
+                  "loss": args.loss, "queue": args.queue, "reorder": args.reorder}
+        try:
+            return topology.pair(**params), {"pair": params}
+        except topology.TopologyError as error:
+            raise UsageError(str(error).replace("link h1-h2: ", "pair: ")) from None
+    if given:
+        raise UsageError(f"--{next(iter(given))} only applies to the pair topology")
+    model = topology.load(args.topology)
+    return model, {"file": model.source}
+
+
+def describe(record: ownership.LabRecord) -> str:
+    model = lifecycle.rebuild(record.topology)
+    lines = [f"lab {record.lab}: {record.state}, shaper {record.backend}, since "
+             f"{time.strftime('%H:%M:%S', time.localtime(record.created))}"]
+    for process in record.processes:
+        alive = is_same_process(process.pid, process.start_time)
+        lines.append(f"  {process.what}: pid {process.pid}, "
+                     f"{'running' if alive else 'NOT RUNNING: links with delay pass nothing'}")
+    if record.state == "remains":
+        lines.append(f"  its owner was stopped: simpleperf lab down {record.lab} clears it")
+    lines.append("nodes")
+    for node in model.nodes.values():
+        interfaces = ", ".join(f"{end.interface} {end.address or ''}".strip()
+                               for end, _ in model.endpoints_of(node.name))
+        routes = "; ".join(str(route) for route in node.routes)
+        lines.append(f"  {node.name:<6} {node.kind:<7} {interfaces}"
+                     + (f"   [{routes}]" if routes else ""))
+    lines.append("links (delay is one-way, per direction)")
+    for link in model.links:
+        ends = " <-> ".join(f"{e.interface}" + (f" {e.address.ip}" if e.address else "")
+                            for e in (link.a, link.b))
+        if link.a_to_b == link.b_to_a:
+            shaping = link.a_to_b.describe()
+        else:
+            shaping = (f"{link.a.node}->{link.b.node}: {link.a_to_b.describe()}; "
+                       f"{link.b.node}->{link.a.node}: {link.b_to_a.describe()}")
+        lines.append(f"  {link.name:<6} {ends:<42} {shaping}")
+    hosts = model.hosts()
+    lines.append("expected base RTT between hosts, ms (2 x one-way delays on the path)")
+    lines.append("        " + "".join(f"{h:>7}" for h in hosts))
+    for source in hosts:
+        cells = []
+        for target in hosts:
+            if source == target:
+                cells.append(f"{'-':>7}")
+                continue
+            try:
+                cells.append(f"{theory.base_rtt(model, source, target) * 1e3:>7.1f}")
+            except topology.TopologyError:
+                cells.append(f"{'none':>7}")
+        lines.append(f"  {source:<6}" + "".join(cells))
+    return "\n".join(lines)

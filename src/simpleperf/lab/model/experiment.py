@@ -1,0 +1,352 @@
+"""Experiments as data: a topology, then steps; each step is a set of flows that start at
+the same instant. Loaded from TOML and validated before anything runs; every mistake names
+the step and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ...units import parse_duration, parse_rate
+from . import datafiles
+from .topology import TopologyError, tomllib
+
+DATA_DIR = Path(__file__).parents[1] / "data" / "experiments"
+FLOW_KINDS = ("tcp", "udp", "ping")
+FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
+               "count", "interval", "rtt_under_load", "label", "window", "congestion"}
+PAIR_FIELDS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
+LINK_SWEEPS = ("rate", "delay", "jitter", "loss", "queue")
+FLOW_SWEEPS = ("window", "length", "parallel")
+TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
+
+
+class ExperimentError(ValueError):
+    """A mistake in an experiment file; the message names the step and field."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    kind: str  # tcp (simpleperf), udp (iperf3 -u), ping
+    source: str
+    target: str
+    address: str | None  # None: the target node's first address
+    label: str
+    parallel: int = 1
+    duration: float | None = None  # None: the experiment's duration
+    # udp: bits/s; "auto": 90 % of the path's bottleneck, from the topology; "probe": the
+    # highest rate with loss under 1 %, found by simpleperf --probe without the topology
+    rate: float | str | None = None
+    length: int | None = None  # udp: datagram payload (default 1470); tcp: write size (-l)
+    window: int | None = None  # tcp: socket buffers on both ends (-w), bytes
+    congestion: str | None = None  # tcp: the sender's congestion control (-C)
+    count: int | None = None  # ping: packets (None: the experiment's ping_count)
+    interval: float | None = None  # ping: seconds between packets
+    rtt_under_load: bool = False  # tcp/udp: ping alongside the flow
+
+
+@dataclass(frozen=True)
+class Step:
+    case: str
+    name: str
+    flows: tuple[Flow, ...]
+    repeat: int = 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    duration: float = 25.0
+    ping_count: int = 25
+    ping_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One parameter over a list of values: a link parameter of the pair topology (the lab
+    is rebuilt for each value) or a parameter of every tcp flow."""
+
+    parameter: str
+    values: tuple[str, ...]
+    repeat: int = 1
+
+    @property
+    def of_link(self) -> bool:
+        return self.parameter in LINK_SWEEPS
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    topology: str  # a shipped topology name or a path
+    timing: Timing
+    quick: Timing
+    steps: tuple[Step, ...]
+    cases: dict[str, str]  # case id -> title
+    source: str = ""
+    pair: dict | None = None  # link parameters when topology = "pair"
+    sweep: Sweep | None = None
+
+
+def load(name_or_path: str) -> Experiment:
+    text, path = datafiles.read(name_or_path, DATA_DIR, "experiment", ExperimentError)
+    return parse(text, path.stem, path.parent)
+
+
+def parse(text: str, default_name: str = "experiment", base: Path | None = None) -> Experiment:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ExperimentError(f"not valid TOML: {error}") from None
+    _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
+                 "pair", "sweep"}, "experiment")
+    topology = data.get("topology")
+    if not isinstance(topology, str) or not topology:
+        raise ExperimentError("experiment: topology must name a topology, e.g. "
+                              "topology = \"portfolio\"")
+    if base is not None and topology.endswith(".toml") and not Path(topology).is_absolute():
+        topology = str(base / topology)
+    timing = _timing(data.get("timing", {}), Timing(), "timing")
+    quick = _timing(data.get("quick", {}), Timing(5.0, 5, 0.2), "quick")
+    cases = data.get("cases", {})
+    if not isinstance(cases, dict) or not all(isinstance(v, str) for v in cases.values()):
+        raise ExperimentError("cases must be a table of titles, e.g. cases.1 = \"...\"")
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ExperimentError("experiment: no steps ([[steps]] with flows)")
+    steps = tuple(_step(raw, index) for index, raw in enumerate(raw_steps, start=1))
+    pair = _pair(data, topology)
+    sweep = _sweep(data.get("sweep"), topology, pair, steps)
+    return Experiment(str(data.get("name", default_name)), str(data.get("description", "")),
+                      topology, timing, quick, steps, dict(cases), text, pair, sweep)
+
+
+def _pair(data: dict, topology: str) -> dict | None:
+    if "pair" not in data:
+        return {} if topology == "pair" else None
+    if topology != "pair":
+        raise ExperimentError("[pair] only applies to topology = \"pair\"")
+    raw = data["pair"]
+    if not isinstance(raw, dict):
+        raise ExperimentError("[pair] must be a table such as rate = \"50M\"")
+    _only(raw, set(PAIR_FIELDS), "pair")
+    from .topology import pair as make_pair
+
+    try:
+        make_pair(**raw)
+    except TopologyError as error:
+        raise ExperimentError("pair: " + str(error).replace("link h1-h2: ", "")) from None
+    return dict(raw)
+
+
+def _sweep(raw: Any, topology: str, pair: dict | None, steps: tuple[Step, ...]
+           ) -> Sweep | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ExperimentError("[sweep] must be a table with parameter and values")
+    _only(raw, {"parameter", "values", "repeat"}, "sweep")
+    parameter = raw.get("parameter")
+    if parameter not in LINK_SWEEPS + FLOW_SWEEPS:
+        raise ExperimentError(f"sweep: parameter must be one of "
+                              f"{', '.join(LINK_SWEEPS + FLOW_SWEEPS)}, not {parameter!r}")
+    values = raw.get("values")
+    if not isinstance(values, list) or not values:
+        raise ExperimentError("sweep: values must be a non-empty list")
+    repeat = _count(raw.get("repeat", 1), "sweep: repeat", 1, 100)
+    sweep = Sweep(parameter, tuple(str(v) for v in values), repeat)
+    if sweep.of_link:
+        if topology != "pair":
+            raise ExperimentError(f"sweep: the link parameter {parameter} can be swept on "
+                                  "topology = \"pair\"")
+        from .topology import pair as make_pair
+
+        for value in sweep.values:
+            try:
+                make_pair(**(pair or {}) | {parameter: _pair_value(parameter, value)})
+            except TopologyError as error:
+                raise ExperimentError(f"sweep: {parameter} = {value!r}: "
+                                      + str(error).replace("link h1-h2: ", "")) from None
+    else:
+        if not any(f.kind == "tcp" for step in steps for f in step.flows):
+            raise ExperimentError(f"sweep: {parameter} applies to tcp flows, and there are none")
+        for value in sweep.values:
+            flow_value(parameter, value)
+    return sweep
+
+
+def _pair_value(parameter: str, value: str):
+    """Sweep values are strings; a queue is a number of packets."""
+    if parameter == "queue":
+        try:
+            return int(value)
+        except ValueError:
+            raise ExperimentError(f"sweep: queue = {value!r} is not a number of packets"
+                                  ) from None
+    return value
+
+
+def flow_value(parameter: str, value: str) -> int:
+    """A swept flow parameter as the number the flow takes."""
+    from ...units import parse_size
+
+    try:
+        number = int(value) if parameter == "parallel" else parse_size(value)
+    except ValueError:
+        raise ExperimentError(f"sweep: {parameter} = {value!r} is not "
+                              + ("a number" if parameter == "parallel" else "a size such as "
+                                 "'64K'")) from None
+    low, high = {"parallel": (1, 5), "window": (2000, 10**9), "length": (1, 64 * 10**6)}[
+        parameter]
+    if not low <= number <= high:
+        raise ExperimentError(f"sweep: {parameter} = {value!r} is out of range")
+    return number
+
+
+def link_parameters(experiment: Experiment, value: str | None) -> dict:
+    """The pair link's parameters at one point of a link sweep."""
+    parameters = dict(experiment.pair or {})
+    if value is not None and experiment.sweep is not None and experiment.sweep.of_link:
+        parameters[experiment.sweep.parameter] = _pair_value(experiment.sweep.parameter, value)
+    return parameters
+
+
+def _only(table: dict, allowed: set[str], where: str) -> None:
+    datafiles.only(table, allowed, where, ExperimentError)
+
+
+def _timing(raw: Any, base: Timing, where: str) -> Timing:
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{where} must be a table")
+    _only(raw, TIMING_FIELDS, where)
+    values: dict[str, Any] = {}
+    if "duration" in raw:
+        values["duration"] = _seconds(raw["duration"], f"{where}: duration")
+    if "ping_interval" in raw:
+        values["ping_interval"] = _seconds(raw["ping_interval"], f"{where}: ping_interval")
+    if "ping_count" in raw:
+        values["ping_count"] = _count(raw["ping_count"], f"{where}: ping_count", 1, 100_000)
+    return replace(base, **values)
+
+
+def _seconds(value: Any, where: str) -> float:
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ExperimentError(f"{where} = {value!r} is not a time such as '25s' or '200ms'"
+                              ) from None
+    if isinstance(value, bool) or not 0 < seconds <= 86_400:
+        raise ExperimentError(f"{where} = {value!r} must be more than 0 and at most a day")
+    return seconds
+
+
+def _count(value: Any, where: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ExperimentError(f"{where} must be a whole number from {low} to {high}, "
+                              f"not {value!r}")
+    return value
+
+
+def _step(raw: Any, index: int) -> Step:
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"step {index}: must be a table")
+    name = str(raw.get("name", f"step {index}"))
+    where = f"step {index} ({name})"
+    _only(raw, {"case", "name", "flows", "repeat"}, where)
+    flows = raw.get("flows")
+    if not isinstance(flows, list) or not flows:
+        raise ExperimentError(f"{where}: flows must be a non-empty list of flows")
+    repeat = _count(raw.get("repeat", 1), f"{where}: repeat", 1, 1000)
+    return Step(str(raw.get("case", index)), name,
+                tuple(_flow(f, f"{where} flow {i}") for i, f in enumerate(flows, start=1)),
+                repeat)
+
+
+def _flow(raw: Any, where: str) -> Flow:
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{where}: must be a table such as "
+                              "{ kind = \"tcp\", from = \"h1\", to = \"h4\" }")
+    _only(raw, FLOW_FIELDS, where)
+    kind = raw.get("kind")
+    if kind not in FLOW_KINDS:
+        raise ExperimentError(f"{where}: kind must be one of {', '.join(FLOW_KINDS)}, "
+                              f"not {kind!r}")
+    for side in ("from", "to"):
+        if not isinstance(raw.get(side), str) or not raw[side]:
+            raise ExperimentError(f"{where}: '{side}' must name a node")
+    values: dict[str, Any] = {}
+    if "parallel" in raw:
+        if kind != "tcp":
+            raise ExperimentError(f"{where}: parallel only applies to tcp flows")
+        values["parallel"] = _count(raw["parallel"], f"{where}: parallel", 1, 5)
+    if "duration" in raw:
+        values["duration"] = _seconds(raw["duration"], f"{where}: duration")
+    if "rate" in raw:
+        if kind != "udp":
+            raise ExperimentError(f"{where}: rate only applies to udp flows")
+        rate = raw["rate"]
+        if rate not in ("auto", "probe"):
+            try:
+                rate = parse_rate(rate) if isinstance(rate, str) else float(rate)
+            except (TypeError, ValueError):
+                raise ExperimentError(f"{where}: rate = {raw['rate']!r} is not a rate such as "
+                                      "'25M', \"auto\" or \"probe\"") from None
+            if not 1e3 <= rate <= 100e9:
+                raise ExperimentError(f"{where}: rate = {raw['rate']!r} is out of range")
+        values["rate"] = rate
+    elif kind == "udp":
+        values["rate"] = "auto"
+    if "length" in raw:
+        if kind == "ping":
+            raise ExperimentError(f"{where}: length applies to tcp and udp flows")
+        values["length"] = _count(raw["length"], f"{where}: length", 16,
+                                  65_000 if kind == "udp" else 64_000_000)
+    if "congestion" in raw:
+        congestion = raw["congestion"]
+        if kind != "tcp" or not isinstance(congestion, str) or not congestion.isidentifier():
+            raise ExperimentError(f"{where}: congestion names a tcp flow's congestion control, "
+                                  f"such as \"cubic\", not {congestion!r}")
+        values["congestion"] = congestion
+    if "window" in raw:
+        if kind != "tcp":
+            raise ExperimentError(f"{where}: window only applies to tcp flows")
+        window = raw["window"]
+        try:
+            from ...units import parse_size
+
+            values["window"] = parse_size(window) if isinstance(window, str) else int(window)
+        except (TypeError, ValueError):
+            raise ExperimentError(f"{where}: window = {window!r} is not a size such as '64K'"
+                                  ) from None
+        if not 2000 <= values["window"] <= 10**9:
+            raise ExperimentError(f"{where}: window = {window!r} is out of range (2K..1G)")
+    if "count" in raw:
+        values["count"] = _count(raw["count"], f"{where}: count", 1, 100_000)
+    if "interval" in raw:
+        values["interval"] = _seconds(raw["interval"], f"{where}: interval")
+    if "rtt_under_load" in raw:
+        if not isinstance(raw["rtt_under_load"], bool) or kind == "ping":
+            raise ExperimentError(f"{where}: rtt_under_load is true or false, on tcp and udp "
+                                  "flows")
+        values["rtt_under_load"] = raw["rtt_under_load"]
+    label = str(raw.get("label", f"{raw['from']}-{raw['to']}"))
+    address = raw.get("address")
+    if address is not None and not isinstance(address, str):
+        raise ExperimentError(f"{where}: address must be a string")
+    return Flow(kind, raw["from"], raw["to"], address, label, **values)
+
+
+def check_against(experiment: Experiment, nodes: set[str]) -> None:
+    """Every flow's nodes exist in the topology (checked before the lab is built)."""
+    for index, step in enumerate(experiment.steps, start=1):
+        for number, flow in enumerate(step.flows, start=1):
+            for node in (flow.source, flow.target):
+                if node not in nodes:
+                    raise ExperimentError(f"step {index} ({step.name}) flow {number}: node "
+                                          f"{node} is not in topology {experiment.topology}")
+
+
+__all__ = ["Experiment", "ExperimentError", "Flow", "Step", "Timing", "TopologyError", "load",
+           "parse", "check_against"]

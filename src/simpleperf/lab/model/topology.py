@@ -1,0 +1,437 @@
+"""Topologies as data: hosts, routers, switches and links, loaded from TOML and validated.
+
+Nothing here touches the system. Every mistake is a TopologyError naming the node or link
+and the field, raised before anything is created. Vocabulary follows Mininet: hosts,
+switches, links with bw, delay, jitter, loss and max_queue_size. Delay is one-way and applies
+to each direction; a link's base RTT is twice it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from ...units import parse_duration, parse_rate
+from . import datafiles
+
+NODE_KINDS = ("hosts", "routers", "switches")
+NODE_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+LAB_NAME = re.compile(r"^[a-z][a-z0-9-]{0,9}$")
+SHAPING_FIELDS = ("bw", "delay", "jitter", "reorder", "loss", "max_queue_size")
+LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", *SHAPING_FIELDS}
+DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
+
+
+class TopologyError(ValueError):
+    """A mistake in a topology; the message names where it is."""
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What one direction of a link does to packets. None/0 means 'not limited'."""
+
+    rate: float | None = None  # bits per second
+    delay: float = 0.0  # one-way, seconds
+    jitter: float = 0.0  # standard deviation of the one-way delay, seconds
+    reorder: bool = False  # may jitter reorder packets?
+    loss: float = 0.0  # probability, 0..1
+    queue: int | None = None  # drop-tail queue at the rate limiter, packets
+
+    @property
+    def is_shaped(self) -> bool:
+        return self.rate is not None or self.delay > 0 or self.jitter > 0 or self.loss > 0
+
+    @property
+    def needs_delay_line(self) -> bool:
+        return self.delay > 0 or self.jitter > 0
+
+    def describe(self) -> str:
+        parts = []
+        if self.rate is not None:
+            parts.append(f"{_format_rate(self.rate)}")
+        if self.delay or self.jitter:
+            parts.append(f"delay {self.delay * 1e3:g} ms one-way")
+        if self.jitter:
+            parts.append(f"jitter {self.jitter * 1e3:g} ms" + (" (may reorder)"
+                                                               if self.reorder else ""))
+        if self.loss:
+            parts.append(f"loss {self.loss * 100:g}%")
+        if self.queue is not None:
+            parts.append(f"queue {self.queue} pkt")
+        return ", ".join(parts) or "unshaped"
+
+
+@dataclass(frozen=True)
+class Route:
+    destination: ipaddress.IPv4Network
+    via: ipaddress.IPv4Address
+
+    def __str__(self) -> str:
+        where = "default" if self.destination.prefixlen == 0 else str(self.destination)
+        return f"{where} via {self.via}"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    kind: str  # "host", "router" or "switch"
+    routes: tuple[Route, ...] = ()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    node: str
+    interface: str  # Mininet style: h1-eth0, s1-eth1
+    address: ipaddress.IPv4Interface | None
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    a: Endpoint
+    b: Endpoint
+    a_to_b: Shaping
+    b_to_a: Shaping
+
+    @property
+    def is_shaped(self) -> bool:
+        return self.a_to_b.is_shaped or self.b_to_a.is_shaped
+
+    def direction_from(self, node: str) -> Shaping:
+        return self.a_to_b if node == self.a.node else self.b_to_a
+
+    def other(self, node: str) -> Endpoint:
+        return self.b if node == self.a.node else self.a
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    description: str
+    nodes: dict[str, Node]
+    links: tuple[Link, ...]
+    source: str = ""  # the TOML text it was read from, kept with results
+
+    def endpoints_of(self, node: str) -> list[tuple[Endpoint, Link]]:
+        found = []
+        for link in self.links:
+            for end in (link.a, link.b):
+                if end.node == node:
+                    found.append((end, link))
+        return found
+
+    def owner_of(self, address: ipaddress.IPv4Address) -> str | None:
+        for link in self.links:
+            for end in (link.a, link.b):
+                if end.address is not None and end.address.ip == address:
+                    return end.node
+        return None
+
+    def address_of(self, node: str) -> ipaddress.IPv4Address:
+        """The node's first address (what a user means by 'h4' as a destination)."""
+        for end, _ in self.endpoints_of(node):
+            if end.address is not None:
+                return end.address.ip
+        raise TopologyError(f"node {node} has no address")
+
+    def hosts(self) -> list[str]:
+        return [n.name for n in self.nodes.values() if n.kind == "host"]
+
+
+def _format_rate(rate: float) -> str:
+    for unit, factor in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if rate >= factor:
+            return f"{rate / factor:g} {unit}"
+    return f"{rate:g} bit/s"
+
+
+# ---------------------------------------------------------------- loading and validation
+
+
+def load(name_or_path: str) -> Topology:
+    """A shipped topology by name ('portfolio'), or a TOML file by path."""
+    text, path = datafiles.read(name_or_path, DATA_DIR, "topology", TopologyError)
+    return parse(text, default_name=path.stem)
+
+
+def parse(text: str, default_name: str = "lab") -> Topology:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise TopologyError(f"not valid TOML: {error}") from None
+    return from_dict(data, default_name, text)
+
+
+def from_dict(data: dict, default_name: str = "lab", source: str = "") -> Topology:
+    _only(data, {"name", "description", *NODE_KINDS, "links"}, "topology")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not LAB_NAME.match(name):
+        raise TopologyError(f"topology name '{name}' must be 1-10 lowercase letters, digits "
+                            "or '-', starting with a letter")
+    nodes: dict[str, Node] = {}
+    raw_routes: dict[str, list] = {}
+    for kind in NODE_KINDS:
+        table = data.get(kind, {})
+        if not isinstance(table, dict):
+            raise TopologyError(f"[{kind}] must be a table of nodes, e.g. {kind}.h1 = {{}}")
+        for node_name, spec in table.items():
+            if not NODE_NAME.match(node_name):
+                raise TopologyError(f"node name '{node_name}' must be 1-10 lowercase letters or "
+                                    "digits, starting with a letter")
+            if node_name in nodes:
+                raise TopologyError(f"node {node_name} is declared twice")
+            spec = spec if spec is not None else {}
+            if not isinstance(spec, dict):
+                raise TopologyError(f"node {node_name}: must be a table")
+            _only(spec, {"routes"} if kind != "switches" else set(), f"node {node_name}")
+            nodes[node_name] = Node(node_name, kind[:-1] if kind != "switches" else "switch")
+            raw_routes[node_name] = spec.get("routes", [])
+    if not nodes:
+        raise TopologyError("the topology has no nodes")
+    links = _links(data.get("links", []), nodes)
+    topology = Topology(name, str(data.get("description", "")), nodes, tuple(links), source)
+    nodes = {n: replace(node, routes=_routes(n, raw_routes[n], topology))
+             for n, node in nodes.items()}
+    topology = replace(topology, nodes=nodes)
+    _check_addresses(topology)
+    return topology
+
+
+def _only(table: dict, allowed: set[str], where: str) -> None:
+    datafiles.only(table, allowed, where, TopologyError)
+
+
+def _links(raw_links: Any, nodes: dict[str, Node]) -> list[Link]:
+    if not isinstance(raw_links, list):
+        raise TopologyError("links must be an array of tables: [[links]]")
+    counters: dict[str, int] = {}
+    links: list[Link] = []
+    names: set[str] = set()
+    for index, spec in enumerate(raw_links, start=1):
+        if not isinstance(spec, dict):
+            raise TopologyError(f"link {index}: must be a table")
+        label = str(spec.get("name", f"{spec.get('a', '?')}-{spec.get('b', '?')}"))
+        where = f"link {label}"
+        _only(spec, LINK_FIELDS, where)
+        ends = []
+        for side in ("a", "b"):
+            node = spec.get(side)
+            if node not in nodes:
+                raise TopologyError(f"{where}: {side} = {node!r} is not a declared node")
+            ends.append(node)
+        if ends[0] == ends[1]:
+            raise TopologyError(f"{where}: both ends are {ends[0]}")
+        if label in names:
+            raise TopologyError(f"{where}: two links have this name")
+        names.add(label)
+        endpoints = []
+        for side, node in zip(("a", "b"), ends, strict=True):
+            is_switch = nodes[node].kind == "switch"
+            number = counters.get(node, 1 if is_switch else 0)
+            counters[node] = number + 1
+            address = _address(spec.get(f"{side}_address"), f"{where}: {side}_address",
+                               is_switch, node)
+            endpoints.append(Endpoint(node, f"{node}-eth{number}", address))
+        both = _shaping(spec, where, Shaping())
+        a_to_b = _shaping(spec.get("a_to_b", {}), f"{where} a_to_b", both)
+        b_to_a = _shaping(spec.get("b_to_a", {}), f"{where} b_to_a", both)
+        links.append(Link(label, endpoints[0], endpoints[1], a_to_b, b_to_a))
+    return links
+
+
+def _address(value: Any, where: str, is_switch: bool, node: str
+             ) -> ipaddress.IPv4Interface | None:
+    if value is None:
+        if not is_switch:
+            raise TopologyError(f"{where} is missing: {node} needs an address such as "
+                                "'10.0.0.2/24'")
+        return None
+    if is_switch:
+        raise TopologyError(f"{where}: {node} is a switch; switch ports have no address")
+    try:
+        address = ipaddress.IPv4Interface(value)
+    except (ValueError, TypeError):
+        raise TopologyError(f"{where} = {value!r} is not an IPv4 address with a prefix "
+                            "length, such as '10.0.0.2/24'") from None
+    if "/" not in str(value):
+        raise TopologyError(f"{where} = {value!r} needs a prefix length, e.g. '{value}/24'")
+    network = address.network
+    if network.prefixlen < 31 and address.ip in (network.network_address,
+                                                  network.broadcast_address):
+        raise TopologyError(f"{where} = {value!r} is the network or broadcast address of "
+                            f"{network}")
+    return address
+
+
+def _shaping(spec: Any, where: str, base: Shaping) -> Shaping:
+    if not isinstance(spec, dict):
+        raise TopologyError(f"{where}: must be a table")
+    if where.endswith(("a_to_b", "b_to_a")):
+        _only(spec, set(SHAPING_FIELDS), where)
+    values = {}
+    if "bw" in spec:
+        values["rate"] = _rate(spec["bw"], f"{where}: bw")
+    if "delay" in spec:
+        values["delay"] = _time(spec["delay"], f"{where}: delay")
+    if "jitter" in spec:
+        values["jitter"] = _time(spec["jitter"], f"{where}: jitter")
+    if "reorder" in spec:
+        if not isinstance(spec["reorder"], bool):
+            raise TopologyError(f"{where}: reorder must be true or false")
+        values["reorder"] = spec["reorder"]
+    if "loss" in spec:
+        values["loss"] = _loss(spec["loss"], f"{where}: loss")
+    if "max_queue_size" in spec:
+        queue = spec["max_queue_size"]
+        if not isinstance(queue, int) or isinstance(queue, bool) or not 1 <= queue <= 1_000_000:
+            raise TopologyError(f"{where}: max_queue_size must be a whole number of packets "
+                                f"from 1 to 1000000, not {queue!r}")
+        values["queue"] = queue
+    shaping = replace(base, **values)
+    if shaping.queue is not None and shaping.rate is None:
+        raise TopologyError(f"{where}: max_queue_size needs bw (a queue only forms behind a "
+                            "rate limit)")
+    return shaping
+
+
+def _rate(value: Any, where: str) -> float:
+    """Mininet gives bw as a number of Mbit/s; a string may carry its unit ('40M')."""
+    if isinstance(value, bool):
+        raise TopologyError(f"{where} must be a rate such as 40 (Mbit/s) or '40M'")
+    try:
+        rate = float(value) * 1e6 if isinstance(value, (int, float)) else parse_rate(value)
+    except (ValueError, TypeError):
+        raise TopologyError(f"{where} = {value!r} is not a rate such as 40 (Mbit/s) or "
+                            "'40M', '1G', '512K'") from None
+    if not 1e3 <= rate <= 100e9:
+        raise TopologyError(f"{where} = {value!r} is out of range (1 kbit/s to 100 Gbit/s)")
+    return rate
+
+
+def _time(value: Any, where: str) -> float:
+    if not isinstance(value, str):
+        raise TopologyError(f"{where} = {value!r} needs a unit, such as '10ms'")
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise TopologyError(f"{where} = {value!r} is not a time such as '10ms', '0.5s', "
+                            "'250us'") from None
+    if seconds > 10:
+        raise TopologyError(f"{where} = {value!r} is longer than 10 s")
+    return seconds
+
+
+def _loss(value: Any, where: str) -> float:
+    """Mininet gives loss as a percentage number; '1%' is accepted too."""
+    text = str(value).strip()
+    try:
+        percent = float(text[:-1] if text.endswith("%") else text)
+    except ValueError:
+        raise TopologyError(f"{where} = {value!r} is not a percentage such as 1 or '0.5%'"
+                            ) from None
+    if isinstance(value, bool) or not 0 <= percent <= 100:
+        raise TopologyError(f"{where} = {value!r} must be a percentage from 0 to 100")
+    return percent / 100
+
+
+def _routes(node: str, raw: Any, topology: Topology) -> tuple[Route, ...]:
+    where = f"node {node}: routes"
+    if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
+        raise TopologyError(f"{where} must be a list of strings such as "
+                            "'10.0.1.0/24 via 10.0.0.1' or 'default via 10.0.0.1'")
+    if raw and topology.nodes[node].kind == "switch":
+        raise TopologyError(f"{where}: {node} is a switch and cannot route")
+    connected = [end.address.network for end, _ in topology.endpoints_of(node) if end.address]
+    routes = []
+    for text in raw:
+        match = re.fullmatch(r"\s*(\S+)\s+via\s+(\S+)\s*", text)
+        if not match:
+            raise TopologyError(f"{where}: '{text}' is not 'DESTINATION via GATEWAY'")
+        destination = "0.0.0.0/0" if match.group(1) == "default" else match.group(1)
+        try:
+            network = ipaddress.IPv4Network(destination)
+            gateway = ipaddress.IPv4Address(match.group(2))
+        except ValueError as error:
+            raise TopologyError(f"{where}: '{text}': {error}") from None
+        if not any(gateway in subnet for subnet in connected):
+            raise TopologyError(f"{where}: '{text}': gateway {gateway} is not on any subnet "
+                                f"of {node} ({', '.join(map(str, connected)) or 'none'}), "
+                                "so it cannot be reached")
+        owner = topology.owner_of(gateway)
+        if owner is None:
+            raise TopologyError(f"{where}: '{text}': no node has address {gateway}")
+        if owner == node:
+            raise TopologyError(f"{where}: '{text}': {gateway} is {node}'s own address")
+        if any(r.destination == network for r in routes):
+            raise TopologyError(f"{where}: two routes for {network}")
+        routes.append(Route(network, gateway))
+    return tuple(routes)
+
+
+def _check_addresses(topology: Topology) -> None:
+    seen: dict[ipaddress.IPv4Address, str] = {}
+    for link in topology.links:
+        for end in (link.a, link.b):
+            if end.address is None:
+                continue
+            if end.address.ip in seen:
+                raise TopologyError(f"link {link.name}: address {end.address.ip} of {end.node} "
+                                    f"is already used by {seen[end.address.ip]}")
+            seen[end.address.ip] = end.node
+    for segment in l2_segments(topology):
+        addressed = [end for end in segment if end.address is not None]
+        for end in addressed[1:]:
+            if end.address.network != addressed[0].address.network:
+                raise TopologyError(
+                    f"{end.node} address {end.address} is outside the subnet "
+                    f"{addressed[0].address.network} of {addressed[0].node}, on the same link "
+                    "or switch")
+
+
+def l2_segments(topology: Topology) -> list[list[Endpoint]]:
+    """The addressed endpoints that share one broadcast domain (a link, or switches)."""
+    segments: list[list[Endpoint]] = []
+    switch_segment: dict[str, int] = {}
+    for link in topology.links:
+        ends = [link.a, link.b]
+        switches = [e.node for e in ends if topology.nodes[e.node].kind == "switch"]
+        joined = {switch_segment[s] for s in switches if s in switch_segment}
+        if joined:
+            target = min(joined)
+            for other in sorted(joined - {target}, reverse=True):
+                segments[target].extend(segments[other])
+                segments[other] = []
+                for name, seg in switch_segment.items():
+                    if seg == other:
+                        switch_segment[name] = target
+        else:
+            target = len(segments)
+            segments.append([])
+        segments[target].extend(e for e in ends if topology.nodes[e.node].kind != "switch")
+        for s in switches:
+            switch_segment[s] = target
+    return [segment for segment in segments if segment]
+
+
+def pair(rate: str | None = None, delay: str | None = None, jitter: str | None = None,
+         loss: str | None = None, queue: int | None = None, reorder: bool = False) -> Topology:
+    """Two hosts joined by one link: a classic lab's two computers and its tc command."""
+    link: dict[str, Any] = {"name": "h1-h2", "a": "h1", "a_address": "10.0.0.1/24",
+                            "b": "h2", "b_address": "10.0.0.2/24"}
+    for key, value in (("bw", rate), ("delay", delay), ("jitter", jitter), ("loss", loss),
+                       ("max_queue_size", queue)):
+        if value is not None:
+            link[key] = value
+    if reorder:
+        link["reorder"] = True
+    data = {"name": "pair", "description": "two hosts joined by one shaped link",
+            "hosts": {"h1": {}, "h2": {}}, "links": [link]}
+    return from_dict(data, "pair")

@@ -1,0 +1,283 @@
+"""Turn a topology into system commands (a pure plan), and run the plan fast.
+
+Layout. Every node is a network namespace named like the node (h1, r1, s1); a switch is a
+Linux bridge inside its own namespace. A shaped link between two hosts or routers runs
+through a hidden wire namespace (`<lab>-wire`) that routes it transparently:
+
+    r1-eth1 ==veth== w1a [wire: loss+delay at ingress, route, rate+queue at egress] w1b
+    w1b ==veth== r2-eth0
+
+Why a routed middle and not shaping on r1-eth1 itself: packets there are still owned by
+the sending socket, so TCP small queues would throttle the sender instead of the queue
+filling; and a delay applied inside the receiver comes after its receive timestamp, so
+ping would not see it. In the wire, packets are orphaned and the receiver stamps them after
+the delay. Static neighbour entries and fixed MAC addresses replace ARP, and the TTL is
+given back, so the middle is invisible (traceroute shows r1 then r2).
+
+Every namespace is configured by one shell script (sysctl, ethtool, ip -batch,
+iptables-restore, tc -batch), and the scripts run in parallel.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+
+from ..model.topology import Link, Shaping, Topology, TopologyError
+from .system import CommandError, run
+
+WIRE_SUFFIX = "-wire"
+FIRST_INDEX = 1000  # explicit ifindexes, above what the kernel hands out by itself
+DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
+# Offloads. Senders hand the kernel 64 KB segments and receivers take aggregates (GRO), as
+# real NICs let them: the per-packet cost of a 1 Gbit/s link otherwise exceeds two cores.
+# The wire still sees what a real link carries: its rate limiter splits every aggregate into
+# packets before they queue (tbf_segment), so queue sizes are in real packets. A direction
+# whose loss or reordering must hit packets one by one gets them one by one instead: the
+# sending interface segments in software and the wire port does not aggregate.
+OFFLOADS_ON = "tso on gso on gro on tx-udp-segmentation on"
+RECEIVE_AGGREGATED = "gro on"
+SEND_PER_PACKET = "tso off gso off tx-udp-segmentation off"
+RECEIVE_PER_PACKET = "gro off"
+# tbf sends a packet once its bucket holds the packet's size, and the bucket's capacity caps
+# what a late timer leaves in it: a bucket of one frame loses every microsecond a timer is
+# late (0.75-0.85 of the rate on a VM). So the bucket holds one frame plus LATE_SECONDS at
+# the link rate, at least LATE_BYTES (what htb's default buffer tolerates). A peak rate far
+# above the rate with an MTU just above one frame makes tbf cut every aggregate into packets.
+# tc rounds the MTU's transmission time to 64 ns at the peak rate, so the peak rate stays
+# at most 20 Gbit/s (160 bytes of rounding under a 2200-byte MTU).
+FRAME_BYTES = 1514
+LATE_SECONDS = 200e-6
+LATE_BYTES = 1600
+SEGMENTING_MTU = 2200
+MAX_PEAK = 20e9
+
+
+@dataclass
+class NamespacePlan:
+    sysctls: list[str] = field(default_factory=list)
+    offloads: dict[str, str] = field(default_factory=dict)  # interface: ethtool -K settings
+    ip_first: list[str] = field(default_factory=list)  # lo, bridges, ports, addresses
+    ip_then: list[str] = field(default_factory=list)  # neighbours, rules, routes
+    iptables: list[str] = field(default_factory=list)  # raw PREROUTING rules
+    ttl_restore: bool = False
+    tc: list[str] = field(default_factory=list)
+
+    def script(self) -> str:
+        lines = ["set -e"]
+        if self.sysctls:
+            lines.append("sysctl -qw " + " ".join(self.sysctls))
+        for interface, settings in self.offloads.items():
+            lines.append(f"ethtool -K {interface} {settings}")
+        lines.append(_heredoc("ip -batch -", self.ip_first + self.ip_then))
+        if self.iptables or self.ttl_restore:
+            tables = []
+            if self.iptables:
+                tables += ["*raw", *self.iptables, "COMMIT"]
+            if self.ttl_restore:
+                tables += ["*mangle", "-A PREROUTING -j TTL --ttl-inc 1", "COMMIT"]
+            lines.append(_heredoc("iptables-restore", tables))
+        if self.tc:
+            lines.append(_heredoc("tc -batch -", self.tc))
+        return "\n".join(lines) + "\n"
+
+
+def _heredoc(command: str, body: list[str]) -> str:
+    return f"{command} <<'SIMPLEPERF_EOF'\n" + "\n".join(body) + "\nSIMPLEPERF_EOF"
+
+
+@dataclass
+class Plan:
+    lab: str
+    backend: str
+    root_batch: list[str]
+    namespaces: dict[str, NamespacePlan]
+    delay_queues: list[dict]  # for the delay line: namespace, queue, delay, jitter, reorder
+
+    @property
+    def namespace_names(self) -> list[str]:
+        return list(self.namespaces)
+
+
+def wire_namespace(lab: str) -> str:
+    return lab + WIRE_SUFFIX
+
+
+def _mac(link_index: int, role: int) -> str:
+    return f"02:53:50:{link_index >> 8:02x}:{link_index & 0xFF:02x}:{role:02x}"
+
+
+def plan(topology: Topology, backend: str) -> Plan:
+    """Everything to run, without running anything. Raises TopologyError for what the
+    chosen backend cannot build."""
+    wire = wire_namespace(topology.name)
+    routed = [link for link in topology.links if link.is_shaped and _both_routable(topology,
+                                                                                      link)]
+    namespaces = {name: NamespacePlan() for name in topology.nodes}
+    if routed:
+        namespaces[wire] = NamespacePlan()
+    root = [f"netns add {name}" for name in namespaces]
+    for name, space in namespaces.items():
+        space.sysctls += ["net.ipv6.conf.all.disable_ipv6=1",
+                          "net.ipv6.conf.default.disable_ipv6=1"]
+        space.ip_first.append("link set lo up")
+        kind = topology.nodes[name].kind if name in topology.nodes else "wire"
+        if kind in ("router", "wire"):
+            space.sysctls.append("net.ipv4.ip_forward=1")
+        if kind == "switch":
+            space.ip_first += [f"link add {name} type bridge stp_state 0",
+                               f"link set {name} up"]
+    delay_queues: list[dict] = []
+    # Each veth end gets its own ifindex. Indexes are per namespace, so the first veth made
+    # in two fresh namespaces would get the same one on both ends; the kernel then takes its
+    # carrier change for a non-urgent event and a bridge port stays disabled for up to 1 s.
+    indexes = iter(range(FIRST_INDEX, FIRST_INDEX + 4 * len(topology.links)))
+    for link in topology.links:
+        if link in routed:
+            index = routed.index(link) + 1
+            root += _routed_link(link, index, wire, namespaces, backend, delay_queues,
+                                 indexes)
+        else:
+            root.append(f"link add {link.a.interface} netns {link.a.node} index "
+                        f"{next(indexes)} type veth peer name {link.b.interface} netns "
+                        f"{link.b.node} index {next(indexes)}")
+            if link.is_shaped:
+                _shape_at_endpoints(topology, link, namespaces)
+        for end in (link.a, link.b):
+            space = namespaces[end.node]
+            if end.address is None:
+                space.ip_first += [f"link set {end.interface} master {end.node}",
+                                   f"link set {end.interface} up"]
+            else:
+                space.offloads.setdefault(end.interface, OFFLOADS_ON)
+                space.ip_first += [f"addr add {end.address} dev {end.interface}",
+                                   f"link set {end.interface} up"]
+    for node in topology.nodes.values():
+        namespaces[node.name].ip_then += [f"route add {route}" for route in node.routes]
+    return Plan(topology.name, backend, root, namespaces, delay_queues)
+
+
+def _both_routable(topology: Topology, link: Link) -> bool:
+    return all(topology.nodes[end.node].kind != "switch" for end in (link.a, link.b))
+
+
+def _shape_at_endpoints(topology: Topology, link: Link,
+                        namespaces: dict[str, NamespacePlan]) -> None:
+    """A link to a switch: rate and queue at each end's egress; nothing else is possible."""
+    switch = next(e.node for e in (link.a, link.b) if topology.nodes[e.node].kind == "switch")
+    for end, shaping in ((link.a, link.a_to_b), (link.b, link.b_to_a)):
+        if shaping.delay or shaping.jitter or shaping.loss:
+            raise TopologyError(f"link {link.name}: delay, jitter and loss need both ends to "
+                                f"be hosts or routers, and {switch} is a switch: put the "
+                                "slow link between routers")
+        if shaping.rate is not None:
+            namespaces[end.node].tc += _rate_limit(end.interface, shaping)
+
+
+def _rate_limit(device: str, shaping: Shaping) -> list[str]:
+    """A drop-tail queue of `queue` packets drained at the link rate."""
+    assert shaping.rate is not None
+    rate = int(shaping.rate)
+    burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
+    bucket = f"tbf rate {rate}bit burst {burst}"
+    if rate * 2 <= MAX_PEAK:
+        bucket += f" peakrate {int(min(100 * rate, MAX_PEAK))}bit mtu {SEGMENTING_MTU}"
+    # tbf's own limit sizes a default byte queue that the pfifo replaces.
+    return [f"qdisc add dev {device} root handle 1: {bucket} limit 1000000",
+            f"qdisc add dev {device} parent 1:1 handle 10: pfifo limit "
+            f"{shaping.queue or DEFAULT_QUEUE}"]
+
+
+def _per_packet(shaping: Shaping) -> bool:
+    """Loss and reordering act on single packets, never on an aggregate of them."""
+    return shaping.loss > 0 or (shaping.jitter > 0 and shaping.reorder)
+
+
+def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, NamespacePlan],
+                 backend: str, delay_queues: list[dict], indexes) -> list[str]:
+    a, b = link.a, link.b
+    assert a.address is not None and b.address is not None
+    port_a, port_b = f"w{index}a", f"w{index}b"
+    mac_a, mac_port_a, mac_port_b, mac_b = (_mac(index, role) for role in (1, 2, 3, 4))
+    root = [f"link add {a.interface} netns {a.node} address {mac_a} index {next(indexes)} "
+            f"type veth peer name {port_a} netns {wire} address {mac_port_a} "
+            f"index {next(indexes)}",
+            f"link add {port_b} netns {wire} address {mac_port_b} index {next(indexes)} "
+            f"type veth peer name {b.interface} netns {b.node} address {mac_b} "
+            f"index {next(indexes)}"]
+    namespaces[a.node].ip_then.append(
+        f"neigh replace {b.address.ip} lladdr {mac_port_a} dev {a.interface} nud permanent")
+    namespaces[b.node].ip_then.append(
+        f"neigh replace {a.address.ip} lladdr {mac_port_b} dev {b.interface} nud permanent")
+    for end, shaping in ((a, link.a_to_b), (b, link.b_to_a)):
+        namespaces[end.node].offloads[end.interface] = (
+            f"{SEND_PER_PACKET} {RECEIVE_AGGREGATED}" if _per_packet(shaping) else OFFLOADS_ON)
+    space = namespaces[wire]
+    space.offloads[port_a] = (RECEIVE_PER_PACKET if _per_packet(link.a_to_b)
+                              else RECEIVE_AGGREGATED)
+    space.offloads[port_b] = (RECEIVE_PER_PACKET if _per_packet(link.b_to_a)
+                              else RECEIVE_AGGREGATED)
+    space.ip_first += [f"link set {port_a} up", f"link set {port_b} up"]
+    space.ttl_restore = True
+    directions = ((port_a, port_b, b, mac_b, link.a_to_b, 2 * index - 1),
+                  (port_b, port_a, a, mac_a, link.b_to_a, 2 * index))
+    for ingress, egress, far_end, far_mac, shaping, number in directions:
+        table = 1000 + number
+        space.ip_then += [
+            f"neigh replace {far_end.address.ip} lladdr {far_mac} dev {egress} nud permanent",
+            f"rule add iif {ingress} table {table} pref {table}",
+            f"route add default via {far_end.address.ip} dev {egress} onlink table {table}"]
+        if shaping.rate is not None:
+            space.tc += _rate_limit(egress, shaping)
+        if backend == "netem":
+            _netem_direction(space, ingress, shaping, link)
+        else:
+            _own_direction(space, ingress, shaping, number, wire, delay_queues)
+    return root
+
+
+def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: int,
+                   wire: str, delay_queues: list[dict]) -> None:
+    if shaping.loss > 0:
+        space.iptables.append(f"-A PREROUTING -i {ingress} -m statistic --mode random "
+                              f"--probability {shaping.loss:.10f} -j DROP")
+    if shaping.needs_delay_line:
+        space.iptables.append(f"-A PREROUTING -i {ingress} -j NFQUEUE --queue-num {queue}")
+        delay_queues.append({"namespace": wire, "queue": queue, "delay": shaping.delay,
+                             "jitter": shaping.jitter, "reorder": shaping.reorder})
+
+
+def _netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping, link: Link) -> None:
+    if not (shaping.delay or shaping.jitter or shaping.loss):
+        return
+    if shaping.jitter and not shaping.reorder:
+        raise TopologyError(f"link {link.name}: netem reorders packets when it adds jitter; "
+                            "set reorder = true, or use --shaper own, which keeps order")
+    ifb = f"ifb{ingress[1:]}"
+    netem = f"netem limit 1000000 delay {shaping.delay * 1e6:.0f}us"
+    if shaping.jitter:
+        netem += f" {shaping.jitter * 1e6:.0f}us distribution normal"
+    if shaping.loss:
+        netem += f" loss {shaping.loss * 100:.6f}%"
+    space.ip_first += [f"link add {ifb} type ifb", f"link set {ifb} up"]
+    space.tc += [f"qdisc add dev {ingress} handle ffff: ingress",
+                 f"filter add dev {ingress} parent ffff: protocol all u32 match u32 0 0 "
+                 f"action mirred egress redirect dev {ifb}",
+                 f"qdisc add dev {ifb} root {netem}"]
+
+
+def execute(built: Plan) -> None:
+    """Create the namespaces and links, then configure every namespace in parallel."""
+    run(["ip", "-batch", "-"], stdin="\n".join(built.root_batch) + "\n")
+    workers = {name: subprocess.Popen(["ip", "netns", "exec", name, "sh", "-c",
+                                       space.script()],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, space in built.namespaces.items()}
+    failures = []
+    for name, worker in workers.items():
+        _, err = worker.communicate()
+        if worker.returncode != 0:
+            detail = err.strip().splitlines()
+            failures.append(f"{name}: {detail[-1] if detail else 'configuration failed'}")
+    if failures:
+        raise CommandError("configuring the lab failed: " + "; ".join(failures))

@@ -1,0 +1,184 @@
+"""Bringing labs up and down, and running commands inside their nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import simpleperf
+
+from ..model import topology
+from . import build, ownership
+from .shaping import delayline
+from .shaping.probe import probe
+from .system import CommandError, existing_namespaces, require_tools
+
+REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl", "unshare")
+
+
+class LabError(Exception):
+    """A lab operation that cannot go on; the message is one line for the user."""
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("simpleperf lab needs root privileges to create network namespaces, "
+                       "links and qdiscs: run it as root (e.g. sudo simpleperf lab ...)")
+
+
+def rebuild(spec: dict) -> topology.Topology:
+    """The topology model of a lab from its record."""
+    if "pair" in spec:
+        return topology.pair(**spec["pair"])
+    return topology.parse(spec["file"])
+
+
+def up(model: topology.Topology, spec: dict, shaper: str = "auto", persistent: bool = True,
+       say: Callable[[str], None] = print) -> ownership.LabRecord:
+    require_root()
+    try:
+        require_tools(*REQUIRED_TOOLS)
+        backend = probe().backend(shaper)
+    except (CommandError, ValueError) as error:
+        raise LabError(str(error)) from None
+    try:
+        plan = build.plan(model, backend)
+    except topology.TopologyError as error:
+        raise LabError(str(error)) from None
+    with ownership.locked(model.name):
+        _clear_the_way(model.name, plan.namespace_names, say)
+        record = ownership.new_record(model.name, backend, persistent, spec)
+        record.namespaces = {name: None for name in plan.namespace_names}
+        record.save()  # before anything exists: a kill from here on leaves a findable trail
+        try:
+            build.execute(plan)
+            ownership.record_namespaces_created(record)
+            if plan.delay_queues:
+                _start_delay_lines(record, plan.delay_queues)
+            record.complete = True
+            record.save()
+        except BaseException as error:
+            ownership.tear_down(record)
+            if isinstance(error, CommandError):
+                raise LabError(str(error)) from None
+            raise
+    return record
+
+
+def _clear_the_way(lab: str, namespaces: list[str], say: Callable[[str], None]) -> None:
+    """Remove remains of killed labs that stand in the way; refuse if a live lab or a
+    namespace the lab did not create does."""
+    wanted = set(namespaces)
+    for record in ownership.all_records():
+        names = set(record.namespaces)
+        if record.lab != lab and not names & wanted:
+            continue
+        state = record.state
+        if state == "remains":
+            removed = ownership.tear_down(record)
+            say(f"cleared what a stopped run of lab {record.lab} left behind "
+                f"({len(removed)} items)")
+            continue
+        if record.lab == lab:
+            raise LabError(f"lab {lab} is already {state}: simpleperf lab down {lab} first")
+        clash = sorted(names & wanted)[0]
+        raise LabError(f"namespace {clash} belongs to lab {record.lab}, which is {state}: "
+                       f"simpleperf lab down {record.lab} first")
+    # Every lab that claimed one of these names is gone now: what still exists is not ours.
+    foreign = sorted(wanted & existing_namespaces())
+    if foreign:
+        raise LabError(f"network namespace {foreign[0]} already exists and was not created by "
+                       "simpleperf lab; it is left alone: remove it or rename the node")
+
+
+def _start_delay_lines(record: ownership.LabRecord, queues: list[dict]) -> None:
+    """One delay line per CPU (at most one per queue), the queues dealt out in turn so that
+    the two directions of a link land on different ones. Each release runs the kernel's
+    forwarding of what it lets go (and the receiver's first processing of it) in the
+    releasing process: one process for everything serialises a link's data and its
+    acknowledgements on one core."""
+    workers = min(len(queues), os.cpu_count() or 1)
+    package_root = str(Path(simpleperf.__file__).resolve().parents[1])
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root,
+                                                              environment.get("PYTHONPATH")]))
+    started = []
+    for number in range(1, workers + 1):
+        config = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.json"
+        config.write_text(json.dumps(queues[number - 1::workers]))
+        log_path = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.log"
+        with open(log_path, "w") as log:
+            daemon = subprocess.Popen([sys.executable, "-m", delayline.__name__, str(config)],
+                                      stdout=subprocess.PIPE, stderr=log,
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      env=environment)
+        ownership.add_process(record, daemon.pid, f"delay line {number}")
+        started.append((daemon, log_path))
+    for daemon, log_path in started:
+        assert daemon.stdout is not None
+        ready, _, _ = select.select([daemon.stdout], [], [], 10)
+        line = daemon.stdout.readline() if ready else b""
+        daemon.stdout.close()
+        if line.strip() != b"ready":
+            reason = log_path.read_text().strip().splitlines()
+            raise CommandError("the delay line did not start: "
+                               + (reason[-1] if reason else "no answer within 10 s"))
+
+
+def find(name: str | None) -> ownership.LabRecord:
+    records = ownership.all_records()
+    if name is not None:
+        for record in records:
+            if record.lab == name:
+                return record
+        raise LabError(f"no lab named {name} is up" + (
+            f" (labs: {', '.join(r.lab for r in records)})" if records else ""))
+    if not records:
+        raise LabError("no lab is up (simpleperf lab up portfolio)")
+    if len(records) > 1:
+        raise LabError("several labs are up, name one: " + ", ".join(r.lab for r in records))
+    return records[0]
+
+
+def down(name: str | None) -> list[str]:
+    require_root()
+    record = find(name)
+    with ownership.locked(record.lab):
+        removed = ownership.tear_down(record)
+    ownership.lock_path(record.lab).unlink(missing_ok=True)
+    return removed
+
+
+def run_in_node(node: str, command: list[str]) -> int:
+    """Run a command inside a lab node, as `ip netns exec` would, recorded while it runs."""
+    require_root()
+    if not command:
+        raise LabError("nothing to run: simpleperf lab exec NODE -- COMMAND ...")
+    for record in ownership.all_records():
+        if node in record.namespaces and record.state == "up":
+            break
+    else:
+        raise LabError(f"no lab that is up has a node named {node}")
+    try:
+        child = subprocess.Popen(["ip", "netns", "exec", node, *command])
+    except OSError as error:
+        raise LabError(f"cannot run {command[0]}: {error.strerror}") from None
+    with ownership.locked(record.lab):
+        record = ownership.load(record.lab) or record
+        ownership.add_process(record, child.pid, f"exec in {node}: {' '.join(command)[:60]}")
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue  # the child got the same Ctrl-C; report its own exit status
+    finally:
+        with ownership.locked(record.lab):
+            current = ownership.load(record.lab)
+            if current is not None:
+                ownership.remove_process(current, child.pid)

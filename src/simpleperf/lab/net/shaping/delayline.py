@@ -1,0 +1,261 @@
+"""The delay line of the own shaper: holds queued packets' verdicts, never their bytes.
+
+Packets stay in the kernel (NFQUEUE, metadata-only copies); this process learns their ids
+and kernel arrival times and, when their time has come, accepts them. Ids are sequential
+per queue, so in-order release is one verdict for everything that arrived before a moment:
+Python does work per read of a socket, not per packet. With jitter that may reorder, each
+packet gets its own release time and verdict.
+
+Timing: arrival is the kernel's receive timestamp (enabled by holding one socket with
+SO_TIMESTAMP), not when this process got round to reading; wake-ups are scheduled early by
+the lateness the timer has shown so far (about 0.1-0.2 ms on a VM).
+
+Run as: python3 -m simpleperf.lab.net.shaping.delayline PLAN.json (the lab starts and stops it)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import heapq
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..system import namespace_inode
+from . import nfqueue
+
+CLONE_NEWNET = 0x40000000
+PR_SET_TIMERSLACK = 29
+SO_RCVBUFFORCE = 33
+SO_TIMESTAMP = 29
+SOL_NETLINK = 270
+NETLINK_NO_ENOBUFS = 5
+MAX_QUEUED_PACKETS = 200_000
+RECEIVE_BUFFER = 32 << 20
+REALTIME_PRIORITY = 10
+MAX_LATENESS = 0.002  # seconds; beyond this a wake-up was not the timer's doing
+
+
+@dataclass
+class DirectionQueue:
+    """One direction of one link: its kernel queue, socket and release schedule."""
+
+    number: int
+    delay: float
+    jitter: float
+    reorder: bool
+    sock: socket.socket | None = None
+    in_order: deque = field(default_factory=deque)  # (release time, highest id)
+    by_time: list = field(default_factory=list)  # heap of (release time, id)
+    last_release: float = 0.0
+    last_read: float = 0.0  # when the kernel queue was last read to its end
+    stamped: bool = True  # the kernel gives arrival times (else arrival is when read)
+
+    @property
+    def unread_wait(self) -> float:
+        """How long a packet that is not read yet must wait at least: without jitter every
+        packet waits the delay, so this queue need not be read more often than that, as long
+        as the kernel stamps arrivals."""
+        return self.delay if self.jitter == 0 and self.stamped else 0.0
+
+    def admit(self, arrivals: list[tuple[int, float]], rng: random.Random) -> None:
+        """arrivals: (packet id, monotonic arrival time), in id order."""
+        if self.reorder and self.jitter > 0:
+            for packet_id, arrived in arrivals:
+                wait = max(0.0, rng.gauss(self.delay, self.jitter))
+                heapq.heappush(self.by_time, (arrived + wait, packet_id))
+            return
+        packet_id, arrived = arrivals[-1]
+        wait = self.delay if self.jitter == 0 else max(0.0, rng.gauss(self.delay, self.jitter))
+        # A packet never leaves before one that entered the link earlier.
+        release = max(arrived + wait, self.last_release)
+        self.last_release = release
+        if self.in_order and self.in_order[-1][0] == release:
+            self.in_order[-1] = (release, packet_id)
+        else:
+            self.in_order.append((release, packet_id))
+
+    def due(self, now: float) -> list[bytes]:
+        messages = []
+        highest = None
+        while self.in_order and self.in_order[0][0] <= now:
+            highest = self.in_order.popleft()[1]
+        if highest is not None:
+            messages.append(nfqueue.verdict_up_to(self.number, highest))
+        while self.by_time and self.by_time[0][0] <= now:
+            messages.append(nfqueue.verdict(self.number, heapq.heappop(self.by_time)[1]))
+        return messages
+
+    def next_release(self) -> float | None:
+        if self.in_order:
+            first = self.in_order[0][0]
+            return min(first, self.by_time[0][0]) if self.by_time else first
+        return self.by_time[0][0] if self.by_time else None
+
+
+def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
+    """A netlink socket created inside `namespace` (it stays bound there), bound to a queue."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        if namespace:
+            target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+            try:
+                if libc.setns(target, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"cannot enter namespace {namespace}")
+            finally:
+                os.close(target)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, nfqueue.NETLINK_NETFILTER)
+    finally:
+        if namespace:
+            libc.setns(home, CLONE_NEWNET)
+        os.close(home)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+    sock.bind((0, 0))
+    for message in nfqueue.bind(number, MAX_QUEUED_PACKETS):
+        sock.send(message)
+        failures = [code for code in nfqueue.errors(sock.recv(65536)) if code]
+        if failures:
+            raise OSError(failures[0], f"cannot bind queue {number} in {namespace}: "
+                                       f"{os.strerror(failures[0])}")
+    sock.setblocking(False)
+    return sock
+
+
+def serve(plan: list[dict]) -> None:
+    """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds)."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    # A late release sends a whole batch at once into the next link's queue, a burst no wire
+    # would make: run ahead of ordinary processes, as netem does in softirq. The process
+    # sleeps in select() between releases, and the kernel's real-time throttling still holds.
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError):
+            os.nice(-10)
+    # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
+    # on arrival; the queue messages then carry the true arrival time.
+    stamper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stamper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
+    queues = [DirectionQueue(e["queue"], e["delay"], e["jitter"], e["reorder"])
+              for e in plan]
+    for queue, entry in zip(queues, plan, strict=True):
+        queue.sock = open_queue_socket(entry["namespace"], entry["queue"])
+    # The delay line lives as long as its namespaces: if they are removed (even by someone
+    # who never knew this process existed) it leaves too.
+    watched = {e["namespace"]: namespace_inode(e["namespace"]) for e in plan if e["namespace"]}
+    next_check = 0.0
+    rng = random.Random()
+    buffer = bytearray(4 << 20)
+    view = memoryview(buffer)
+    clock = time.monotonic
+    lateness = timer_lateness(clock)  # how late the timer wakes us, smoothed from here on
+    signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
+    signal.signal(signal.SIGINT, _stop)
+    print("ready", flush=True)
+    while True:
+        # Wake for the next release, and to read a busy queue before anything unread in it
+        # can fall due: not for every arrival (the kernel stamped it), which at 1 Gbit/s
+        # would be a wake-up per acknowledgement. An idle queue wakes us when a packet comes.
+        wakes, listened = [], []
+        for queue in queues:
+            release = queue.next_release()
+            if release is None or queue.unread_wait == 0:
+                listened.append(queue.sock)
+            else:
+                wakes.append(queue.last_read + queue.unread_wait)
+            if release is not None:
+                wakes.append(release)
+        target = min(wakes) if wakes else None
+        timeout = 0.5 if target is None else max(0.0, target - lateness - clock())
+        try:
+            ready, _, _ = select.select(listened, [], [], timeout)
+        except InterruptedError:
+            continue
+        now = clock()
+        if now >= next_check:
+            next_check = now + 0.5
+            if any(namespace_inode(name) != inode for name, inode in watched.items()):
+                return
+        timed = target if not ready and target is not None and timeout > 0 else None
+        # Kernel stamps are wall-clock; turn them into our monotonic clock.
+        offset = time.time() - now
+        for queue in queues:
+            queue.last_read = now
+            last_only = not (queue.reorder and queue.jitter > 0)
+            while True:
+                try:
+                    count = queue.sock.recv_into(buffer)
+                except BlockingIOError:
+                    break
+                except OSError as error:
+                    if error.errno == errno.ENOBUFS:
+                        continue
+                    raise
+                arrivals = []
+                for packet_id, stamp in nfqueue.packets(view[:count], last_only):
+                    if stamp is None:
+                        queue.stamped = False
+                    arrivals.append((packet_id, now if stamp is None else min(now, stamp - offset)))
+                if arrivals:
+                    queue.admit(arrivals, rng)
+        now = clock()
+        if timed is not None:
+            # Learn how late, after a timed wait, this point is reached: the timer's lateness
+            # and the work since the wake-up (slow on a VM whose CPU was idle).
+            lateness += 0.1 * ((now - timed + lateness) - lateness)
+            lateness = min(max(lateness, 0.0), MAX_LATENESS)
+        for queue in queues:
+            for message in queue.due(now):
+                queue.sock.send(message)
+
+
+def timer_lateness(clock, samples: int = 15, sleep: float = 0.003) -> float:
+    """How late a timed wait ends on this machine (the median of a few): the first releases
+    are then as punctual as later ones, instead of late until the smoothing has learnt it."""
+    late = []
+    for _ in range(samples):
+        began = clock()
+        select.select([], [], [], sleep)
+        late.append(clock() - began - sleep)
+    late.sort()
+    return min(max(late[len(late) // 2], 0.0), MAX_LATENESS)
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop(signum, frame):
+    raise Stopped
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as config:
+        plan = json.load(config)
+    try:
+        serve(plan)
+    except Stopped:
+        pass
+    except OSError as error:
+        print(f"delay line: {error}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,169 @@
+"""Results of a run in SQLite (one file per run folder), with CSV and JSON exports.
+
+Every flow, every interval and every RTT probe is stored, with the topology, the experiment,
+tool versions, kernel and shaping backend, so a run can be understood and compared later.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ... import __version__
+from ..run.step import StepOutcome, summarize_rtts, system_congestion_control
+
+DATABASE = "results.sqlite"
+SCHEMA = """
+CREATE TABLE run (id INTEGER PRIMARY KEY, experiment TEXT, started REAL, finished REAL,
+    quick INTEGER, interrupted INTEGER, shaper TEXT, metadata TEXT, topology_toml TEXT,
+    experiment_toml TEXT);
+CREATE TABLE step (id INTEGER PRIMARY KEY, position INTEGER, repetition INTEGER, "case" TEXT,
+    name TEXT, start_spread_ms REAL, fairness REAL, interrupted INTEGER,
+    sweep_parameter TEXT, sweep_value TEXT);
+CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), position
+    INTEGER, kind TEXT, label TEXT, source TEXT, target TEXT, address TEXT, parameters TEXT,
+    ok INTEGER, error TEXT, started REAL, throughput REAL, sender_throughput REAL,
+    predicted REAL, base_rtt_ms REAL, full_queue_rtt_ms REAL, rtt_min REAL, rtt_avg REAL,
+    rtt_median REAL, rtt_max REAL, rtt_mdev REAL, jitter_ms REAL, lost INTEGER,
+    packets INTEGER, loss_percent REAL, rate REAL, connections TEXT, window_bound REAL,
+    mathis_bound REAL);
+CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
+    bits_per_second REAL);
+CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
+CREATE TABLE rate_trial (flow_id INTEGER REFERENCES flow(id), trial INTEGER, offered REAL,
+    received REAL, lost_percent REAL, queue_growth_ms REAL, good INTEGER);
+"""
+
+
+def _version(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=5)
+        return (done.stdout or done.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "not installed"
+
+
+class Store:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(folder / DATABASE)
+        self.db.executescript(SCHEMA)
+        self.position = 0
+
+    def begin(self, experiment: str, quick: bool, shaper: str, topology_toml: str,
+              experiment_toml: str) -> None:
+        metadata = {"simpleperf": __version__, "python": sys.version.split()[0],
+                    "kernel": platform.release(), "machine": platform.machine(),
+                    "iperf3": _version(["iperf3", "--version"]),
+                    "ping": _version(["ping", "-V"]), "shaper": shaper,
+                    "congestion_control": system_congestion_control()}
+        self.db.execute("INSERT INTO run VALUES (1, ?, ?, NULL, ?, 0, ?, ?, ?, ?)",
+                        (experiment, time.time(), int(quick), shaper, json.dumps(metadata),
+                         topology_toml, experiment_toml))
+        self.db.commit()
+
+    def add_step(self, outcome: StepOutcome) -> None:
+        self.position += 1
+        step_id = self.db.execute(
+            "INSERT INTO step VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self.position, outcome.repetition, outcome.step.case, outcome.step.name,
+             None if outcome.start_spread is None else outcome.start_spread * 1e3,
+             outcome.fairness, int(outcome.interrupted),
+             *(outcome.sweep or (None, None)))).lastrowid
+        for position, flow in enumerate(outcome.flows, start=1):
+            rtt = summarize_rtts(flow.rtts) or {}
+            parameters = {k: v for k, v in asdict(flow.flow).items()
+                          if k not in ("source", "target", "label", "kind")}
+            flow_id = self.db.execute(
+                "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
+                 flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
+                 flow.error, flow.started, flow.throughput, flow.sender_throughput,
+                 flow.predicted, flow.base_rtt, flow.full_queue_rtt, rtt.get("min"),
+                 rtt.get("avg"), rtt.get("median"), rtt.get("max"), rtt.get("mdev"),
+                 flow.jitter_ms, flow.lost, flow.packets, flow.loss_percent, flow.rate,
+                 json.dumps(flow.connection_throughputs), flow.window_bound,
+                 flow.mathis_bound)).lastrowid
+            self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
+                                [(flow_id, a, b, r) for a, b, r in flow.intervals])
+            self.db.executemany("INSERT INTO probe VALUES (?, ?, ?)",
+                                [(flow_id, i, r) for i, r in enumerate(flow.rtts, start=1)])
+            self.db.executemany("INSERT INTO rate_trial VALUES (?, ?, ?, ?, ?, ?, ?)", [
+                (flow_id, i, t.get("offered"), t.get("received"), t.get("lost_percent"),
+                 t.get("queue_growth_ms"), int(bool(t.get("good"))))
+                for i, t in enumerate(flow.probe_trials, start=1)])
+        self.db.commit()
+
+    def finish(self, interrupted: bool) -> None:
+        self.db.execute("UPDATE run SET finished = ?, interrupted = ?",
+                        (time.time(), int(interrupted)))
+        self.db.commit()
+        self.export()
+
+    def export(self) -> None:
+        """flows.csv, intervals.csv, probes.csv, rate_trials.csv and results.json beside the
+        database."""
+        for table, query in (
+                ("flows", "SELECT s.position AS step, s.\"case\", s.name AS step_name, "
+                          "s.start_spread_ms, s.fairness, f.* FROM flow f JOIN step s ON "
+                          "s.id = f.step_id ORDER BY f.id"),
+                ("intervals", "SELECT f.label, s.name AS step_name, i.* FROM interval i JOIN "
+                              "flow f ON f.id = i.flow_id JOIN step s ON s.id = f.step_id"),
+                ("probes", "SELECT f.label, s.name AS step_name, p.* FROM probe p JOIN flow f "
+                           "ON f.id = p.flow_id JOIN step s ON s.id = f.step_id"),
+                ("rate_trials", "SELECT f.label, s.name AS step_name, t.* FROM rate_trial t "
+                                "JOIN flow f ON f.id = t.flow_id JOIN step s ON "
+                                "s.id = f.step_id")):
+            cursor = self.db.execute(query)
+            with open(self.folder / f"{table}.csv", "w", newline="") as out:
+                writer = csv.writer(out)
+                writer.writerow([d[0] for d in cursor.description])
+                writer.writerows(cursor)
+        (self.folder / "results.json").write_text(json.dumps(load_run(self.folder), indent=1))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def load_run(folder: Path) -> dict:
+    """A run as plain data: metadata, and steps with their flows."""
+    db = sqlite3.connect(folder / DATABASE)
+    db.row_factory = sqlite3.Row
+    try:
+        run = dict(db.execute("SELECT * FROM run").fetchone())
+        run["metadata"] = json.loads(run["metadata"])
+        steps = []
+        for step in db.execute("SELECT * FROM step ORDER BY position"):
+            flows = []
+            for flow in db.execute("SELECT * FROM flow WHERE step_id = ? ORDER BY position",
+                                   (step["id"],)):
+                item = dict(flow)
+                item["parameters"] = json.loads(item["parameters"])
+                item["connections"] = json.loads(item["connections"])
+                item["intervals"] = [list(r) for r in db.execute(
+                    "SELECT start, \"end\", bits_per_second FROM interval WHERE flow_id = ?",
+                    (flow["id"],))]
+                item["rtts"] = [r[0] for r in db.execute(
+                    "SELECT rtt_ms FROM probe WHERE flow_id = ? ORDER BY seq", (flow["id"],))]
+                item["rate_trials"] = [dict(r) for r in db.execute(
+                    "SELECT offered, received, lost_percent, queue_growth_ms, good FROM "
+                    "rate_trial WHERE flow_id = ? ORDER BY trial", (flow["id"],))]
+                flows.append(item)
+            steps.append(dict(step) | {"flows": flows})
+        run["steps"] = steps
+        return run
+    finally:
+        db.close()
+
+
+def find_runs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob(f"*/{DATABASE}"))

@@ -1,0 +1,190 @@
+"""Text tables of a run, every measurement beside what theory predicts. Formatting only:
+the input is a stored run (store.load_run), the output is text."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ...stats import mean_confidence
+
+
+def _mbps(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.2f}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True))
+    out = ["  " + line.rstrip(), "  " + "  ".join("-" * w for w in widths)]
+    out += ["  " + "  ".join(f"{str(c):<{w}}" for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows]
+    return out
+
+
+def _failure(flow: dict) -> str:
+    return f"FAILED: {flow['error']}"
+
+
+def case_report(run: dict, titles: dict[str, str]) -> str:
+    cases: OrderedDict[str, list[dict]] = OrderedDict()
+    for step in run["steps"]:
+        cases.setdefault(step["case"], []).append(step)
+    lines: list[str] = []
+    for case, steps in cases.items():
+        lines.append("")
+        lines.append(f"Test case {case}: {titles.get(case, '')}".rstrip(": "))
+        if all(len(step["flows"]) == 1 for step in steps):
+            lines += _pair_table(steps)
+        else:
+            for step in steps:
+                lines += _step_block(step)
+    return "\n".join(lines)
+
+
+def _pair_table(steps: list[dict]) -> list[str]:
+    """One row per pair: its idle RTT (ping step) and throughput (tcp or udp step)."""
+    rows: OrderedDict[str, dict] = OrderedDict()
+    udp = False
+    for step in steps:
+        flow = step["flows"][0]
+        row = rows.setdefault(flow["label"], {})
+        row["base"] = flow["base_rtt_ms"]
+        if flow["kind"] == "ping":
+            row["ping"] = flow
+        else:
+            row["transfer"] = flow
+            udp |= flow["kind"] == "udp"
+    header = ["pair", "RTT avg ms", "theory ms"]
+    header += (["asked Mbit/s", "got Mbit/s", "theory", "jitter ms", "loss"] if udp
+               else ["throughput Mbit/s", "theory", "ratio"])
+    table = []
+    for label, row in rows.items():
+        ping = row.get("ping")
+        rtt = "-" if ping is None else (_ms(ping["rtt_avg"]) if ping["ok"] else _failure(ping))
+        cells = [label, rtt, _ms(row["base"])]
+        flow = row.get("transfer")
+        if flow is None:
+            cells += ["-"] * (5 if udp else 3)
+        elif not flow["ok"]:
+            cells += [_failure(flow)] + [""] * (4 if udp else 2)
+        elif udp:
+            loss = "-" if flow["loss_percent"] is None else (
+                f"{flow['loss_percent']:.3f} % ({flow['lost']}/{flow['packets']})")
+            cells += [_mbps(flow["rate"]), _mbps(flow["throughput"]), _mbps(flow["predicted"]),
+                      "-" if flow["jitter_ms"] is None else f"{flow['jitter_ms']:.3f}", loss]
+        else:
+            ratio = (f"{flow['throughput'] / flow['predicted']:.2f}"
+                     if flow["throughput"] and flow["predicted"] else "-")
+            cells += [_mbps(flow["throughput"]), _mbps(flow["predicted"]), ratio]
+        table.append(cells)
+    return _table(header, table)
+
+
+def _udp_quality(flow: dict) -> str:
+    if flow["kind"] != "udp" or flow["loss_percent"] is None:
+        return "-"
+    return f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost"
+
+
+def _step_block(step: dict) -> list[str]:
+    lines = [f"  {step['name']}" + (" (interrupted)" if step["interrupted"] else "")]
+    with_udp = any(flow["kind"] == "udp" for flow in step["flows"])
+    table = []
+    for flow in step["flows"]:
+        if not flow["ok"]:
+            table.append([flow["label"], _failure(flow), "", "", "", ""] + [""] * with_udp)
+            continue
+        connections = flow["connections"]
+        per = (" (" + " + ".join(f"{c / 1e6:.2f}" for c in connections) + ")"
+               if len(connections) > 1 else "")
+        table.append([flow["label"], _ms(flow["rtt_avg"]),
+                      f"{_ms(flow['base_rtt_ms'])} .. {_ms(flow['full_queue_rtt_ms'])}",
+                      _mbps(flow["throughput"]) + per, _mbps(flow["predicted"]),
+                      f"{flow['throughput'] / flow['predicted']:.2f}"
+                      if flow["throughput"] and flow["predicted"] else "-"]
+                     + ([_udp_quality(flow)] if with_udp else []))
+    lines += ["  " + line for line in _table(
+        ["pair", "RTT under load ms", "theory: idle .. full queues", "throughput Mbit/s",
+         "max-min share", "ratio"] + (["UDP jitter, loss"] if with_udp else []), table)]
+    notes = []
+    if step["fairness"] is not None:
+        notes.append(f"Jain's fairness index {step['fairness']:.3f} (1 = perfectly fair)")
+    if step["start_spread_ms"] is not None:
+        notes.append(f"start spread {step['start_spread_ms']:.1f} ms")
+    if notes:
+        lines.append("    " + "; ".join(notes))
+    return lines
+
+
+def compare(first: dict, second: dict) -> str:
+    """Two runs side by side, flow by flow (matched by step name and flow label)."""
+    def index(run: dict) -> OrderedDict:
+        found: OrderedDict[tuple[str, str], dict] = OrderedDict()
+        for step in run["steps"]:
+            for flow in step["flows"]:
+                found[(step["name"], flow["label"])] = flow
+        return found
+
+    a, b = index(first), index(second)
+    rows = []
+    for key in list(a) + [k for k in b if k not in a]:
+        cells = [key[0], key[1]]
+        for flows in (a, b):
+            flow = flows.get(key)
+            if flow is None or not flow["ok"]:
+                cells += ["-", "-"]
+            elif flow["kind"] == "ping":
+                cells += [_ms(flow["rtt_avg"]), "-"]
+            else:
+                cells += [_ms(flow["rtt_avg"]), _mbps(flow["throughput"])]
+        rows.append(cells)
+    return "\n".join(_table(["step", "pair", "A RTT ms", "A Mbit/s", "B RTT ms", "B Mbit/s"],
+                            rows))
+
+
+def sweep_points(run: dict) -> list[dict]:
+    """Per sweep value (in the order run), the tcp goodput of every round with its mean and
+    95 % confidence interval, beside the bounds theory gives."""
+    points: OrderedDict[str, dict] = OrderedDict()
+    for step in run["steps"]:
+        if step.get("sweep_value") is None:
+            continue
+        point = points.setdefault(step["sweep_value"], {
+            "value": step["sweep_value"], "parameter": step["sweep_parameter"],
+            "throughputs": [], "rtts": [], "predicted": None, "share": None,
+            "window_bound": None, "mathis_bound": None, "failed": 0})
+        flows = [f for f in step["flows"] if f["kind"] == "tcp"]
+        if not flows or not all(f["ok"] for f in flows):
+            point["failed"] += 1
+            continue
+        point["throughputs"].append(sum(f["throughput"] or 0 for f in flows))
+        point["rtts"] += [f["rtt_avg"] for f in flows if f["rtt_avg"] is not None]
+        for key in ("predicted", "window_bound", "mathis_bound"):
+            values = [f[key] for f in flows if f.get(key) is not None]
+            point[key] = sum(values) if values else None
+    for point in points.values():
+        if point["throughputs"]:
+            point["mean"], point["ci95"] = mean_confidence(point["throughputs"])
+    return list(points.values())
+
+
+def sweep_report(run: dict) -> str:
+    points = sweep_points(run)
+    if not points:
+        return "no sweep points"
+    parameter = points[0]["parameter"]
+    rows = []
+    for point in points:
+        measured = ("all failed" if "mean" not in point else
+                    f"{point['mean'] / 1e6:.2f} +- {point['ci95'] / 1e6:.2f}")
+        rows.append([point["value"], str(len(point["throughputs"]))
+                     + (f" ({point['failed']} failed)" if point["failed"] else ""), measured,
+                     _mbps(point["predicted"]), _mbps(point["window_bound"]),
+                     _mbps(point["mathis_bound"])])
+    return "\n".join([f"\nSweep of {parameter}: TCP goodput, mean and 95 % confidence interval",
+                      *_table([parameter, "runs", "Mbit/s", "theory", "window/RTT",
+                               "Mathis"], rows)])

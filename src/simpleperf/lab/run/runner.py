@@ -1,0 +1,162 @@
+"""`simpleperf lab run`: build the topology, run every step, store, report, tear down.
+
+A sweep runs the steps at every value of one parameter: a link parameter of the pair
+topology (the lab is rebuilt for each value) or a parameter of every tcp flow.
+
+Ctrl-C stops the step that is running, keeps every finished measurement, writes the results
+and the report for what exists, and removes the lab. A lab of the same name that is already
+up (simpleperf lab up) is used as it is and left up.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..model import experiment as experiments
+from ..model import topology
+from ..model.experiment import Experiment, Step
+from ..net import lifecycle, ownership
+from ..results.store import Store, load_run
+from ..results.tables import case_report, sweep_report
+from .step import Runner, StepOutcome, summarize_rtts
+
+
+def _model(plan: Experiment, value: str | None) -> tuple[topology.Topology, dict]:
+    if plan.topology == "pair":
+        parameters = experiments.link_parameters(plan, value)
+        return topology.pair(**parameters), {"pair": parameters}
+    model = topology.load(plan.topology)
+    return model, {"file": model.source}
+
+
+def _at_point(step: Step, plan: Experiment, value: str | None) -> Step:
+    if value is None or plan.sweep is None:
+        return step
+    name = f"{step.name} [{plan.sweep.parameter}={value}]"
+    if plan.sweep.of_link:
+        return replace(step, name=name)
+    number = experiments.flow_value(plan.sweep.parameter, value)
+    flows = tuple(replace(flow, **{plan.sweep.parameter: number}) if flow.kind == "tcp"
+                  else flow for flow in step.flows)
+    return replace(step, name=name, flows=flows)
+
+
+class _Lab:
+    """The lab a run uses: built for it (and removed after), or one already up."""
+
+    def __init__(self, model: topology.Topology, spec: dict, shaper: str, say) -> None:
+        existing = ownership.load(model.name)
+        self.reused = existing is not None and existing.state == "up" and existing.persistent
+        if self.reused:
+            say(f"using lab {model.name}, which is already up (it stays up)")
+            self.record = existing
+        else:
+            say(f"building lab {model.name} ...")
+            self.record = lifecycle.up(model, spec, shaper, persistent=False, say=say)
+
+    def release(self) -> None:
+        if not self.reused:
+            with ownership.locked(self.record.lab):
+                ownership.tear_down(self.record)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # progress must show even when the output goes to a file
+
+
+def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str = "auto",
+                   say=_say) -> Path:
+    plan = experiments.load(name_or_path)
+    first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
+    experiments.check_against(plan, set(first_model.nodes))
+    timing = plan.quick if quick else plan.timing
+    lifecycle.require_root()
+    folder = results_root / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    points: list[str | None] = list(plan.sweep.values) if plan.sweep else [None]
+    rounds = plan.sweep.repeat if plan.sweep else 1
+    total = len(points) * rounds * sum(step.repeat for step in plan.steps)
+    store: Store | None = None
+    lab: _Lab | None = None
+    runner: Runner | None = None
+    interrupted = False
+    done = 0
+    try:
+        for value in points:
+            model, spec = _model(plan, value)
+            if lab is None or (plan.sweep is not None and plan.sweep.of_link):
+                if lab is not None:
+                    lab.release()
+                    lab = None
+                lab = _Lab(model, spec, shaper, say)
+            if store is None:
+                store = Store(folder)
+                store.begin(plan.name, quick, lab.record.backend,
+                            model.source or "pair " + json.dumps(spec["pair"]), plan.source)
+            runner = Runner(model, lab.record, timing, say)
+            for round_number in range(1, rounds + 1):
+                for step in plan.steps:
+                    here = _at_point(step, plan, value)
+                    for repetition in range(1, step.repeat + 1):
+                        done += 1
+                        say(f"[{done}/{total}] case {here.case}: {here.name}"
+                            + (f" (repetition {repetition})" if step.repeat > 1 else "")
+                            + (f" (round {round_number})" if rounds > 1 else ""))
+                        outcome = runner.run_step(here, (round_number - 1) * step.repeat
+                                                  + repetition)
+                        if plan.sweep is not None:
+                            outcome.sweep = (plan.sweep.parameter, str(value))
+                        store.add_step(outcome)
+                        for line in _progress(outcome):
+                            say("    " + line)
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: keeping the finished measurements, cleaning up ...")
+        if runner is not None:
+            runner.stop_all()
+    finally:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
+        try:
+            if lab is not None:
+                lab.release()
+            if store is not None:
+                store.finish(interrupted)
+                store.close()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if store is None:  # interrupted before the first lab was up: nothing was measured
+        raise KeyboardInterrupt
+    run = load_run(folder)
+    say(sweep_report(run) if plan.sweep else case_report(run, plan.cases))
+    from ..results.report import write_report  # matplotlib loads only when a report is written
+
+    report = write_report(folder, run, plan.cases)
+    say(f"\nresults: {folder} (results.sqlite, flows.csv, intervals.csv, probes.csv, "
+        f"rate_trials.csv, results.json, plots, {report.name})")
+    if interrupted:
+        raise KeyboardInterrupt
+    return folder
+
+
+def _progress(outcome: StepOutcome) -> list[str]:
+    lines = []
+    for flow in outcome.flows:
+        if not flow.ok:
+            lines.append(f"{flow.flow.label}: FAILED: {flow.error}")
+            continue
+        parts = [f"{flow.flow.label} ({flow.flow.kind})"]
+        rtt = summarize_rtts(flow.rtts)
+        if rtt:
+            parts.append(f"RTT avg {rtt['avg']:.1f} ms (idle theory {flow.base_rtt:.1f})")
+        if flow.throughput is not None:
+            parts.append(f"{flow.throughput / 1e6:.2f} Mbit/s"
+                         + (f" (theory {flow.predicted / 1e6:.2f})" if flow.predicted else ""))
+        if flow.loss_percent is not None:
+            parts.append(f"jitter {flow.jitter_ms:.3f} ms, loss {flow.loss_percent:.3f} %")
+        lines.append(", ".join(parts))
+    if outcome.fairness is not None:
+        lines.append(f"Jain's fairness index {outcome.fairness:.3f}")
+    return lines

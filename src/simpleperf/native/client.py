@@ -1,0 +1,246 @@
+"""The client side of a native test: greet, agree on the test, open the streams, run the
+session, then print both ends' view. A server that does not answer the greeting is a classic
+server: the test continues with the classic exchange where it can."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import select
+import socket
+import time
+from collections.abc import Callable
+
+from .. import __version__
+from ..engine import tcp_stream
+from ..engine.latency import EchoProber
+from ..engine.measurement import Measurement
+from ..engine.streams import Stream
+from ..errors import Interrupted, PeerGone, PeerRefused, ProtocolError, SimpleperfError
+from ..options import ClientOptions
+from ..protocol import iperf3
+from ..protocol.events import Accepted, Auth, Authenticated, Bye, Error, Hello, Start, Test, Welcome
+from ..protocol.exchange import Role
+from ..protocol.native import (
+    CONTROL,
+    UDP_ACK,
+    UDP_HELLO,
+    VERSION,
+    TestSpec,
+    auth_proof,
+    data_preface,
+    preface,
+)
+from ..report.client import TestOutput
+from ..stats import summarise_rtt
+from ..transport import tcp, tcpinfo, udp
+from .control import ControlChannel
+from .session import NativeSession
+
+CLASSIC_WAIT_MIN = 1.5  # seconds without an answer to our greeting: a classic server
+STEP_SECONDS = 1.0  # interval of samples kept for JSON when -i is not given
+IDLE_PROBES = 5
+UDP_HELLO_TRIES = 15
+AUTH_SECONDS = 10.0
+DECISION_SECONDS = 15.0  # for the server's accepted, then its start
+
+
+class ClassicServer(Exception):
+    """The server did not answer the greeting as a native server does."""
+
+
+class Iperf3Server(Exception):
+    """The server answered the greeting as an iperf3 server does."""
+
+
+def run(options: ClientOptions, out: Callable[[str], None]) -> None:
+    control = tcp.connect(options.host, options.port, family=options.family,
+                          local=options.local)
+    try:
+        control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = ControlChannel(control, Role.CLIENT)
+        sent = channel.send(Hello(VERSION, f"simpleperf {__version__}"), preface(CONTROL))
+        try:
+            welcome = _await_welcome(channel)
+        except Iperf3Server:
+            control.close()
+            control = None
+            from ..iperf3 import client as iperf3_client
+
+            # The iperf3 server took our greeting for a test and is ending it: retry a
+            # moment later if it still says busy.
+            iperf3_client.run(dataclasses.replace(options, latency=False), out,
+                              busy_retries=3)
+            return
+        except ClassicServer:
+            _fall_back_to_classic(options, control, sent, out)
+            control = None  # the classic client owns and closes it
+            return
+        _authenticate(channel, welcome, options)
+        _NativeTest(options, channel, out).run()
+    except PeerRefused as refusal:
+        raise SimpleperfError(f"the server refused the test: {refusal}") from None
+    except PeerGone as gone:
+        raise SimpleperfError(f"the server ended the test: {gone}") from None
+    except ProtocolError as error:
+        raise SimpleperfError(f"protocol error: {error}") from None
+    finally:
+        if control is not None:
+            control.close()
+
+
+def _await_welcome(channel: ControlChannel) -> Welcome:
+    rtt = tcpinfo.rtt_seconds(channel.sock)
+    wait = max(CLASSIC_WAIT_MIN, 10 * rtt)
+    # An iperf3 server answers any first 37 bytes with a one-byte state (PARAM_EXCHANGE,
+    # or ACCESS_DENIED / SERVER_ERROR); a native welcome starts with a length's zero byte.
+    readable, _, _ = select.select([channel.sock], [], [], wait)
+    if readable:
+        with contextlib.suppress(OSError):
+            first = channel.sock.recv(1, socket.MSG_PEEK)
+            if first and first[0] in iperf3.FIRST_ANSWERS:
+                raise Iperf3Server()
+    try:
+        event = channel.receive(wait)
+    except ProtocolError:  # PeerGone included: a classic server closes or says nothing
+        raise ClassicServer() from None
+    if isinstance(event, Error):
+        raise PeerRefused(event.message)
+    if not isinstance(event, Welcome):
+        raise ClassicServer()
+    return event
+
+
+def _authenticate(channel: ControlChannel, welcome: Welcome, options: ClientOptions) -> None:
+    if welcome.challenge is None:
+        return
+    if options.secret is None:
+        raise SimpleperfError("the server requires authentication: give the shared secret "
+                              "with --auth-secret-file FILE or $SIMPLEPERF_SECRET")
+    channel.send(Auth(auth_proof(options.secret, welcome.challenge, "client")))
+    channel.expect(AUTH_SECONDS, Authenticated)
+
+
+def _fall_back_to_classic(options: ClientOptions, control: socket.socket, sent: int,
+                          out: Callable[[str], None]) -> None:
+    unsupported = [flag for flag, used in (
+        ("-u", options.udp), ("-b", options.rate is not None), ("-R", options.reverse),
+        ("--bidir", options.bidir), ("-e", options.extended), ("-J", options.json),
+        ("--json-stream", options.json_stream), ("-O", options.omit > 0),
+        ("--rtt", options.rtt), ("--probe", options.probe)) if used]
+    if unsupported:
+        control.close()
+        raise SimpleperfError(
+            f"the server at {options.host} port {options.port} speaks only classic "
+            f"simpleperf, which cannot do {', '.join(unsupported)}: run a simpleperf server")
+    if options.num_bytes is not None and options.num_bytes < sent:
+        control.close()
+        control = None
+    from ..classic import client as classic_client
+
+    try:
+        classic_client.run(options, out, None if control is None else (control, sent))
+    finally:
+        if control is not None:
+            control.close()
+
+
+class _NativeTest:
+    def __init__(self, options: ClientOptions, channel: ControlChannel,
+                 out: Callable[[str], None]) -> None:
+        self.options = options
+        self.channel = channel
+        self.out = out
+        self.spec = TestSpec.from_options(options)
+        self.streams: list[Stream] = []
+        self.prober: EchoProber | None = None
+
+    # The run -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        options = self.options
+        idle = None
+        if options.latency:
+            self.prober = EchoProber(options.host, options.port, family=options.family,
+                                     secret=options.secret)
+            for _ in range(IDLE_PROBES):
+                self.prober.probe()
+                time.sleep(0.01)
+            idle = summarise_rtt(self.prober.samples_ms)
+        self.channel.send(Test(self.spec))
+        accepted = self.channel.expect(DECISION_SECONDS, Accepted)
+        try:
+            self._open_streams(accepted.token)
+            self.channel.expect(DECISION_SECONDS, Start)
+            output = TestOutput(options, self.spec, self.streams, self.out,
+                                "simpleperf-native/1")
+            measurement = Measurement(self.spec, self.streams,
+                                      options.interval or STEP_SECONDS, output.interval)
+            session = NativeSession(measurement, self.channel)
+            output.start()
+            if self.prober is not None:
+                self.prober.start_background(options.rtt_interval)
+            session.begin(time.monotonic())
+            congestion = options.congestion or tcp.system_congestion()
+            try:
+                session.run()
+            except KeyboardInterrupt:
+                measurement.close()
+                output.end(measurement, session.peer_view, idle, None, congestion,
+                           interrupted=True, peer_intervals=session.peer_intervals)
+                raise Interrupted() from None
+            loaded_samples = self.prober.stop_background() if self.prober else []
+            with contextlib.suppress(OSError):
+                self.channel.send(Bye())
+            measurement.close()
+            output.end(measurement, session.peer_view, idle, summarise_rtt(loaded_samples),
+                       congestion, peer_intervals=session.peer_intervals)
+            errors = measurement.errors()
+            if errors:
+                raise SimpleperfError(errors[0])
+        finally:
+            if self.prober is not None:
+                self.prober.close()
+            for stream in self.streams:
+                stream.sock.close()
+
+    def _open_streams(self, token: bytes) -> None:
+        for number in range(1, self.spec.stream_count() + 1):
+            sending = self.spec.client_sends(number)
+            if self.spec.protocol == "tcp":
+                sock = self._open_tcp(token, number)
+            else:
+                sock = self._open_udp(token, number, sending)
+            self.streams.append(Stream(number, sending, self.spec.protocol, sock,
+                                       tcp.endpoint(sock.getsockname())))
+
+    def _open_tcp(self, token: bytes, number: int) -> socket.socket:
+        options = self.options
+        sock = tcp.connect(options.host, options.port, window=options.window,
+                           congestion=options.congestion, family=options.family,
+                           local=options.local, mss=options.mss)
+        try:
+            sock.sendall(data_preface(token, number))
+            tcp_stream.apply_options(sock, self.spec)
+            tcp.set_wake_up(sock)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _open_udp(self, token: bytes, number: int, sending: bool) -> socket.socket:
+        options = self.options
+        sock = udp.open_greeted(options.host, options.port, options.family, options.local,
+                                data_preface(token, number, UDP_HELLO),
+                                (data_preface(token, number, UDP_ACK),), not sending,
+                                options.window, tries=UDP_HELLO_TRIES)
+        tcp.set_wake_up(sock)
+        return sock
+
+
+def measure(options: ClientOptions) -> dict:
+    """Run one native test quietly and return its JSON document (start, intervals, end)."""
+    lines: list[str] = []
+    run(dataclasses.replace(options, json=True, json_stream=False), lines.append)
+    return json.loads("\n".join(lines))

@@ -1,0 +1,358 @@
+"""The server side of native tests: the control exchange with its limits and
+authentication, data connections and UDP streams joining their test by token, the echo
+service for RTT probes, and each test's report."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import __version__
+from ..engine import tcp_stream
+from ..engine.measurement import Measurement
+from ..engine.streams import Stream
+from ..errors import PeerGone, PeerRefused, ProtocolError, SimpleperfError
+from ..options import ServerOptions
+from ..policy import ServerPolicy
+from ..protocol.events import Accepted, Auth, Authenticated, Error, Hello, Start, Test, Welcome
+from ..protocol.exchange import Role
+from ..protocol.native import (
+    DATA_PREFACE_SIZE,
+    ECHO_PROBE,
+    ECHO_TAG_SIZE,
+    MAGIC,
+    PREFACE_SIZE,
+    TOKEN_SIZE,
+    UDP_ACK,
+    UDP_ECHO,
+    UDP_HELLO,
+    VERSION,
+    TestSpec,
+    auth_proof,
+    data_preface,
+    echo_probe_is_authentic,
+    parse_data_preface,
+)
+from ..report import native as table
+from ..transport import tcp, udp
+from .control import ControlChannel
+from .session import NativeSession
+
+HANDSHAKE_SECONDS = 10.0  # greeting to test description, however slowly it trickles
+STREAMS_SECONDS = 10.0  # accepted to every stream connected
+ECHO_IDLE_SECONDS = 60.0
+BYE_SECONDS = 2.0
+CHALLENGE_BYTES = 16
+SERVER_STEP_SECONDS = 1.0  # the intervals a server keeps (sent to the client with results)
+
+
+@dataclass
+class PendingTest:
+    spec: TestSpec
+    peer_host: str
+    streams: dict[int, Stream] = field(default_factory=dict)
+    complete: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, stream: Stream) -> bool:
+        with self.lock:
+            if stream.number in self.streams or self.complete.is_set():
+                return False
+            self.streams[stream.number] = stream
+            if len(self.streams) == self.spec.stream_count():
+                self.complete.set()
+            return True
+
+
+class NativeService:
+    def __init__(self, options: ServerOptions, listener: socket.socket,
+                 say: Callable[..., None], stopping: threading.Event,
+                 policy: ServerPolicy) -> None:
+        self.options = options
+        self.say = say
+        self.stopping = stopping
+        self.policy = policy
+        self.on_foreign_datagram: Callable[[bytes, tuple], None] | None = None
+        self._tests: dict[bytes, PendingTest] = {}
+        self._lock = threading.Lock()
+        family = listener.family
+        address = listener.getsockname()
+        self._udp_local = (address[0], address[1])
+        self._udp_family = family
+        v6_only = family == socket.AF_INET6 and bool(
+            listener.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
+        self.udp_listener = self._open_udp_listener(family, address, v6_only)
+        policy.udp_available = self.udp_listener is not None
+        self._udp_thread: threading.Thread | None = None
+
+    # UDP -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _open_udp_listener(family: int, address: tuple,
+                           v6_only: bool) -> socket.socket | None:
+        """UDP on the TCP listener's address and port, for the same address families."""
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
+            sock.bind(address[:2])
+        except OSError:
+            sock.close()
+            return None  # TCP tests still work; UDP tests will be refused
+        tcp.set_wake_up(sock)
+        return sock
+
+    def start(self) -> None:
+        if self.udp_listener is not None:
+            self._udp_thread = threading.Thread(target=self._udp_loop, name="udp listener",
+                                                daemon=True)
+            self._udp_thread.start()
+
+    def close(self) -> None:
+        if self.udp_listener is not None:
+            self.udp_listener.close()
+        if self._udp_thread is not None:
+            self._udp_thread.join(2)
+
+    def _udp_loop(self) -> None:
+        sock = self.udp_listener
+        assert sock is not None
+        while not self.stopping.is_set():
+            try:
+                data, peer = sock.recvfrom(2048)
+            except (BlockingIOError, InterruptedError, ConnectionRefusedError):
+                continue
+            except OSError:
+                return
+            if len(data) < PREFACE_SIZE or data[:4] != MAGIC or data[5] != VERSION:
+                if self.on_foreign_datagram is not None:  # iperf3's UDP greeting
+                    with contextlib.suppress(OSError):
+                        self.on_foreign_datagram(data, peer)
+                continue  # nothing else: ignore rather than answer strangers
+            kind = data[4:5]
+            with contextlib.suppress(OSError):
+                if kind == UDP_ECHO and self._echo_allowed(data[PREFACE_SIZE:]):
+                    sock.sendto(data, peer)
+                elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
+                    self._udp_hello(data, peer)
+
+    def udp_socket_for(self, peer: tuple) -> socket.socket:
+        """A UDP socket on our port connected to `peer`: the kernel gives it that peer's
+        datagrams, the shared listener keeps everyone else's."""
+        return udp.open_connected(self._udp_family, self._udp_local, peer, reuse_address=True)
+
+    def _udp_hello(self, data: bytes, peer: tuple) -> None:
+        try:
+            token, number = parse_data_preface(data)
+        except ProtocolError:
+            return
+        pending = self._tests.get(token)
+        if pending is None or pending.spec.protocol != "udp" or \
+                not 1 <= number <= pending.spec.stream_count():
+            return
+        existing = pending.streams.get(number)
+        ack = data_preface(token, number, UDP_ACK)
+        if existing is not None:  # our acknowledgement was lost; the hello came again
+            existing.sock.send(ack)
+            return
+        sock = self.udp_socket_for(peer)
+        sending = not pending.spec.client_sends(number)
+        if not sending:
+            udp.enable_receive_offload(sock)
+        if pending.spec.window:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, pending.spec.window)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, pending.spec.window)
+        tcp.set_wake_up(sock)
+        stream = Stream(number, sending, "udp", sock, tcp.endpoint(peer))
+        if pending.attach(stream):
+            sock.send(ack)
+        else:
+            sock.close()
+
+    # TCP connections by kind ---------------------------------------------------------------
+
+    def serve_data(self, conn: socket.socket, initial: bytes) -> bool:
+        """Attach a data connection to its test; False if it belongs to none (the caller
+        closes it). `initial`: the bytes of its preface read so far."""
+        preface = initial + _receive_exactly(conn, DATA_PREFACE_SIZE - len(initial),
+                                             HANDSHAKE_SECONDS)
+        token, number = parse_data_preface(preface[:DATA_PREFACE_SIZE])
+        pending = self._tests.get(token)
+        if pending is None or pending.spec.protocol != "tcp" or \
+                not 1 <= number <= pending.spec.stream_count():
+            return False
+        stream = Stream(number, not pending.spec.client_sends(number), "tcp", conn,
+                        tcp.endpoint(conn.getpeername()))
+        return pending.attach(stream)
+
+    def _echo_allowed(self, probe: bytes) -> bool:
+        """With a shared secret only authentic probes are answered; without one, a probe
+        with or without a tag (its client cannot know whether the server wants one)."""
+        if self.options.secret is not None:
+            return echo_probe_is_authentic(self.options.secret, probe)
+        return len(probe) in (ECHO_PROBE.size, ECHO_PROBE.size + ECHO_TAG_SIZE)
+
+    def serve_echo(self, conn: socket.socket, initial: bytes) -> None:
+        """Echo what comes; with a shared secret, probe by probe and only authentic ones
+        (the first that is not ends the connection)."""
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tcp.set_wake_up(conn)
+        record = ECHO_PROBE.size + ECHO_TAG_SIZE
+        pending = initial
+        last = time.monotonic()
+        while not self.stopping.is_set():
+            if self.options.secret is None:
+                if pending:
+                    conn.sendall(pending)
+                pending = b""
+            while len(pending) >= record:
+                if not self._echo_allowed(pending[:record]):
+                    self.say("Echo from an unauthenticated peer refused")
+                    return
+                conn.sendall(pending[:record])
+                pending = pending[record:]
+            try:
+                data = conn.recv(4096)
+            except BlockingIOError:
+                if time.monotonic() - last > ECHO_IDLE_SECONDS:
+                    return
+                continue
+            if not data:
+                return
+            last = time.monotonic()
+            pending += data
+
+    def serve_control(self, conn: socket.socket, peer: str, initial: bytes) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = ControlChannel(conn, Role.SERVER)
+        token = None
+        try:
+            channel.feed(initial)
+            spec = self._handshake(channel)
+            token = os.urandom(TOKEN_SIZE)
+            pending = PendingTest(spec, peer)
+            with self._lock:
+                self._tests[token] = pending
+            channel.send(Accepted(token))
+            self._run(channel, pending, peer)
+        except _Refusal as refusal:
+            _tell(channel, str(refusal))
+            self.say(f"Refused {peer}: {refusal}")
+        except (ProtocolError, PeerRefused) as error:
+            if not isinstance(error, PeerGone):
+                _tell(channel, f"protocol error: {error}")
+            self.say(f"Test from {peer} ended: {error}")
+        except SimpleperfError as error:
+            _tell(channel, str(error))
+            self.say(f"Test from {peer} failed: {error}")
+        finally:
+            if token is not None:
+                with self._lock:
+                    pending = self._tests.pop(token, None)
+                if pending is not None:
+                    for stream in pending.streams.values():
+                        stream.sock.close()
+
+    def _handshake(self, channel: ControlChannel) -> TestSpec:
+        deadline = time.monotonic() + HANDSHAKE_SECONDS
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Refusal(f"the test was not described within {HANDSHAKE_SECONDS:g} s")
+            return left
+
+        channel.expect(remaining(), Hello)
+        secret = self.options.secret
+        challenge = os.urandom(CHALLENGE_BYTES).hex() if secret else None
+        channel.send(Welcome(VERSION, f"simpleperf {__version__}", challenge))
+        if secret is not None and challenge is not None:
+            auth = channel.expect(remaining(), Auth)
+            assert isinstance(auth, Auth)
+            expected = auth_proof(secret, challenge, "client")
+            if not hmac.compare_digest(auth.proof, expected):
+                raise _Refusal("authentication failed: wrong shared secret")
+            channel.send(Authenticated())
+        test = channel.expect(remaining(), Test)
+        assert isinstance(test, Test)
+        spec = test.spec
+        refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit)
+        if refusal is not None:
+            raise _Refusal(str(refusal))
+        return spec
+
+    def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
+        try:
+            self._await_streams(channel, pending)
+            streams = [pending.streams[n] for n in sorted(pending.streams)]
+            for stream in streams:
+                if stream.protocol == "tcp":
+                    tcp_stream.apply_options(stream.sock, pending.spec)
+                    tcp.set_wake_up(stream.sock)
+            measurement = Measurement(pending.spec, streams, SERVER_STEP_SECONDS)
+            session = NativeSession(measurement, channel, self.policy.time_limit)
+            channel.send(Start())
+            session.begin(time.monotonic())
+            try:
+                session.run()
+                _await_bye(channel)
+            finally:
+                measurement.close()
+            self._report(pending.spec, measurement, peer)
+        finally:
+            self.policy.release()
+
+    @staticmethod
+    def _await_streams(channel: ControlChannel, pending: PendingTest) -> None:
+        """Until every stream has connected; a client that gives up meanwhile ends it."""
+        deadline = time.monotonic() + STREAMS_SECONDS
+        while not pending.complete.is_set():
+            if time.monotonic() > deadline:
+                raise _Refusal(f"only {len(pending.streams)} of "
+                               f"{pending.spec.stream_count()} streams connected within "
+                               f"{STREAMS_SECONDS:g} s")
+            channel.receive(0.05)  # the exchange allows the client nothing until start
+
+    def _report(self, spec: TestSpec, measurement: Measurement, peer: str) -> None:
+        title = (f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
+                 f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
+        self.say(*table.test_report(title, spec.protocol, measurement.streams,
+                                    measurement.local_results(), self.options.unit))
+
+
+class _Refusal(Exception):
+    """A test this server will not run; the message goes to the client and the log."""
+
+
+def _tell(channel: ControlChannel, message: str) -> None:
+    """Our last word to a client we are done with; it may already be gone."""
+    with contextlib.suppress(OSError, ProtocolError):
+        channel.send(Error(message))
+
+
+def _await_bye(channel: ControlChannel) -> None:
+    with contextlib.suppress(ProtocolError, OSError):
+        channel.receive(BYE_SECONDS)
+
+
+def _receive_exactly(conn: socket.socket, size: int, timeout: float) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < size:
+        if time.monotonic() > deadline:
+            raise ProtocolError("the stream preface did not arrive in time")
+        try:
+            chunk = conn.recv(size - len(data))
+        except BlockingIOError:
+            continue
+        if not chunk:
+            raise ProtocolError("the connection closed during its preface")
+        data += chunk
+    return data

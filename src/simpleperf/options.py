@@ -1,0 +1,129 @@
+"""Options, defaults and limits: the one source of every rule a test obeys.
+
+The command line (cli.py), experiment files (lab/model/experiment.py) and the protocols'
+validators (protocol/) all read their ranges from here, so a value one accepts the others
+accept too. Nothing here parses a command line or touches a socket.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_PORT = 8088
+DEFAULT_SERVER_IP = "127.0.0.1"
+DEFAULT_DURATION = 25.0  # classic Simpleperf's -t
+DEFAULT_LENGTH = 256 * 1024  # TCP read/write size
+DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
+DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
+DEFAULT_RTT_INTERVAL = 0.1
+DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
+
+MIN_PORT, MAX_PORT = 1024, 65535
+MIN_LENGTH, MAX_LENGTH = 1, 64 * 1024 * 1024
+MIN_UDP_LENGTH = 16  # a datagram's header: send time and packet number
+MAX_UDP_LENGTH = 65507  # the largest UDP payload over IPv4
+CLASSIC_MAX_PARALLEL = 5  # what a classic Simpleperf peer accepts
+MAX_PARALLEL = 128
+MIN_WINDOW, MAX_WINDOW = 2 * 1000, 10**9
+MIN_MSS, MAX_MSS = 88, 32767  # Linux's TCP_MAXSEG range
+MAX_RATE = 1e13  # bits/s per stream
+MAX_OMIT = 3600.0
+MAX_TEST_SECONDS = 7 * 86400.0  # the longest test either end accepts
+MAX_NUM_BYTES = 1 << 60
+MAX_RTT_COUNT = 10**6
+MAX_CLIENTS_LIMIT = 100_000
+SERVER_OVERRUN_SECONDS = 5.0  # a server ends a test this long after --max-duration
+RESULTS_WAIT_SECONDS = 30.0  # after the test's end, for the peer's results
+
+_CONGESTION_NAME = re.compile(r"[a-z0-9_]{1,15}")
+
+
+def is_congestion_name(text: object) -> bool:
+    """A name Linux could know as a TCP congestion control (TCP_CA_NAME_MAX is 16)."""
+    return isinstance(text, str) and _CONGESTION_NAME.fullmatch(text) is not None
+
+
+def udp_length_ok(length: int) -> bool:
+    return MIN_UDP_LENGTH <= length <= MAX_UDP_LENGTH
+
+
+def test_deadline(duration: float | None, omit: float, limit: float | None = None) -> float:
+    """Seconds after its start that a test may last before it is ended: the server's
+    limit when it set one, else the test's own length plus time for the results."""
+    if limit is not None:
+        return limit
+    if duration is None:
+        return MAX_TEST_SECONDS
+    return omit + duration + RESULTS_WAIT_SECONDS
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    bind: str | None
+    port: int
+    unit: str
+    length: int
+    window: int | None = None
+    congestion: str | None = None
+    max_duration: float | None = None
+    max_clients: int | None = None
+    max_parallel: int | None = None
+    secret: bytes | None = None
+
+    @property
+    def test_time_limit(self) -> float | None:
+        """How long a test may run on this server before it is ended."""
+        if self.max_duration is None:
+            return None
+        return self.max_duration + SERVER_OVERRUN_SECONDS
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    host: str
+    port: int
+    unit: str
+    duration: float
+    num_bytes: int | None
+    interval: float | None
+    parallel: int
+    length: int
+    window: int | None = None
+    congestion: str | None = None
+    # Native protocol (any of these set means the test needs a simpleperf server):
+    udp: bool = False
+    rate: float | None = None  # bits/s per stream; None = unlimited TCP, 1 Mbit/s UDP
+    reverse: bool = False
+    bidir: bool = False
+    extended: bool = False
+    json: bool = False
+    json_stream: bool = False
+    mss: int | None = None
+    nodelay: bool = False
+    omit: float = 0.0
+    native: bool = False
+    iperf3: bool = False
+    rtt: bool = False
+    probe: bool = False
+    loss_threshold: float = DEFAULT_LOSS_THRESHOLD
+    count: int | None = None  # --rtt probes
+    rtt_interval: float = DEFAULT_RTT_INTERVAL
+    latency: bool = True  # RTT probes during native tests
+    # Either protocol:
+    local: str | None = None  # -B
+    family: int = 0  # socket.AF_UNSPEC, or AF_INET / AF_INET6 with -4 / -6
+    secret: bytes | None = None
+    length_given: bool = False
+    duration_given: bool = False
+
+    @property
+    def needs_native(self) -> bool:
+        return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
+                    self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
+                    self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL,
+                    self.secret is not None))
+
+    @property
+    def direction(self) -> str:
+        return "bidir" if self.bidir else "reverse" if self.reverse else "forward"

@@ -1,0 +1,208 @@
+"""The native exchange's messages as typed events (the wire form is in native.py).
+
+Every message on a control connection is one of these. `decode` turns a framed JSON object
+into its event, checking every field; `Event.to_message` is the inverse. Which event may
+come when is exchange.py's business, not theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import ProtocolError
+from .native import (
+    MAX_PEER_INTERVALS,
+    TOKEN_SIZE,
+    VERSION,
+    IntervalRow,
+    TestSpec,
+    parse_intervals,
+    parse_results,
+)
+
+MAX_TEXT = 300  # characters of a peer's free text (software, error) we keep
+MAX_CHALLENGE = 128
+
+
+@dataclass(frozen=True)
+class Event:
+    TYPE: ClassVar[str] = ""
+
+    @property
+    def key(self) -> str:
+        """What the state table is keyed by: the type, refined where the next state
+        depends on a field (a welcome with a challenge)."""
+        return self.TYPE
+
+    def to_message(self) -> dict[str, Any]:
+        return {"type": self.TYPE}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Event:
+        return cls()
+
+
+@dataclass(frozen=True)
+class Hello(Event):
+    TYPE: ClassVar[str] = "hello"
+    version: int = VERSION
+    software: str = ""
+
+    def to_message(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "version": self.version, "software": self.software}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Hello:
+        version = message.get("version", VERSION)
+        return cls(version if _is_int(version) else VERSION, _text(message.get("software")))
+
+
+@dataclass(frozen=True)
+class Welcome(Event):
+    TYPE: ClassVar[str] = "welcome"
+    version: int = VERSION
+    software: str = ""
+    challenge: str | None = None  # present when the server requires the shared secret
+
+    @property
+    def key(self) -> str:
+        return "welcome+challenge" if self.challenge is not None else self.TYPE
+
+    def to_message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"type": self.TYPE, "version": self.version,
+                                   "software": self.software}
+        if self.challenge is not None:
+            message["challenge"] = self.challenge
+        return message
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Welcome:
+        challenge = message.get("challenge")
+        version = message.get("version", VERSION)
+        return cls(version if _is_int(version) else VERSION, _text(message.get("software")),
+                   challenge[:MAX_CHALLENGE] if isinstance(challenge, str) else None)
+
+
+@dataclass(frozen=True)
+class Auth(Event):
+    TYPE: ClassVar[str] = "auth"
+    proof: str = ""
+
+    def to_message(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "proof": self.proof}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Auth:
+        proof = message.get("proof")
+        return cls(proof if isinstance(proof, str) else "")
+
+
+@dataclass(frozen=True)
+class Authenticated(Event):
+    TYPE: ClassVar[str] = "authenticated"
+
+
+@dataclass(frozen=True)
+class Test(Event):
+    TYPE: ClassVar[str] = "test"
+    spec: TestSpec = field(default_factory=TestSpec)
+
+    def to_message(self) -> dict[str, Any]:
+        return self.spec.to_message()
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Test:
+        return cls(TestSpec.from_message(message))
+
+
+@dataclass(frozen=True)
+class Accepted(Event):
+    TYPE: ClassVar[str] = "accepted"
+    token: bytes = bytes(TOKEN_SIZE)
+
+    def to_message(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "token": self.token.hex()}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Accepted:
+        try:
+            token = bytes.fromhex(str(message.get("token", "")))
+        except ValueError:
+            token = b""
+        if len(token) != TOKEN_SIZE:
+            raise ProtocolError("the server sent a malformed test token")
+        return cls(token)
+
+
+@dataclass(frozen=True)
+class Start(Event):
+    TYPE: ClassVar[str] = "start"
+
+
+@dataclass(frozen=True)
+class Finished(Event):
+    TYPE: ClassVar[str] = "finished"
+
+
+@dataclass(frozen=True)
+class Results(Event):
+    """One end's view of every stream, and its interval rows when they fit."""
+
+    TYPE: ClassVar[str] = "results"
+    streams: tuple[dict[str, Any], ...] = ()
+    intervals: tuple[IntervalRow, ...] | None = None
+
+    @property
+    def by_stream(self) -> dict[int, dict[str, Any]]:
+        return {entry["stream"]: entry for entry in self.streams}
+
+    def to_message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"type": self.TYPE, "streams": list(self.streams)}
+        if self.intervals is not None and len(self.intervals) <= MAX_PEER_INTERVALS:
+            message["intervals"] = [list(row) for row in self.intervals]
+        return message
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Results:
+        return cls(tuple(parse_results(message).values()), tuple(parse_intervals(message)))
+
+
+@dataclass(frozen=True)
+class Bye(Event):
+    TYPE: ClassVar[str] = "bye"
+
+
+@dataclass(frozen=True)
+class Error(Event):
+    """A refusal or failure; its text is for the user."""
+
+    TYPE: ClassVar[str] = "error"
+    message: str = ""
+
+    def to_message(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "message": self.message}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Error:
+        return cls(_text(message.get("message")) or "the peer reported an error")
+
+
+EVENTS: dict[str, type[Event]] = {kind.TYPE: kind for kind in (
+    Hello, Welcome, Auth, Authenticated, Test, Accepted, Start, Finished, Results, Bye, Error)}
+
+
+def decode(message: dict[str, Any]) -> Event:
+    """The event a framed message carries; ProtocolError for an unknown type or a bad field."""
+    kind = EVENTS.get(message["type"])
+    if kind is None:
+        raise ProtocolError(f"unknown message type '{message['type'][:40]}'")
+    return kind.from_message(message)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text(value: object) -> str:
+    return value[:MAX_TEXT] if isinstance(value, str) else ""

@@ -1,0 +1,186 @@
+"""What a client prints for a test in which both ends measure (native or iperf3 server):
+the banner, interval rows or JSON intervals as they close, then both ends' view."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+
+from .. import __version__
+from ..engine.measurement import Measurement
+from ..engine.records import IntervalRecord
+from ..engine.streams import Stream
+from ..options import ClientOptions
+from ..protocol.native import TestSpec
+from ..stats import RttSummary
+from . import classic as classic_table
+from . import json as json_report
+from . import native as table
+
+
+class TestOutput:
+    def __init__(self, options: ClientOptions, spec: TestSpec, streams: list[Stream],
+                 out: Callable[[str], None], protocol_name: str) -> None:
+        self.options = options
+        self.spec = spec
+        self.streams = streams
+        self.out = out
+        self.protocol_name = protocol_name
+        self.text = not (options.json or options.json_stream)
+        self.json_intervals: list[dict] = []
+        self.started_wall = time.time()
+
+    def start(self) -> None:
+        options = self.options
+        if self.text:
+            self.out(classic_table.client_banner(options.host, options.port))
+            for stream in self.streams:
+                self.out(f"Client {stream.label} connected with {options.host} port "
+                         f"{options.port} ({stream.protocol.upper()}, {stream.role})")
+            if options.interval is not None:
+                self.out(table.header(self.spec.protocol, options.extended))
+        elif options.json_stream:
+            self.out(json.dumps({"event": "start", "data": self._start_section()}))
+
+    def interval(self, records: list[IntervalRecord]) -> None:
+        entry = json_report.interval_entry(records, self.spec.protocol,
+                                           self.spec.client_sends, True)
+        self.json_intervals.append(entry)
+        if self.options.json_stream:
+            self.out(json.dumps({"event": "interval", "data": entry}))
+        if not self.text or self.options.interval is None:
+            return
+        by_number = {s.number: s for s in self.streams}
+        bidir = self.spec.direction == "bidir"
+        for record in records:
+            stream = by_number[record.stream]
+            values = {"bytes": record.num_bytes, "packets": record.packets,
+                      "lost": record.lost, "jitter_ms": record.jitter_ms,
+                      "out_of_order": record.out_of_order,
+                      "retransmits": record.retransmits, "snd_cwnd": record.snd_cwnd,
+                      "rtt_us": record.rtt_us}
+            notes = [n for n in ("omitted" if record.omitted else "",
+                                 ("TX" if stream.sending else "RX") if bidir else "") if n]
+            self.out(table.row(stream.label, max(0.0, record.start), record.end, values,
+                               self.options.unit, self.spec.protocol, self.options.extended,
+                               " ".join(notes)))
+        for name in ("sum", "sum_bidir_reverse"):
+            if name in entry and self.spec.parallel > 1:
+                total = entry[name]
+                self.out(table.row(table.SUM_LABEL, max(0.0, total["start"]), total["end"],
+                                   _sum_values(total), self.options.unit, self.spec.protocol,
+                                   False))
+
+    def end(self, measurement: Measurement, remote: dict[int, dict],
+            idle: RttSummary | None, loaded: RttSummary | None, congestion: str | None,
+            interrupted: bool = False, peer_intervals: Sequence[IntervalRecord] = ()) -> None:
+        """`remote`: the server's view, result entries by our stream number;
+        `peer_intervals`: the server's own interval rows, when it sent them."""
+        local = {entry["stream"]: entry for entry in measurement.local_results()}
+        numbers = [s.number for s in self.streams]
+        end = json_report.end_section(self.spec.protocol, numbers, self.spec.client_sends,
+                                      local, remote)
+        end["latency"] = json_report.latency_section(idle, loaded)
+        user, system = measurement.cpu_percent()
+        end["cpu_utilization_percent"] = {"host_total": user + system, "host_user": user,
+                                          "host_system": system}
+        if self.spec.protocol == "tcp":
+            end["sender_tcp_congestion"] = congestion
+        end["measurement_start"] = _measurement_start(measurement.start + self.spec.omit)
+        if not self.text:
+            document = {"start": self._start_section(), "intervals": self.json_intervals,
+                        "end": end}
+            if peer_intervals:  # new in simpleperf: the server's own intervals
+                document["server_intervals"] = self._peer_interval_entries(peer_intervals)
+            if interrupted:
+                document["error"] = "interrupted"
+            self.out(json.dumps(document, indent=2) if self.options.json
+                     else json.dumps({"event": "end", "data": end}))
+            return
+        self._summary(local, remote, end)
+        for line in table.latency_lines(idle, loaded):
+            self.out(line)
+
+    def _start_section(self) -> dict:
+        options = self.options
+        return {
+            "version": f"simpleperf {__version__}",
+            "system_info": " ".join(platform.uname()),
+            "timestamp": {"time": time.strftime("%a, %d %b %Y %H:%M:%S GMT",
+                                                time.gmtime(self.started_wall)),
+                          "timesecs": int(self.started_wall)},
+            "connecting_to": {"host": options.host, "port": options.port},
+            "connected": [_connected(s, options) for s in self.streams],
+            "test_start": {"protocol": self.spec.protocol.upper(),
+                           "num_streams": self.spec.parallel, "blksize": self.spec.length,
+                           "omit": self.spec.omit, "duration": self.spec.duration or 0,
+                           "bytes": self.spec.num_bytes or 0, "blocks": 0,
+                           "reverse": int(self.spec.direction == "reverse"),
+                           "bidir": int(self.spec.direction == "bidir"),
+                           "target_bitrate": self.spec.rate},
+            "protocol": self.protocol_name,
+        }
+
+    def _peer_interval_entries(self, peer_intervals: Sequence[IntervalRecord]) -> list[dict]:
+        by_end: dict[float, list[IntervalRecord]] = {}
+        for record in peer_intervals:
+            by_end.setdefault(record.end, []).append(record)
+        return [json_report.interval_entry(records, self.spec.protocol,
+                                           self.spec.client_sends, False)
+                for _, records in sorted(by_end.items())]
+
+    def _summary(self, local: dict, remote: dict, end: dict) -> None:
+        options = self.options
+        out = self.out
+        tcp = self.spec.protocol == "tcp"
+        out(table.rule())
+        out(table.header(self.spec.protocol, options.extended or tcp))
+        for stream in self.streams:
+            ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
+            sender_view, receiver_view = (ours, theirs) if stream.sending else (theirs, ours)
+            for view, role in ((sender_view, "sender"), (receiver_view, "receiver")):
+                if view is None:
+                    out(table.row(stream.label, 0.0, 0.0, {}, options.unit, self.spec.protocol,
+                                  False, f"{role} (no report)"))
+                    continue
+                out(table.row(stream.label, 0.0, view.get("seconds", 0.0),
+                              _role_values(view, role), options.unit, self.spec.protocol,
+                              options.extended or tcp, role))
+        if self.spec.parallel > 1 or self.spec.direction == "bidir":
+            for key, role in (("sum_sent", "sender"), ("sum_received", "receiver"),
+                              ("sum_sent_bidir_reverse", "sender, reverse"),
+                              ("sum_received_bidir_reverse", "receiver, reverse")):
+                total = end.get(key)
+                if total:
+                    out(table.row(table.SUM_LABEL, 0.0, total["seconds"], _sum_values(total),
+                                  options.unit, self.spec.protocol, False, role))
+
+
+def _role_values(view: dict, role: str) -> dict:
+    values = dict(view)
+    if role == "receiver":
+        values.pop("retransmits", None)
+        values.pop("max_snd_cwnd", None)
+    return values
+
+
+def _sum_values(total: dict) -> dict:
+    return {"bytes": total["bytes"], "packets": total.get("packets"),
+            "lost": total.get("lost_packets"), "jitter_ms": total.get("jitter_ms"),
+            "out_of_order": total.get("out_of_order"),
+            "retransmits": total.get("retransmits")}
+
+
+def _connected(stream: Stream, options: ClientOptions) -> dict:
+    host, port = stream.label.rsplit(":", 1)
+    return {"socket": stream.number, "local_host": host.strip("[]"), "local_port": int(port),
+            "remote_host": options.host, "remote_port": options.port}
+
+
+def _measurement_start(monotonic: float) -> dict:
+    """When the measured part began: on CLOCK_MONOTONIC, which every process and network
+    namespace of a machine shares (to line up tests run at once), and as Unix time."""
+    return {"monotonic": round(monotonic, 6),
+            "unix": round(time.time() - (time.monotonic() - monotonic), 6)}
