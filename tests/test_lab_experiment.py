@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from simpleperf.lab.model import experiment, topology
+from simpleperf.lab.model import experiment, theory, topology
 from simpleperf.lab.model.experiment import ExperimentError
+from simpleperf.lab.model.outcomes import FlowOutcome, StepOutcome
 from simpleperf.lab.results.tables import case_report
-from simpleperf.lab.run.step import FlowOutcome, Runner, StepOutcome
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ flows = [{ kind = "tcp", from = "h1", to = "h4" }]
     (('to = "h4"', 'to = "h4", rate = "10M"'), "rate only applies to udp flows"),
     (('kind = "tcp", from', 'kind = "udp", parallel = 2, from'), "parallel only applies to tcp"),
     (('to = "h4"', 'to = "h4", duration = "soon"'), "duration = 'soon' is not a time"),
-    (('to = "h4"', 'to = "h4", parallel = 9'), "parallel must be a whole number from 1 to 5"),
+    (('to = "h4"', 'to = "h4", parallel = 129'), "parallel must be a whole number from 1 to 128"),
     (('to = "h4"', 'to = "h4", speed = 1'), "unknown field 'speed'"),
     (('name = "one"', 'name = "one"\nrepeat = 0'), "repeat must be a whole number from 1"),
     (('topology = "portfolio"', ''), "topology must name a topology"),
@@ -86,10 +86,9 @@ def test_unknown_node_is_caught_before_the_lab_is_built():
 def predicted(step_index: int) -> list[float]:
     plan = experiment.load("portfolio")
     model = topology.load("portfolio")
-    runner = Runner(model, None, plan.timing)
     step = plan.steps[step_index]
     outcomes = [FlowOutcome(f, f.address or str(model.address_of(f.target))) for f in step.flows]
-    runner._predict(outcomes)
+    theory.predict(model, outcomes, "cubic")
     return [round(o.predicted / 1e6, 2) for o in outcomes]
 
 
@@ -112,7 +111,7 @@ def test_an_auto_udp_rate_is_90_percent_of_the_bottleneck():
     step = next(s for s in plan.steps if s.name == "UDP h1-h9")
     flow = dataclasses.replace(step.flows[0], rate="auto")
     outcome = FlowOutcome(flow, str(model.address_of(flow.target)))
-    Runner(model, None, plan.timing)._predict([outcome])
+    theory.predict(model, [outcome], "cubic")
     assert round(outcome.rate / 1e6, 2) == round(0.9 * 20 * 1470 / 1512, 2)
     assert round(outcome.predicted / 1e6, 2) == round(0.9 * 20 * 1470 / 1512, 2)
 

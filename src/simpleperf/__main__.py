@@ -1,91 +1,20 @@
-"""Entry point: parse the command line, then run the client, the server or the lab."""
+"""`simpleperf` and `python3 -m simpleperf`: the lab when the first word is `lab`, else the
+tool. The lab sits on top of the tool; the tool never needs it."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 
-from .cli import NO_MODE_MESSAGE, parse_args
-from .errors import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    Interrupted,
-    SimpleperfError,
-    UsageError,
-)
-from .options import ClientOptions
-
-
-def _print(line: str) -> None:
-    print(line, flush=True)
-
-
-def _error(message: str) -> None:
-    print(message if message == NO_MODE_MESSAGE else f"simpleperf: error: {message}",
-          file=sys.stderr, flush=True)
-
-
-def _terminate_as_interrupt(signum, frame):  # SIGTERM ends a run the way Ctrl-C does
-    raise KeyboardInterrupt
-
-
-def _run_client(options: ClientOptions) -> None:
-    """Hand the test to the driver it needs; each is imported only when used."""
-    if options.rtt:
-        from .native import round_trips
-
-        round_trips.run(options, _print)
-    elif options.probe:
-        from .native import rate_probe
-
-        rate_probe.run(options, _print)
-    elif options.iperf3:
-        from .iperf3 import client as iperf3_client
-
-        iperf3_client.run(options, _print)
-    elif options.needs_native:
-        from .native import client as native_client
-
-        native_client.run(options, _print)
-    else:
-        from .classic import client as classic_client
-
-        classic_client.run(options, _print)
+from .main import main as tool_main
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    if argv[:1] == ["lab"]:  # the lab sits on top of the tool; the tool never needs it
+    if argv[:1] == ["lab"]:
         from .lab.commands import main as lab_main
 
         return lab_main(argv[1:])
-    try:
-        options = parse_args(argv)
-    except UsageError as error:
-        _error(str(error))
-        return EXIT_USAGE
-    try:
-        if isinstance(options, ClientOptions):
-            _run_client(options)
-        else:
-            from .server import Server
-
-            server = Server(options, _print)
-            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a server stops
-                server.serve_forever()
-    except Interrupted:
-        return EXIT_INTERRUPTED
-    except SimpleperfError as error:
-        _error(str(error))
-        return error.exit_status
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # our output was closed (e.g. piped into head)
-        return EXIT_OK
-    return EXIT_OK
+    return tool_main(argv)
 
 
 if __name__ == "__main__":

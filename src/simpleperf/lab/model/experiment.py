@@ -9,7 +9,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...units import parse_duration, parse_rate
+from ...options import (
+    MAX_LENGTH,
+    MAX_PARALLEL,
+    MAX_RATE,
+    MAX_UDP_LENGTH,
+    MAX_WINDOW,
+    MIN_LENGTH,
+    MIN_UDP_LENGTH,
+    MIN_WINDOW,
+    is_congestion_name,
+)
+from ...units import parse_duration, parse_rate, parse_size
 from . import datafiles
 from .topology import TopologyError, tomllib
 
@@ -190,16 +201,14 @@ def _pair_value(parameter: str, value: str):
 
 def flow_value(parameter: str, value: str) -> int:
     """A swept flow parameter as the number the flow takes."""
-    from ...units import parse_size
-
     try:
         number = int(value) if parameter == "parallel" else parse_size(value)
     except ValueError:
         raise ExperimentError(f"sweep: {parameter} = {value!r} is not "
                               + ("a number" if parameter == "parallel" else "a size such as "
                                  "'64K'")) from None
-    low, high = {"parallel": (1, 5), "window": (2000, 10**9), "length": (1, 64 * 10**6)}[
-        parameter]
+    low, high = {"parallel": (1, MAX_PARALLEL), "window": (MIN_WINDOW, MAX_WINDOW),
+                 "length": (MIN_LENGTH, MAX_LENGTH)}[parameter]
     if not low <= number <= high:
         raise ExperimentError(f"sweep: {parameter} = {value!r} is out of range")
     return number
@@ -280,7 +289,7 @@ def _flow(raw: Any, where: str) -> Flow:
     if "parallel" in raw:
         if kind != "tcp":
             raise ExperimentError(f"{where}: parallel only applies to tcp flows")
-        values["parallel"] = _count(raw["parallel"], f"{where}: parallel", 1, 5)
+        values["parallel"] = _count(raw["parallel"], f"{where}: parallel", 1, MAX_PARALLEL)
     if "duration" in raw:
         values["duration"] = _seconds(raw["duration"], f"{where}: duration")
     if "rate" in raw:
@@ -293,7 +302,7 @@ def _flow(raw: Any, where: str) -> Flow:
             except (TypeError, ValueError):
                 raise ExperimentError(f"{where}: rate = {raw['rate']!r} is not a rate such as "
                                       "'25M', \"auto\" or \"probe\"") from None
-            if not 1e3 <= rate <= 100e9:
+            if not 0 < rate <= MAX_RATE:
                 raise ExperimentError(f"{where}: rate = {raw['rate']!r} is out of range")
         values["rate"] = rate
     elif kind == "udp":
@@ -301,11 +310,12 @@ def _flow(raw: Any, where: str) -> Flow:
     if "length" in raw:
         if kind == "ping":
             raise ExperimentError(f"{where}: length applies to tcp and udp flows")
-        values["length"] = _count(raw["length"], f"{where}: length", 16,
-                                  65_000 if kind == "udp" else 64_000_000)
+        low, high = ((MIN_UDP_LENGTH, MAX_UDP_LENGTH) if kind == "udp"
+                     else (MIN_LENGTH, MAX_LENGTH))
+        values["length"] = _count(raw["length"], f"{where}: length", low, high)
     if "congestion" in raw:
         congestion = raw["congestion"]
-        if kind != "tcp" or not isinstance(congestion, str) or not congestion.isidentifier():
+        if kind != "tcp" or not is_congestion_name(congestion):
             raise ExperimentError(f"{where}: congestion names a tcp flow's congestion control, "
                                   f"such as \"cubic\", not {congestion!r}")
         values["congestion"] = congestion
@@ -314,14 +324,13 @@ def _flow(raw: Any, where: str) -> Flow:
             raise ExperimentError(f"{where}: window only applies to tcp flows")
         window = raw["window"]
         try:
-            from ...units import parse_size
-
             values["window"] = parse_size(window) if isinstance(window, str) else int(window)
         except (TypeError, ValueError):
             raise ExperimentError(f"{where}: window = {window!r} is not a size such as '64K'"
                                   ) from None
-        if not 2000 <= values["window"] <= 10**9:
-            raise ExperimentError(f"{where}: window = {window!r} is out of range (2K..1G)")
+        if not MIN_WINDOW <= values["window"] <= MAX_WINDOW:
+            raise ExperimentError(f"{where}: window = {window!r} is out of range "
+                                  f"({MIN_WINDOW}..{MAX_WINDOW} bytes)")
     if "count" in raw:
         values["count"] = _count(raw["count"], f"{where}: count", 1, 100_000)
     if "interval" in raw:

@@ -12,9 +12,19 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .outcomes import FlowOutcome
 from .topology import Link, Shaping, Topology, TopologyError
 
 Hop = tuple[Link, str]  # a link and the node the packet leaves from
+
+FRAME_BYTES = 1514  # a full-size Ethernet frame as tc counts it (no preamble, no FCS)
+TCP_PAYLOAD_BYTES = 1448  # of a full frame: less Ethernet 14, IP 20, TCP 20, timestamps 12
+TCP_GOODPUT = TCP_PAYLOAD_BYTES / FRAME_BYTES
+UDP_FRAMING_BYTES = 42  # around each datagram: Ethernet 14, IP 20, UDP 8
+DEFAULT_DATAGRAM_BYTES = 1470  # a lab UDP flow's datagrams unless the flow says
+# Congestion controls whose throughput falls with loss as Mathis et al. describe.
+LOSS_BASED = {"reno", "cubic", "bic", "htcp", "highspeed", "scalable", "westwood", "hybla",
+              "illinois"}
 
 
 @dataclass(frozen=True)
@@ -166,3 +176,69 @@ def mathis_bound(mss_bytes: float, rtt: float, loss: float) -> float:
     if loss <= 0:
         return math.inf
     return mss_bytes * 8 / rtt * math.sqrt(1.5) / math.sqrt(loss)
+
+
+def datagram_bytes(length: int | None) -> int:
+    return length or DEFAULT_DATAGRAM_BYTES
+
+
+def udp_goodput_share(datagram: int) -> float:
+    """The share of a link's rate a UDP flow of `datagram`-byte payloads gets as goodput."""
+    return datagram / (datagram + UDP_FRAMING_BYTES)
+
+
+def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str) -> None:
+    """Theory beside every flow of a step: base RTT (and with every forward queue full),
+    its max-min fair share of every shaped link the step's flows share (water-filling) as
+    goodput, and the window and Mathis bounds. `congestion`: the hosts' default."""
+    paths: list[Path] = []
+    owners: list[int] = []
+    demands: list[float | None] = []
+    for index, outcome in enumerate(outcomes):
+        flow = outcome.flow
+        try:
+            forward = path(topology, flow.source, outcome.address)
+            backward = path(topology, flow.target, str(topology.address_of(flow.source)))
+        except TopologyError:
+            continue  # no theory for an address the topology does not route: it just runs
+        _predict_flow(outcome, forward, backward, flow.congestion or congestion)
+        if flow.kind == "ping":
+            continue
+        share = udp_goodput_share(datagram_bytes(flow.length))
+        for _ in range(flow.parallel):
+            paths.append(forward)
+            owners.append(index)
+            demands.append(None if flow.kind == "tcp" or outcome.rate is None
+                           else outcome.rate / share)
+    if not paths:
+        return
+    shares = max_min_shares(paths, demands)
+    for index, outcome in enumerate(outcomes):
+        mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
+        if mine and all(math.isfinite(s) for s in mine):
+            efficiency = (TCP_GOODPUT if outcome.flow.kind == "tcp"
+                          else udp_goodput_share(datagram_bytes(outcome.flow.length)))
+            bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
+            outcome.predicted = min(b for b in bounds if b is not None)
+
+
+def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
+                  congestion: str) -> None:
+    """One flow's RTTs, its UDP rate when set by the path, and its TCP bounds."""
+    flow = outcome.flow
+    if flow.kind == "udp" and flow.rate not in ("auto", "probe"):
+        outcome.rate = float(flow.rate)
+    outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
+    queues = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in forward.shaping()
+                 if s.rate is not None and s.queue is not None)
+    outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
+    if flow.kind == "udp" and flow.rate == "auto":
+        bottleneck = forward.bottleneck or 1e9
+        outcome.rate = 0.9 * bottleneck * udp_goodput_share(datagram_bytes(flow.length))
+    rtt = outcome.base_rtt / 1e3
+    if flow.kind == "tcp" and rtt > 0:
+        if flow.window:
+            outcome.window_bound = flow.parallel * window_bound(flow.window, rtt)
+        if forward.loss > 0 and congestion in LOSS_BASED:
+            outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
+                                                                forward.loss)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 
+from ..model.theory import FRAME_BYTES
 from ..model.topology import Link, Shaping, Topology, TopologyError
 from .system import CommandError, run
 
@@ -46,7 +47,6 @@ RECEIVE_PER_PACKET = "gro off"
 # above the rate with an MTU just above one frame makes tbf cut every aggregate into packets.
 # tc rounds the MTU's transmission time to 64 ns at the peak rate, so the peak rate stays
 # at most 20 Gbit/s (160 bytes of rounding under a 2200-byte MTU).
-FRAME_BYTES = 1514
 LATE_SECONDS = 200e-6
 LATE_BYTES = 1600
 SEGMENTING_MTU = 2200

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from ...transport import tcp
+
 NETNS_DIR = "/run/netns"
 
 
@@ -81,3 +83,8 @@ def processes_in_namespaces(inodes: set[int]) -> dict[int, str]:
         except (OSError, ValueError):
             continue
     return found
+
+
+def system_congestion_control() -> str:
+    """What TCP uses unless told otherwise; new network namespaces inherit it."""
+    return tcp.system_congestion() or "unknown"

@@ -24,6 +24,26 @@ overflow-x: auto; } img { max-width: 100%; border: 1px solid #eee; margin: 0.5em
 """
 
 
+class _Saver:
+    """Saves each figure as SVG and PNG under plots/ and keeps its PNG for the report."""
+
+    def __init__(self, plt, folder: Path) -> None:
+        self.plt = plt
+        self.plots = folder / "plots"
+        self.plots.mkdir(exist_ok=True)
+        self.figures: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+
+    def __call__(self, case: str, title: str, figure) -> None:
+        stem = "".join(c if c.isalnum() else "-" for c in f"case{case}-{title}").strip("-")
+        figure.tight_layout()
+        figure.savefig(self.plots / f"{stem}.svg")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=90)
+        figure.savefig(self.plots / f"{stem}.png", dpi=90)
+        self.plt.close(figure)
+        self.figures.setdefault(case, []).append((title, buffer.getvalue()))
+
+
 def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]]]:
     """Per case: (title, PNG bytes), also saved as PNG and SVG under plots/."""
     try:
@@ -33,99 +53,110 @@ def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]
         import matplotlib.pyplot as plt
     except ImportError:
         return OrderedDict()
-    plots = folder / "plots"
-    plots.mkdir(exist_ok=True)
-    figures: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
-
-    def save(case: str, title: str, figure) -> None:
-        stem = "".join(c if c.isalnum() else "-" for c in f"case{case}-{title}").strip("-")
-        figure.tight_layout()
-        figure.savefig(plots / f"{stem}.svg")
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=90)
-        figure.savefig(plots / f"{stem}.png", dpi=90)
-        plt.close(figure)
-        figures.setdefault(case, []).append((title, buffer.getvalue()))
-
+    save = _Saver(plt, folder)
     points = sweep_points(run)
     if points:
-        figure, axis = plt.subplots(figsize=(9, 4))
-        labels = [p["value"] for p in points]
-        positions = list(range(len(points)))
-        measured = [(i, p) for i, p in enumerate(points) if "mean" in p]
-        axis.errorbar([i for i, _ in measured], [p["mean"] / 1e6 for _, p in measured],
-                      yerr=[p["ci95"] / 1e6 for _, p in measured], fmt="o-", capsize=4,
-                      label="measured (mean, 95 % CI)")
-        for key, style, name in (("predicted", "--", "theory (smallest bound)"),
-                                 ("window_bound", ":", "window / RTT"),
-                                 ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)")):
-            ys = [p[key] / 1e6 if p[key] is not None else None for p in points]
-            if any(y is not None for y in ys):
-                axis.plot([i for i, y in zip(positions, ys, strict=True) if y is not None],
-                          [y for y in ys if y is not None], style, label=name)
-        top = max([p["mean"] + p["ci95"] for _, p in measured] + [1]) / 1e6
-        axis.set_ylim(0, top * 1.4)
-        axis.set_xticks(positions, labels)
-        axis.set_xlabel(points[0]["parameter"])
-        axis.set_ylabel("TCP goodput, Mbit/s")
-        axis.set_title(f"Throughput against {points[0]['parameter']}")
-        axis.legend(fontsize=8)
-        save("sweep", "throughput", figure)
+        save("sweep", "throughput", _sweep_figure(plt, points))
     by_case: OrderedDict[str, list[dict]] = OrderedDict()
     for step in run["steps"]:
         by_case.setdefault(step["case"], []).append(step)
     for case, steps in by_case.items():
         transfers = [(s, f) for s in steps for f in s["flows"] if f["kind"] != "ping" and f["ok"]]
         if transfers:
-            figure, axis = plt.subplots(figsize=(9, 3.6))
-            names = [f"{f['label']}\n{s['name'][:22]}" if len(s["flows"]) > 1 else f["label"]
-                     for s, f in transfers]
-            positions = range(len(transfers))
-            axis.bar([p - 0.2 for p in positions], [(f["throughput"] or 0) / 1e6
-                                                    for _, f in transfers], 0.4,
-                     label="measured")
-            axis.bar([p + 0.2 for p in positions], [(f["predicted"] or 0) / 1e6
-                                                    for _, f in transfers], 0.4,
-                     label="theory (max-min share, goodput)")
-            axis.set_xticks(list(positions), names, fontsize=7)
-            axis.set_ylabel("Mbit/s")
-            axis.set_title(f"Case {case}: measured vs predicted throughput")
-            axis.legend(fontsize=8)
-            save(case, "throughput-vs-theory", figure)
+            save(case, "throughput-vs-theory", _theory_figure(plt, case, transfers))
         for step in steps:
             timed = [f for f in step["flows"] if f["intervals"]]
             if timed and len(step["flows"]) > 1:
-                figure, axis = plt.subplots(figsize=(9, 3.2))
-                for flow in timed:
-                    starts = [i[0] for i in flow["intervals"]] + [flow["intervals"][-1][1]]
-                    rates = [i[2] / 1e6 for i in flow["intervals"]]
-                    axis.step(starts, rates + rates[-1:], where="post", label=flow["label"])
-                axis.set_xlabel("s")
-                axis.set_ylabel("Mbit/s")
-                axis.set_title(f"{step['name']}: throughput over time")
-                axis.legend(fontsize=8)
-                save(case, f"{step['name']}-throughput", figure)
+                save(case, f"{step['name']}-throughput", _over_time_figure(plt, step, timed))
             loaded = [f for f in step["flows"] if f["kind"] != "ping" and f["rtts"]]
             if loaded:
-                figure, axis = plt.subplots(figsize=(9, 3.2))
-                for flow in loaded:
-                    axis.plot(range(1, len(flow["rtts"]) + 1), flow["rtts"], marker=".",
-                              label=f"{flow['label']} (idle theory {flow['base_rtt_ms']:.0f} ms)")
-                axis.set_xlabel("probe")
-                axis.set_ylabel("RTT ms")
-                axis.set_title(f"{step['name']}: RTT under load")
-                axis.legend(fontsize=8)
-                save(case, f"{step['name']}-rtt", figure)
+                save(case, f"{step['name']}-rtt", _rtt_figure(plt, step, loaded))
         fair = [s for s in steps if s["fairness"] is not None]
         if fair:
-            figure, axis = plt.subplots(figsize=(9, 2.8))
-            axis.bar([s["name"][:30] for s in fair], [s["fairness"] for s in fair])
-            axis.set_ylim(0, 1.05)
-            axis.set_ylabel("Jain's index")
-            axis.set_title(f"Case {case}: fairness per step")
-            axis.tick_params(axis="x", labelsize=7)
-            save(case, "fairness", figure)
-    return figures
+            save(case, "fairness", _fairness_figure(plt, case, fair))
+    return save.figures
+
+
+def _sweep_figure(plt, points: list[dict]):
+    """Mean throughput with its 95 % CI at each sweep value, beside theory's bounds."""
+    figure, axis = plt.subplots(figsize=(9, 4))
+    labels = [p["value"] for p in points]
+    positions = list(range(len(points)))
+    measured = [(i, p) for i, p in enumerate(points) if "mean" in p]
+    axis.errorbar([i for i, _ in measured], [p["mean"] / 1e6 for _, p in measured],
+                  yerr=[p["ci95"] / 1e6 for _, p in measured], fmt="o-", capsize=4,
+                  label="measured (mean, 95 % CI)")
+    for key, style, name in (("predicted", "--", "theory (smallest bound)"),
+                             ("window_bound", ":", "window / RTT"),
+                             ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)")):
+        ys = [p[key] / 1e6 if p[key] is not None else None for p in points]
+        if any(y is not None for y in ys):
+            axis.plot([i for i, y in zip(positions, ys, strict=True) if y is not None],
+                      [y for y in ys if y is not None], style, label=name)
+    top = max([p["mean"] + p["ci95"] for _, p in measured] + [1]) / 1e6
+    axis.set_ylim(0, top * 1.4)
+    axis.set_xticks(positions, labels)
+    axis.set_xlabel(points[0]["parameter"])
+    axis.set_ylabel("TCP goodput, Mbit/s")
+    axis.set_title(f"Throughput against {points[0]['parameter']}")
+    axis.legend(fontsize=8)
+    return figure
+
+
+def _theory_figure(plt, case: str, transfers: list[tuple[dict, dict]]):
+    """Each transfer's measured throughput beside its predicted fair share."""
+    figure, axis = plt.subplots(figsize=(9, 3.6))
+    names = [f"{f['label']}\n{s['name'][:22]}" if len(s["flows"]) > 1 else f["label"]
+             for s, f in transfers]
+    positions = range(len(transfers))
+    axis.bar([p - 0.2 for p in positions], [(f["throughput"] or 0) / 1e6
+                                            for _, f in transfers], 0.4, label="measured")
+    axis.bar([p + 0.2 for p in positions], [(f["predicted"] or 0) / 1e6
+                                            for _, f in transfers], 0.4,
+             label="theory (max-min share, goodput)")
+    axis.set_xticks(list(positions), names, fontsize=7)
+    axis.set_ylabel("Mbit/s")
+    axis.set_title(f"Case {case}: measured vs predicted throughput")
+    axis.legend(fontsize=8)
+    return figure
+
+
+def _over_time_figure(plt, step: dict, timed: list[dict]):
+    """Throughput of each flow of a step, interval by interval."""
+    figure, axis = plt.subplots(figsize=(9, 3.2))
+    for flow in timed:
+        starts = [i[0] for i in flow["intervals"]] + [flow["intervals"][-1][1]]
+        rates = [i[2] / 1e6 for i in flow["intervals"]]
+        axis.step(starts, rates + rates[-1:], where="post", label=flow["label"])
+    axis.set_xlabel("s")
+    axis.set_ylabel("Mbit/s")
+    axis.set_title(f"{step['name']}: throughput over time")
+    axis.legend(fontsize=8)
+    return figure
+
+
+def _rtt_figure(plt, step: dict, loaded: list[dict]):
+    """RTT probes taken while each flow ran, beside the idle RTT theory gives."""
+    figure, axis = plt.subplots(figsize=(9, 3.2))
+    for flow in loaded:
+        axis.plot(range(1, len(flow["rtts"]) + 1), flow["rtts"], marker=".",
+                  label=f"{flow['label']} (idle theory {flow['base_rtt_ms']:.0f} ms)")
+    axis.set_xlabel("probe")
+    axis.set_ylabel("RTT ms")
+    axis.set_title(f"{step['name']}: RTT under load")
+    axis.legend(fontsize=8)
+    return figure
+
+
+def _fairness_figure(plt, case: str, fair: list[dict]):
+    """Jain's index of every step of a case with several TCP connections."""
+    figure, axis = plt.subplots(figsize=(9, 2.8))
+    axis.bar([s["name"][:30] for s in fair], [s["fairness"] for s in fair])
+    axis.set_ylim(0, 1.05)
+    axis.set_ylabel("Jain's index")
+    axis.set_title(f"Case {case}: fairness per step")
+    axis.tick_params(axis="x", labelsize=7)
+    return figure
 
 
 def write_report(folder: Path, run: dict, titles: dict[str, str]) -> Path:

@@ -17,7 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ... import __version__
-from ..run.step import StepOutcome, summarize_rtts, system_congestion_control
+from ..model.outcomes import StepOutcome, summarize_rtts
+from ..net.system import system_congestion_control
 
 DATABASE = "results.sqlite"
 SCHEMA = """

@@ -27,8 +27,8 @@ def main(argv: list[str]) -> int:
     at = float(argv[0])
     in_process = argv[2] == "simpleperf"
     if in_process:
-        from simpleperf.__main__ import main as simpleperf_main
         from simpleperf.classic import client  # noqa: F401 - import now
+        from simpleperf.main import main as simpleperf_main
     while (remaining := at - time.monotonic()) > 0.002:
         time.sleep(remaining - 0.002)
     while time.monotonic() < at:

@@ -19,10 +19,11 @@ from pathlib import Path
 from ..model import experiment as experiments
 from ..model import topology
 from ..model.experiment import Experiment, Step
+from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net import lifecycle, ownership
 from ..results.store import Store, load_run
 from ..results.tables import case_report, sweep_report
-from .step import Runner, StepOutcome, summarize_rtts
+from .step import Runner
 
 
 def _model(plan: Experiment, value: str | None) -> tuple[topology.Topology, dict]:

@@ -137,16 +137,7 @@ def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
 
 def serve(plan: list[dict]) -> None:
     """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds)."""
-    libc = ctypes.CDLL(None)
-    libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
-    # A late release sends a whole batch at once into the next link's queue, a burst no wire
-    # would make: run ahead of ordinary processes, as netem does in softirq. The process
-    # sleeps in select() between releases, and the kernel's real-time throttling still holds.
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
-    except (OSError, AttributeError):
-        with contextlib.suppress(OSError):
-            os.nice(-10)
+    _run_ahead()
     # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
     # on arrival; the queue messages then carry the true arrival time.
     stamper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -155,51 +146,112 @@ def serve(plan: list[dict]) -> None:
               for e in plan]
     for queue, entry in zip(queues, plan, strict=True):
         queue.sock = open_queue_socket(entry["namespace"], entry["queue"])
-    # The delay line lives as long as its namespaces: if they are removed (even by someone
-    # who never knew this process existed) it leaves too.
-    watched = {e["namespace"]: namespace_inode(e["namespace"]) for e in plan if e["namespace"]}
-    next_check = 0.0
-    rng = random.Random()
-    buffer = bytearray(4 << 20)
-    view = memoryview(buffer)
+    watchdog = NamespaceWatch([e["namespace"] for e in plan if e["namespace"]])
+    reader = QueueReader()
     clock = time.monotonic
-    lateness = timer_lateness(clock)  # how late the timer wakes us, smoothed from here on
+    lateness = Lateness(timer_lateness(clock))
     signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
     signal.signal(signal.SIGINT, _stop)
     print("ready", flush=True)
-    while True:
-        # Wake for the next release, and to read a busy queue before anything unread in it
-        # can fall due: not for every arrival (the kernel stamped it), which at 1 Gbit/s
-        # would be a wake-up per acknowledgement. An idle queue wakes us when a packet comes.
-        wakes, listened = [], []
-        for queue in queues:
-            release = queue.next_release()
-            if release is None or queue.unread_wait == 0:
-                listened.append(queue.sock)
-            else:
-                wakes.append(queue.last_read + queue.unread_wait)
-            if release is not None:
-                wakes.append(release)
-        target = min(wakes) if wakes else None
-        timeout = 0.5 if target is None else max(0.0, target - lateness - clock())
-        try:
-            ready, _, _ = select.select(listened, [], [], timeout)
-        except InterruptedError:
-            continue
-        now = clock()
-        if now >= next_check:
-            next_check = now + 0.5
-            if any(namespace_inode(name) != inode for name, inode in watched.items()):
+    with stamper:
+        while True:
+            listened, target = _wake_plan(queues)
+            timeout = 0.5 if target is None else max(0.0, target - lateness.value - clock())
+            try:
+                ready, _, _ = select.select(listened, [], [], timeout)
+            except InterruptedError:
+                continue
+            now = clock()
+            if watchdog.gone(now):
                 return
-        timed = target if not ready and target is not None and timeout > 0 else None
-        # Kernel stamps are wall-clock; turn them into our monotonic clock.
-        offset = time.time() - now
+            timed = target if not ready and target is not None and timeout > 0 else None
+            reader.read(queues, now)
+            now = clock()
+            if timed is not None:
+                lateness.learn(now - timed)
+            for queue in queues:
+                for message in queue.due(now):
+                    queue.sock.send(message)
+
+
+def _run_ahead() -> None:
+    """A late release sends a whole batch at once into the next link's queue, a burst no
+    wire would make: run ahead of ordinary processes, as netem does in softirq. The process
+    sleeps in select() between releases, and the kernel's real-time throttling still holds."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError):
+            os.nice(-10)
+
+
+def _wake_plan(queues: list[DirectionQueue]) -> tuple[list[socket.socket], float | None]:
+    """The sockets to listen on and when to wake: for the next release, and to read a busy
+    queue before anything unread in it can fall due; not for every arrival (the kernel
+    stamped it), which at 1 Gbit/s would be a wake-up per acknowledgement. An idle queue
+    wakes us when a packet comes."""
+    wakes, listened = [], []
+    for queue in queues:
+        release = queue.next_release()
+        if release is None or queue.unread_wait == 0:
+            listened.append(queue.sock)
+        else:
+            wakes.append(queue.last_read + queue.unread_wait)
+        if release is not None:
+            wakes.append(release)
+    return listened, (min(wakes) if wakes else None)
+
+
+class NamespaceWatch:
+    """The delay line lives as long as its namespaces: if they are removed (even by someone
+    who never knew this process existed) it leaves too."""
+
+    PERIOD = 0.5
+
+    def __init__(self, namespaces: list[str]) -> None:
+        self.inodes = {name: namespace_inode(name) for name in namespaces}
+        self.next_check = 0.0
+
+    def gone(self, now: float) -> bool:
+        if now < self.next_check:
+            return False
+        self.next_check = now + self.PERIOD
+        return any(namespace_inode(name) != inode for name, inode in self.inodes.items())
+
+
+class Lateness:
+    """How late, after a timed wait, the release point is reached: the timer's lateness and
+    the work since the wake-up (slow on a VM whose CPU was idle), smoothed."""
+
+    def __init__(self, start: float) -> None:
+        self.value = start
+
+    def learn(self, past_target: float) -> None:
+        """`past_target`: how long after its target a timed wait's work got here; the wait
+        was cut short by the current value, so the lateness seen is their sum."""
+        seen = past_target + self.value
+        self.value += 0.1 * (seen - self.value)
+        self.value = min(max(self.value, 0.0), MAX_LATENESS)
+
+
+class QueueReader:
+    """Reads every queue's arrivals (ids and kernel stamps, never packet bytes)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(4 << 20)
+        self.view = memoryview(self.buffer)
+        self.rng = random.Random()
+
+    def read(self, queues: list[DirectionQueue], now: float) -> None:
+        offset = time.time() - now  # kernel stamps are wall-clock; ours is monotonic
         for queue in queues:
             queue.last_read = now
             last_only = not (queue.reorder and queue.jitter > 0)
             while True:
                 try:
-                    count = queue.sock.recv_into(buffer)
+                    count = queue.sock.recv_into(self.buffer)
                 except BlockingIOError:
                     break
                 except OSError as error:
@@ -207,21 +259,13 @@ def serve(plan: list[dict]) -> None:
                         continue
                     raise
                 arrivals = []
-                for packet_id, stamp in nfqueue.packets(view[:count], last_only):
+                for packet_id, stamp in nfqueue.packets(self.view[:count], last_only):
                     if stamp is None:
                         queue.stamped = False
-                    arrivals.append((packet_id, now if stamp is None else min(now, stamp - offset)))
+                    arrivals.append((packet_id,
+                                     now if stamp is None else min(now, stamp - offset)))
                 if arrivals:
-                    queue.admit(arrivals, rng)
-        now = clock()
-        if timed is not None:
-            # Learn how late, after a timed wait, this point is reached: the timer's lateness
-            # and the work since the wake-up (slow on a VM whose CPU was idle).
-            lateness += 0.1 * ((now - timed + lateness) - lateness)
-            lateness = min(max(lateness, 0.0), MAX_LATENESS)
-        for queue in queues:
-            for message in queue.due(now):
-                queue.sock.send(message)
+                    queue.admit(arrivals, self.rng)
 
 
 def timer_lateness(clock, samples: int = 15, sleep: float = 0.003) -> float:

@@ -1,0 +1,63 @@
+"""What a step's flows measured, beside what theory predicted for them (no system calls)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ...stats import jain_index
+from .experiment import Flow, Step
+
+
+@dataclass
+class FlowOutcome:
+    flow: Flow
+    address: str
+    ok: bool = False
+    error: str | None = None
+    started: float | None = None  # monotonic, when the client really started
+    throughput: float | None = None  # receiver side, bits/s
+    sender_throughput: float | None = None
+    connection_throughputs: list[float] = field(default_factory=list)  # receiver, per conn.
+    intervals: list[tuple[float, float, float]] = field(default_factory=list)  # s, s, bit/s
+    rtts: list[float] = field(default_factory=list)  # ms: the ping flow, or under load
+    jitter_ms: float | None = None
+    lost: int | None = None
+    packets: int | None = None
+    rate: float | None = None  # udp: the rate asked for, bits/s
+    probe_trials: list[dict] = field(default_factory=list)  # udp rate = "probe"
+    predicted: float | None = None  # goodput theory predicts, bits/s
+    base_rtt: float | None = None  # ms
+    full_queue_rtt: float | None = None  # ms: base plus every forward queue full
+    window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
+    mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
+
+    @property
+    def loss_percent(self) -> float | None:
+        if self.lost is None or not self.packets:
+            return None
+        return 100 * self.lost / self.packets
+
+
+@dataclass
+class StepOutcome:
+    step: Step
+    repetition: int
+    flows: list[FlowOutcome]
+    start_spread: float | None = None  # seconds between the first and last flow start
+    interrupted: bool = False
+    sweep: tuple[str, str] | None = None  # (parameter, value) of a sweep point
+
+    @property
+    def fairness(self) -> float | None:
+        rates = [rate for outcome in self.flows if outcome.flow.kind == "tcp" and outcome.ok
+                 for rate in outcome.connection_throughputs]
+        return jain_index(rates) if len(rates) > 1 else None
+
+
+def summarize_rtts(rtts: list[float]) -> dict[str, float] | None:
+    if not rtts:
+        return None
+    mean = statistics.fmean(rtts)
+    return {"min": min(rtts), "avg": mean, "max": max(rtts), "median": statistics.median(rtts),
+            "mdev": statistics.pstdev(rtts)}
