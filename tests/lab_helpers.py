@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
-from conftest import SIMPLEPERF
+from helpers import SIMPLEPERF
 
 from simpleperf.lab.net.system import existing_namespaces
 
-needs_lab = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "tc", "iptables-restore",
-                                                           "ethtool", "ping")),
-    reason="needs root and iproute2, iptables, ethtool, ping")
+needs_lab = [pytest.mark.lab, pytest.mark.root]  # real namespaces: root and iproute2
 PORTFOLIO_NAMESPACES = {f"h{i}" for i in range(1, 10)} | {"r1", "r2", "r3", "r4", "s1", "s2",
                                                           "portfolio-wire"}
 

@@ -8,7 +8,7 @@ import subprocess
 import threading
 
 import pytest
-from conftest import run_simpleperf, start_server
+from helpers import run_simpleperf, start_server
 
 ROW = re.compile(r"^(\S+:\d+)\s+(\d+\.\d) - (\d+\.\d)\s+(\d+) (B|KB|MB)\s+(\d+\.\d\d) Mbps$")
 

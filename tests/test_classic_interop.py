@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import free_port, run_simpleperf
+from helpers import free_port, run_simpleperf
 from test_classic_e2e import rows
 
 

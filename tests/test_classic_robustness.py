@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import LiveProcess, free_port, needs_root, proc_status, run_simpleperf
+from helpers import LiveProcess, free_port, proc_status, run_simpleperf
 from test_classic_e2e import rows
 
 
@@ -48,13 +48,15 @@ def empty_namespace():
     subprocess.run(["ip", "netns", "del", name], check=True)
 
 
-@needs_root()
+@pytest.mark.lab
+@pytest.mark.root
 def test_unreachable_address(empty_namespace):
     done = run_simpleperf("-c", "-I", "10.9.9.9", "-t", "1", netns=empty_namespace)
     assert_one_line_error(done, 1, "10.9.9.9", "unreachable")
 
 
-@needs_root()
+@pytest.mark.lab
+@pytest.mark.root
 def test_name_that_does_not_resolve(empty_namespace):
     done = run_simpleperf("-c", "-I", "no-such-host.invalid", "-t", "1", netns=empty_namespace)
     assert_one_line_error(done, 1, "cannot resolve", "no-such-host.invalid")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import run_simpleperf
+from helpers import run_simpleperf
 
 from simpleperf.cli import ClientOptions, ServerOptions, UsageError, parse_args
 

@@ -9,8 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.errors import ProtocolError
-from simpleperf.protocol import events
-from simpleperf.protocol.exchange import TRANSITIONS, Exchange, Phase, Role
+from simpleperf.protocol import events, iperf3
+from simpleperf.protocol.exchange import (
+    IPERF3_SERVER_STATES,
+    TRANSITIONS,
+    Exchange,
+    Iperf3Order,
+    Phase,
+    Role,
+)
 from simpleperf.protocol.native import TestSpec as Spec
 from simpleperf.protocol.native import encode
 
@@ -99,3 +106,28 @@ def test_hostile_bytes_from_a_client_are_events_in_order_or_a_protocol_error(seq
         return
     assert all(isinstance(event, events.Event) for event in got)
 
+
+
+def test_an_iperf3_server_states_come_in_the_shared_phases_order():
+    order = Iperf3Order()
+    for state, phase in IPERF3_SERVER_STATES:
+        order.advance(state)
+        assert order.phase is phase
+    assert order.phase is Phase.ENDING and order.expected is None
+    with pytest.raises(ProtocolError, match="after the exchange ended"):
+        order.advance(iperf3.IPERF_DONE)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(-128, 127), max_size=8))
+def test_an_iperf3_server_out_of_order_is_a_protocol_error(states):
+    order = Iperf3Order()
+    for position, state in enumerate(states):
+        expected = order.expected
+        if state == expected:
+            order.advance(state)
+            continue
+        with pytest.raises(ProtocolError):
+            order.advance(state)
+        assert order.position == position  # nothing advanced
+        return

@@ -4,7 +4,6 @@ server (every option of the issue), and our client against its server."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import struct
 import subprocess
@@ -12,11 +11,11 @@ import threading
 import time
 
 import pytest
-from conftest import free_port, run_simpleperf, start_server
+from helpers import free_port, run_simpleperf, start_server
 
 from simpleperf.protocol import iperf3
 
-pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
+pytestmark = pytest.mark.iperf3
 
 
 def iperf3_client(port: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import SIMPLEPERF, free_port
+from helpers import SIMPLEPERF, free_port
 from lab_helpers import PORTFOLIO_NAMESPACES, assert_gone, in_node, lab, needs_lab, ping_rtts
 
 from simpleperf.lab.model import theory, topology

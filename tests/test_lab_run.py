@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SIMPLEPERF
+from helpers import SIMPLEPERF
 from lab_helpers import PORTFOLIO_NAMESPACES, assert_gone, delay_line_pids, lab, needs_lab
 
 pytestmark = needs_lab
@@ -169,6 +169,7 @@ def test_ctrl_c_keeps_finished_steps_writes_the_report_and_cleans_the_lab(tmp_pa
     assert leftovers.stdout == b""
 
 
+@pytest.mark.slow
 def test_the_portfolio_experiment_runs_all_five_cases(tmp_path):
     done = lab("run", "portfolio", "--quick", "--results", str(tmp_path), timeout=900)
     folder = run_folder(tmp_path)
@@ -216,6 +217,7 @@ flows = [{ kind = "tcp", from = "h1", to = "h2", window = "64K" }]
 """
 
 
+@pytest.mark.slow
 def test_a_link_sweep_rebuilds_the_link_and_follows_the_window_bound(tmp_path):
     plan = tmp_path / "sweep.toml"
     plan.write_text(SMALL_SWEEP)

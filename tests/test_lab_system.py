@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SIMPLEPERF, free_port
+from helpers import SIMPLEPERF, free_port
 from lab_helpers import (
     PORTFOLIO_NAMESPACES,
     assert_gone,

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from conftest import start_server
+import pytest
+from helpers import start_server
 
 from simpleperf.stats import jain_index, rates_while_all_ran
 
@@ -29,6 +30,7 @@ def run_clients(port: int, count: int, seconds: int) -> list[subprocess.Complete
     return done
 
 
+@pytest.mark.slow
 def test_64_clients_at_once_all_finish_correctly_and_fairly():
     live, port = start_server()
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_simpleperf, start_server
+from helpers import run_simpleperf, start_server
 
 from simpleperf.cli import parse_args
 

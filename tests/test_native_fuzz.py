@@ -12,7 +12,7 @@ import struct
 import time
 
 import pytest
-from conftest import proc_status, run_simpleperf, start_server
+from helpers import proc_status, run_simpleperf, start_server
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +78,7 @@ def _consume(data: bytes, cuts: list[int]) -> None:
             exchange.receive(piece)
 
 
+@pytest.mark.slow
 @settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hostile_streams, st.lists(st.integers(0, 1000), max_size=4))
 def test_protocol_layer_turns_any_input_into_messages_or_a_protocol_error(data, cuts):
@@ -123,6 +124,7 @@ def live_server():
 LIVE_EXAMPLES = int(os.environ.get("SIMPLEPERF_FUZZ_LIVE", "10000"))
 
 
+@pytest.mark.slow
 @settings(max_examples=LIVE_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
           database=None)
 @given(kind=st.sampled_from([native.CONTROL, native.DATA, native.ECHO, b"X"]),

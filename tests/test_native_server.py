@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import LiveProcess, free_port, proc_status, run_simpleperf, start_server
+from helpers import LiveProcess, free_port, proc_status, run_simpleperf, start_server
 
 from simpleperf.protocol import native
 

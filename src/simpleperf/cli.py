@@ -11,6 +11,7 @@ import ipaddress
 import os
 import re
 import socket
+from typing import TypeVar
 
 from . import __version__
 from .errors import UsageError
@@ -370,7 +371,10 @@ def _window(text: str | None) -> int | None:
     return value
 
 
-def _positive_seconds(flag: str, text: str | None, default: float | None) -> float | None:
+Default = TypeVar("Default", float, None)
+
+
+def _positive_seconds(flag: str, text: str | None, default: Default) -> float | Default:
     if text is None:
         return default
     try:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ProtocolError
 from .iperf3.server import Iperf3Service
@@ -84,11 +85,11 @@ class Server:
     def stop(self) -> None:
         self._stopping.set()
 
-    def _iperf3_datagram(self, data: bytes, peer: tuple) -> None:
+    def _iperf3_datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
         if data in (iperf3.UDP_CONNECT_MSG, iperf3.UDP_CONNECT_MSG[::-1]):
             self.iperf3.udp_hello(data, peer)
 
-    def _start(self, conn: socket.socket, address: tuple) -> None:
+    def _start(self, conn: socket.socket, address: tuple[Any, ...]) -> None:
         self._accepted += 1  # iperf3 numbers its streams in the order they connected
         worker = threading.Thread(target=self._serve_connection,
                                   args=(conn, address, self._accepted),
@@ -109,7 +110,7 @@ class Server:
         for worker, _ in connections:
             worker.join(2)
 
-    def _serve_connection(self, conn: socket.socket, address: tuple, index: int) -> None:
+    def _serve_connection(self, conn: socket.socket, address: tuple[Any, ...], index: int) -> None:
         accepted = time.monotonic()
         keep_open = False
         try:
@@ -168,7 +169,7 @@ class Server:
         if kind == native.DATA:
             return self.native.serve_data(conn, prefix)
         if kind == native.ECHO:
-            self.native.serve_echo(conn, rest)
+            self.native.echo.serve(conn, rest)
             return False
         self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
         self.native.serve_control(conn, peer, rest)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -94,11 +94,11 @@ class UdpReceiveAccount:
         """One packet: its number, when it was sent and when it arrived (seconds)."""
         self.feed_packets(((number, sent, arrival),))
 
-    def feed_many(self, packets, arrival: float) -> None:
+    def feed_many(self, packets: Iterable[tuple[int, float]], arrival: float) -> None:
         """`packets`: (packet number, send time) pairs that arrived together."""
         self.feed_packets((number, sent, arrival) for number, sent in packets)
 
-    def feed_packets(self, packets) -> None:
+    def feed_packets(self, packets: Iterable[tuple[int, float, float]]) -> None:
         """`packets`: (packet number, send time, arrival time) in arrival order."""
         highest, lost, ooo, jitter, transit = (self.highest, self.lost, self.out_of_order,
                                                self.jitter, self._transit)

@@ -29,8 +29,7 @@ class Measurement:
         self.spec = spec
         self.streams = streams
         self.on_interval = on_interval
-        end = None if spec.duration is None else spec.omit + spec.duration
-        self.clock = IntervalClock(step, spec.omit, end)
+        self.clock = IntervalClock(step, spec.omit, spec.end)
         self.stop = threading.Event()  # receivers
         self.stop_sending = threading.Event()  # senders: the peer said the test ended
         self.intervals: list[IntervalRecord] = []

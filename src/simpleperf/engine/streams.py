@@ -52,7 +52,7 @@ def run_stream(stream: Stream, spec: TestSpec, start: float, stop: threading.Eve
     """Thread body: send or receive until the test's end, the peer's end, or `stop`."""
     try:
         if stream.sending:
-            deadline = None if spec.duration is None else start + spec.omit + spec.duration
+            deadline = None if spec.end is None else start + spec.end
             stream.transport.send(stream, spec, start, deadline, stop)
         else:
             stream.transport.receive(stream, spec, stop)

@@ -7,6 +7,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .. import __version__
 from ..engine import tcp_stream
@@ -15,6 +16,7 @@ from ..engine.streams import Stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..options import ClientOptions
 from ..protocol import iperf3
+from ..protocol.exchange import Iperf3Order
 from ..protocol.native import TestSpec
 from ..report.client import TestOutput
 from ..transport import tcp, udp
@@ -41,38 +43,13 @@ def run(options: ClientOptions, out: Callable[[str], None], busy_retries: int = 
             time.sleep(0.3)
 
 
-def parameters(spec: TestSpec, options: ClientOptions) -> dict:
-    """iperf3's parameter JSON for our test description."""
-    value: dict = {spec.protocol: True, "omit": spec.omit,
-                   "time": 0 if spec.duration is None else spec.duration,
-                   "num": spec.num_bytes or 0, "blockcount": 0, "parallel": spec.parallel,
-                   "len": spec.length, "pacing_timer": 1000,
-                   "client_version": f"simpleperf-{__version__}"}
-    if spec.direction == "reverse":
-        value["reverse"] = True
-    if spec.direction == "bidir":
-        value["bidirectional"] = True
-    if spec.window:
-        value["window"] = spec.window
-    if spec.rate:
-        value["bandwidth"] = int(spec.rate)
-    if spec.mss:
-        value["MSS"] = spec.mss
-    if spec.nodelay:
-        value["nodelay"] = True
-    if spec.congestion:
-        value["congestion"] = spec.congestion
-    if spec.protocol == "udp":
-        value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
-    return value
-
-
 class _Iperf3Test:
     def __init__(self, options: ClientOptions, out: Callable[[str], None]) -> None:
         self.options = options
         self.out = out
         self.spec = TestSpec.from_options(options)  # -n: all streams together
         self.cookie = iperf3.make_cookie()
+        self.order = Iperf3Order()
         self.streams: list[Stream] = []
 
     def run(self) -> None:
@@ -83,12 +60,13 @@ class _Iperf3Test:
         try:
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             control.sendall(self.cookie)
-            self._expect(iperf3.PARAM_EXCHANGE)
-            control.sendall(iperf3.encode_json(parameters(self.spec, options)))
-            self._expect(iperf3.CREATE_STREAMS)
+            self._expect()  # PARAM_EXCHANGE
+            control.sendall(iperf3.encode_json(iperf3.parameters_message(
+                self.spec, f"simpleperf-{__version__}")))
+            self._expect()  # CREATE_STREAMS
             self._open_streams()
-            self._expect(iperf3.TEST_START)
-            self._expect(iperf3.TEST_RUNNING)
+            self._expect()  # TEST_START
+            self._expect()  # TEST_RUNNING
             self._measure()
         except ProtocolError as error:
             raise SimpleperfError(f"iperf3 protocol error: {error}") from None
@@ -114,13 +92,13 @@ class _Iperf3Test:
             raise SimpleperfError("the iperf3 server terminated the test")
         return value
 
-    def _expect(self, wanted: int) -> None:
+    def _expect(self) -> None:
+        """The server's next state, which must be the one the exchange's order names."""
         value = self._read_state(STATE_SECONDS)
         if value is None:
-            raise ProtocolError(f"no state {wanted} from the server within "
+            raise ProtocolError(f"no state {self.order.expected} from the server within "
                                 f"{STATE_SECONDS:g} s")
-        if value != wanted:
-            raise ProtocolError(f"expected state {wanted}, got {value}")
+        self.order.advance(value)
 
     # Streams ---------------------------------------------------------------------------------
 
@@ -195,7 +173,7 @@ class _Iperf3Test:
             now = time.monotonic()
             measurement.tick(now)
             elapsed = now - measurement.start
-            if spec.duration is not None and elapsed >= spec.omit + spec.duration:
+            if spec.end is not None and elapsed >= spec.end:
                 return
             if spec.num_bytes is not None and (
                     sum(s.num_bytes for s in self.streams if s.sending) >= spec.num_bytes
@@ -224,15 +202,15 @@ class _Iperf3Test:
         except OSError:
             return
 
-    def _exchange_results(self, measurement: Measurement) -> dict[int, dict]:
-        self._expect(iperf3.EXCHANGE_RESULTS)
+    def _exchange_results(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
+        self._expect()  # EXCHANGE_RESULTS
         ids = iperf3.stream_ids(len(self.streams))
         self.control.conn.sendall(iperf3.encode_json(iperf3.results_message(
             measurement.finish(time.monotonic()), ids, measurement.cpu_percent(),
             1 if any(s.sending for s in self.streams) else -1)))
         theirs = iperf3.parse_results(self.control.read_json(iperf3.MAX_RESULTS,
                                                              STATE_SECONDS))
-        self._expect(iperf3.DISPLAY_RESULTS)
+        self._expect()  # DISPLAY_RESULTS
         with contextlib.suppress(OSError):
             self.control.conn.sendall(iperf3.state(iperf3.IPERF_DONE))
         remote = {}

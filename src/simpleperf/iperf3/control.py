@@ -5,6 +5,7 @@ from __future__ import annotations
 import select
 import socket
 import time
+from typing import Any
 
 from ..errors import ProtocolError
 from ..protocol import iperf3
@@ -50,7 +51,7 @@ class Iperf3Control:
         data, self.pending = self.pending[:count], self.pending[count:]
         return data
 
-    def read_json(self, limit: int, timeout: float) -> dict:
+    def read_json(self, limit: int, timeout: float) -> dict[str, Any]:
         reader = iperf3.JsonReader(limit)
         deadline = time.monotonic() + timeout
         value = reader.feed(self.pending)

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
@@ -82,7 +83,7 @@ class Iperf3Service:
         self._serve_control(conn, peer, cookie)
         return False
 
-    def udp_hello(self, data: bytes, peer: tuple) -> None:
+    def udp_hello(self, data: bytes, peer: tuple[Any, ...]) -> None:
         """A UDP stream's greeting ('9876'): it belongs to the test from that host that
         awaits UDP streams (the oldest, if several do)."""
         host = tcp.endpoint(peer).rsplit(":", 1)[0]
@@ -187,21 +188,7 @@ class Iperf3Service:
                 ordered = [sock for _, sock in sorted(test.tcp_arrivals, key=lambda a: a[0])]
             else:
                 ordered = [sock for _, sock in test.udp_arrivals]
-        streams = []
-        for position, (number, sock) in enumerate(
-                zip(iperf3.stream_ids(len(ordered)), ordered, strict=True), start=1):
-            sending = not params.client_sends(position)
-            label = tcp.endpoint(sock.getpeername())
-            stream = Stream(number, sending, params.protocol, sock, label,
-                            header=params.header())
-            if params.protocol == "tcp":
-                tcp.set_window(sock, params.window)
-                tcp_stream.apply_options(sock, _spec(params))
-            elif not sending:
-                udp.enable_receive_offload(sock)
-            tcp.set_wake_up(sock)
-            streams.append(stream)
-        return streams
+        return _streams(params, ordered)
 
     def _run(self, control: Iperf3Control, params: iperf3.Parameters,
              streams: list[Stream]) -> Measurement:
@@ -261,6 +248,24 @@ class Iperf3Service:
                                 f"{len(measurement.streams)}")
 
 
+def _streams(params: iperf3.Parameters, ordered: list[socket.socket]) -> list[Stream]:
+    """Our streams on the sockets of a test, in the order its client opened them."""
+    streams = []
+    for position, (number, sock) in enumerate(
+            zip(iperf3.stream_ids(len(ordered)), ordered, strict=True), start=1):
+        sending = not params.client_sends(position)
+        label = tcp.endpoint(sock.getpeername())
+        stream = Stream(number, sending, params.protocol, sock, label, header=params.header())
+        if params.protocol == "tcp":
+            tcp.set_window(sock, params.window)
+            tcp_stream.apply_options(sock, _spec(params))
+        elif not sending:
+            udp.enable_receive_offload(sock)
+        tcp.set_wake_up(sock)
+        streams.append(stream)
+    return streams
+
+
 def _uncount_undelivered(streams: list[Stream]) -> None:
     """An iperf3 client stops reading when it sends TEST_END, so what still waits in our
     send buffers (up to the 16 MB Linux allows) never reaches it: count as sent only what
@@ -284,7 +289,7 @@ def _spec(params: iperf3.Parameters) -> TestSpec:
                     congestion=params.congestion, nodelay=params.nodelay, omit=params.omit)
 
 
-def _results(params: iperf3.Parameters, measurement: Measurement) -> dict:
+def _results(params: iperf3.Parameters, measurement: Measurement) -> dict[str, Any]:
     entries = measurement.finish(time.monotonic())
     any_sender = any(s.sending for s in measurement.streams)
     result = iperf3.results_message(

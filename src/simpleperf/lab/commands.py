@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
@@ -133,7 +134,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return lifecycle.run_in_node(args.node, command)
 
 
-def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict]:
+def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]:
     given = {flag: getattr(args, flag) for flag in PAIR_FLAGS
              if getattr(args, flag) not in (None, False)}
     if args.topology == "pair":

@@ -11,6 +11,7 @@ import select
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .. import __version__
 from ..engine import tcp_stream
@@ -55,8 +56,9 @@ class Iperf3Server(Exception):
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
-    control = tcp.connect(options.host, options.port, family=options.family,
-                          local=options.local)
+    control: socket.socket | None = tcp.connect(options.host, options.port,
+                                                family=options.family, local=options.local)
+    assert control is not None
     try:
         control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         channel = ControlChannel(control, Role.CLIENT)
@@ -122,8 +124,9 @@ def _authenticate(channel: ControlChannel, welcome: Welcome, options: ClientOpti
     channel.expect(AUTH_SECONDS, Authenticated)
 
 
-def _fall_back_to_classic(options: ClientOptions, control: socket.socket, sent: int,
+def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None, sent: int,
                           out: Callable[[str], None]) -> None:
+    assert control is not None
     unsupported = [flag for flag, used in (
         ("-u", options.udp), ("-b", options.rate is not None), ("-R", options.reverse),
         ("--bidir", options.bidir), ("-e", options.extended), ("-J", options.json),
@@ -239,7 +242,7 @@ class _NativeTest:
         return sock
 
 
-def measure(options: ClientOptions) -> dict:
+def measure(options: ClientOptions) -> dict[str, Any]:
     """Run one native test quietly and return its JSON document (start, intervals, end)."""
     lines: list[str] = []
     run(dataclasses.replace(options, json=True, json_stream=False), lines.append)

@@ -8,10 +8,13 @@ import socket
 import threading
 import time
 from collections import deque
+from typing import TypeVar
 
 from ..errors import PeerGone, PeerRefused, ProtocolError
 from ..protocol.events import Error, Event
 from ..protocol.exchange import Exchange, Role
+
+E = TypeVar("E", bound=Event)
 
 
 class ControlChannel:
@@ -56,7 +59,7 @@ class ControlChannel:
             self.feed(data)
         return self._queued.popleft()
 
-    def expect(self, timeout: float, *kinds: type[Event]) -> Event:
+    def expect(self, timeout: float, *kinds: type[E]) -> E:
         """The next event if it is one of `kinds`; the peer's error is PeerRefused."""
         names = "/".join(kind.TYPE for kind in kinds)
         event = self.receive(timeout)

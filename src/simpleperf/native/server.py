@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import __version__
 from ..engine import tcp_stream
@@ -24,8 +25,6 @@ from ..protocol.events import Accepted, Auth, Authenticated, Error, Hello, Start
 from ..protocol.exchange import Role
 from ..protocol.native import (
     DATA_PREFACE_SIZE,
-    ECHO_PROBE,
-    ECHO_TAG_SIZE,
     MAGIC,
     PREFACE_SIZE,
     TOKEN_SIZE,
@@ -36,17 +35,16 @@ from ..protocol.native import (
     TestSpec,
     auth_proof,
     data_preface,
-    echo_probe_is_authentic,
     parse_data_preface,
 )
 from ..report import native as table
 from ..transport import tcp, udp
 from .control import ControlChannel
+from .echo import EchoService
 from .session import NativeSession
 
 HANDSHAKE_SECONDS = 10.0  # greeting to test description, however slowly it trickles
 STREAMS_SECONDS = 10.0  # accepted to every stream connected
-ECHO_IDLE_SECONDS = 60.0
 BYE_SECONDS = 2.0
 CHALLENGE_BYTES = 16
 SERVER_STEP_SECONDS = 1.0  # the intervals a server keeps (sent to the client with results)
@@ -78,6 +76,7 @@ class NativeService:
         self.say = say
         self.stopping = stopping
         self.policy = policy
+        self.echo = EchoService(options.secret, stopping, say)
         self.on_foreign_datagram: Callable[[bytes, tuple], None] | None = None
         self._tests: dict[bytes, PendingTest] = {}
         self._lock = threading.Lock()
@@ -87,27 +86,11 @@ class NativeService:
         self._udp_family = family
         v6_only = family == socket.AF_INET6 and bool(
             listener.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
-        self.udp_listener = self._open_udp_listener(family, address, v6_only)
+        self.udp_listener = udp.open_shared_listener(family, address, v6_only)
         policy.udp_available = self.udp_listener is not None
         self._udp_thread: threading.Thread | None = None
 
     # UDP -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _open_udp_listener(family: int, address: tuple,
-                           v6_only: bool) -> socket.socket | None:
-        """UDP on the TCP listener's address and port, for the same address families."""
-        sock = socket.socket(family, socket.SOCK_DGRAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
-            sock.bind(address[:2])
-        except OSError:
-            sock.close()
-            return None  # TCP tests still work; UDP tests will be refused
-        tcp.set_wake_up(sock)
-        return sock
 
     def start(self) -> None:
         if self.udp_listener is not None:
@@ -138,17 +121,17 @@ class NativeService:
                 continue  # nothing else: ignore rather than answer strangers
             kind = data[4:5]
             with contextlib.suppress(OSError):
-                if kind == UDP_ECHO and self._echo_allowed(data[PREFACE_SIZE:]):
+                if kind == UDP_ECHO and self.echo.allowed(data[PREFACE_SIZE:]):
                     sock.sendto(data, peer)
                 elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
                     self._udp_hello(data, peer)
 
-    def udp_socket_for(self, peer: tuple) -> socket.socket:
+    def udp_socket_for(self, peer: tuple[Any, ...]) -> socket.socket:
         """A UDP socket on our port connected to `peer`: the kernel gives it that peer's
         datagrams, the shared listener keeps everyone else's."""
         return udp.open_connected(self._udp_family, self._udp_local, peer, reuse_address=True)
 
-    def _udp_hello(self, data: bytes, peer: tuple) -> None:
+    def _udp_hello(self, data: bytes, peer: tuple[Any, ...]) -> None:
         try:
             token, number = parse_data_preface(data)
         except ProtocolError:
@@ -192,43 +175,6 @@ class NativeService:
                         tcp.endpoint(conn.getpeername()))
         return pending.attach(stream)
 
-    def _echo_allowed(self, probe: bytes) -> bool:
-        """With a shared secret only authentic probes are answered; without one, a probe
-        with or without a tag (its client cannot know whether the server wants one)."""
-        if self.options.secret is not None:
-            return echo_probe_is_authentic(self.options.secret, probe)
-        return len(probe) in (ECHO_PROBE.size, ECHO_PROBE.size + ECHO_TAG_SIZE)
-
-    def serve_echo(self, conn: socket.socket, initial: bytes) -> None:
-        """Echo what comes; with a shared secret, probe by probe and only authentic ones
-        (the first that is not ends the connection)."""
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        tcp.set_wake_up(conn)
-        record = ECHO_PROBE.size + ECHO_TAG_SIZE
-        pending = initial
-        last = time.monotonic()
-        while not self.stopping.is_set():
-            if self.options.secret is None:
-                if pending:
-                    conn.sendall(pending)
-                pending = b""
-            while len(pending) >= record:
-                if not self._echo_allowed(pending[:record]):
-                    self.say("Echo from an unauthenticated peer refused")
-                    return
-                conn.sendall(pending[:record])
-                pending = pending[record:]
-            try:
-                data = conn.recv(4096)
-            except BlockingIOError:
-                if time.monotonic() - last > ECHO_IDLE_SECONDS:
-                    return
-                continue
-            if not data:
-                return
-            last = time.monotonic()
-            pending += data
-
     def serve_control(self, conn: socket.socket, peer: str, initial: bytes) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         channel = ControlChannel(conn, Role.SERVER)
@@ -255,9 +201,9 @@ class NativeService:
         finally:
             if token is not None:
                 with self._lock:
-                    pending = self._tests.pop(token, None)
-                if pending is not None:
-                    for stream in pending.streams.values():
+                    ended = self._tests.pop(token, None)
+                if ended is not None:
+                    for stream in ended.streams.values():
                         stream.sock.close()
 
     def _handshake(self, channel: ControlChannel) -> TestSpec:
@@ -275,14 +221,11 @@ class NativeService:
         channel.send(Welcome(VERSION, f"simpleperf {__version__}", challenge))
         if secret is not None and challenge is not None:
             auth = channel.expect(remaining(), Auth)
-            assert isinstance(auth, Auth)
             expected = auth_proof(secret, challenge, "client")
             if not hmac.compare_digest(auth.proof, expected):
                 raise _Refusal("authentication failed: wrong shared secret")
             channel.send(Authenticated())
-        test = channel.expect(remaining(), Test)
-        assert isinstance(test, Test)
-        spec = test.spec
+        spec = channel.expect(remaining(), Test).spec
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit)
         if refusal is not None:
             raise _Refusal(str(refusal))
@@ -290,7 +233,7 @@ class NativeService:
 
     def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
         try:
-            self._await_streams(channel, pending)
+            _await_streams(channel, pending)
             streams = [pending.streams[n] for n in sorted(pending.streams)]
             for stream in streams:
                 if stream.protocol == "tcp":
@@ -309,17 +252,6 @@ class NativeService:
         finally:
             self.policy.release()
 
-    @staticmethod
-    def _await_streams(channel: ControlChannel, pending: PendingTest) -> None:
-        """Until every stream has connected; a client that gives up meanwhile ends it."""
-        deadline = time.monotonic() + STREAMS_SECONDS
-        while not pending.complete.is_set():
-            if time.monotonic() > deadline:
-                raise _Refusal(f"only {len(pending.streams)} of "
-                               f"{pending.spec.stream_count()} streams connected within "
-                               f"{STREAMS_SECONDS:g} s")
-            channel.receive(0.05)  # the exchange allows the client nothing until start
-
     def _report(self, spec: TestSpec, measurement: Measurement, peer: str) -> None:
         title = (f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
                  f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
@@ -329,6 +261,17 @@ class NativeService:
 
 class _Refusal(Exception):
     """A test this server will not run; the message goes to the client and the log."""
+
+
+def _await_streams(channel: ControlChannel, pending: PendingTest) -> None:
+    """Until every stream has connected; a client that gives up meanwhile ends it."""
+    deadline = time.monotonic() + STREAMS_SECONDS
+    while not pending.complete.is_set():
+        if time.monotonic() > deadline:
+            raise _Refusal(f"only {len(pending.streams)} of "
+                           f"{pending.spec.stream_count()} streams connected within "
+                           f"{STREAMS_SECONDS:g} s")
+        channel.receive(0.05)  # the exchange allows the client nothing until start
 
 
 def _tell(channel: ControlChannel, message: str) -> None:

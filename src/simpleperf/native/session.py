@@ -4,6 +4,7 @@ senders are done, exchange results, each checked against the exchange's order.""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord
@@ -33,7 +34,7 @@ class NativeSession:
         self._udp_quiet = UDP_QUIET_MIN
 
     @property
-    def peer_view(self) -> dict[int, dict]:
+    def peer_view(self) -> dict[int, dict[str, Any]]:
         return self.peer_results.by_stream if self.peer_results is not None else {}
 
     @property

@@ -20,6 +20,7 @@ from __future__ import annotations
 from enum import Enum
 
 from ..errors import ProtocolError
+from . import iperf3
 from .events import Error, Event, decode
 from .native import MessageReader, encode
 
@@ -130,3 +131,39 @@ class Exchange:
         expected = "/".join(sorted(self.allowed(sender))) or "nothing"
         return ProtocolError(f"unexpected '{event.TYPE}' from the {sender.value} while "
                              f"{self.phase.value} (expected {expected})")
+
+
+# iperf3's exchange has the same phases, driven by the server's one-byte states. Each state
+# an iperf3 server sends, in the order it must come, and the phase it opens.
+IPERF3_SERVER_STATES: tuple[tuple[int, Phase], ...] = (
+    (iperf3.PARAM_EXCHANGE, Phase.DESCRIBING),
+    (iperf3.CREATE_STREAMS, Phase.CONNECTING),
+    (iperf3.TEST_START, Phase.RUNNING),
+    (iperf3.TEST_RUNNING, Phase.RUNNING),
+    (iperf3.EXCHANGE_RESULTS, Phase.RUNNING),  # the client has ended the test: TEST_END
+    (iperf3.DISPLAY_RESULTS, Phase.ENDING),
+)
+
+
+class Iperf3Order:
+    """An iperf3 client's view of the server's states: each must be the next in order."""
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.phase = Phase.GREETING
+
+    def advance(self, state: int) -> None:
+        if self.position >= len(IPERF3_SERVER_STATES):
+            raise ProtocolError(f"state {state} after the exchange ended")
+        expected, phase = IPERF3_SERVER_STATES[self.position]
+        if state != expected:
+            raise ProtocolError(f"expected state {expected} while {self.phase.value}, "
+                                f"got {state}")
+        self.position += 1
+        self.phase = phase
+
+    @property
+    def expected(self) -> int | None:
+        if self.position >= len(IPERF3_SERVER_STATES):
+            return None
+        return IPERF3_SERVER_STATES[self.position][0]

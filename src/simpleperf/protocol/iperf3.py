@@ -9,6 +9,7 @@ import json
 import secrets
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ProtocolError
 from ..options import (
@@ -21,7 +22,7 @@ from ..options import (
     MAX_TEST_SECONDS,
     is_congestion_name,
 )
-from .native import decode_object
+from .native import TestSpec, decode_object
 
 COOKIE_SIZE = 37
 COOKIE_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
@@ -100,7 +101,7 @@ def signed(byte: int) -> int:
     return byte - 256 if byte > 127 else byte
 
 
-def encode_json(value: dict) -> bytes:
+def encode_json(value: dict[str, Any]) -> bytes:
     body = json.dumps(value, separators=(",", ":")).encode()
     return _LENGTH.pack(len(body)) + body
 
@@ -112,7 +113,7 @@ class JsonReader:
         self.limit = limit
         self.buffer = bytearray()
 
-    def feed(self, data: bytes) -> dict | None:
+    def feed(self, data: bytes) -> dict[str, Any] | None:
         """The object once complete (extra bytes stay buffered), else None."""
         self.buffer += data
         if len(self.buffer) < _LENGTH.size:
@@ -153,7 +154,7 @@ class Parameters:
     client_version: str = ""
     refused: int | None = None  # an iperf3 error number when an option is unsupported
     refused_option: str = ""
-    extra: dict = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def direction(self) -> str:
@@ -173,21 +174,25 @@ class Parameters:
         return HEADER_64 if self.udp_counters_64bit else HEADER_32
 
 
-def parse_parameters(value: dict) -> Parameters:
+def parse_parameters(value: dict[str, Any]) -> Parameters:
     """iperf3's parameter JSON: unknown keys ignored, wrong types a ProtocolError."""
-    def number(key, default, low, high, integer=False):
+    def number(key: str, default: float, low: float, high: float) -> float:
         item = value.get(key, default)
         if item is None:
             return default
         if isinstance(item, bool) or not isinstance(item, int | float) or item != item:
             raise ProtocolError(f"parameter '{key}' is not a number")
-        if integer and not isinstance(item, int):
-            raise ProtocolError(f"parameter '{key}' is not an integer")
         if not low <= item <= high:
             raise ProtocolError(f"parameter '{key}' is out of range")
-        return item
+        return float(item)
 
-    def flag(key):
+    def integer(key: str, default: int, low: int, high: int) -> int:
+        item = value.get(key, default)
+        if item is not None and not isinstance(item, int):
+            raise ProtocolError(f"parameter '{key}' is not an integer")
+        return int(number(key, default, low, high))
+
+    def flag(key: str) -> bool:
         item = value.get(key, False)
         if isinstance(item, bool):
             return item
@@ -212,21 +217,20 @@ def parse_parameters(value: dict) -> Parameters:
             break
     if protocol == "sctp":
         refused, option = IENOSCTP, "sctp"
-    window = number("window", 0, 0, 2**31 - 1, integer=True)
-    mss = number("MSS", 0, 0, 65535, integer=True)
-    length = number("len", 0, 0, MAX_LENGTH, integer=True)
+    window = integer("window", 0, 0, 2**31 - 1)
+    mss = integer("MSS", 0, 0, 65535)
+    length = integer("len", 0, 0, MAX_LENGTH)
     return Parameters(
         protocol=protocol,
-        omit=float(number("omit", 0, 0, MAX_OMIT)),
-        duration=float(number("time", 10, 0, MAX_TEST_SECONDS)),
-        num_bytes=int(number("num", 0, 0, 2**62, integer=True)),
-        blocks=int(number("blockcount", 0, 0, 2**62, integer=True)),
-        parallel=int(number("parallel", 1, 1, MAX_PARALLEL, integer=True)),
+        omit=number("omit", 0, 0, MAX_OMIT),
+        duration=number("time", 10, 0, MAX_TEST_SECONDS),
+        num_bytes=integer("num", 0, 0, 2**62),
+        blocks=integer("blockcount", 0, 0, 2**62),
+        parallel=integer("parallel", 1, 1, MAX_PARALLEL),
         reverse=flag("reverse"), bidirectional=flag("bidirectional"),
         window=window or None,
         length=length or (DEFAULT_UDP_LENGTH if protocol == "udp" else DEFAULT_TCP_LENGTH),
-        rate=float(number("bandwidth", DEFAULT_UDP_RATE if protocol == "udp" else 0, 0,
-                          MAX_RATE)),
+        rate=number("bandwidth", DEFAULT_UDP_RATE if protocol == "udp" else 0, 0, MAX_RATE),
         mss=mss or None, nodelay=flag("nodelay"), congestion=congestion,
         get_server_output=flag("get_server_output"),
         udp_counters_64bit=flag("udp_counters_64bit"),
@@ -234,13 +238,39 @@ def parse_parameters(value: dict) -> Parameters:
         refused=refused, refused_option=option)
 
 
+def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:
+    """iperf3's parameter JSON for our test description (what an iperf3 client sends)."""
+    value: dict[str, Any] = {spec.protocol: True, "omit": spec.omit,
+                             "time": 0 if spec.duration is None else spec.duration,
+                             "num": spec.num_bytes or 0, "blockcount": 0,
+                             "parallel": spec.parallel, "len": spec.length,
+                             "pacing_timer": 1000, "client_version": client_version}
+    if spec.direction == "reverse":
+        value["reverse"] = True
+    if spec.direction == "bidir":
+        value["bidirectional"] = True
+    if spec.window:
+        value["window"] = spec.window
+    if spec.rate:
+        value["bandwidth"] = int(spec.rate)
+    if spec.mss:
+        value["MSS"] = spec.mss
+    if spec.nodelay:
+        value["nodelay"] = True
+    if spec.congestion:
+        value["congestion"] = spec.congestion
+    if spec.protocol == "udp":
+        value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
+    return value
+
+
 def stream_ids(count: int) -> list[int]:
     """iperf3 numbers streams 1, 3, 4, 5, ...: 2 is skipped."""
     return [1] + list(range(3, count + 2)) if count else []
 
 
-def results_message(entries: list[dict], ids: list[int], cpu: tuple[float, float],
-                    sender_has_retransmits: int) -> dict:
+def results_message(entries: list[dict[str, Any]], ids: list[int], cpu: tuple[float, float],
+                    sender_has_retransmits: int) -> dict[str, Any]:
     """iperf3's results JSON from our per-stream result entries (Measurement.local_results),
     stream ids as iperf3 numbers them, and (user, system) CPU percent."""
     user, system = cpu
@@ -258,7 +288,7 @@ RESULT_NUMBERS = ("bytes", "retransmits", "jitter", "errors", "omitted_errors", 
                   "omitted_packets", "start_time", "end_time")
 
 
-def parse_results(value: dict) -> dict[int, dict]:
+def parse_results(value: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """The peer's per-stream results by stream id. iperf3 3.12 may send -1 as
     18446744073709551615 (an unsigned -1): read as 'not known'."""
     streams = value.get("streams")

@@ -22,7 +22,9 @@ import hashlib
 import hmac
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ..errors import ProtocolError
 from ..options import (
@@ -88,7 +90,7 @@ def parse_data_preface(data: bytes) -> tuple[bytes, int]:
         data, PREFACE_SIZE + TOKEN_SIZE)[0]
 
 
-def encode(message: dict) -> bytes:
+def encode(message: dict[str, Any]) -> bytes:
     body = json.dumps(message, separators=(",", ":")).encode()
     if len(body) > MAX_MESSAGE:
         raise ValueError("message too large")
@@ -105,7 +107,7 @@ class MessageReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict]:
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
         self._buffer += data
         messages = []
         while len(self._buffer) >= _LENGTH.size:
@@ -124,7 +126,7 @@ class MessageReader:
         return len(self._buffer)
 
 
-def decode_object(body: bytes) -> dict:
+def decode_object(body: bytes) -> dict[str, Any]:
     """A JSON object from UTF-8 bytes (iperf3's messages are these too)."""
     try:
         value = json.loads(body.decode("utf-8"))
@@ -135,7 +137,7 @@ def decode_object(body: bytes) -> dict:
     return value
 
 
-def decode_body(body: bytes) -> dict:
+def decode_body(body: bytes) -> dict[str, Any]:
     message = decode_object(body)
     if not isinstance(message.get("type"), str):
         raise ProtocolError("message has no string 'type'")
@@ -162,14 +164,14 @@ class TestSpec:
     nodelay: bool = False
     omit: float = 0.0
 
-    def to_message(self) -> dict:
+    def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
 
     @classmethod
-    def from_message(cls, message: dict) -> TestSpec:
+    def from_message(cls, message: dict[str, Any]) -> TestSpec:
         """Strict: every field checked for type and range; unknown fields are ignored so
         that later versions can add some."""
-        checks = {
+        checks: dict[str, Callable[[Any], bool]] = {
             "protocol": lambda v: v in ("tcp", "udp"),
             "direction": lambda v: v in DIRECTIONS,
             "parallel": lambda v: _is_int(v) and 1 <= v <= MAX_PARALLEL,
@@ -183,7 +185,7 @@ class TestSpec:
             "nodelay": lambda v: isinstance(v, bool),
             "omit": lambda v: _is_number(v) and 0 <= v <= MAX_OMIT,
         }
-        values = {}
+        values: dict[str, Any] = {}
         for name, check in checks.items():
             if name in message:
                 if not check(message[name]):
@@ -211,6 +213,12 @@ class TestSpec:
             window=options.window, congestion=options.congestion, mss=options.mss,
             nodelay=options.nodelay, omit=options.omit)
 
+    @property
+    def end(self) -> float | None:
+        """Seconds after the start at which a timed test ends (after -O); None for a test
+        of an amount of data."""
+        return None if self.duration is None else self.omit + self.duration
+
     def stream_count(self) -> int:
         return self.parallel * (2 if self.direction == "bidir" else 1)
 
@@ -223,11 +231,11 @@ class TestSpec:
         return stream <= self.parallel
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> bool:
     return (_is_int(value) or isinstance(value, float)) and value == value  # not NaN
 
 
@@ -238,7 +246,7 @@ RESULT_FIELDS = {"stream": int, "bytes": int, "seconds": float, "packets": int, 
 SIGNED_RESULT_FIELDS = {"queue_growth_ms"}
 
 
-def parse_results(message: dict) -> dict[int, dict]:
+def parse_results(message: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Per-stream results by stream number, type-checked; a malformed entry is an error."""
     streams = message.get("streams")
     if not isinstance(streams, list) or len(streams) > 2 * MAX_PARALLEL:
@@ -289,7 +297,7 @@ MAX_PEER_INTERVALS = 1500
 IntervalRow = tuple[int, float, float, int, int | None, int | None, float | None]
 
 
-def parse_intervals(message: dict) -> list[IntervalRow]:
+def parse_intervals(message: dict[str, Any]) -> list[IntervalRow]:
     """The peer's interval rows sent with its results (absent in long tests)."""
     rows = message.get("intervals", [])
     if not isinstance(rows, list) or len(rows) > MAX_PEER_INTERVALS:

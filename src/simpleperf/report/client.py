@@ -7,6 +7,7 @@ import json
 import platform
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import __version__
 from ..engine.measurement import Measurement
@@ -29,7 +30,7 @@ class TestOutput:
         self.out = out
         self.protocol_name = protocol_name
         self.text = not (options.json or options.json_stream)
-        self.json_intervals: list[dict] = []
+        self.json_intervals: list[dict[str, Any]] = []
         self.started_wall = time.time()
 
     def start(self) -> None:
@@ -73,7 +74,7 @@ class TestOutput:
                                    _sum_values(total), self.options.unit, self.spec.protocol,
                                    False))
 
-    def end(self, measurement: Measurement, remote: dict[int, dict],
+    def end(self, measurement: Measurement, remote: dict[int, dict[str, Any]],
             idle: RttSummary | None, loaded: RttSummary | None, congestion: str | None,
             interrupted: bool = False, peer_intervals: Sequence[IntervalRecord] = ()) -> None:
         """`remote`: the server's view, result entries by our stream number;
@@ -103,7 +104,7 @@ class TestOutput:
         for line in table.latency_lines(idle, loaded):
             self.out(line)
 
-    def _start_section(self) -> dict:
+    def _start_section(self) -> dict[str, Any]:
         options = self.options
         return {
             "version": f"simpleperf {__version__}",
@@ -123,7 +124,8 @@ class TestOutput:
             "protocol": self.protocol_name,
         }
 
-    def _peer_interval_entries(self, peer_intervals: Sequence[IntervalRecord]) -> list[dict]:
+    def _peer_interval_entries(self, peer_intervals: Sequence[IntervalRecord]
+                               ) -> list[dict[str, Any]]:
         by_end: dict[float, list[IntervalRecord]] = {}
         for record in peer_intervals:
             by_end.setdefault(record.end, []).append(record)
@@ -131,7 +133,8 @@ class TestOutput:
                                            self.spec.client_sends, False)
                 for _, records in sorted(by_end.items())]
 
-    def _summary(self, local: dict, remote: dict, end: dict) -> None:
+    def _summary(self, local: dict[int, dict[str, Any]], remote: dict[int, dict[str, Any]],
+                 end: dict[str, Any]) -> None:
         options = self.options
         out = self.out
         tcp = self.spec.protocol == "tcp"
@@ -158,7 +161,7 @@ class TestOutput:
                                   options.unit, self.spec.protocol, False, role))
 
 
-def _role_values(view: dict, role: str) -> dict:
+def _role_values(view: dict[str, Any], role: str) -> dict[str, Any]:
     values = dict(view)
     if role == "receiver":
         values.pop("retransmits", None)
@@ -166,20 +169,20 @@ def _role_values(view: dict, role: str) -> dict:
     return values
 
 
-def _sum_values(total: dict) -> dict:
+def _sum_values(total: dict[str, Any]) -> dict[str, Any]:
     return {"bytes": total["bytes"], "packets": total.get("packets"),
             "lost": total.get("lost_packets"), "jitter_ms": total.get("jitter_ms"),
             "out_of_order": total.get("out_of_order"),
             "retransmits": total.get("retransmits")}
 
 
-def _connected(stream: Stream, options: ClientOptions) -> dict:
+def _connected(stream: Stream, options: ClientOptions) -> dict[str, Any]:
     host, port = stream.label.rsplit(":", 1)
     return {"socket": stream.number, "local_host": host.strip("[]"), "local_port": int(port),
             "remote_host": options.host, "remote_port": options.port}
 
 
-def _measurement_start(monotonic: float) -> dict:
+def _measurement_start(monotonic: float) -> dict[str, Any]:
     """When the measured part began: on CLOCK_MONOTONIC, which every process and network
     namespace of a machine shares (to line up tests run at once), and as Unix time."""
     return {"monotonic": round(monotonic, 6),

@@ -5,12 +5,13 @@ new keys. docs/json-output.md is the schema."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..stats import RttSummary, lost_percent
 
 
 def interval_entry(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
-                   we_are_client: bool) -> dict:
+                   we_are_client: bool) -> dict[str, Any]:
     """One iperf3 interval object from the records of one interval (all streams)."""
     streams = [_interval_stream(r, protocol) for r in records]
     forward = [s for s, r in zip(streams, records, strict=False)
@@ -23,7 +24,7 @@ def interval_entry(records: Sequence, protocol: str, client_sends: Callable[[int
     return entry
 
 
-def _interval_stream(record, protocol: str) -> dict:
+def _interval_stream(record, protocol: str) -> dict[str, Any]:
     seconds = record.end - record.start
     entry = {"socket": record.stream, "start": _round(record.start), "end": _round(record.end),
              "seconds": _round(seconds), "bytes": record.num_bytes,
@@ -41,7 +42,7 @@ def _interval_stream(record, protocol: str) -> dict:
     return entry
 
 
-def _sum(streams: list[dict], protocol: str) -> dict:
+def _sum(streams: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
     if not streams:
         return {}
     total = sum(s["bytes"] for s in streams)
@@ -65,10 +66,15 @@ def _sum(streams: list[dict], protocol: str) -> dict:
 
 
 def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[int], bool],
-                client_view: dict[int, dict], server_view: dict[int, dict]) -> dict:
+                client_view: dict[int, dict[str, Any]],
+                server_view: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Per-stream sender and receiver views and their sums. `client_view`/`server_view`:
     result entries by stream number (what each end measured)."""
-    streams, sent, received, sent_reverse, received_reverse = [], [], [], [], []
+    streams: list[dict[str, Any]] = []
+    sent: list[dict[str, Any]] = []
+    received: list[dict[str, Any]] = []
+    sent_reverse: list[dict[str, Any]] = []
+    received_reverse: list[dict[str, Any]] = []
     bidir = len({client_sends(n) for n in numbers}) > 1
     for number in numbers:
         if client_sends(number):
@@ -91,7 +97,7 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
         reverse = bidir and not client_sends(number)
         (sent_reverse if reverse else sent).append(sender)
         (received_reverse if reverse else received).append(receiver)
-    end = {"streams": streams, "sum_sent": _sum(sent, protocol),
+    end: dict[str, Any] = {"streams": streams, "sum_sent": _sum(sent, protocol),
            "sum_received": _sum(received, protocol)}
     if protocol == "udp":
         end["sum"] = _udp_sum(end["sum_sent"], end["sum_received"])
@@ -104,7 +110,7 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
     return end
 
 
-def _udp_sum(sent: dict, received: dict) -> dict:
+def _udp_sum(sent: dict[str, Any], received: dict[str, Any]) -> dict[str, Any]:
     """iperf3's UDP 'sum': the sender's bytes, the receiver's jitter and loss."""
     entry = dict(sent)
     for key in ("jitter_ms", "lost_packets", "lost_percent", "packets", "queue_growth_ms"):
@@ -113,7 +119,8 @@ def _udp_sum(sent: dict, received: dict) -> dict:
     return entry
 
 
-def _end_stream(number: int, view: dict | None, sender: bool, protocol: str) -> dict:
+def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
+                protocol: str) -> dict[str, Any]:
     view = view or {}
     seconds = view.get("seconds", 0.0)
     num_bytes = view.get("bytes", 0)
@@ -140,7 +147,7 @@ def _end_stream(number: int, view: dict | None, sender: bool, protocol: str) -> 
     return entry
 
 
-def latency_section(idle: RttSummary | None, loaded: RttSummary | None) -> dict:
+def latency_section(idle: RttSummary | None, loaded: RttSummary | None) -> dict[str, Any]:
     """New in simpleperf (iperf3 has no latency under load): milliseconds."""
     def block(summary: RttSummary | None):
         if summary is None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..stats import RttSummary, lost_percent
 from ..units import format_amount, format_mbps
 from .classic import COLUMN, INTERVAL_RULE
@@ -19,7 +21,7 @@ def header(protocol: str, extended: bool) -> str:
     return _line(cells)
 
 
-def row(label: str, start: float, end: float, values: dict, unit: str, protocol: str,
+def row(label: str, start: float, end: float, values: dict[str, Any], unit: str, protocol: str,
         extended: bool, note: str = "") -> str:
     """One line for one stream (or the sum) over [start, end]. `values` holds the keys of a
     result entry: bytes, and where known packets, lost, jitter_ms, retransmits, snd_cwnd or
@@ -57,7 +59,7 @@ def _line(cells: list[str]) -> str:
     return "".join(padded) + cells[-1]
 
 
-def test_report(title: str, protocol: str, streams, results: list[dict],
+def test_report(title: str, protocol: str, streams, results: list[dict[str, Any]],
                 unit: str) -> list[str]:
     """What a server prints when a test ends: its own view of every stream."""
     by_number = {s.number: s for s in streams}

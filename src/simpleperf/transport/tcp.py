@@ -8,6 +8,7 @@ import ipaddress
 import socket
 import struct
 import time
+from typing import Any
 
 from ..errors import SimpleperfError
 from . import tcpinfo
@@ -19,7 +20,7 @@ SETTLE_MIN_SECONDS = 0.02  # a 1000-byte-read Python peer empties a 6 MB buffer 
 SETTLE_MAX_SECONDS = 0.25  # how often a blocked read or write looks up to check for a stop
 
 
-def endpoint(address: tuple) -> str:
+def endpoint(address: tuple[Any, ...]) -> str:
     """'10.0.0.2:52326' for IPv4 (also when it reached a dual-stack socket), '[::1]:5201' for
     IPv6."""
     host, port = address[0], address[1]

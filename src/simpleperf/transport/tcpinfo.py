@@ -29,11 +29,10 @@ def read(sock: socket.socket) -> TcpInfo | None:
         raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 256)
     except OSError:
         return None
-    values = {name: struct.unpack_from("I", raw, offset)[0] if offset + 4 <= len(raw) else None
-              for name, offset in _FIELDS.items()}
-    if values["total_retrans"] is None:
-        return None
-    return TcpInfo(**values)
+    if _FIELDS["total_retrans"] + 4 > len(raw):
+        return None  # a kernel too old to report retransmits: no TCP_INFO worth reading
+    return TcpInfo(**{name: struct.unpack_from("I", raw, offset)[0]
+                      for name, offset in _FIELDS.items()})
 
 
 def rtt_seconds(sock: socket.socket) -> float:

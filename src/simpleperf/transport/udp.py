@@ -14,8 +14,10 @@ import socket
 import struct
 import sys
 import time
+from typing import Any
 
 from ..errors import SimpleperfError
+from . import tcp
 
 SOL_UDP = 17
 UDP_SEGMENT = 103  # linux/udp.h: one send() becomes many datagrams of this size
@@ -50,7 +52,7 @@ def enable_receive_offload(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
 
 
-def read_ancillary(ancillary: list, count: int) -> tuple[int, float]:
+def read_ancillary(ancillary: list[Any], count: int) -> tuple[int, float]:
     """From one read's ancillary data: the size of each datagram in it (UDP_GRO; else the
     read is one datagram) and the kernel's arrival time (else now), wall clock."""
     segment = count
@@ -64,7 +66,7 @@ def read_ancillary(ancillary: list, count: int) -> tuple[int, float]:
     return segment, arrival if arrival is not None else time.time()
 
 
-def open_connected(family: int, local: tuple | None, remote: tuple,
+def open_connected(family: int, local: tuple | None, remote: tuple[Any, ...],
                    reuse_address: bool = False) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
@@ -206,6 +208,7 @@ class BatchReceiver:
     def receive(self) -> int:
         """Block until at least one datagram (or the socket's receive timeout: then raise
         BlockingIOError); return how many were read."""
+        assert _recvmmsg is not None, "available() said no"
         ctypes.memmove(self._messages, self._pristine, len(self._pristine))
         got = _recvmmsg(self._fd, self._messages, self.count, MSG_WAITFORONE, None)
         if got < 0:
@@ -254,3 +257,20 @@ def _load_recvmmsg():
 
 
 _recvmmsg = _load_recvmmsg() if sys.platform.startswith("linux") else None
+
+
+def open_shared_listener(family: int, address: tuple[Any, ...],
+                         v6_only: bool) -> socket.socket | None:
+    """UDP on a TCP listener's address and port, for the same address families; None when
+    the port is taken (TCP tests still work; UDP tests will be refused)."""
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
+        sock.bind(address[:2])
+    except OSError:
+        sock.close()
+        return None
+    tcp.set_wake_up(sock)
+    return sock

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (the `lab` extra)
+    import tomli as tomllib
 
 
 def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
@@ -21,7 +28,15 @@ def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
         raise error(f"cannot read {path}: {failure.strerror}") from None
 
 
-def only(table: dict, allowed: set[str], where: str, error: type[Exception]) -> None:
+def parse_toml(text: str, error: type[Exception]) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
+    except tomllib.TOMLDecodeError as failure:
+        raise error(f"not valid TOML: {failure}") from None
+
+
+def only(table: dict[str, Any], allowed: set[str], where: str, error: type[Exception]) -> None:
     """Refuse unknown fields: a typo must not be silently ignored."""
     unknown = sorted(set(table) - allowed)
     if unknown:

@@ -22,7 +22,7 @@ from ...options import (
 )
 from ...units import parse_duration, parse_rate, parse_size
 from . import datafiles
-from .topology import TopologyError, tomllib
+from .topology import TopologyError
 
 DATA_DIR = Path(__file__).parents[1] / "data" / "experiments"
 FLOW_KINDS = ("tcp", "udp", "ping")
@@ -97,7 +97,7 @@ class Experiment:
     steps: tuple[Step, ...]
     cases: dict[str, str]  # case id -> title
     source: str = ""
-    pair: dict | None = None  # link parameters when topology = "pair"
+    pair: dict[str, Any] | None = None  # link parameters when topology = "pair"
     sweep: Sweep | None = None
 
 
@@ -107,10 +107,7 @@ def load(name_or_path: str) -> Experiment:
 
 
 def parse(text: str, default_name: str = "experiment", base: Path | None = None) -> Experiment:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ExperimentError(f"not valid TOML: {error}") from None
+    data = datafiles.parse_toml(text, ExperimentError)
     _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
                  "pair", "sweep"}, "experiment")
     topology = data.get("topology")
@@ -134,7 +131,7 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None)
                       topology, timing, quick, steps, dict(cases), text, pair, sweep)
 
 
-def _pair(data: dict, topology: str) -> dict | None:
+def _pair(data: dict[str, Any], topology: str) -> dict[str, Any] | None:
     if "pair" not in data:
         return {} if topology == "pair" else None
     if topology != "pair":
@@ -152,7 +149,7 @@ def _pair(data: dict, topology: str) -> dict | None:
     return dict(raw)
 
 
-def _sweep(raw: Any, topology: str, pair: dict | None, steps: tuple[Step, ...]
+def _sweep(raw: Any, topology: str, pair: dict[str, Any] | None, steps: tuple[Step, ...]
            ) -> Sweep | None:
     if raw is None:
         return None
@@ -188,7 +185,7 @@ def _sweep(raw: Any, topology: str, pair: dict | None, steps: tuple[Step, ...]
     return sweep
 
 
-def _pair_value(parameter: str, value: str):
+def _pair_value(parameter: str, value: str) -> str | int:
     """Sweep values are strings; a queue is a number of packets."""
     if parameter == "queue":
         try:
@@ -214,7 +211,7 @@ def flow_value(parameter: str, value: str) -> int:
     return number
 
 
-def link_parameters(experiment: Experiment, value: str | None) -> dict:
+def link_parameters(experiment: Experiment, value: str | None) -> dict[str, Any]:
     """The pair link's parameters at one point of a link sweep."""
     parameters = dict(experiment.pair or {})
     if value is not None and experiment.sweep is not None and experiment.sweep.of_link:
@@ -222,7 +219,7 @@ def link_parameters(experiment: Experiment, value: str | None) -> dict:
     return parameters
 
 
-def _only(table: dict, allowed: set[str], where: str) -> None:
+def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
     datafiles.only(table, allowed, where, ExperimentError)
 
 

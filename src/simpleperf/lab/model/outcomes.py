@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...stats import jain_index
 from .experiment import Flow, Step
@@ -25,7 +26,7 @@ class FlowOutcome:
     lost: int | None = None
     packets: int | None = None
     rate: float | None = None  # udp: the rate asked for, bits/s
-    probe_trials: list[dict] = field(default_factory=list)  # udp rate = "probe"
+    probe_trials: list[dict[str, Any]] = field(default_factory=list)  # udp rate = "probe"
     predicted: float | None = None  # goodput theory predicts, bits/s
     base_rtt: float | None = None  # ms
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full

@@ -59,7 +59,8 @@ def _route(topology: Topology, node: str, destination: ipaddress.IPv4Address
     best: tuple[int, int, ipaddress.IPv4Address | None] | None = None
     for end, _ in topology.endpoints_of(node):
         if end.address is not None and destination in end.address.network:
-            candidate = (end.address.network.prefixlen, 1, None)
+            candidate: tuple[int, int, ipaddress.IPv4Address | None] = (
+                end.address.network.prefixlen, 1, None)
             best = max(best, candidate, key=lambda c: c[:2]) if best else candidate
     for route in topology.nodes[node].routes:
         if destination in route.destination:
@@ -148,11 +149,12 @@ def max_min_shares(paths: Sequence[Path], demands: Sequence[float | None] | None
             if users:
                 increments.append(capacity / len(users))
         for i in active:
-            if demands[i] is not None:
-                increments.append(demands[i] - rates[i])
+            demand = demands[i]
+            if demand is not None:
+                increments.append(demand - rates[i])
         if not increments:
             for i in active:
-                rates[i] = math.inf if demands[i] is None else demands[i]
+                rates[i] = _or_infinite(demands[i])
             break
         step = max(0.0, min(increments))
         for i in active:
@@ -160,10 +162,14 @@ def max_min_shares(paths: Sequence[Path], demands: Sequence[float | None] | None
         for resource in remaining:
             remaining[resource] -= step * sum(1 for i in active if resource in uses[i])
         frozen = {i for i in active
-                  if (demands[i] is not None and rates[i] >= demands[i] - 1e-6)
+                  if rates[i] >= _or_infinite(demands[i]) - 1e-6
                   or any(remaining[r] <= 1e-6 for r in uses[i])}
         active -= frozen
     return rates
+
+
+def _or_infinite(demand: float | None) -> float:
+    return math.inf if demand is None else demand
 
 
 def window_bound(window_bytes: float, rtt: float) -> float:
@@ -226,7 +232,7 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
                   congestion: str) -> None:
     """One flow's RTTs, its UDP rate when set by the path, and its TCP bounds."""
     flow = outcome.flow
-    if flow.kind == "udp" and flow.rate not in ("auto", "probe"):
+    if flow.kind == "udp" and isinstance(flow.rate, float | int):
         outcome.rate = float(flow.rate)
     outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
     queues = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in forward.shaping()

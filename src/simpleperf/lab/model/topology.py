@@ -14,11 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from ...units import parse_duration, parse_rate
 from . import datafiles
 
@@ -163,21 +158,17 @@ def load(name_or_path: str) -> Topology:
 
 
 def parse(text: str, default_name: str = "lab") -> Topology:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise TopologyError(f"not valid TOML: {error}") from None
-    return from_dict(data, default_name, text)
+    return from_dict(datafiles.parse_toml(text, TopologyError), default_name, text)
 
 
-def from_dict(data: dict, default_name: str = "lab", source: str = "") -> Topology:
+def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "") -> Topology:
     _only(data, {"name", "description", *NODE_KINDS, "links"}, "topology")
     name = data.get("name", default_name)
     if not isinstance(name, str) or not LAB_NAME.match(name):
         raise TopologyError(f"topology name '{name}' must be 1-10 lowercase letters, digits "
                             "or '-', starting with a letter")
     nodes: dict[str, Node] = {}
-    raw_routes: dict[str, list] = {}
+    raw_routes: dict[str, list[Any]] = {}
     for kind in NODE_KINDS:
         table = data.get(kind, {})
         if not isinstance(table, dict):
@@ -205,7 +196,7 @@ def from_dict(data: dict, default_name: str = "lab", source: str = "") -> Topolo
     return topology
 
 
-def _only(table: dict, allowed: set[str], where: str) -> None:
+def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
     datafiles.only(table, allowed, where, TopologyError)
 
 
@@ -276,7 +267,7 @@ def _shaping(spec: Any, where: str, base: Shaping) -> Shaping:
         raise TopologyError(f"{where}: must be a table")
     if where.endswith(("a_to_b", "b_to_a")):
         _only(spec, set(SHAPING_FIELDS), where)
-    values = {}
+    values: dict[str, Any] = {}
     if "bw" in spec:
         values["rate"] = _rate(spec["bw"], f"{where}: bw")
     if "delay" in spec:
@@ -350,7 +341,7 @@ def _routes(node: str, raw: Any, topology: Topology) -> tuple[Route, ...]:
     if raw and topology.nodes[node].kind == "switch":
         raise TopologyError(f"{where}: {node} is a switch and cannot route")
     connected = [end.address.network for end, _ in topology.endpoints_of(node) if end.address]
-    routes = []
+    routes: list[Route] = []
     for text in raw:
         match = re.fullmatch(r"\s*(\S+)\s+via\s+(\S+)\s*", text)
         if not match:
@@ -387,12 +378,13 @@ def _check_addresses(topology: Topology) -> None:
                                     f"is already used by {seen[end.address.ip]}")
             seen[end.address.ip] = end.node
     for segment in l2_segments(topology):
-        addressed = [end for end in segment if end.address is not None]
-        for end in addressed[1:]:
-            if end.address.network != addressed[0].address.network:
+        addressed = [(end, end.address) for end in segment if end.address is not None]
+        for end, address in addressed[1:]:
+            first, first_address = addressed[0]
+            if address.network != first_address.network:
                 raise TopologyError(
-                    f"{end.node} address {end.address} is outside the subnet "
-                    f"{addressed[0].address.network} of {addressed[0].node}, on the same link "
+                    f"{end.node} address {address} is outside the subnet "
+                    f"{first_address.network} of {first.node}, on the same link "
                     "or switch")
 
 

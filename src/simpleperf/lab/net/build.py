@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model.theory import FRAME_BYTES
 from ..model.topology import Link, Shaping, Topology, TopologyError
@@ -92,7 +93,8 @@ class Plan:
     backend: str
     root_batch: list[str]
     namespaces: dict[str, NamespacePlan]
-    delay_queues: list[dict]  # for the delay line: namespace, queue, delay, jitter, reorder
+    # For the delay line: namespace, queue, delay, jitter, reorder.
+    delay_queues: list[dict[str, Any]]
 
     @property
     def namespace_names(self) -> list[str]:
@@ -127,7 +129,7 @@ def plan(topology: Topology, backend: str) -> Plan:
         if kind == "switch":
             space.ip_first += [f"link add {name} type bridge stp_state 0",
                                f"link set {name} up"]
-    delay_queues: list[dict] = []
+    delay_queues: list[dict[str, Any]] = []
     # Each veth end gets its own ifindex. Indexes are per namespace, so the first veth made
     # in two fresh namespaces would get the same one on both ends; the kernel then takes its
     # carrier change for a non-urgent event and a bridge port stays disabled for up to 1 s.
@@ -194,7 +196,7 @@ def _per_packet(shaping: Shaping) -> bool:
 
 
 def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, NamespacePlan],
-                 backend: str, delay_queues: list[dict], indexes) -> list[str]:
+                 backend: str, delay_queues: list[dict[str, Any]], indexes) -> list[str]:
     a, b = link.a, link.b
     assert a.address is not None and b.address is not None
     port_a, port_b = f"w{index}a", f"w{index}b"
@@ -219,14 +221,14 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
                               else RECEIVE_AGGREGATED)
     space.ip_first += [f"link set {port_a} up", f"link set {port_b} up"]
     space.ttl_restore = True
-    directions = ((port_a, port_b, b, mac_b, link.a_to_b, 2 * index - 1),
-                  (port_b, port_a, a, mac_a, link.b_to_a, 2 * index))
+    directions = ((port_a, port_b, b.address, mac_b, link.a_to_b, 2 * index - 1),
+                  (port_b, port_a, a.address, mac_a, link.b_to_a, 2 * index))
     for ingress, egress, far_end, far_mac, shaping, number in directions:
         table = 1000 + number
         space.ip_then += [
-            f"neigh replace {far_end.address.ip} lladdr {far_mac} dev {egress} nud permanent",
+            f"neigh replace {far_end.ip} lladdr {far_mac} dev {egress} nud permanent",
             f"rule add iif {ingress} table {table} pref {table}",
-            f"route add default via {far_end.address.ip} dev {egress} onlink table {table}"]
+            f"route add default via {far_end.ip} dev {egress} onlink table {table}"]
         if shaping.rate is not None:
             space.tc += _rate_limit(egress, shaping)
         if backend == "netem":
@@ -237,7 +239,7 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
 
 
 def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: int,
-                   wire: str, delay_queues: list[dict]) -> None:
+                   wire: str, delay_queues: list[dict[str, Any]]) -> None:
     if shaping.loss > 0:
         space.iptables.append(f"-A PREROUTING -i {ingress} -m statistic --mode random "
                               f"--probability {shaping.loss:.10f} -j DROP")

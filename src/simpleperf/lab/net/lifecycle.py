@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import simpleperf
 
@@ -31,15 +32,15 @@ def require_root() -> None:
                        "links and qdiscs: run it as root (e.g. sudo simpleperf lab ...)")
 
 
-def rebuild(spec: dict) -> topology.Topology:
+def rebuild(spec: dict[str, Any]) -> topology.Topology:
     """The topology model of a lab from its record."""
     if "pair" in spec:
         return topology.pair(**spec["pair"])
     return topology.parse(spec["file"])
 
 
-def up(model: topology.Topology, spec: dict, shaper: str = "auto", persistent: bool = True,
-       say: Callable[[str], None] = print) -> ownership.LabRecord:
+def up(model: topology.Topology, spec: dict[str, Any], shaper: str = "auto",
+       persistent: bool = True, say: Callable[[str], None] = print) -> ownership.LabRecord:
     require_root()
     try:
         require_tools(*REQUIRED_TOOLS)
@@ -96,7 +97,7 @@ def _clear_the_way(lab: str, namespaces: list[str], say: Callable[[str], None]) 
                        "simpleperf lab; it is left alone: remove it or rename the node")
 
 
-def _start_delay_lines(record: ownership.LabRecord, queues: list[dict]) -> None:
+def _start_delay_lines(record: ownership.LabRecord, queues: list[dict[str, Any]]) -> None:
     """One delay line per CPU (at most one per queue), the queues dealt out in turn so that
     the two directions of a link land on different ones. Each release runs the kernel's
     forwarding of what it lets go (and the receiver's first processing of it) in the

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .system import (
     existing_namespaces,
@@ -74,7 +75,7 @@ class LabRecord:
         return "building" if self.owner_alive() else "remains"
 
 
-def new_record(lab: str, backend: str, persistent: bool, topology: dict) -> LabRecord:
+def new_record(lab: str, backend: str, persistent: bool, topology: dict[str, Any]) -> LabRecord:
     pid = os.getpid()
     return LabRecord(lab, backend, pid, process_start_time(pid), persistent, topology)
 

@@ -6,6 +6,8 @@ so report.html can be mailed or opened anywhere on its own.
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 import html
 import io
@@ -44,7 +46,7 @@ class _Saver:
         self.figures.setdefault(case, []).append((title, buffer.getvalue()))
 
 
-def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]]]:
+def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[str, bytes]]]:
     """Per case: (title, PNG bytes), also saved as PNG and SVG under plots/."""
     try:
         import matplotlib
@@ -57,7 +59,7 @@ def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]
     points = sweep_points(run)
     if points:
         save("sweep", "throughput", _sweep_figure(plt, points))
-    by_case: OrderedDict[str, list[dict]] = OrderedDict()
+    by_case: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
     for step in run["steps"]:
         by_case.setdefault(step["case"], []).append(step)
     for case, steps in by_case.items():
@@ -77,7 +79,7 @@ def _figures(run: dict, folder: Path) -> OrderedDict[str, list[tuple[str, bytes]
     return save.figures
 
 
-def _sweep_figure(plt, points: list[dict]):
+def _sweep_figure(plt, points: list[dict[str, Any]]):
     """Mean throughput with its 95 % CI at each sweep value, beside theory's bounds."""
     figure, axis = plt.subplots(figsize=(9, 4))
     labels = [p["value"] for p in points]
@@ -103,7 +105,7 @@ def _sweep_figure(plt, points: list[dict]):
     return figure
 
 
-def _theory_figure(plt, case: str, transfers: list[tuple[dict, dict]]):
+def _theory_figure(plt, case: str, transfers: list[tuple[dict, dict[str, Any]]]):
     """Each transfer's measured throughput beside its predicted fair share."""
     figure, axis = plt.subplots(figsize=(9, 3.6))
     names = [f"{f['label']}\n{s['name'][:22]}" if len(s["flows"]) > 1 else f["label"]
@@ -121,7 +123,7 @@ def _theory_figure(plt, case: str, transfers: list[tuple[dict, dict]]):
     return figure
 
 
-def _over_time_figure(plt, step: dict, timed: list[dict]):
+def _over_time_figure(plt, step: dict[str, Any], timed: list[dict[str, Any]]):
     """Throughput of each flow of a step, interval by interval."""
     figure, axis = plt.subplots(figsize=(9, 3.2))
     for flow in timed:
@@ -135,7 +137,7 @@ def _over_time_figure(plt, step: dict, timed: list[dict]):
     return figure
 
 
-def _rtt_figure(plt, step: dict, loaded: list[dict]):
+def _rtt_figure(plt, step: dict[str, Any], loaded: list[dict[str, Any]]):
     """RTT probes taken while each flow ran, beside the idle RTT theory gives."""
     figure, axis = plt.subplots(figsize=(9, 3.2))
     for flow in loaded:
@@ -148,7 +150,7 @@ def _rtt_figure(plt, step: dict, loaded: list[dict]):
     return figure
 
 
-def _fairness_figure(plt, case: str, fair: list[dict]):
+def _fairness_figure(plt, case: str, fair: list[dict[str, Any]]):
     """Jain's index of every step of a case with several TCP connections."""
     figure, axis = plt.subplots(figsize=(9, 2.8))
     axis.bar([s["name"][:30] for s in fair], [s["fairness"] for s in fair])
@@ -159,7 +161,7 @@ def _fairness_figure(plt, case: str, fair: list[dict]):
     return figure
 
 
-def write_report(folder: Path, run: dict, titles: dict[str, str]) -> Path:
+def write_report(folder: Path, run: dict[str, Any], titles: dict[str, str]) -> Path:
     figures = _figures(run, folder)
     meta = run["metadata"]
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["started"]))

@@ -6,6 +6,8 @@ tool versions, kernel and shaping backend, so a run can be understood and compar
 
 from __future__ import annotations
 
+from typing import Any
+
 import csv
 import json
 import platform
@@ -135,7 +137,7 @@ class Store:
         self.db.close()
 
 
-def load_run(folder: Path) -> dict:
+def load_run(folder: Path) -> dict[str, Any]:
     """A run as plain data: metadata, and steps with their flows."""
     db = sqlite3.connect(folder / DATABASE)
     db.row_factory = sqlite3.Row

@@ -3,6 +3,8 @@ the input is a stored run (store.load_run), the output is text."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections import OrderedDict
 
 from ...stats import mean_confidence
@@ -25,12 +27,12 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def _failure(flow: dict) -> str:
+def _failure(flow: dict[str, Any]) -> str:
     return f"FAILED: {flow['error']}"
 
 
-def case_report(run: dict, titles: dict[str, str]) -> str:
-    cases: OrderedDict[str, list[dict]] = OrderedDict()
+def case_report(run: dict[str, Any], titles: dict[str, str]) -> str:
+    cases: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
     for step in run["steps"]:
         cases.setdefault(step["case"], []).append(step)
     lines: list[str] = []
@@ -45,9 +47,9 @@ def case_report(run: dict, titles: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _pair_table(steps: list[dict]) -> list[str]:
+def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
     """One row per pair: its idle RTT (ping step) and throughput (tcp or udp step)."""
-    rows: OrderedDict[str, dict] = OrderedDict()
+    rows: OrderedDict[str, dict[str, Any]] = OrderedDict()
     udp = False
     for step in steps:
         flow = step["flows"][0]
@@ -84,13 +86,13 @@ def _pair_table(steps: list[dict]) -> list[str]:
     return _table(header, table)
 
 
-def _udp_quality(flow: dict) -> str:
+def _udp_quality(flow: dict[str, Any]) -> str:
     if flow["kind"] != "udp" or flow["loss_percent"] is None:
         return "-"
     return f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost"
 
 
-def _step_block(step: dict) -> list[str]:
+def _step_block(step: dict[str, Any]) -> list[str]:
     lines = [f"  {step['name']}" + (" (interrupted)" if step["interrupted"] else "")]
     with_udp = any(flow["kind"] == "udp" for flow in step["flows"])
     table = []
@@ -120,10 +122,10 @@ def _step_block(step: dict) -> list[str]:
     return lines
 
 
-def compare(first: dict, second: dict) -> str:
+def compare(first: dict[str, Any], second: dict[str, Any]) -> str:
     """Two runs side by side, flow by flow (matched by step name and flow label)."""
-    def index(run: dict) -> OrderedDict:
-        found: OrderedDict[tuple[str, str], dict] = OrderedDict()
+    def index(run: dict[str, Any]) -> OrderedDict:
+        found: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         for step in run["steps"]:
             for flow in step["flows"]:
                 found[(step["name"], flow["label"])] = flow
@@ -146,10 +148,10 @@ def compare(first: dict, second: dict) -> str:
                             rows))
 
 
-def sweep_points(run: dict) -> list[dict]:
+def sweep_points(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Per sweep value (in the order run), the tcp goodput of every round with its mean and
     95 % confidence interval, beside the bounds theory gives."""
-    points: OrderedDict[str, dict] = OrderedDict()
+    points: OrderedDict[str, dict[str, Any]] = OrderedDict()
     for step in run["steps"]:
         if step.get("sweep_value") is None:
             continue
@@ -172,7 +174,7 @@ def sweep_points(run: dict) -> list[dict]:
     return list(points.values())
 
 
-def sweep_report(run: dict) -> str:
+def sweep_report(run: dict[str, Any]) -> str:
     points = sweep_points(run)
     if not points:
         return "no sweep points"

@@ -15,6 +15,7 @@ import signal
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..model import experiment as experiments
 from ..model import topology
@@ -26,7 +27,7 @@ from ..results.tables import case_report, sweep_report
 from .step import Runner
 
 
-def _model(plan: Experiment, value: str | None) -> tuple[topology.Topology, dict]:
+def _model(plan: Experiment, value: str | None) -> tuple[topology.Topology, dict[str, Any]]:
     if plan.topology == "pair":
         parameters = experiments.link_parameters(plan, value)
         return topology.pair(**parameters), {"pair": parameters}
@@ -41,19 +42,21 @@ def _at_point(step: Step, plan: Experiment, value: str | None) -> Step:
     if plan.sweep.of_link:
         return replace(step, name=name)
     number = experiments.flow_value(plan.sweep.parameter, value)
-    flows = tuple(replace(flow, **{plan.sweep.parameter: number}) if flow.kind == "tcp"
-                  else flow for flow in step.flows)
+    changes: dict[str, Any] = {plan.sweep.parameter: number}
+    flows = tuple(replace(flow, **changes) if flow.kind == "tcp" else flow
+                  for flow in step.flows)
     return replace(step, name=name, flows=flows)
 
 
 class _Lab:
     """The lab a run uses: built for it (and removed after), or one already up."""
 
-    def __init__(self, model: topology.Topology, spec: dict, shaper: str, say) -> None:
+    def __init__(self, model: topology.Topology, spec: dict[str, Any], shaper: str, say) -> None:
         existing = ownership.load(model.name)
-        self.reused = existing is not None and existing.state == "up" and existing.persistent
-        if self.reused:
+        self.reused = False
+        if existing is not None and existing.state == "up" and existing.persistent:
             say(f"using lab {model.name}, which is already up (it stays up)")
+            self.reused = True
             self.record = existing
         else:
             say(f"building lab {model.name} ...")

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from ..model import theory
 from ..model.experiment import Flow, Step, Timing
@@ -195,7 +196,7 @@ class Runner:
                 outcome.error = f"simpleperf gave no {kind.upper()} result"
 
 
-def _read_result(outcome: FlowOutcome, result: dict) -> None:
+def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     """Both ends' view comes back in the client's JSON; the receiver's intervals are the
     server's (ours for a reverse test, which lab flows are not)."""
     end = result["end"]

@@ -29,6 +29,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..system import namespace_inode
 from . import nfqueue
@@ -53,9 +54,14 @@ class DirectionQueue:
     delay: float
     jitter: float
     reorder: bool
-    sock: socket.socket | None = None
+    sock: socket.socket | None = None  # bound by serve()
+
+    @property
+    def netlink(self) -> socket.socket:
+        assert self.sock is not None, "the queue's socket is opened by serve()"
+        return self.sock
     in_order: deque = field(default_factory=deque)  # (release time, highest id)
-    by_time: list = field(default_factory=list)  # heap of (release time, id)
+    by_time: list[Any] = field(default_factory=list)  # heap of (release time, id)
     last_release: float = 0.0
     last_read: float = 0.0  # when the kernel queue was last read to its end
     stamped: bool = True  # the kernel gives arrival times (else arrival is when read)
@@ -135,7 +141,7 @@ def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
     return sock
 
 
-def serve(plan: list[dict]) -> None:
+def serve(plan: list[dict[str, Any]]) -> None:
     """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds)."""
     _run_ahead()
     # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
@@ -171,7 +177,7 @@ def serve(plan: list[dict]) -> None:
                 lateness.learn(now - timed)
             for queue in queues:
                 for message in queue.due(now):
-                    queue.sock.send(message)
+                    queue.netlink.send(message)
 
 
 def _run_ahead() -> None:
@@ -196,7 +202,7 @@ def _wake_plan(queues: list[DirectionQueue]) -> tuple[list[socket.socket], float
     for queue in queues:
         release = queue.next_release()
         if release is None or queue.unread_wait == 0:
-            listened.append(queue.sock)
+            listened.append(queue.netlink)
         else:
             wakes.append(queue.last_read + queue.unread_wait)
         if release is not None:
@@ -251,7 +257,7 @@ class QueueReader:
             last_only = not (queue.reorder and queue.jitter > 0)
             while True:
                 try:
-                    count = queue.sock.recv_into(self.buffer)
+                    count = queue.netlink.recv_into(self.buffer)
                 except BlockingIOError:
                     break
                 except OSError as error:

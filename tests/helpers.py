@@ -1,0 +1,97 @@
+"""Helpers for the tests: real simpleperf processes on loopback, read line by line."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_simpleperf(*args: str, timeout: float = 60, netns: str | None = None
+                   ) -> subprocess.CompletedProcess:
+    command = SIMPLEPERF + list(args)
+    if netns:
+        command = ["ip", "netns", "exec", netns] + command
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+class LiveProcess:
+    """A running simpleperf whose output lines are collected as they appear."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(SIMPLEPERF + list(args), stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._new: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._new.put(line)
+
+    def wait_for(self, predicate, timeout: float = 20) -> list[str]:
+        """Wait until predicate(lines) is true; returns the lines."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.lines):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"timed out; output so far: {self.lines!r}")
+            try:
+                self._new.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                if self.process.poll() is not None and not predicate(self.lines):
+                    raise AssertionError(f"process exited {self.process.returncode}: "
+                                         f"{self.lines!r} {self.process.stderr.read()!r}") from None
+        return self.lines
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in self.lines)
+
+    def interrupt(self, timeout: float = 10) -> int:
+        self.process.send_signal(signal.SIGINT)
+        code = self.process.wait(timeout)
+        self._reader.join(5)
+        return code
+
+    def stderr(self) -> str:
+        assert self.process.stderr is not None
+        return self.process.stderr.read()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+        self._reader.join(5)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream:
+                stream.close()
+
+
+def start_server(*extra: str) -> tuple[LiveProcess, int]:
+    port = free_port()
+    server = LiveProcess("-s", "-p", str(port), *extra)
+    server.wait_for(lambda lines: any("listening on port" in line for line in lines))
+    return server, port
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """Open file descriptors and threads of a process, from /proc."""
+    with open(f"/proc/{pid}/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    return {"fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": threads}
