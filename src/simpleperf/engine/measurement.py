@@ -14,8 +14,8 @@ from typing import Any
 
 from ..protocol.native import TestSpec
 from .clock import IntervalClock
-from .records import IntervalRecord, Snapshot
-from .streams import Stream, run_stream
+from .records import IntervalRecord, Snapshot, Stream
+from .streams import run_stream, transport_of
 
 DRAIN_LIMIT = 3.0
 MIN_LAST_INTERVAL = 1e-3  # seconds: a shorter tail is folded into the interval before it
@@ -90,7 +90,7 @@ class Measurement:
         """Once the peer has finished sending: a receiver that cannot see an end of stream
         (UDP) ends after `quiet` seconds without data."""
         for stream in self.receiving:
-            if (stream.transport.ENDS_WHEN_QUIET and not stream.done.is_set()
+            if (transport_of(stream).ENDS_WHEN_QUIET and not stream.done.is_set()
                     and now - (stream.last or self.start) >= quiet):
                 stream.done.set()  # the thread sees stop later; counters are final
 
@@ -102,13 +102,13 @@ class Measurement:
         began = time.monotonic()
         while time.monotonic() - began < limit:
             now = time.monotonic()
-            if all(s.done.is_set() or s.transport.drained(s, now - (s.last or began))
+            if all(s.done.is_set() or transport_of(s).drained(s, now - (s.last or began))
                    for s in receiving):
                 return
             time.sleep(0.005)
 
     def _counted_since_last_interval(self) -> bool:
-        return any(s.transport.snapshot(s).num_bytes != self._previous[s.number].num_bytes
+        return any(transport_of(s).snapshot(s).num_bytes != self._previous[s.number].num_bytes
                    for s in self.streams)
 
     def _emit(self, mark: float) -> None:
@@ -119,11 +119,11 @@ class Measurement:
         shift = 0.0 if omitted else self.spec.omit
         records = []
         for stream in self.streams:
-            now = stream.transport.snapshot(stream)
+            now = transport_of(stream).snapshot(stream)
             before = self._previous[stream.number]
             record = IntervalRecord(stream.number, previous_mark - shift, mark - shift,
                                     now.num_bytes - before.num_bytes, stream.sending, omitted)
-            stream.transport.fill_interval(stream, record, now, before)
+            transport_of(stream).fill_interval(stream, record, now, before)
             self._previous[stream.number] = now
             if omitted and abs(mark - self.spec.omit) < 1e-9:
                 self._baseline[stream.number] = now
@@ -140,7 +140,7 @@ class Measurement:
         return [self._result(stream) for stream in self.streams]
 
     def _result(self, stream: Stream) -> dict[str, Any]:
-        final = stream.transport.snapshot(stream)
+        final = transport_of(stream).snapshot(stream)
         base = self._baseline[stream.number]
         begin = self.start + self.spec.omit
         # A sender stopped by the peer may still be inside its last write: now is when.
@@ -151,7 +151,7 @@ class Measurement:
                                  "bytes": final.num_bytes - base.num_bytes,
                                  "seconds": round(max(0.0, end - begin), 6),
                                  "sender": stream.sending}
-        stream.transport.fill_result(stream, entry, final, base)
+        transport_of(stream).fill_result(stream, entry, final, base)
         if stream.error:
             entry["error"] = stream.error
         return entry

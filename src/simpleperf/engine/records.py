@@ -1,8 +1,16 @@
-"""What the engine measures: one stream's counters at a moment, and one interval's row."""
+"""What the engine measures: a stream and its counters, their values at a moment, and one
+interval's row."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+
+from ..protocol.native import DATAGRAM_HEADER
+from ..stats import UdpReceiveAccount
+from ..transport import tcpinfo
 
 
 @dataclass
@@ -32,3 +40,27 @@ class IntervalRecord:
     snd_cwnd: int | None = None
     rtt_us: int | None = None
     rttvar_us: int | None = None
+
+
+@dataclass
+class Stream:
+    """One direction of one connection (TCP) or socket pair (UDP)."""
+
+    number: int
+    sending: bool
+    protocol: str
+    sock: socket.socket
+    label: str  # our end, ip:port
+    num_bytes: int = 0
+    packets_sent: int = 0
+    account: UdpReceiveAccount | None = None
+    first: float | None = None  # monotonic: first byte written or read
+    last: float | None = None  # monotonic: last byte written or read
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 peers use their own layout
+    tcp_samples: list[tcpinfo.TcpInfo] = field(default_factory=list)
+
+    @property
+    def role(self) -> str:
+        return "sender" if self.sending else "receiver"

@@ -6,15 +6,12 @@ import contextlib
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocol.native import TestSpec
 from ..transport import tcp, tcpinfo, udp
 from .pacing import wait_until
-from .records import IntervalRecord, Snapshot
-
-if TYPE_CHECKING:
-    from .streams import Stream
+from .records import IntervalRecord, Snapshot, Stream
 
 SO_MAX_PACING_RATE = 47
 QUIET_SECONDS = 0.02  # a drained receiver: nothing unread, nothing new for this long

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import SimpleperfError
 from ..protocol.native import TestSpec
 from ..stats import UdpReceiveAccount
 from ..transport import udp
 from .pacing import wait_until
-from .records import IntervalRecord, Snapshot
-
-if TYPE_CHECKING:
-    from .streams import Stream
+from .records import IntervalRecord, Snapshot, Stream
 
 QUIET_SECONDS = 0.25  # a drained receiver: nothing new for this long
 ENDS_WHEN_QUIET = True  # UDP has no end of stream: a receiver ends after a quiet time

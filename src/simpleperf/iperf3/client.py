@@ -12,7 +12,7 @@ from typing import Any
 from .. import __version__
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
-from ..engine.streams import Stream
+from ..engine.records import Stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..options import ClientOptions
 from ..protocol import iperf3

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
-from ..engine.streams import Stream
+from ..engine.records import Stream
 from ..errors import ProtocolError
 from ..options import ServerOptions, test_deadline
 from ..policy import Limit, ServerPolicy

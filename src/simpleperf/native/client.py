@@ -17,7 +17,7 @@ from .. import __version__
 from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
-from ..engine.streams import Stream
+from ..engine.records import Stream
 from ..errors import Interrupted, PeerGone, PeerRefused, ProtocolError, SimpleperfError
 from ..options import ClientOptions
 from ..protocol import iperf3

@@ -11,8 +11,7 @@ from typing import Any
 
 from .. import __version__
 from ..engine.measurement import Measurement
-from ..engine.records import IntervalRecord
-from ..engine.streams import Stream
+from ..engine.records import IntervalRecord, Stream
 from ..options import ClientOptions
 from ..protocol.native import TestSpec
 from ..stats import RttSummary
