@@ -10,6 +10,8 @@ import threading
 import pytest
 from helpers import run_simpleperf, start_server
 
+pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
+
 ROW = re.compile(r"^(\S+:\d+)\s+(\d+\.\d) - (\d+\.\d)\s+(\d+) (B|KB|MB)\s+(\d+\.\d\d) Mbps$")
 
 

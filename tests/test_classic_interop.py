@@ -14,6 +14,8 @@ import pytest
 from helpers import free_port, run_simpleperf
 from test_classic_e2e import rows
 
+pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
+
 
 class ClassicServer:
     """A strict classic server: BYE counts only when a single read is exactly BYE."""

@@ -12,6 +12,8 @@ import pytest
 from helpers import LiveProcess, free_port, proc_status, run_simpleperf
 from test_classic_e2e import rows
 
+pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
+
 
 def assert_one_line_error(done: subprocess.CompletedProcess, status: int, *words: str) -> None:
     assert done.returncode == status, (done.stdout, done.stderr)

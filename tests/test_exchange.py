@@ -75,7 +75,7 @@ def test_an_error_ends_the_exchange_from_any_phase_and_nothing_follows_it():
         exchange._advance(C, events.Test(Spec()))
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([C, S]), st.sampled_from(SAMPLES)), max_size=20))
 def test_any_order_is_followed_or_refused_cleanly(steps):
     exchange = Exchange(C)
@@ -95,7 +95,7 @@ def test_any_order_is_followed_or_refused_cleanly(steps):
             assert exchange.phase is TRANSITIONS[(before[0], sender, event.key)]
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.lists(st.sampled_from(SAMPLES), max_size=12), st.integers(0, 2000))
 def test_hostile_bytes_from_a_client_are_events_in_order_or_a_protocol_error(sequence, cut):
     data = b"".join(encode(event.to_message()) for event in sequence)

@@ -15,7 +15,7 @@ from helpers import free_port, run_simpleperf, start_server
 
 from simpleperf.protocol import iperf3
 
-pytestmark = pytest.mark.iperf3
+pytestmark = [pytest.mark.iperf3, pytest.mark.loopback]
 
 
 def iperf3_client(port: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -31,7 +31,7 @@ result_entries = st.dictionaries(st.sampled_from(["id", *iperf3.RESULT_NUMBERS])
 results_messages = st.dictionaries(
     st.sampled_from(["streams", "cpu_util_total", "sender_has_retransmits"]),
     st.lists(result_entries | scalars, max_size=4) | scalars, max_size=3)
-SETTINGS = settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @SETTINGS

@@ -13,6 +13,8 @@ from helpers import start_server
 
 from simpleperf.stats import jain_index, rates_while_all_ran
 
+pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
+
 CLIENTS = 64
 SECONDS = 5
 

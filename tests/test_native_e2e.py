@@ -10,6 +10,8 @@ from helpers import run_simpleperf, start_server
 
 from simpleperf.cli import parse_args
 
+pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
+
 IPERF3_END_KEYS = {"streams", "sum_sent", "sum_received"}
 
 

@@ -125,6 +125,7 @@ LIVE_EXAMPLES = int(os.environ.get("SIMPLEPERF_FUZZ_LIVE", "10000"))
 
 
 @pytest.mark.slow
+@pytest.mark.loopback
 @settings(max_examples=LIVE_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
           database=None)
 @given(kind=st.sampled_from([native.CONTROL, native.DATA, native.ECHO, b"X"]),

@@ -13,6 +13,8 @@ from helpers import LiveProcess, free_port, proc_status, run_simpleperf, start_s
 
 from simpleperf.protocol import native
 
+pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
+
 
 class ThreadedClassicServer:
     """A classic server written from the spec: counts payload until a read that ends in
@@ -107,6 +109,7 @@ def test_max_clients_refuses_the_extra_test_while_one_runs():
         live.close()
 
 
+@pytest.mark.slow
 def test_shared_secret_authentication(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("correct horse battery staple\n")
@@ -180,6 +183,7 @@ def _messages(data: bytes) -> list[dict]:
     return native.MessageReader().feed(data)
 
 
+@pytest.mark.slow
 def test_a_silent_control_connection_is_timed_out(server):
     live, port = server
     with _connect(port) as sock:
