@@ -69,6 +69,17 @@ BAD_INVOCATIONS = [
     (["-c", "--max-clients", "3"], "--max-clients"),
     (["-s", "--frobnicate"], "--frobnicate"),
     (["-s", "extra"], "extra"),
+    # Hostile or absurd values: each one line, exit 2, before anything connects.
+    (["-c", "-n", "99999999999999999999999999999999MB"], "-n/--num"),
+    (["-c", "-t", "999999999", "--native"], "-t/--time"),
+    (["-c", "-t", "999999999"], "-t/--time"),
+    (["-c", "", "-t", "1"], "-c/--client"),
+    (["-c", "-I", ""], "-I/--serverip"),
+    (["-c", "localhost\n"], "-c/--client"),
+    (["-c", "-I", "local\thost"], "-I/--serverip"),
+    (["-c", "--rtt-interval", "1e-9"], "--rtt-interval"),
+    (["-c", "-i", "1e-9"], "-i/--interval"),
+    (["-s", "--max-duration", "1e12"], "--max-duration"),
 ]
 
 

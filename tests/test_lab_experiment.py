@@ -6,6 +6,9 @@ import dataclasses
 import re
 
 import pytest
+import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simpleperf.lab.model import experiment, theory, topology
 from simpleperf.lab.model.experiment import ExperimentError
@@ -212,3 +215,47 @@ def test_sweep_summary_is_mean_and_confidence_beside_the_bounds():
     assert point["mean"] == pytest.approx(25e6)
     assert point["ci95"] == pytest.approx(4.303 * 1e6 / 3 ** 0.5, rel=1e-3)
     assert point["window_bound"] == 25.6e6 and point["mathis_bound"] is None
+
+
+_hostile = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
+                     st.floats(allow_nan=True), st.text(max_size=20), st.just("x" * 5000),
+                     st.text(alphabet=st.characters(max_codepoint=31), max_size=4),
+                     st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
+                                                                          st.integers()))
+
+
+@settings(max_examples=500, deadline=None)
+@given(place=st.sampled_from(["experiment", "timing", "step", "flow"]),
+       key=st.sampled_from(["name", "description", "topology", "duration", "ping_count",
+                            "case", "repeat", "flows", "kind", "from", "to", "parallel", "rate",
+                            "length", "window", "congestion", "label", "address", "zzz"]),
+       value=_hostile)
+def test_any_mutated_experiment_is_an_experiment_or_one_line(place, key, value):
+    data = {"name": "fz", "topology": "portfolio", "timing": {"duration": "1s"},
+            "steps": [{"name": "s", "flows": [{"kind": "tcp", "from": "h1", "to": "h4"}]}]}
+    target = {"experiment": data, "timing": data["timing"], "step": data["steps"][0],
+              "flow": data["steps"][0]["flows"][0]}[place]
+    target[key] = value
+    try:
+        plan = experiment.parse(_toml(data))
+    except ExperimentError as error:
+        assert "\n" not in str(error) and len(str(error)) < 400
+        return
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", plan.name)
+    for step in plan.steps:
+        assert "\n" not in step.name and all(1 <= f.parallel <= 128 for f in step.flows)
+
+
+def _toml(data) -> str:
+    return tomli_w.dumps(_clean(data))
+
+
+def _clean(value):
+    """TOML has no null: a None becomes an empty string, as a user might write."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value

@@ -284,3 +284,29 @@ def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
     steady.admit([(5, 1.0), (6, 1.001)], random.Random(1))
     assert steady.next_release() == pytest.approx(1.011)
     assert steady.due(1.0109) == [] and len(steady.due(1.011)) == 1
+
+
+@pytest.mark.parametrize("content,message", [
+    (b'name = "lab"\n[hosts]\nh1 = {}\n\xff\xfe', "not UTF-8 text"),
+    (b"x" * (2 << 20), "larger than"),
+    (b'[hosts]\n"h1\\n" = {}\n', "node name"),
+    (b'name = "zz\\n"\n[hosts]\nh1 = {}\n', "topology name"),
+    (("[hosts]\n" + "h" * 10_000 + " = {}\n").encode(), "node name"),
+    (b'[hosts]\nh1 = {}\nh2 = {}\n[[links]]\nname = "' + b"L" * 10_000 + b'"\na = "h1"\n'
+     b'b = "h2"\n', "link 1: name"),
+    (b'[hosts]\nh1 = {}\nh2 = {}\n[[links]]\nname = "L1\\n"\na = "h1"\nb = "h2"\n',
+     "link 1: name"),
+    (b'description = "two\\nlines"\n[hosts]\nh1 = {}\n', "description"),
+])
+def test_bad_topology_files_are_one_line_errors(tmp_path, content, message):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(content)
+    with pytest.raises(TopologyError) as caught:
+        topology.load(str(path))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+
+
+def test_a_device_that_never_ends_is_refused_not_read_to_the_end():
+    with pytest.raises(TopologyError, match="larger than"):
+        topology.load("/dev/zero")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -234,3 +235,71 @@ def test_a_link_sweep_rebuilds_the_link_and_follows_the_window_bound(tmp_path):
         assert 0.6 * min(bound, 50e6) < throughput < 1.05 * min(bound, 50e6), (value, throughput)
     assert any(p.name.startswith("casesweep") for p in (folder / "plots").iterdir())
     assert_gone({"h1", "h2", "pair-wire"})
+
+
+SMALL = """
+name = "small"
+topology = "pair"
+[pair]
+rate = "20M"
+[timing]
+duration = "1s"
+[[steps]]
+name = "one tcp flow"
+flows = [{ kind = "tcp", from = "h1", to = "h2" }]
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 64 KiB: room for the database, not for the plots."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.mark.parametrize("room", ["some", "none"])
+def test_a_full_disk_is_one_line_an_incomplete_run_and_a_lab_taken_down(tmp_path, small_disk,
+                                                                         room):
+    plan = tmp_path / "small.toml"
+    plan.write_text(SMALL)
+    if room == "none":
+        filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError):
+                while True:
+                    os.write(filler, bytes(4096))
+        finally:
+            os.close(filler)
+    results = small_disk / "runs"
+    done = subprocess.run(SIMPLEPERF + ["lab", "run", str(plan), "--results", str(results)],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "No space left on device" in lines[0] or "disk is full" in lines[0]
+    assert "Traceback" not in done.stdout
+    assert_gone({"h1", "h2", "pair-wire"})
+    assert not Path("/run/simpleperf/labs/pair.lock").exists()
+    listed = lab("results", "--results", str(results))
+    if room == "none":  # nothing could be written: nothing is left looking like a run
+        assert not results.exists() or not any(results.iterdir())
+        assert "no runs" in listed.stdout
+    else:  # the database was written, the plots were not: the run says it is incomplete
+        assert "INCOMPLETE" in listed.stdout
+        assert not (run_folder(results) / "results.json").exists()
+
+
+def test_unreadable_results_folders_are_named_not_a_crash(tmp_path):
+    broken = tmp_path / "runs" / "broken-1"
+    broken.mkdir(parents=True)
+    (broken / "results.sqlite").write_bytes(b"")  # what a full disk once left
+    listed = lab("results", "--results", str(tmp_path / "runs"))
+    assert "unreadable" in listed.stdout and "Traceback" not in listed.stderr
+    done = lab("compare", str(broken), str(broken), check=False)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and "broken-1" in done.stderr

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from helpers import SIMPLEPERF, free_port
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lab_helpers import (
     PORTFOLIO_NAMESPACES,
     assert_gone,
@@ -111,6 +113,33 @@ def test_a_namespace_the_lab_did_not_create_is_never_touched():
     finally:
         subprocess.run(["ip", "netns", "del", "h2"], capture_output=True)
         subprocess.run(["ip", "netns", "del", bystander], check=True)
+
+
+@pytest.mark.parametrize("then", ["down", "up"])
+def test_a_namespace_whose_inode_was_never_recorded_is_reported_and_left(then):
+    """What a SIGKILL between creating the namespaces and recording them leaves: their names
+    without inodes. Someone then makes their own h1: neither down nor up may remove it."""
+    record = ownership.new_record("pair", "own", True, {"pair": {}})
+    record.namespaces = {"h1": None, "h2": None, "pair-wire": None}
+    record.owner_pid, record.owner_start_time = 1, 0  # its owner is gone
+    record.save()
+    subprocess.run(["ip", "netns", "add", "h1"], check=True)
+    try:
+        if then == "down":
+            done = lab("down", "pair")
+            assert "left alone: namespace h1" in done.stdout
+            assert ownership.load("pair") is None
+        done = lab("up", "pair", check=False)
+        assert done.returncode == 1
+        assert "namespace h1 already exists and was not created by simpleperf lab" in \
+            done.stderr
+        assert "h1" in existing_namespaces()
+        assert_gone({"h2", "pair-wire"})
+    finally:
+        subprocess.run(["ip", "netns", "del", "h1"], check=True)
+    lab("up", "pair", "--delay", "1ms")
+    lab("down", "pair")
+    assert_gone({"h1", "h2", "pair-wire"})
 
 
 def test_without_root_the_message_says_what_is_needed():
@@ -335,3 +364,72 @@ def test_udp_reordering_by_jitter_is_counted(pair_lab):
     finally:
         server.terminate()
         server.wait(10)
+
+
+_SMALL_TOPOLOGY = {"name": "fz", "hosts": {"a1": {}, "b1": {}},
+                   "links": [{"name": "L1", "a": "a1", "b": "b1", "a_address": "10.9.0.1/24",
+                              "b_address": "10.9.0.2/24", "bw": "10M", "delay": "1ms"}]}
+_hostile = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=True), st.text(max_size=30),
+                     st.text(alphabet=st.characters(max_codepoint=31), max_size=5),
+                     st.just("x" * 5000), st.lists(st.integers(), max_size=3))
+
+
+def _toml_value(value) -> str:
+    if value is None:
+        return '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if value != value else repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def _render(data: dict) -> str:
+    lines = [f"name = {_toml_value(data['name'])}", "[hosts]"]
+    lines += [f"{json.dumps(node)} = {{}}" for node in data["hosts"]]
+    for link in data["links"]:
+        lines.append("[[links]]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in link.items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from(["name", "node", "link"]),
+       key=st.sampled_from(["name", "a", "b", "a_address", "b_address", "bw", "delay",
+                            "jitter", "loss", "max_queue_size", "reorder", "zzz"]),
+       value=_hostile, garble=st.booleans())
+def test_any_mutated_topology_comes_up_or_is_one_line_and_leaves_nothing(
+        tmp_path, where, key, value, garble):
+    data = json.loads(json.dumps(_SMALL_TOPOLOGY))
+    if where == "name":
+        data["name"] = value
+    elif where == "node":
+        data["hosts"] = {str(value)[:12] or "?": {}, "b1": {}}
+    else:
+        data["links"][0][key] = value
+    text = _render(data).encode()
+    if garble:
+        text = text[:len(text) // 2] + b"\xff\xfe" + text[len(text) // 2:]
+    path = tmp_path / "fz.toml"
+    path.write_bytes(text)
+    namespaces, daemons = existing_namespaces(), delay_line_pids()
+    records = set(os.listdir(ownership.RECORD_DIR)) if ownership.RECORD_DIR.exists() else set()
+    done = lab("up", str(path), check=False, timeout=60)
+    if done.returncode == 0:
+        lab("down", "fz")
+    else:
+        assert done.returncode in (1, 2)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
+    assert existing_namespaces() == namespaces
+    time.sleep(0.1)
+    assert delay_line_pids() <= daemons
+    after = set(os.listdir(ownership.RECORD_DIR)) if ownership.RECORD_DIR.exists() else set()
+    assert after <= records

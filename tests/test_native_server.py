@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 
@@ -282,3 +283,63 @@ def test_one_port_serves_classic_and_native_clients_at_once(server):
     assert native_run.returncode == 0 and json.loads(native_run.stdout)["end"]["sum"]
     classic_run = results["classic"]
     assert classic_run.returncode == 0 and classic_run.stdout.rstrip().endswith("Mbps")
+
+
+@pytest.mark.iperf3
+def test_connections_beyond_the_limits_are_refused_in_each_protocols_words():
+    live, port = start_server("--max-connections-per-host", "3")
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        time.sleep(0.3)
+        native_client = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert native_client.returncode == 1
+        lines = native_client.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--max-connections-per-host" in lines[0]
+        iperf3_client = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "1"],
+                                       capture_output=True, text=True, timeout=30)
+        assert iperf3_client.returncode != 0 and "busy" in iperf3_client.stderr
+        live.wait_for(lambda lines: any("Refused a connection" in line for line in lines))
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.5)
+    served = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+    assert served.returncode == 0, served.stderr
+    live.close()
+
+
+def test_many_idle_connections_cost_at_most_the_limit_in_threads():
+    live, port = start_server("--max-connections", "20")
+    base = proc_status(live.process.pid)
+    idle = []
+    try:
+        for _ in range(200):
+            idle.append(socket.create_connection(("127.0.0.1", port)))
+        time.sleep(1.0)
+        held = proc_status(live.process.pid)
+        assert held["threads"] <= base["threads"] + 20 + 1  # the workers, and the refuser
+        assert held["fds"] <= base["fds"] + 20 + 64  # workers' sockets, refusals pending
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(1.5)
+    assert proc_status(live.process.pid)["fds"] <= base["fds"]
+    live.close()
+
+
+def test_a_trickling_classic_connection_is_ended():
+    live, port = start_server("--rcv-timeout", "1500", "-f", "B")
+    with socket.create_connection(("127.0.0.1", port)) as trickle:
+        ended = None
+        began = time.monotonic()
+        while time.monotonic() - began < 10:
+            try:
+                trickle.sendall(b"\0")
+            except OSError:
+                ended = time.monotonic() - began
+                break
+            time.sleep(0.25)
+        live.wait_for(lambda lines: any("less than 1024 bytes in 1.5 s" in line
+                                        for line in lines))
+    assert ended is None or ended < 6
+    live.close()

@@ -82,3 +82,33 @@ def test_rate_search_converges_just_under_a_path_it_does_not_know():
     assert found is not None and 0.95 * capacity <= found.offered <= capacity
     assert len(trials) <= 16
     assert best(search(lambda rate: (0.0, 100.0, None), threshold=1.0)) is None
+
+
+def _fed(numbers):
+    account = UdpReceiveAccount()
+    for number in numbers:
+        account.feed(number, 0.0, 0.001)
+    return account
+
+
+def test_one_forged_far_datagram_is_one_bad_datagram_not_millions_lost():
+    forged = _fed([*range(1, 101), 2**40, *range(101, 201)])
+    assert (forged.packets, forged.settled_lost, forged.bad) == (200, 0, 1)
+    real_gap = _fed([*range(1, 101), *range(5000, 5101)])
+    assert (real_gap.packets, real_gap.settled_lost, real_gap.bad) == (5100, 4899, 0)
+    unconfirmed = _fed([*range(1, 101), 2**40])
+    assert (unconfirmed.packets, unconfirmed.settled_lost) == (100, 0)
+
+
+@given(st.lists(st.integers(-20, 50), min_size=2, max_size=300), st.integers(0, 300),
+       st.integers(1, 2**62))
+def test_a_stray_far_number_anywhere_changes_nothing_but_bad(steps, where, jump):
+    """Honest numbers move by small steps (reordering, small losses); one stray far
+    number inserted anywhere leaves packets and loss as they were."""
+    numbers = [max(1, 1 + sum(steps[:i + 1])) for i in range(len(steps))]
+    honest = _fed(numbers)
+    at = where % (len(numbers) + 1)
+    stray = honest.highest + UdpReceiveAccount.JUMP_LIMIT + jump
+    # The stray is followed by a datagram carrying on from before (or nothing, at the end).
+    tainted = _fed([*numbers[:at], stray, *numbers[at:]])
+    assert (tainted.packets, tainted.settled_lost) == (honest.packets, honest.settled_lost)

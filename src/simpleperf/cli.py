@@ -18,8 +18,11 @@ from .errors import UsageError
 from .options import (
     CLASSIC_MAX_PARALLEL,
     DEFAULT_DURATION,
+    DEFAULT_IDLE_SECONDS,
     DEFAULT_LENGTH,
     DEFAULT_LOSS_THRESHOLD,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_HOST,
     DEFAULT_PORT,
     DEFAULT_RTT_INTERVAL,
     DEFAULT_SERVER_IP,
@@ -27,16 +30,20 @@ from .options import (
     MAX_CLIENTS_LIMIT,
     MAX_LENGTH,
     MAX_MSS,
+    MAX_NUM_BYTES,
     MAX_OMIT,
     MAX_PARALLEL,
     MAX_PORT,
     MAX_RATE,
     MAX_RTT_COUNT,
+    MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
     MAX_WINDOW,
     MIN_LENGTH,
     MIN_MSS,
     MIN_PORT,
+    MIN_REPORT_INTERVAL,
+    MIN_RTT_INTERVAL,
     MIN_UDP_LENGTH,
     MIN_WINDOW,
     ClientOptions,
@@ -47,7 +54,8 @@ from .units import DISPLAY_UNITS, parse_rate, parse_size
 
 NO_MODE_MESSAGE = "Error: you must run either in server or client mode"
 
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
+_HOSTNAME = re.compile(r"(?=.{1,253}\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+")
+_NO_HOST = "\0"  # -c without a value (then -I, or the default, names the server)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -62,7 +70,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     mode = parser.add_argument_group("mode")
     mode.add_argument("-s", "--server", action="store_true", help="run as server")
-    mode.add_argument("-c", "--client", nargs="?", const="", default=None, metavar="HOST",
+    mode.add_argument("-c", "--client", nargs="?", const=_NO_HOST, default=None, metavar="HOST",
                       help="run as client (optionally give the server address here)")
     common = parser.add_argument_group("both modes")
     common.add_argument("-p", "--port", help=f"port, 1024..65535 (default {DEFAULT_PORT})")
@@ -89,6 +97,13 @@ def _build_parser() -> argparse.ArgumentParser:
                         "and end any test that runs longer")
     server.add_argument("--max-clients", help="tests served at the same time")
     server.add_argument("--max-parallel", help="streams one test may open")
+    server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
+                        "brings less than 1 KB in this many milliseconds (default "
+                        f"{DEFAULT_IDLE_SECONDS * 1000:g})")
+    server.add_argument("--max-connections", help="connections open at once, in all "
+                        f"(default {DEFAULT_MAX_CONNECTIONS})")
+    server.add_argument("--max-connections-per-host", help="connections open at once from "
+                        f"one address (default {DEFAULT_MAX_CONNECTIONS_PER_HOST})")
     client = parser.add_argument_group("client")
     client.add_argument("-I", "--serverip", help=f"server address (default {DEFAULT_SERVER_IP})")
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
@@ -129,7 +144,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration",
-                "max_clients": "--max-clients", "max_parallel": "--max-parallel"}
+                "max_clients": "--max-clients", "max_parallel": "--max-parallel",
+                "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
+                "max_connections_per_host": "--max-connections-per-host"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "parallel": "-P/--parallel", "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
@@ -178,11 +195,20 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         return ServerOptions(
             bind=bind, port=port, unit=unit, length=_length(args.len, DEFAULT_LENGTH),
             window=window, congestion=congestion,
-            max_duration=_positive_seconds("--max-duration", args.max_duration, None),
+            max_duration=_positive_seconds("--max-duration", args.max_duration, None,
+                                           high=MAX_TEST_SECONDS),
             max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
             max_parallel=_optional_int("--max-parallel", args.max_parallel, 1,
                                        MAX_PARALLEL),
-            secret=secret)
+            secret=secret,
+            idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
+                                     int(DEFAULT_IDLE_SECONDS * 1000), 100,
+                                     int(MAX_TEST_SECONDS * 1000)) / 1000,
+            max_connections=_int_in_range("--max-connections", args.max_connections,
+                                          DEFAULT_MAX_CONNECTIONS, 1, MAX_CLIENTS_LIMIT),
+            max_connections_per_host=_int_in_range(
+                "--max-connections-per-host", args.max_connections_per_host,
+                DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT))
     if args.b is not None and args.bitrate is not None:
         raise UsageError("-b and --bitrate both give the rate: use one")
     rate_text = args.b if args.b is not None else args.bitrate
@@ -191,9 +217,11 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         host=_server_host(args.client, args.serverip),
         port=port,
         unit=unit,
-        duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION),
+        duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
+                                   high=MAX_TEST_SECONDS),
         num_bytes=_num_bytes(args.num, args.time),
-        interval=_positive_seconds("-i/--interval", args.interval, None),
+        interval=_positive_seconds("-i/--interval", args.interval, None,
+                                   low=MIN_REPORT_INTERVAL),
         parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
         length=_length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH),
         window=window,
@@ -207,7 +235,7 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
                                   DEFAULT_LOSS_THRESHOLD),
         count=_optional_int("--count", args.count, 1, MAX_RTT_COUNT),
         rtt_interval=_positive_seconds("--rtt-interval", args.rtt_interval,
-                                       DEFAULT_RTT_INTERVAL),
+                                       DEFAULT_RTT_INTERVAL, low=MIN_RTT_INTERVAL),
         latency=not args.no_latency,
         local=_ip_address("-B/--bind-address", args.bind_address)
         if args.bind_address is not None else None,
@@ -374,15 +402,18 @@ def _window(text: str | None) -> int | None:
 Default = TypeVar("Default", float, None)
 
 
-def _positive_seconds(flag: str, text: str | None, default: Default) -> float | Default:
+def _positive_seconds(flag: str, text: str | None, default: Default, low: float = 0.0,
+                      high: float = MAX_TEST_SECONDS) -> float | Default:
     if text is None:
         return default
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not (value > 0 and value < 1e9):  # also rejects nan and inf
-        raise UsageError(f"{flag} must be a number of seconds greater than 0, not '{text}'")
+    if not ((value >= low if low > 0 else value > 0) and value <= high):  # and nan, inf
+        floor = f"at least {low:g}" if low > 0 else "greater than 0"
+        raise UsageError(f"{flag} must be a number of seconds {floor} and at most {high:g}, "
+                         f"not '{text}'")
     return value
 
 
@@ -396,9 +427,9 @@ def _num_bytes(text: str | None, time_text: str | None) -> int | None:
         value = parse_size(text)
     except ValueError:
         value = 0
-    if value <= 0:
-        raise UsageError(f"-n/--num must be an amount greater than 0 with unit B, KB or MB "
-                         f"(e.g. 10MB), not '{text}'")
+    if not 0 < value <= MAX_NUM_BYTES:
+        raise UsageError(f"-n/--num must be an amount from 1B to {MAX_NUM_BYTES}B with unit "
+                         f"B, KB or MB (e.g. 10MB), not '{text}'")
     return value
 
 
@@ -410,7 +441,10 @@ def _ip_address(flag: str, text: str) -> str:
 
 
 def _server_host(client_value: str, serverip: str | None) -> str:
-    direct = client_value or None
+    if client_value == "" or serverip == "":
+        raise UsageError(f"{'-c/--client' if client_value == '' else '-I/--serverip'} needs "
+                         "a server address, not an empty one")
+    direct = client_value if client_value != _NO_HOST else None
     if direct and serverip and direct != serverip:
         raise UsageError(f"two server addresses given: -c {direct} and -I {serverip}")
     host = direct or serverip or DEFAULT_SERVER_IP
@@ -421,6 +455,6 @@ def _server_host(client_value: str, serverip: str | None) -> str:
         pass
     # A name is allowed (it is resolved at connect time), but something that looks like a
     # dotted address and is not one is a typo, not a name.
-    if re.fullmatch(r"[\d.]+", host) or not _HOSTNAME.match(host):
-        raise UsageError(f"{flag} must be an IP address or host name, not '{host}'")
+    if re.fullmatch(r"[\d.]+", host) or not _HOSTNAME.fullmatch(host):
+        raise UsageError(f"{flag} must be an IP address or host name, not {host[:60]!r}")
     return host

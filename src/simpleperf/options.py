@@ -32,7 +32,14 @@ MAX_OMIT = 3600.0
 MAX_TEST_SECONDS = 7 * 86400.0  # the longest test either end accepts
 MAX_NUM_BYTES = 1 << 60
 MAX_RTT_COUNT = 10**6
+MIN_RTT_INTERVAL = 0.01  # 100 probes a second: more would load what it measures
+MIN_REPORT_INTERVAL = 0.01
 MAX_CLIENTS_LIMIT = 100_000
+# Open connections a server keeps at once, in all and from one address: a thread each. One
+# test may open 2 x 128 streams, a control and an echo connection from one address.
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_IDLE_SECONDS = 60.0  # a classic connection that brings (almost) nothing this long ends
+DEFAULT_MAX_CONNECTIONS_PER_HOST = 300
 SERVER_OVERRUN_SECONDS = 5.0  # a server ends a test this long after --max-duration
 RESULTS_WAIT_SECONDS = 30.0  # after the test's end, for the peer's results
 
@@ -70,6 +77,9 @@ class ServerOptions:
     max_clients: int | None = None
     max_parallel: int | None = None
     secret: bytes | None = None
+    idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
 
     @property
     def test_time_limit(self) -> float | None:

@@ -16,6 +16,7 @@ class Limit(Enum):
     DURATION = "duration"
     UDP = "udp"
     BUSY = "busy"
+    CONNECTIONS = "connections"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,33 @@ class ServerPolicy:
         self.options = options
         self.slots = TestSlots(options.max_clients)
         self.udp_available = True  # until the server finds it cannot open its UDP port
+        self.connections: dict[str, int] = {}  # open connections by the peer's address
+        self._lock = threading.Lock()
+
+    def admit_connection(self, host: str) -> Refusal | None:
+        """A new connection from `host` is counted, or refused when the server holds as
+        many as --max-connections (or --max-connections-per-host from that address)."""
+        options = self.options
+        with self._lock:
+            total = sum(self.connections.values())
+            if total >= options.max_connections:
+                return Refusal(Limit.CONNECTIONS, f"the server holds {total} connections, at "
+                               f"most {options.max_connections} (--max-connections)")
+            mine = self.connections.get(host, 0)
+            if mine >= options.max_connections_per_host:
+                return Refusal(Limit.CONNECTIONS, f"{mine} connections from {host} are open, "
+                               f"at most {options.max_connections_per_host} from one "
+                               "address (--max-connections-per-host)")
+            self.connections[host] = mine + 1
+            return None
+
+    def release_connection(self, host: str) -> None:
+        with self._lock:
+            left = self.connections.get(host, 0) - 1
+            if left > 0:
+                self.connections[host] = left
+            else:
+                self.connections.pop(host, None)
 
     @property
     def time_limit(self) -> float | None:

@@ -22,10 +22,11 @@ from .policy import ServerPolicy
 from .protocol import iperf3, native
 from .protocol.classic import ACK, ClassicReceiver
 from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
+from .refuser import Refuser
 from .report import classic as table
 from .transport import tcp
 
-IDLE_LIMIT_SECONDS = 60.0
+MIN_PROGRESS_BYTES = 1024  # per idle limit, from a classic client
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
 
 
@@ -38,18 +39,18 @@ class ConnectionResult:
 
 
 class Server:
-    def __init__(self, options: ServerOptions, out: Callable[[str], None],
-                 idle_limit: float = IDLE_LIMIT_SECONDS) -> None:
+    def __init__(self, options: ServerOptions, out: Callable[[str], None]) -> None:
         self.options = options
         self._out = out
         self._print_lock = threading.Lock()
         self._stopping = threading.Event()
         self._active: dict[threading.Thread, socket.socket] = {}
         self._active_lock = threading.Lock()
-        self._idle_limit = idle_limit
+        self._idle_limit = options.idle_limit
         self.listener = tcp.open_listener(options.bind, options.port, window=options.window,
                                           congestion=options.congestion)
-        policy = ServerPolicy(options)
+        policy = self.policy = ServerPolicy(options)
+        self.refuser = Refuser(self.say, self._stopping)
         self.native = NativeService(options, self.listener, self.say, self._stopping, policy)
         self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping,
                                     self.native.udp_socket_for
@@ -90,6 +91,11 @@ class Server:
             self.iperf3.udp_hello(data, peer)
 
     def _start(self, conn: socket.socket, address: tuple[Any, ...]) -> None:
+        peer = tcp.endpoint(address)
+        refusal = self.policy.admit_connection(_host(peer))
+        if refusal is not None:
+            self.refuser.refuse(conn, peer, str(refusal))
+            return
         self._accepted += 1  # iperf3 numbers its streams in the order they connected
         worker = threading.Thread(target=self._serve_connection,
                                   args=(conn, address, self._accepted),
@@ -135,6 +141,7 @@ class Server:
                 conn.close()
             with self._active_lock:
                 self._active.pop(threading.current_thread(), None)
+            self.policy.release_connection(_host(tcp.endpoint(address)))
 
     def _identify(self, conn: socket.socket, accepted: float) -> tuple[str, bytes]:
         """The protocol of a new connection and the bytes read to tell (which belong to
@@ -183,7 +190,9 @@ class Server:
         buffer = memoryview(bytearray(max(self.options.length, 65536)))
         recv_into = conn.recv_into
         clock = time.monotonic
-        last_data = accepted
+        # A trickle (a byte every few seconds) must not hold a connection forever: every
+        # idle-limit window must bring at least MIN_PROGRESS_BYTES.
+        window_start, window_bytes = accepted, 0
         problem: str | None = None
         while not receiver.finished:
             try:
@@ -192,10 +201,7 @@ class Server:
                 if self._stopping.is_set():
                     problem = "server stopped"
                     break
-                if clock() - last_data > self._idle_limit:
-                    problem = f"no data for {self._idle_limit:g} s"
-                    break
-                continue
+                count = -1
             except OSError as error:
                 problem = "connection reset" if isinstance(error, ConnectionResetError) \
                     else (error.strerror or str(error)).lower()
@@ -203,7 +209,17 @@ class Server:
             if count == 0:
                 problem = "closed without BYE"
                 break
-            last_data = clock()
+            now = clock()
+            if now - window_start > self._idle_limit:
+                if window_bytes + max(count, 0) < MIN_PROGRESS_BYTES:
+                    problem = (f"no data for {self._idle_limit:g} s" if window_bytes == 0
+                               and count < 0 else f"less than {MIN_PROGRESS_BYTES} bytes in "
+                               f"{self._idle_limit:g} s")
+                    break
+                window_start, window_bytes = now, 0
+            if count < 0:
+                continue
+            window_bytes += count
             try:
                 if receiver.feed(buffer[:count]):
                     break
@@ -219,3 +235,8 @@ class Server:
             except OSError:
                 problem = "acknowledgement could not be sent"
         return ConnectionResult(peer, ended - accepted, receiver.payload_bytes, problem)
+
+
+def _host(endpoint: str) -> str:
+    """The address part of "host:port" (IPv4-mapped addresses already shown as IPv4)."""
+    return endpoint.rsplit(":", 1)[0]

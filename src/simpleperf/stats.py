@@ -69,12 +69,19 @@ class UdpReceiveAccount:
     highest number seen (what the sender sent, as far as the receiver can tell). Jitter
     smooths |transit - previous transit| with gain 1/16; the first packet only sets the
     transit, so a clock offset between the hosts never enters it.
+
+    One datagram cannot move the account far: a number more than JUMP_LIMIT beyond the
+    highest is counted provisionally and confirmed by the next datagram following on from
+    it (a real gap, however long). If the next one carries on from before instead, the far
+    one was stray or forged: it is undone and counted as one `bad` datagram, not as
+    millions lost. An unconfirmed jump never enters `packets` or `settled_lost`.
     """
 
     BLOCK = 32  # packets per block of the queue-growth estimate
+    JUMP_LIMIT = 1000
 
-    __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "_transit",
-                 "first_block_min", "last_block_min", "_block_min", "_block_count")
+    __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "bad", "_transit",
+                 "first_block_min", "last_block_min", "_block_min", "_block_count", "_undo")
 
     def __init__(self) -> None:
         self.highest = 0
@@ -82,6 +89,9 @@ class UdpReceiveAccount:
         self.out_of_order = 0
         self.jitter = 0.0  # seconds
         self.received = 0
+        self.bad = 0
+        # A far jump not yet confirmed: the highest and lost before it, and its number.
+        self._undo: tuple[int, int, int] | None = None
         self._transit: float | None = None
         # Smallest transit time of the first and of the latest whole block of packets: their
         # difference is how much the path's queues grew (the clock offset cancels out).
@@ -103,10 +113,21 @@ class UdpReceiveAccount:
         highest, lost, ooo, jitter, transit = (self.highest, self.lost, self.out_of_order,
                                                self.jitter, self._transit)
         block_min, block_count, block = self._block_min, self._block_count, self.BLOCK
+        jump_limit, undo, bad = self.JUMP_LIMIT, self._undo, self.bad
         count = 0
         for number, sent, arrival in packets:
             count += 1
+            if undo is not None:  # rare: the datagram after a far jump judges it
+                before, lost_before, jumped = undo
+                undo = None
+                if not 0 < number - jumped <= jump_limit and number <= before + jump_limit:
+                    highest, lost, bad = before, lost_before, bad + 1
             if number > highest:
+                if number - highest > jump_limit:
+                    undo = (highest, lost, number)  # no jitter from it until believed
+                    lost += number - highest - 1
+                    highest = number
+                    continue
                 lost += number - highest - 1
                 highest = number
             else:
@@ -127,6 +148,7 @@ class UdpReceiveAccount:
                 block_min, block_count = float("inf"), 0
         self.highest, self.lost, self.out_of_order, self.jitter, self._transit = (
             highest, lost, ooo, jitter, transit)
+        self._undo, self.bad = undo, bad
         self._block_min, self._block_count = block_min, block_count
         self.received += count
 
@@ -134,7 +156,8 @@ class UdpReceiveAccount:
         """`count` packets numbered first, first+1, ..., all sent at `sent` and arriving
         together (one segmentation-offload batch): the same result as feeding each, in
         O(count / BLOCK) instead of O(count)."""
-        if first <= self.highest or count < 1:
+        if (first <= self.highest or count < 1 or self._undo is not None
+                or first - self.highest > self.JUMP_LIMIT):
             self.feed_many(((first + i, sent) for i in range(count)), arrival)
             return
         self.lost += first - self.highest - 1
@@ -168,7 +191,12 @@ class UdpReceiveAccount:
 
     @property
     def packets(self) -> int:
-        return self.highest
+        """What the sender sent, as far as the receiver can tell."""
+        return self._undo[0] if self._undo is not None else self.highest
+
+    @property
+    def settled_lost(self) -> int:
+        return self._undo[1] if self._undo is not None else self.lost
 
 
 def lost_percent(lost: int, packets: int) -> float:

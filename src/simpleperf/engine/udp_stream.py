@@ -166,7 +166,8 @@ def snapshot(stream: Stream) -> Snapshot:
     account = stream.account
     if account is None:
         return Snapshot(stream.num_bytes)
-    return Snapshot(stream.num_bytes, account.packets, account.lost, account.out_of_order)
+    return Snapshot(stream.num_bytes, account.packets, account.settled_lost,
+                    account.out_of_order)
 
 
 def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,

@@ -14,7 +14,7 @@ from .model import theory, topology
 from .model.experiment import ExperimentError
 from .net import lifecycle, ownership
 from .net.system import is_same_process
-from .results.store import find_runs, load_run
+from .results.store import ResultsError, find_runs, load_run
 from .results.tables import compare
 from .run.runner import run_experiment
 
@@ -74,7 +74,8 @@ def main(argv: list[str]) -> int:
     except UsageError as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (lifecycle.LabError, topology.TopologyError, ExperimentError) as error:
+    except (lifecycle.LabError, topology.TopologyError, ExperimentError,
+            ResultsError) as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -90,7 +91,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not folders:
             print(f"no runs under {args.results}")
         for folder in folders:
-            run = load_run(folder)
+            try:
+                run = load_run(folder)
+            except ResultsError as error:
+                print(f"{folder}  unreadable: {error}")
+                continue
             flows = [f for step in run["steps"] for f in step["flows"]]
             failed = sum(1 for f in flows if not f["ok"])
             print(f"{folder}  {run['experiment']}  "
@@ -99,13 +104,12 @@ def _dispatch(args: argparse.Namespace) -> int:
                   + (f", {failed} failed" if failed else "")
                   + (", quick" if run["quick"] else "")
                   + (", interrupted" if run["interrupted"] else "")
+                  + ("" if run["complete"] else ", INCOMPLETE (its writing failed)")
                   + f", shaper {run['shaper']}")
         return EXIT_OK
     if args.command == "compare":
         runs = []
         for folder in args.runs:
-            if not (Path(folder) / "results.sqlite").exists():
-                raise lifecycle.LabError(f"{folder} is not a results folder (no results.sqlite)")
             runs.append(load_run(Path(folder)))
         print(f"A: {args.runs[0]}\nB: {args.runs[1]}")
         print(compare(*runs))
@@ -120,8 +124,10 @@ def _dispatch(args: argparse.Namespace) -> int:
               f"|   simpleperf lab down {model.name}")
         return EXIT_OK
     if args.command == "down":
-        removed = lifecycle.down(args.name)
-        print(f"removed {len(removed)} items: " + ", ".join(removed))
+        result = lifecycle.down(args.name)
+        print(f"removed {len(result.removed)} items: " + ", ".join(result.removed))
+        for item in result.left:
+            print(f"left alone: {item}")
         return EXIT_OK
     if args.command == "status":
         records = [lifecycle.find(args.name)] if args.name else ownership.all_records()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,31 @@ else:  # Python 3.10: the same parser, from PyPI (the `lab` extra)
     import tomli as tomllib
 
 
+MAX_FILE_BYTES = 1 << 20  # a topology or experiment file; anything larger is not one
+MAX_TEXT = 200  # characters of a free-text field (a description, a step's name)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+MAX_MESSAGE = 300  # characters of an error line: a hostile value is cut, never printed whole
+
+
+class DataFileError(ValueError):
+    """A mistake in a topology or experiment file: one line that names where it is, with
+    any value quoted from the file cut short."""
+
+    def __init__(self, message: str) -> None:
+        line = _CONTROL.sub(" ", message)
+        if len(line) > MAX_MESSAGE:
+            line = line[:MAX_MESSAGE - 5] + " ...'"
+        super().__init__(line)
+
+
 def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
          ) -> tuple[str, Path]:
-    """The text of a shipped file by name ('portfolio') or of a file by path."""
+    """The text of a shipped file by name ('portfolio') or of a file by path: UTF-8 and at
+    most MAX_FILE_BYTES, else `error` with one line."""
+    if not name_or_path or _CONTROL.search(name_or_path):
+        raise error(f"{kind} name {name_or_path!r} must be a shipped name or a path")
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         path = data_dir / f"{name_or_path}.toml"
@@ -23,9 +46,17 @@ def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
             raise error(f"no {kind} named '{name_or_path}' (shipped: {shipped}; or give a path "
                         "to a .toml file)")
     try:
-        return path.read_text(), path
+        with open(path, "rb") as source:
+            data = source.read(MAX_FILE_BYTES + 1)
     except OSError as failure:
         raise error(f"cannot read {path}: {failure.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise error(f"{path} is not a {kind} file: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8"), path
+    except UnicodeDecodeError as failure:
+        raise error(f"{path} is not a {kind} file: not UTF-8 text (byte "
+                    f"{failure.start})") from None
 
 
 def parse_toml(text: str, error: type[Exception]) -> dict[str, Any]:
@@ -34,6 +65,24 @@ def parse_toml(text: str, error: type[Exception]) -> dict[str, Any]:
         return data
     except tomllib.TOMLDecodeError as failure:
         raise error(f"not valid TOML: {failure}") from None
+
+
+def name(value: object, pattern: re.Pattern[str], where: str, rule: str,
+         error: type[Exception]) -> str:
+    """A name that will become a namespace, an interface or a folder: the whole of it must
+    match (no trailing newline sneaks past a `$`)."""
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        shown = repr(value)[:40] if isinstance(value, str) else repr(type(value).__name__)
+        raise error(f"{where} {shown} must be {rule}")
+    return value
+
+
+def text(value: object, where: str, error: type[Exception]) -> str:
+    """Free text shown in tables and reports: one line, at most MAX_TEXT characters."""
+    shown = str(value)
+    if len(shown) > MAX_TEXT or _CONTROL.search(shown):
+        raise error(f"{where} must be one line of at most {MAX_TEXT} characters")
+    return shown
 
 
 def only(table: dict[str, Any], allowed: set[str], where: str, error: type[Exception]) -> None:

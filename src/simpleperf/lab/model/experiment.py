@@ -5,6 +5,7 @@ the step and the field.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from .topology import TopologyError
 
 DATA_DIR = Path(__file__).parents[1] / "data" / "experiments"
 FLOW_KINDS = ("tcp", "udp", "ping")
+EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
                "count", "interval", "rtt_under_load", "label", "window", "congestion"}
 PAIR_FIELDS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
@@ -34,7 +36,7 @@ FLOW_SWEEPS = ("window", "length", "parallel")
 TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
 
 
-class ExperimentError(ValueError):
+class ExperimentError(datafiles.DataFileError):
     """A mistake in an experiment file; the message names the step and field."""
 
 
@@ -127,8 +129,14 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None)
     steps = tuple(_step(raw, index) for index, raw in enumerate(raw_steps, start=1))
     pair = _pair(data, topology)
     sweep = _sweep(data.get("sweep"), topology, pair, steps)
-    return Experiment(str(data.get("name", default_name)), str(data.get("description", "")),
-                      topology, timing, quick, steps, dict(cases), text, pair, sweep)
+    # Without a name, the file's: made to fit, since it only has to name a folder.
+    fallback = re.sub(r"[^A-Za-z0-9_.-]", "-", default_name).strip("-.")[:40] or "experiment"
+    name = datafiles.name(data.get("name", fallback), EXPERIMENT_NAME, "experiment name",
+                          "1-40 letters, digits, '_', '.' or '-' (it names the results "
+                          "folder)", ExperimentError)
+    description = datafiles.text(data.get("description", ""), "description", ExperimentError)
+    return Experiment(name, description, topology, timing, quick, steps, dict(cases), text,
+                      pair, sweep)
 
 
 def _pair(data: dict[str, Any], topology: str) -> dict[str, Any] | None:
@@ -258,14 +266,16 @@ def _count(value: Any, where: str, low: int, high: int) -> int:
 def _step(raw: Any, index: int) -> Step:
     if not isinstance(raw, dict):
         raise ExperimentError(f"step {index}: must be a table")
-    name = str(raw.get("name", f"step {index}"))
+    name = datafiles.text(raw.get("name", f"step {index}"), f"step {index}: name",
+                          ExperimentError)
     where = f"step {index} ({name})"
     _only(raw, {"case", "name", "flows", "repeat"}, where)
     flows = raw.get("flows")
     if not isinstance(flows, list) or not flows:
         raise ExperimentError(f"{where}: flows must be a non-empty list of flows")
     repeat = _count(raw.get("repeat", 1), f"{where}: repeat", 1, 1000)
-    return Step(str(raw.get("case", index)), name,
+    case = datafiles.text(raw.get("case", index), f"{where}: case", ExperimentError)
+    return Step(case, name,
                 tuple(_flow(f, f"{where} flow {i}") for i, f in enumerate(flows, start=1)),
                 repeat)
 
@@ -337,7 +347,8 @@ def _flow(raw: Any, where: str) -> Flow:
             raise ExperimentError(f"{where}: rtt_under_load is true or false, on tcp and udp "
                                   "flows")
         values["rtt_under_load"] = raw["rtt_under_load"]
-    label = str(raw.get("label", f"{raw['from']}-{raw['to']}"))
+    label = datafiles.text(raw.get("label", f"{raw['from']}-{raw['to']}"), f"{where}: label",
+                           ExperimentError)
     address = raw.get("address")
     if address is not None and not isinstance(address, str):
         raise ExperimentError(f"{where}: address must be a string")

@@ -18,14 +18,15 @@ from ...units import parse_duration, parse_rate
 from . import datafiles
 
 NODE_KINDS = ("hosts", "routers", "switches")
-NODE_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
-LAB_NAME = re.compile(r"^[a-z][a-z0-9-]{0,9}$")
+NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
+LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
+LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 SHAPING_FIELDS = ("bw", "delay", "jitter", "reorder", "loss", "max_queue_size")
 LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", *SHAPING_FIELDS}
 DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
 
 
-class TopologyError(ValueError):
+class TopologyError(datafiles.DataFileError):
     """A mistake in a topology; the message names where it is."""
 
 
@@ -163,10 +164,9 @@ def parse(text: str, default_name: str = "lab") -> Topology:
 
 def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "") -> Topology:
     _only(data, {"name", "description", *NODE_KINDS, "links"}, "topology")
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not LAB_NAME.match(name):
-        raise TopologyError(f"topology name '{name}' must be 1-10 lowercase letters, digits "
-                            "or '-', starting with a letter")
+    name = datafiles.name(data.get("name", default_name), LAB_NAME, "topology name",
+                          "1-10 lowercase letters, digits or '-', starting with a letter",
+                          TopologyError)
     nodes: dict[str, Node] = {}
     raw_routes: dict[str, list[Any]] = {}
     for kind in NODE_KINDS:
@@ -174,9 +174,9 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
         if not isinstance(table, dict):
             raise TopologyError(f"[{kind}] must be a table of nodes, e.g. {kind}.h1 = {{}}")
         for node_name, spec in table.items():
-            if not NODE_NAME.match(node_name):
-                raise TopologyError(f"node name '{node_name}' must be 1-10 lowercase letters or "
-                                    "digits, starting with a letter")
+            datafiles.name(node_name, NODE_NAME, "node name",
+                           "1-10 lowercase letters or digits, starting with a letter",
+                           TopologyError)
             if node_name in nodes:
                 raise TopologyError(f"node {node_name} is declared twice")
             spec = spec if spec is not None else {}
@@ -188,7 +188,8 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
     if not nodes:
         raise TopologyError("the topology has no nodes")
     links = _links(data.get("links", []), nodes)
-    topology = Topology(name, str(data.get("description", "")), nodes, tuple(links), source)
+    description = datafiles.text(data.get("description", ""), "description", TopologyError)
+    topology = Topology(name, description, nodes, tuple(links), source)
     nodes = {n: replace(node, routes=_routes(n, raw_routes[n], topology))
              for n, node in nodes.items()}
     topology = replace(topology, nodes=nodes)
@@ -209,7 +210,9 @@ def _links(raw_links: Any, nodes: dict[str, Node]) -> list[Link]:
     for index, spec in enumerate(raw_links, start=1):
         if not isinstance(spec, dict):
             raise TopologyError(f"link {index}: must be a table")
-        label = str(spec.get("name", f"{spec.get('a', '?')}-{spec.get('b', '?')}"))
+        label = datafiles.name(spec.get("name", f"{spec.get('a', '?')}-{spec.get('b', '?')}"),
+                               LINK_NAME, f"link {index}: name",
+                               "1-32 letters, digits, '_', '.' or '-'", TopologyError)
         where = f"link {label}"
         _only(spec, LINK_FIELDS, where)
         ends = []

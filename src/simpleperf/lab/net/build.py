@@ -118,7 +118,7 @@ def plan(topology: Topology, backend: str) -> Plan:
     namespaces = {name: NamespacePlan() for name in topology.nodes}
     if routed:
         namespaces[wire] = NamespacePlan()
-    root = [f"netns add {name}" for name in namespaces]
+    root: list[str] = []  # after the namespaces exist (see execute)
     for name, space in namespaces.items():
         space.sysctls += ["net.ipv6.conf.all.disable_ipv6=1",
                           "net.ipv6.conf.default.disable_ipv6=1"]
@@ -268,8 +268,15 @@ def _netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping, link:
                  f"qdisc add dev {ifb} root {netem}"]
 
 
+def create_namespaces(built: Plan) -> None:
+    """The namespaces alone, first: the lab records what they are before anything else."""
+    run(["ip", "-batch", "-"], stdin="".join(f"netns add {name}\n"
+                                             for name in built.namespace_names))
+
+
 def execute(built: Plan) -> None:
-    """Create the namespaces and links, then configure every namespace in parallel."""
+    """Create the links in the namespaces create_namespaces() made, then configure every
+    namespace in parallel."""
     run(["ip", "-batch", "-"], stdin="\n".join(built.root_batch) + "\n")
     workers = {name: subprocess.Popen(["ip", "netns", "exec", name, "sh", "-c",
                                        space.script()],

@@ -57,8 +57,11 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str = "auto",
         record.namespaces = {name: None for name in plan.namespace_names}
         record.save()  # before anything exists: a kill from here on leaves a findable trail
         try:
+            try:
+                build.create_namespaces(plan)
+            finally:  # those it made, even if it failed half-way
+                ownership.record_namespaces_created(record)
             build.execute(plan)
-            ownership.record_namespaces_created(record)
             if plan.delay_queues:
                 _start_delay_lines(record, plan.delay_queues)
             record.complete = True
@@ -81,9 +84,11 @@ def _clear_the_way(lab: str, namespaces: list[str], say: Callable[[str], None]) 
             continue
         state = record.state
         if state == "remains":
-            removed = ownership.tear_down(record)
+            cleared = ownership.tear_down(record)
             say(f"cleared what a stopped run of lab {record.lab} left behind "
-                f"({len(removed)} items)")
+                f"({len(cleared.removed)} items)")
+            for item in cleared.left:
+                say(f"left alone: {item}")
             continue
         if record.lab == lab:
             raise LabError(f"lab {lab} is already {state}: simpleperf lab down {lab} first")
@@ -146,13 +151,13 @@ def find(name: str | None) -> ownership.LabRecord:
     return records[0]
 
 
-def down(name: str | None) -> list[str]:
+def down(name: str | None) -> ownership.TearDown:
     require_root()
     record = find(name)
     with ownership.locked(record.lab):
-        removed = ownership.tear_down(record)
+        result = ownership.tear_down(record)
     ownership.lock_path(record.lab).unlink(missing_ok=True)
-    return removed
+    return result
 
 
 def run_in_node(node: str, command: list[str]) -> int:

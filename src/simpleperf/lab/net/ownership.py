@@ -4,7 +4,9 @@ One JSON file per lab under /run/simpleperf/labs (tmpfs: gone after a reboot, as
 namespaces). It is written before anything is created (the namespaces it is about to make)
 and updated as things appear (namespace inodes, processes), so a lab whose owner was killed
 with SIGKILL at any moment can still be cleared. A namespace is removed only if it is named
-in a record and, where the record knows its inode, is still that same namespace.
+in a record with its inode and is still that same namespace: one whose inode was never
+recorded (its owner was killed in the instant between creating and recording it) cannot be
+told from one someone else made since, so it is reported and left.
 """
 
 from __future__ import annotations
@@ -130,16 +132,27 @@ def remove_process(record: LabRecord, pid: int) -> None:
 def owned_namespaces(record: LabRecord) -> list[str]:
     """The recorded namespaces that still exist and are still the ones the lab made."""
     present = existing_namespaces()
-    owned = []
-    for name, inode in record.namespaces.items():
-        if name in present and (inode is None or namespace_inode(name) == inode):
-            owned.append(name)
-    return owned
+    return [name for name, inode in record.namespaces.items()
+            if name in present and inode is not None and namespace_inode(name) == inode]
 
 
-def tear_down(record: LabRecord) -> list[str]:
-    """Stop the lab's processes and delete its namespaces; returns what was removed."""
-    removed = []
+def unverifiable_namespaces(record: LabRecord) -> list[str]:
+    """Namespaces named in the record, present, but not provably the lab's."""
+    present = existing_namespaces()
+    return [name for name, inode in record.namespaces.items()
+            if name in present and (inode is None or namespace_inode(name) != inode)]
+
+
+@dataclass
+class TearDown:
+    removed: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # what the lab could not prove its own
+
+
+def tear_down(record: LabRecord) -> TearDown:
+    """Stop the lab's processes and delete its namespaces; what was removed, and left."""
+    result = TearDown()
+    removed, left = result.removed, result.left
     for process in record.processes:
         if is_same_process(process.pid, process.start_time):
             _stop(process.pid)
@@ -150,14 +163,16 @@ def tear_down(record: LabRecord) -> list[str]:
     if namespaces:
         run(["ip", "-batch", "-"], stdin="".join(f"netns del {n}\n" for n in namespaces))
         removed += [f"namespace {n}" for n in namespaces]
+    for name in unverifiable_namespaces(record):
+        left.append(f"namespace {name}, which nothing shows the lab made (if it is a leftover: "
+                    f"ip netns delete {name})")
     for pid, command in sorted(strangers.items()):
-        removed.append(f"(process {pid} '{command}', not started by the lab, still runs in a "
-                       "removed namespace; it is left alone and the namespace lingers until "
-                       "it exits)")
+        left.append(f"process {pid} '{command}', not started by the lab, which still runs in "
+                    "a removed namespace (the namespace lingers until it exits)")
     record.path.unlink(missing_ok=True)
     for leftover in RECORD_DIR.glob(f"{record.lab}.delayline*"):
         leftover.unlink(missing_ok=True)
-    return removed
+    return result
 
 
 def _stop(pid: int, grace: float = 1.0) -> None:

@@ -11,10 +11,13 @@ from typing import Any
 import csv
 import json
 import platform
+import shutil
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +29,7 @@ DATABASE = "results.sqlite"
 SCHEMA = """
 CREATE TABLE run (id INTEGER PRIMARY KEY, experiment TEXT, started REAL, finished REAL,
     quick INTEGER, interrupted INTEGER, shaper TEXT, metadata TEXT, topology_toml TEXT,
-    experiment_toml TEXT);
+    experiment_toml TEXT, complete INTEGER DEFAULT 0);
 CREATE TABLE step (id INTEGER PRIMARY KEY, position INTEGER, repetition INTEGER, "case" TEXT,
     name TEXT, start_spread_ms REAL, fairness REAL, interrupted INTEGER,
     sweep_parameter TEXT, sweep_value TEXT);
@@ -53,27 +56,60 @@ def _version(command: list[str]) -> str:
         return "not installed"
 
 
+class ResultsError(Exception):
+    """Results that cannot be written or read; the message is one line for the user."""
+
+
+@contextmanager
+def _writing(folder: Path) -> Iterator[None]:
+    """A failed write (a full disk, a vanished folder) becomes one line naming the folder."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise ResultsError(f"cannot write the results in {folder}: {reason}") from None
+
+
 class Store:
+    """A run's results as they come. The run is marked complete only once everything,
+    report included, is written: a run cut short by a full disk says it is incomplete."""
+
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(folder / DATABASE)
-        self.db.executescript(SCHEMA)
         self.position = 0
+        created = not folder.exists()
+        try:
+            with _writing(folder):
+                folder.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(folder / DATABASE)
+                self.db.executescript(SCHEMA)
+        except ResultsError:
+            if created:  # nothing of it is worth keeping: leave no half-made folder
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def begin(self, experiment: str, quick: bool, shaper: str, topology_toml: str,
               experiment_toml: str) -> None:
+        with _writing(self.folder):
+            self._begin(experiment, quick, shaper, topology_toml, experiment_toml)
+
+    def _begin(self, experiment: str, quick: bool, shaper: str, topology_toml: str,
+               experiment_toml: str) -> None:
         metadata = {"simpleperf": __version__, "python": sys.version.split()[0],
                     "kernel": platform.release(), "machine": platform.machine(),
                     "iperf3": _version(["iperf3", "--version"]),
                     "ping": _version(["ping", "-V"]), "shaper": shaper,
                     "congestion_control": system_congestion_control()}
-        self.db.execute("INSERT INTO run VALUES (1, ?, ?, NULL, ?, 0, ?, ?, ?, ?)",
+        self.db.execute("INSERT INTO run VALUES (1, ?, ?, NULL, ?, 0, ?, ?, ?, ?, 0)",
                         (experiment, time.time(), int(quick), shaper, json.dumps(metadata),
                          topology_toml, experiment_toml))
         self.db.commit()
 
     def add_step(self, outcome: StepOutcome) -> None:
+        with _writing(self.folder):
+            self._add_step(outcome)
+
+    def _add_step(self, outcome: StepOutcome) -> None:
         self.position += 1
         step_id = self.db.execute(
             "INSERT INTO step VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -107,14 +143,23 @@ class Store:
         self.db.commit()
 
     def finish(self, interrupted: bool) -> None:
-        self.db.execute("UPDATE run SET finished = ?, interrupted = ?",
-                        (time.time(), int(interrupted)))
-        self.db.commit()
-        self.export()
+        """The measurements are over: note when, and write the CSV exports."""
+        with _writing(self.folder):
+            self.db.execute("UPDATE run SET finished = ?, interrupted = ?",
+                            (time.time(), int(interrupted)))
+            self.db.commit()
+            self.export()
+
+    def complete(self) -> None:
+        """Everything is written: say so, last, and write results.json."""
+        with _writing(self.folder):
+            self.db.execute("UPDATE run SET complete = 1")
+            self.db.commit()
+            (self.folder / "results.json").write_text(
+                json.dumps(load_run(self.folder), indent=1))
 
     def export(self) -> None:
-        """flows.csv, intervals.csv, probes.csv, rate_trials.csv and results.json beside the
-        database."""
+        """flows.csv, intervals.csv, probes.csv and rate_trials.csv beside the database."""
         for table, query in (
                 ("flows", "SELECT s.position AS step, s.\"case\", s.name AS step_name, "
                           "s.start_spread_ms, s.fairness, f.* FROM flow f JOIN step s ON "
@@ -131,18 +176,29 @@ class Store:
                 writer = csv.writer(out)
                 writer.writerow([d[0] for d in cursor.description])
                 writer.writerows(cursor)
-        (self.folder / "results.json").write_text(json.dumps(load_run(self.folder), indent=1))
 
     def close(self) -> None:
         self.db.close()
 
 
 def load_run(folder: Path) -> dict[str, Any]:
-    """A run as plain data: metadata, and steps with their flows."""
-    db = sqlite3.connect(folder / DATABASE)
+    """A run as plain data: metadata, and steps with their flows. ResultsError (one line)
+    for a folder that holds no readable run."""
+    path = folder / DATABASE
+    if not path.is_file():
+        raise ResultsError(f"{folder} is not a results folder (no {DATABASE})")
+    try:
+        return _load(path)
+    except (sqlite3.Error, TypeError, ValueError, KeyError) as error:
+        raise ResultsError(f"{folder} holds no readable run ({error})") from None
+
+
+def _load(path: Path) -> dict[str, Any]:
+    db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
         run = dict(db.execute("SELECT * FROM run").fetchone())
+        run["complete"] = bool(run.get("complete", 1))  # folders from before it was noted
         run["metadata"] = json.loads(run["metadata"])
         steps = []
         for step in db.execute("SELECT * FROM step ORDER BY position"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from ..model import topology
 from ..model.experiment import Experiment, Step
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net import lifecycle, ownership
-from ..results.store import Store, load_run
+from ..results.store import ResultsError, Store, load_run
 from ..results.tables import case_report, sweep_report
 from .step import Runner
 
@@ -66,6 +67,7 @@ class _Lab:
         if not self.reused:
             with ownership.locked(self.record.lab):
                 ownership.tear_down(self.record)
+            ownership.lock_path(self.record.lab).unlink(missing_ok=True)
 
 
 def _say(line: str) -> None:
@@ -87,6 +89,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     lab: _Lab | None = None
     runner: Runner | None = None
     interrupted = False
+    failure: ResultsError | None = None
     done = 0
     try:
         for value in points:
@@ -121,28 +124,52 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
         say("interrupted: keeping the finished measurements, cleaning up ...")
         if runner is not None:
             runner.stop_all()
+    except ResultsError as error:  # the disk filled up: stop measuring what cannot be kept
+        failure = error
     finally:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
         try:
             if lab is not None:
                 lab.release()
             if store is not None:
-                store.finish(interrupted)
-                store.close()
+                try:
+                    store.finish(interrupted)
+                except ResultsError as error:
+                    failure = failure or error
         finally:
             signal.signal(signal.SIGINT, previous)
+    if failure is not None:
+        if store is not None:
+            store.close()
+        raise ResultsError(f"{failure} (the lab is down; what was written is marked "
+                           "incomplete)" if store is not None else f"{failure} (the lab is "
+                           "down; nothing was written)")
     if store is None:  # interrupted before the first lab was up: nothing was measured
         raise KeyboardInterrupt
+    try:
+        _report(store, plan, say)
+    finally:
+        store.close()
+    if interrupted:
+        raise KeyboardInterrupt
+    return folder
+
+
+def _report(store: Store, plan: Experiment, say: Callable[[str], None]) -> None:
+    """Tables, plots and report.html; only then is the run marked complete."""
+    folder = store.folder
     run = load_run(folder)
     say(sweep_report(run) if plan.sweep else case_report(run, plan.cases))
     from ..results.report import write_report  # matplotlib loads only when a report is written
 
-    report = write_report(folder, run, plan.cases)
+    try:
+        report = write_report(folder, run, plan.cases)
+    except OSError as error:
+        raise ResultsError(f"cannot write the report in {folder}: "
+                           f"{error.strerror or error} (the run is marked incomplete)") from None
+    store.complete()
     say(f"\nresults: {folder} (results.sqlite, flows.csv, intervals.csv, probes.csv, "
         f"rate_trials.csv, results.json, plots, {report.name})")
-    if interrupted:
-        raise KeyboardInterrupt
-    return folder
 
 
 def _progress(outcome: StepOutcome) -> list[str]:
