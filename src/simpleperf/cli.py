@@ -176,47 +176,49 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
             mode = "client" if args.server else "server"
             raise UsageError(f"{flag} is a {mode} option and cannot be used with "
                              f"{'-s' if args.server else '-c'}")
-    port = _port(args.port)
-    unit = _unit(args.format)
-    window = _window(args.window)
-    congestion = _congestion(args.congestion)
+    return _server_options(args) if args.server else _client_options(args)
+
+
+def _server_options(args: argparse.Namespace) -> ServerOptions:
+    if args.b is not None and args.bind is not None:
+        raise UsageError("-b and --bind both give the listening address: use one")
+    if args.bind_address is not None and (args.b or args.bind) is not None:
+        raise UsageError("-B and -b/--bind both give the listening address: use one")
+    bind_text = next((v for v in (args.b, args.bind, args.bind_address) if v is not None),
+                     None)
+    bind = _ip_address("-b/--bind", bind_text) if bind_text is not None else None
     family = _family(args)
-    secret = _secret(args.auth_secret_file)
-    if args.server:
-        if args.b is not None and args.bind is not None:
-            raise UsageError("-b and --bind both give the listening address: use one")
-        if args.bind_address is not None and (args.b or args.bind) is not None:
-            raise UsageError("-B and -b/--bind both give the listening address: use one")
-        bind_text = next((v for v in (args.b, args.bind, args.bind_address) if v is not None),
-                         None)
-        bind = _ip_address("-b/--bind", bind_text) if bind_text is not None else None
-        if bind is None and family:  # -4 / -6 without an address: that family's wildcard
-            bind = "0.0.0.0" if family == socket.AF_INET else "::"
-        return ServerOptions(
-            bind=bind, port=port, unit=unit, length=_length(args.len, DEFAULT_LENGTH),
-            window=window, congestion=congestion,
-            max_duration=_positive_seconds("--max-duration", args.max_duration, None,
-                                           high=MAX_TEST_SECONDS),
-            max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
-            max_parallel=_optional_int("--max-parallel", args.max_parallel, 1,
-                                       MAX_PARALLEL),
-            secret=secret,
-            idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
-                                     int(DEFAULT_IDLE_SECONDS * 1000), 100,
-                                     int(MAX_TEST_SECONDS * 1000)) / 1000,
-            max_connections=_int_in_range("--max-connections", args.max_connections,
-                                          DEFAULT_MAX_CONNECTIONS, 1, MAX_CLIENTS_LIMIT),
-            max_connections_per_host=_int_in_range(
-                "--max-connections-per-host", args.max_connections_per_host,
-                DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT))
+    if bind is None and family:  # -4 / -6 without an address: that family's wildcard
+        bind = "0.0.0.0" if family == socket.AF_INET else "::"
+    return ServerOptions(
+        bind=bind, port=_port(args.port), unit=_unit(args.format),
+        length=_length(args.len, DEFAULT_LENGTH), window=_window(args.window),
+        congestion=_congestion(args.congestion),
+        max_duration=_positive_seconds("--max-duration", args.max_duration, None,
+                                       high=MAX_TEST_SECONDS),
+        max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
+        max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
+        secret=_secret(args.auth_secret_file),
+        idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
+                                 int(DEFAULT_IDLE_SECONDS * 1000), 100,
+                                 int(MAX_TEST_SECONDS * 1000)) / 1000,
+        max_connections=_int_in_range("--max-connections", args.max_connections,
+                                      DEFAULT_MAX_CONNECTIONS, 1, MAX_CLIENTS_LIMIT),
+        max_connections_per_host=_int_in_range(
+            "--max-connections-per-host", args.max_connections_per_host,
+            DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT))
+
+
+def _client_options(args: argparse.Namespace) -> ClientOptions:
     if args.b is not None and args.bitrate is not None:
         raise UsageError("-b and --bitrate both give the rate: use one")
     rate_text = args.b if args.b is not None else args.bitrate
     rate = _rate(rate_text) if rate_text is not None else None
+    port = _port(args.port)
     options = ClientOptions(
         host=_server_host(args.client, args.serverip),
         port=port,
-        unit=unit,
+        unit=_unit(args.format),
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
                                    high=MAX_TEST_SECONDS),
         num_bytes=_num_bytes(args.num, args.time),
@@ -224,8 +226,8 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
                                    low=MIN_REPORT_INTERVAL),
         parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
         length=_length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH),
-        window=window,
-        congestion=congestion,
+        window=_window(args.window),
+        congestion=_congestion(args.congestion),
         udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
         extended=args.extended, json=args.json, json_stream=args.json_stream,
         mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
@@ -239,10 +241,12 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
         latency=not args.no_latency,
         local=_ip_address("-B/--bind-address", args.bind_address)
         if args.bind_address is not None else None,
-        family=family, secret=secret, length_given=args.len is not None,
-        duration_given=args.time is not None)
+        family=_family(args), secret=_secret(args.auth_secret_file),
+        length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
     return options
+
+
 
 
 def _check_client_combinations(options: ClientOptions, args) -> None:
