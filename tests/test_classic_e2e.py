@@ -109,8 +109,8 @@ def test_host_given_to_c_and_the_console_script(server):
     done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-n", "1MB")
     assert done.returncode == 0 and rows(done.stdout.splitlines())[0][3] == 1
     script = shutil.which("simpleperf")
-    if script is None:
-        pytest.skip("the simpleperf console script is not installed")
+    assert script is not None, "the simpleperf console script is not installed: run " \
+        "bash scripts/setup"
     done = subprocess.run([script, "-c", "-p", str(port), "-n", "1MB"], capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 0 and rows(done.stdout.splitlines())[0][3] == 1

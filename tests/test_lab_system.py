@@ -142,10 +142,40 @@ def test_a_namespace_whose_inode_was_never_recorded_is_reported_and_left(then):
     assert_gone({"h1", "h2", "pair-wire"})
 
 
+@pytest.mark.parametrize("after", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_a_namespace_someone_makes_after_a_killed_up_survives_down_and_up(after):
+    """Kill `lab up` at one moment or another (the record's writes included); then someone
+    makes their own namespaces under every name the lab did not get to create. Neither
+    `down` nor the next `up` may remove them."""
+    names = {"h1", "h2", "pair-wire"}
+    before = existing_namespaces()
+    victim = subprocess.Popen(SIMPLEPERF + ["lab", "up", "pair", "--delay", "1ms"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(after)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    record = ownership.load("pair")
+    recorded = {n for n, inode in (record.namespaces.items() if record else ()) if inode}
+    unprovable = (names & existing_namespaces()) - recorded  # the lab's, but not provably
+    foreign = names - existing_namespaces()
+    for name in foreign:
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        lab("down", "pair", check=False)
+        lab("up", "pair", check=False)
+        assert foreign <= existing_namespaces()
+        assert unprovable <= existing_namespaces()
+    finally:
+        for name in foreign | unprovable:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        lab("down", "pair", check=False)
+    assert_gone(names - before)
+
+
 def test_without_root_the_message_says_what_is_needed():
     python = "/usr/bin/python3"
-    if not os.path.exists(python) or not shutil.which("setpriv"):
-        pytest.skip("needs /usr/bin/python3 and setpriv to run as an unprivileged user")
+    assert os.path.exists(python) and shutil.which("setpriv"), \
+        "needs Debian's /usr/bin/python3 and setpriv (util-linux): run bash scripts/setup"
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                            python, "-m", "simpleperf", "lab", "up", "portfolio"],
                           capture_output=True, text=True, env={"PYTHONPATH": SRC}, timeout=30)
