@@ -84,10 +84,19 @@ class LiveProcess:
 
 
 def start_server(*extra: str) -> tuple[LiveProcess, int]:
-    port = free_port()
-    server = LiveProcess("-s", "-p", str(port), *extra)
-    server.wait_for(lambda lines: any("listening on port" in line for line in lines))
-    return server, port
+    """A simpleperf server on a free port. The port free_port() found can be taken by
+    another process's outgoing connection before the server binds it: then another."""
+    for attempt in range(3):
+        port = free_port()
+        server = LiveProcess("-s", "-p", str(port), *extra)
+        try:
+            server.wait_for(lambda lines: any("listening on port" in line for line in lines))
+            return server, port
+        except AssertionError as failure:
+            server.close()
+            if "already in use" not in str(failure) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def proc_status(pid: int) -> dict[str, int]:

@@ -202,3 +202,24 @@ def test_a_busy_iperf3_server_is_said_so(iperf3_server):
         assert "busy" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     finally:
         long_test.wait(30)
+
+
+def test_a_cookie_and_then_nothing_holds_no_test_slot():
+    """Slots are taken once the parameters are valid: two connections that send an iperf3
+    cookie and go quiet cannot keep a --max-clients 1 server busy."""
+    live, port = start_server("--max-clients", "1")
+    quiet = []
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(b"a" * 36 + b"\0")
+            quiet.append(sock)
+        time.sleep(0.5)
+        done = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "1"],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert "busy" not in done.stderr
+    finally:
+        for sock in quiet:
+            sock.close()
+        live.close()

@@ -12,7 +12,10 @@ import time
 import pytest
 from helpers import LiveProcess, free_port, proc_status, run_simpleperf, start_server
 
+from simpleperf.engine.records import Stream
+from simpleperf.engine.streams import run_stream
 from simpleperf.protocol import native
+from simpleperf.transport import tcp
 
 pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
 
@@ -343,3 +346,78 @@ def test_a_trickling_classic_connection_is_ended():
                                         for line in lines))
     assert ended is None or ended < 6
     live.close()
+
+
+def test_with_a_secret_udp_data_without_the_tests_key_is_not_counted():
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    sender.bind(("127.0.0.1", 0))
+    receiver.connect(sender.getsockname())
+    sender.connect(receiver.getsockname())
+    tcp.set_wake_up(receiver)
+    key = native.udp_data_key(b"secret", "challenge")
+    stream = Stream(1, False, "udp", receiver, "receiver", key=key)
+    spec = native.TestSpec(protocol="udp", length=100)
+    stop = threading.Event()
+    thread = threading.Thread(target=run_stream, args=(stream, spec, time.monotonic(), stop))
+    thread.start()
+    try:
+        def datagram(number: int, with_key: bytes) -> bytes:
+            return native.AUTH_DATAGRAM_HEADER.pack(1, 0, number, with_key) + bytes(76)
+
+        for number in range(1, 11):
+            sender.send(datagram(number, key))
+        sender.send(datagram(2**40, b"guessed!"))  # a forged, far-off datagram
+        sender.send(datagram(11, b"guessed!"))
+        for number in range(11, 21):
+            sender.send(datagram(number, key))
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(5)
+        receiver.close()
+        sender.close()
+    account = stream.account
+    assert (account.packets, account.settled_lost, account.bad) == (20, 0, 2)
+    assert stream.num_bytes == 20 * 100
+
+
+def test_a_udp_test_with_a_shared_secret_carries_the_key_and_loses_nothing(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("a shared secret")
+    live, port = start_server("--auth-secret-file", str(secret))
+    try:
+        done = run_simpleperf("-c", "-p", str(port), "-u", "-b", "20M", "-t", "1", "-J",
+                              "--no-latency", "--auth-secret-file", str(secret), timeout=30)
+        assert done.returncode == 0, done.stderr
+        total = json.loads(done.stdout)["end"]["sum"]
+        assert total["packets"] > 1000 and total["lost_packets"] == 0
+        short = run_simpleperf("-c", "-p", str(port), "-u", "-l", "20", "-t", "1",
+                               "--auth-secret-file", str(secret), timeout=30)
+        assert short.returncode == 2 and "at least 24 bytes" in short.stderr
+    finally:
+        live.close()
+
+
+def test_a_trickling_echo_connection_is_ended():
+    live, port = start_server("--rcv-timeout", "1500")
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as trickle:
+            trickle.sendall(native.preface(native.ECHO))
+            trickle.settimeout(0.2)
+            began = time.monotonic()
+            closed = None
+            while time.monotonic() - began < 10 and closed is None:
+                time.sleep(0.25)  # 4 bytes a second: never a whole probe in 1.5 s
+                try:
+                    trickle.sendall(b"\0")
+                    if trickle.recv(64) == b"":
+                        closed = time.monotonic() - began
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = time.monotonic() - began
+        assert closed is not None and closed < 6
+    finally:
+        live.close()

@@ -16,6 +16,7 @@ from typing import TypeVar
 from . import __version__
 from .errors import UsageError
 from .options import (
+    AUTH_UDP_LENGTH,
     CLASSIC_MAX_PARALLEL,
     DEFAULT_DURATION,
     DEFAULT_IDLE_SECONDS,
@@ -98,8 +99,8 @@ def _build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-clients", help="tests served at the same time")
     server.add_argument("--max-parallel", help="streams one test may open")
     server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
-                        "brings less than 1 KB in this many milliseconds (default "
-                        f"{DEFAULT_IDLE_SECONDS * 1000:g})")
+                        "brings less than 1 KB, or an echo connection less than a probe, in "
+                        f"this many milliseconds (default {DEFAULT_IDLE_SECONDS * 1000:g})")
     server.add_argument("--max-connections", help="connections open at once, in all "
                         f"(default {DEFAULT_MAX_CONNECTIONS})")
     server.add_argument("--max-connections-per-host", help="connections open at once from "
@@ -258,6 +259,9 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
     if options.udp and options.length > MAX_UDP_LENGTH:
         raise UsageError(f"-l/--len must be at most {MAX_UDP_LENGTH} bytes for UDP, "
                          f"not '{args.len}'")
+    if options.udp and options.secret is not None and options.length < AUTH_UDP_LENGTH:
+        raise UsageError(f"-l/--len must be at least {AUTH_UDP_LENGTH} bytes for UDP with a "
+                         f"shared secret (the header and the test's key), not '{args.len}'")
     if options.udp and options.length < MIN_UDP_LENGTH:
         raise UsageError(f"-l/--len must be at least {MIN_UDP_LENGTH} bytes for UDP (the "
                          "datagram header), "

@@ -22,6 +22,7 @@ DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
 MIN_PORT, MAX_PORT = 1024, 65535
 MIN_LENGTH, MAX_LENGTH = 1, 64 * 1024 * 1024
 MIN_UDP_LENGTH = 16  # a datagram's header: send time and packet number
+AUTH_UDP_LENGTH = 24  # the header and, with a shared secret, the test's 8-byte key
 MAX_UDP_LENGTH = 65507  # the largest UDP payload over IPv4
 CLASSIC_MAX_PARALLEL = 5  # what a classic Simpleperf peer accepts
 MAX_PARALLEL = 128

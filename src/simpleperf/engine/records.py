@@ -60,6 +60,7 @@ class Stream:
     done: threading.Event = field(default_factory=threading.Event)
     header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 peers use their own layout
     tcp_samples: list[tcpinfo.TcpInfo] = field(default_factory=list)
+    key: bytes | None = None  # UDP with a shared secret: the test's key in every datagram
 
     @property
     def role(self) -> str:

@@ -3,12 +3,14 @@ stream reports (datagrams, loss, jitter, reordering)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import SimpleperfError
-from ..protocol.native import TestSpec
+from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER, TestSpec
 from ..stats import UdpReceiveAccount
 from ..transport import udp
 from .pacing import wait_until
@@ -25,7 +27,9 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
     buffer = bytearray(size * batch)
     view = memoryview(buffer)
-    pack_into = stream.header.pack_into
+    pack_into: Callable[..., None] = stream.header.pack_into
+    if stream.key is not None:
+        pack_into = functools.partial(_pack_keyed, AUTH_DATAGRAM_HEADER.pack_into, stream.key)
     offsets = range(0, size * batch, size)
     amount = spec.num_bytes
     wait_until(start, stop)
@@ -74,6 +78,9 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     sock = stream.sock
     account = stream.account = UdpReceiveAccount()
+    if stream.key is not None:
+        _receive_keyed(stream, account, stream.key, stop)
+        return
     buffer = bytearray(udp.MAX_GSO_BYTES + 65536)
     buffers = [buffer]
     header = stream.header
@@ -143,6 +150,45 @@ def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
             stream.first = clock()
         stream.num_bytes = received
         stream.last = clock()
+
+
+def _pack_keyed(pack: Callable[..., None], key: bytes, buffer: bytearray, offset: int,
+                *fields: int) -> None:
+    pack(buffer, offset, *fields, key)
+
+
+def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
+                   stop: threading.Event) -> None:
+    """With a shared secret: every datagram, coalesced or not, must carry the test's key;
+    one that does not is counted as bad and nothing else."""
+    buffer = bytearray(udp.MAX_GSO_BYTES + 65536)
+    buffers = [buffer]
+    unpack_from = DATAGRAM_HEADER.unpack_from
+    key_at, key_end = DATAGRAM_HEADER.size, AUTH_DATAGRAM_HEADER.size
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            count, ancillary, _, _ = stream.sock.recvmsg_into(buffers, udp.ANCILLARY_SPACE)
+        except (BlockingIOError, ConnectionRefusedError):
+            continue
+        segment, arrival = udp.read_ancillary(ancillary, count)
+        step = max(1, min(segment, count))
+        packets = []
+        for offset in range(0, count, step):
+            length = min(step, count - offset)
+            if length < key_end or buffer[offset + key_at:offset + key_end] != key:
+                account.bad += 1
+                continue
+            seconds, micros, number = unpack_from(buffer, offset)
+            packets.append((number, seconds + micros * 1e-6, arrival))
+            received += length
+        account.feed_packets(packets)
+        if packets:
+            if stream.first is None:
+                stream.first = clock()
+            stream.num_bytes = received
+            stream.last = clock()
 
 
 def _account_batch(account: UdpReceiveAccount, buffer: bytearray, base: int, count: int,

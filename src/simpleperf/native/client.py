@@ -32,6 +32,7 @@ from ..protocol.native import (
     auth_proof,
     data_preface,
     preface,
+    udp_data_key,
 )
 from ..report.client import TestOutput
 from ..stats import summarise_rtt
@@ -79,8 +80,8 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
             _fall_back_to_classic(options, control, sent, out)
             control = None  # the classic client owns and closes it
             return
-        _authenticate(channel, welcome, options)
-        _NativeTest(options, channel, out).run()
+        udp_key = _authenticate(channel, welcome, options)
+        _NativeTest(options, channel, out, udp_key).run()
     except PeerRefused as refusal:
         raise SimpleperfError(f"the server refused the test: {refusal}") from None
     except PeerGone as gone:
@@ -114,14 +115,17 @@ def _await_welcome(channel: ControlChannel) -> Welcome:
     return event
 
 
-def _authenticate(channel: ControlChannel, welcome: Welcome, options: ClientOptions) -> None:
+def _authenticate(channel: ControlChannel, welcome: Welcome,
+                  options: ClientOptions) -> bytes | None:
+    """Prove the secret when the server asks; the test's UDP key, then."""
     if welcome.challenge is None:
-        return
+        return None
     if options.secret is None:
         raise SimpleperfError("the server requires authentication: give the shared secret "
                               "with --auth-secret-file FILE or $SIMPLEPERF_SECRET")
     channel.send(Auth(auth_proof(options.secret, welcome.challenge, "client")))
     channel.expect(AUTH_SECONDS, Authenticated)
+    return udp_data_key(options.secret, welcome.challenge)
 
 
 def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None, sent: int,
@@ -151,8 +155,9 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
 
 class _NativeTest:
     def __init__(self, options: ClientOptions, channel: ControlChannel,
-                 out: Callable[[str], None]) -> None:
+                 out: Callable[[str], None], udp_key: bytes | None) -> None:
         self.options = options
+        self.udp_key = udp_key
         self.channel = channel
         self.out = out
         self.spec = TestSpec.from_options(options)
@@ -216,7 +221,9 @@ class _NativeTest:
             else:
                 sock = self._open_udp(token, number, sending)
             self.streams.append(Stream(number, sending, self.spec.protocol, sock,
-                                       tcp.endpoint(sock.getsockname())))
+                                       tcp.endpoint(sock.getsockname()),
+                                       key=self.udp_key if self.spec.protocol == "udp"
+                                       else None))
 
     def _open_tcp(self, token: bytes, number: int) -> socket.socket:
         options = self.options

@@ -11,13 +11,12 @@ from collections.abc import Callable
 from ..protocol.native import ECHO_PROBE, ECHO_TAG_SIZE, echo_probe_is_authentic
 from ..transport import tcp
 
-ECHO_IDLE_SECONDS = 60.0
-
 
 class EchoService:
     def __init__(self, secret: bytes | None, stopping: threading.Event,
-                 say: Callable[..., None]) -> None:
+                 say: Callable[..., None], idle_limit: float) -> None:
         self.secret = secret
+        self.idle_limit = idle_limit  # a probe or more in this long, or the connection ends
         self.stopping = stopping
         self.say = say
 
@@ -35,7 +34,8 @@ class EchoService:
         tcp.set_wake_up(conn)
         record = ECHO_PROBE.size + ECHO_TAG_SIZE
         pending = initial
-        last = time.monotonic()
+        # A probe or more every idle limit: a trickle that never makes one ends.
+        window_start, window_bytes = time.monotonic(), len(initial)
         while not self.stopping.is_set():
             if self.secret is None:
                 if pending:
@@ -50,10 +50,14 @@ class EchoService:
             try:
                 data = conn.recv(4096)
             except BlockingIOError:
-                if time.monotonic() - last > ECHO_IDLE_SECONDS:
-                    return
-                continue
-            if not data:
+                data = None
+            if data == b"":
                 return
-            last = time.monotonic()
-            pending += data
+            window_bytes += len(data or b"")
+            now = time.monotonic()
+            if now - window_start > self.idle_limit:
+                if window_bytes < ECHO_PROBE.size:
+                    return
+                window_start, window_bytes = now, 0
+            if data:
+                pending += data

@@ -24,6 +24,7 @@ from ..policy import ServerPolicy
 from ..protocol.events import Accepted, Auth, Authenticated, Error, Hello, Start, Test, Welcome
 from ..protocol.exchange import Role
 from ..protocol.native import (
+    AUTH_DATAGRAM_HEADER,
     DATA_PREFACE_SIZE,
     MAGIC,
     PREFACE_SIZE,
@@ -36,6 +37,7 @@ from ..protocol.native import (
     auth_proof,
     data_preface,
     parse_data_preface,
+    udp_data_key,
 )
 from ..report import native as table
 from ..transport import tcp, udp
@@ -54,6 +56,7 @@ SERVER_STEP_SECONDS = 1.0  # the intervals a server keeps (sent to the client wi
 class PendingTest:
     spec: TestSpec
     peer_host: str
+    udp_key: bytes | None = None  # with a shared secret: in every UDP data datagram
     streams: dict[int, Stream] = field(default_factory=dict)
     complete: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,7 +79,7 @@ class NativeService:
         self.say = say
         self.stopping = stopping
         self.policy = policy
-        self.echo = EchoService(options.secret, stopping, say)
+        self.echo = EchoService(options.secret, stopping, say, options.idle_limit)
         self.on_foreign_datagram: Callable[[bytes, tuple], None] | None = None
         self._tests: dict[bytes, PendingTest] = {}
         self._lock = threading.Lock()
@@ -153,7 +156,7 @@ class NativeService:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, pending.spec.window)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, pending.spec.window)
         tcp.set_wake_up(sock)
-        stream = Stream(number, sending, "udp", sock, tcp.endpoint(peer))
+        stream = Stream(number, sending, "udp", sock, tcp.endpoint(peer), key=pending.udp_key)
         if pending.attach(stream):
             sock.send(ack)
         else:
@@ -181,9 +184,9 @@ class NativeService:
         token = None
         try:
             channel.feed(initial)
-            spec = self._handshake(channel)
+            spec, udp_key = self._handshake(channel)
             token = os.urandom(TOKEN_SIZE)
-            pending = PendingTest(spec, peer)
+            pending = PendingTest(spec, peer, udp_key)
             with self._lock:
                 self._tests[token] = pending
             channel.send(Accepted(token))
@@ -206,7 +209,8 @@ class NativeService:
                     for stream in ended.streams.values():
                         stream.sock.close()
 
-    def _handshake(self, channel: ControlChannel) -> TestSpec:
+    def _handshake(self, channel: ControlChannel) -> tuple[TestSpec, bytes | None]:
+        """The test a client describes, allowed by the policy, and its UDP key."""
         deadline = time.monotonic() + HANDSHAKE_SECONDS
 
         def remaining() -> float:
@@ -226,10 +230,15 @@ class NativeService:
                 raise _Refusal("authentication failed: wrong shared secret")
             channel.send(Authenticated())
         spec = channel.expect(remaining(), Test).spec
+        udp_key = udp_data_key(secret, challenge) if secret and challenge else None
+        if udp_key is not None and spec.protocol == "udp" and \
+                spec.length < AUTH_DATAGRAM_HEADER.size:
+            raise _Refusal(f"with a shared secret, UDP datagrams need at least "
+                           f"{AUTH_DATAGRAM_HEADER.size} bytes")
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit)
         if refusal is not None:
             raise _Refusal(str(refusal))
-        return spec
+        return spec, udp_key
 
     def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
         try:

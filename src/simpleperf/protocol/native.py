@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import ProtocolError
 from ..options import (
+    AUTH_UDP_LENGTH,
     DEFAULT_UDP_RATE,
     MAX_LENGTH,
     MAX_NUM_BYTES,
@@ -57,6 +58,11 @@ ECHO_PROBE = struct.Struct("!QQ")  # probe number, sender's clock in nanoseconds
 ECHO_TAG_SIZE = 16  # after a probe, when the server requires a shared secret
 DATAGRAM_HEADER = struct.Struct("!IIQ")  # send time: seconds, microseconds; packet number
 assert DATAGRAM_HEADER.size == MIN_UDP_LENGTH
+# With a shared secret, each data datagram also carries the test's UDP key (udp_data_key):
+# a datagram without it is not counted, whoever sent it from whatever address.
+UDP_KEY_SIZE = 8
+AUTH_DATAGRAM_HEADER = struct.Struct(f"!IIQ{UDP_KEY_SIZE}s")
+assert AUTH_DATAGRAM_HEADER.size == AUTH_UDP_LENGTH
 MAX_MESSAGE = 64 * 1024
 _LENGTH = struct.Struct("!I")
 
@@ -272,6 +278,13 @@ def auth_proof(secret: bytes, challenge: str, role: str) -> str:
     """HMAC-SHA256 of the server's challenge: proves the secret without sending it. `role`
     keeps a proof made for one direction from being replayed in the other."""
     return hmac.new(secret, f"{role}:{challenge}".encode(), hashlib.sha256).hexdigest()
+
+
+def udp_data_key(secret: bytes, challenge: str) -> bytes:
+    """The key every UDP data datagram of an authenticated test carries: derived from the
+    secret and that connection's challenge, so it differs for every test and tells an
+    off-path forger nothing about the secret."""
+    return hmac.new(secret, f"udp:{challenge}".encode(), hashlib.sha256).digest()[:UDP_KEY_SIZE]
 
 
 def echo_probe(number: int, clock_ns: int, secret: bytes | None) -> bytes:
