@@ -174,6 +174,11 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
             continue
         segment, arrival = udp.read_ancillary(ancillary, count)
         step = max(1, min(segment, count))
+        if _all_keyed(buffer, count, step, key, key_at):  # the usual case, checked in C
+            _account_batch(account, buffer, 0, count, step, unpack_from, key_end, arrival)
+            received += count
+            _progress(stream, received, clock)
+            continue
         packets = []
         for offset in range(0, count, step):
             length = min(step, count - offset)
@@ -185,10 +190,26 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
             received += length
         account.feed_packets(packets)
         if packets:
-            if stream.first is None:
-                stream.first = clock()
-            stream.num_bytes = received
-            stream.last = clock()
+            _progress(stream, received, clock)
+
+
+def _all_keyed(buffer: bytearray, count: int, step: int, key: bytes, key_at: int) -> bool:
+    """Whether every datagram of a read (one, or a coalesced run of `step`-byte ones)
+    carries `key`: byte by byte of the key, one strided slice each, without a Python loop
+    per datagram."""
+    datagrams = -(-count // step)
+    last = count - (datagrams - 1) * step
+    if last < key_at + len(key):
+        return False
+    return all(buffer[key_at + index:count:step] == bytes((byte,)) * datagrams
+               for index, byte in enumerate(key))
+
+
+def _progress(stream: Stream, received: int, clock: Callable[[], float]) -> None:
+    if stream.first is None:
+        stream.first = clock()
+    stream.num_bytes = received
+    stream.last = clock()
 
 
 def _account_batch(account: UdpReceiveAccount, buffer: bytearray, base: int, count: int,
