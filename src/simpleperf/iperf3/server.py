@@ -164,9 +164,8 @@ class Iperf3Service:
         if params.refused is not None:
             return (iperf3.server_error(params.refused),
                     f"option '{params.refused_option}' is not supported")
-        timed = not params.num_bytes and not params.blocks
-        refusal = self.policy.admit(params.protocol, params.parallel,
-                                    params.duration if timed else None, params.omit)
+        refusal = self.policy.admit(params.protocol, params.parallel, params.timed_duration,
+                                    params.omit)
         if refusal is None:
             return None, ""
         if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
@@ -196,9 +195,7 @@ class Iperf3Service:
         measurement = Measurement(spec, streams, SERVER_STEP_SECONDS)
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
         measurement.begin(time.monotonic())
-        timed = not params.num_bytes and not params.blocks
-        limit = test_deadline(params.duration if timed else None, params.omit,
-                              self.policy.time_limit)
+        limit = test_deadline(params.timed_duration, params.omit, self.policy.time_limit)
         while True:
             now = time.monotonic()
             measurement.tick(now)

@@ -17,6 +17,7 @@ from .native import (
     VERSION,
     IntervalRow,
     TestSpec,
+    is_int,
     parse_intervals,
     parse_results,
 )
@@ -55,7 +56,7 @@ class Hello(Event):
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Hello:
         version = message.get("version", VERSION)
-        return cls(version if _is_int(version) else VERSION, _text(message.get("software")))
+        return cls(version if is_int(version) else VERSION, _text(message.get("software")))
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Welcome(Event):
     def from_message(cls, message: dict[str, Any]) -> Welcome:
         challenge = message.get("challenge")
         version = message.get("version", VERSION)
-        return cls(version if _is_int(version) else VERSION, _text(message.get("software")),
+        return cls(version if is_int(version) else VERSION, _text(message.get("software")),
                    challenge[:MAX_CHALLENGE] if isinstance(challenge, str) else None)
 
 
@@ -198,10 +199,6 @@ def decode(message: dict[str, Any]) -> Event:
     if kind is None:
         raise ProtocolError(f"unknown message type '{message['type'][:40]}'")
     return kind.from_message(message)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _text(value: object) -> str:

@@ -170,6 +170,11 @@ class Parameters:
             return index <= self.parallel
         return not self.reverse
 
+    @property
+    def timed_duration(self) -> float | None:
+        """The test's length when it is timed; None when it is an amount (-n or -k)."""
+        return None if self.num_bytes or self.blocks else self.duration
+
     def header(self) -> struct.Struct:
         return HEADER_64 if self.udp_counters_64bit else HEADER_32
 

@@ -180,16 +180,16 @@ class TestSpec:
         checks: dict[str, Callable[[Any], bool]] = {
             "protocol": lambda v: v in ("tcp", "udp"),
             "direction": lambda v: v in DIRECTIONS,
-            "parallel": lambda v: _is_int(v) and 1 <= v <= MAX_PARALLEL,
-            "duration": lambda v: v is None or (_is_number(v) and 0 < v <= MAX_TEST_SECONDS),
-            "num_bytes": lambda v: v is None or (_is_int(v) and 0 < v <= MAX_NUM_BYTES),
-            "length": lambda v: _is_int(v) and MIN_LENGTH <= v <= MAX_LENGTH,
-            "rate": lambda v: _is_number(v) and 0 <= v <= MAX_RATE,
-            "window": lambda v: v is None or (_is_int(v) and MIN_WINDOW <= v <= MAX_WINDOW),
+            "parallel": lambda v: is_int(v) and 1 <= v <= MAX_PARALLEL,
+            "duration": lambda v: v is None or (is_number(v) and 0 < v <= MAX_TEST_SECONDS),
+            "num_bytes": lambda v: v is None or (is_int(v) and 0 < v <= MAX_NUM_BYTES),
+            "length": lambda v: is_int(v) and MIN_LENGTH <= v <= MAX_LENGTH,
+            "rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
+            "window": lambda v: v is None or (is_int(v) and MIN_WINDOW <= v <= MAX_WINDOW),
             "congestion": lambda v: v is None or is_congestion_name(v),
-            "mss": lambda v: v is None or (_is_int(v) and 88 <= v <= 65535),
+            "mss": lambda v: v is None or (is_int(v) and 88 <= v <= 65535),
             "nodelay": lambda v: isinstance(v, bool),
-            "omit": lambda v: _is_number(v) and 0 <= v <= MAX_OMIT,
+            "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -237,12 +237,12 @@ class TestSpec:
         return stream <= self.parallel
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and value == value  # not NaN
+def is_number(value: object) -> bool:
+    return (is_int(value) or isinstance(value, float)) and value == value  # not NaN
 
 
 # Fields of each per-stream result a peer reports at the end; anything else is ignored.
@@ -259,14 +259,14 @@ def parse_results(message: dict[str, Any]) -> dict[int, dict[str, Any]]:
         raise ProtocolError("results need a list 'streams'")
     parsed = {}
     for entry in streams:
-        if not isinstance(entry, dict) or not _is_int(entry.get("stream")):
+        if not isinstance(entry, dict) or not is_int(entry.get("stream")):
             raise ProtocolError("each result needs an integer 'stream'")
         clean = {}
         for name, kind in RESULT_FIELDS.items():
             value = entry.get(name)
             if value is None:
                 continue
-            ok = _is_int(value) if kind is int else _is_number(value)
+            ok = is_int(value) if kind is int else is_number(value)
             if not ok or (value < 0 and name not in SIGNED_RESULT_FIELDS):
                 raise ProtocolError(f"result field '{name}' has an invalid value")
             clean[name] = value
@@ -318,10 +318,10 @@ def parse_intervals(message: dict[str, Any]) -> list[IntervalRow]:
                             f"{MAX_PEER_INTERVALS} rows")
     parsed = []
     for row in rows:
-        if not (isinstance(row, list) and len(row) == 7 and _is_int(row[0])
-                and _is_number(row[1]) and _is_number(row[2]) and _is_int(row[3])
-                and all(v is None or _is_int(v) for v in row[4:6])
-                and (row[6] is None or _is_number(row[6]))):
+        if not (isinstance(row, list) and len(row) == 7 and is_int(row[0])
+                and is_number(row[1]) and is_number(row[2]) and is_int(row[3])
+                and all(v is None or is_int(v) for v in row[4:6])
+                and (row[6] is None or is_number(row[6]))):
             raise ProtocolError("malformed results interval row")
         parsed.append((row[0], row[1], row[2], row[3], row[4], row[5], row[6]))
     return parsed
