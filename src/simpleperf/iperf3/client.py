@@ -196,7 +196,11 @@ class _Iperf3Test:
         try:
             while time.monotonic() < deadline:
                 if all(tcp.unsent_bytes(s.sock) == 0 for s in sending):
-                    time.sleep(max(tcp.settle_time(s.sock) for s in sending))
+                    # iperf3's server is one thread: while it also sends (--bidir) it
+                    # reads only between its writes, so give it the longest settle.
+                    both_ways = len(sending) < len(self.streams)
+                    time.sleep(tcp.SETTLE_MAX_SECONDS if both_ways else
+                               max(tcp.settle_time(s.sock) for s in sending))
                     return
                 time.sleep(0.002)
         except OSError:
