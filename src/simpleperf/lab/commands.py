@@ -1,4 +1,4 @@
-"""`simpleperf lab ...`: up, down, status, exec."""
+"""`simpleperf lab ...`: run, results, compare, up, down, status, exec, capture, analyze."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageE
 from .model import theory, topology
 from .model.experiment import ExperimentError
 from .net import lifecycle, ownership
+from .net.capture import CaptureError
 from .net.system import is_same_process
 from .results.store import ResultsError, find_runs, load_run
 from .results.tables import compare
@@ -25,7 +26,7 @@ DEFAULT_RESULTS = "simpleperf-results"
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="simpleperf lab", description="Emulated networks on this machine.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
-                                     metavar="{run,results,compare,up,down,status,exec}")
+                                     metavar="{run,results,compare,up,down,status,exec,capture,analyze}")
     run_parser = commands.add_parser("run", help="build the topology, run an experiment "
                                                  "(e.g. portfolio), report, tear down")
     run_parser.add_argument("experiment", help="portfolio, or a path to an experiment TOML")
@@ -56,7 +57,38 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("exec", help="run a command inside a node: exec h1 -- ping h4")
     run.add_argument("node")
     run.add_argument("command", nargs=argparse.REMAINDER)
+    _capture_parsers(commands)
     return parser
+
+
+def _capture_parsers(commands: Any) -> None:
+    grab = commands.add_parser("capture", help="capture packets on a link or interface "
+                               "(pcapng; -w - | wireshark -k -i - to watch live)")
+    grab.add_argument("where", metavar="LINK|NODE[:IFACE]",
+                      help="a link's name (what it carried, both directions) or a node's "
+                           "interface")
+    grab.add_argument("-w", dest="write", metavar="FILE",
+                      help="write pcapng to FILE, or '-' for standard output (default: print "
+                           "a line per packet with tshark)")
+    grab.add_argument("--filter", metavar="BPF", help="a capture filter, e.g. 'tcp port 5201'")
+    grab.add_argument("--snaplen", type=_positive_int, default=0, metavar="N",
+                      help="bytes kept per packet (default: whole packets)")
+    grab.add_argument("--duration", type=_positive_int, metavar="S", help="stop after S seconds")
+    grab.add_argument("--count", type=_positive_int, metavar="N", help="stop after N packets")
+    grab.add_argument("--lab", help="which lab (default: the only one up)")
+    study = commands.add_parser("analyze", help="retransmissions, loss, RTT and jitter per "
+                                "flow of a capture file")
+    study.add_argument("file", metavar="PCAP", type=Path)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number above 0, not '{text}'")
+    return value
 
 
 def _queue(text: str) -> int:
@@ -74,8 +106,8 @@ def main(argv: list[str]) -> int:
     except UsageError as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (lifecycle.LabError, topology.TopologyError, ExperimentError,
-            ResultsError) as error:
+    except (lifecycle.LabError, topology.TopologyError, ExperimentError, ResultsError,
+            CaptureError) as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -136,6 +168,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         for record in records:
             print(describe(record))
         return EXIT_OK
+    if args.command in ("capture", "analyze"):
+        from . import capturing  # dpkt loads only where captures are read
+    if args.command == "capture":
+        return capturing.capture_live(args.lab, args.where, args.write, args.filter,
+                                      args.snaplen, args.duration, args.count)
+    if args.command == "analyze":
+        return capturing.analyze(args.file)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return lifecycle.run_in_node(args.node, command)
 

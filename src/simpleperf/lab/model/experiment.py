@@ -26,10 +26,20 @@ from . import datafiles
 from .topology import TopologyError
 
 DATA_DIR = Path(__file__).parents[1] / "data" / "experiments"
-FLOW_KINDS = ("tcp", "udp", "ping")
+FLOW_KINDS = ("tcp", "udp", "ping", "scp", "http", "command")
+APPLICATIONS = ("scp", "http", "command")  # real programs, timed from start to exit
+TRANSFERS = ("scp", "http")  # applications that move `size` bytes over one TCP connection
+CONTENTS = ("random", "sparse")
+DEFAULT_TRANSFER_SIZE = 10_000_000
+MAX_TRANSFER_SIZE = 10 ** 11
+MAX_OBJECTS = 1000
+FIRST_PORT = 15001  # a step's flow n listens on FIRST_PORT + n - 1 (captures match by it)
+DEFAULT_CAPTURE_LIMIT = 100_000_000  # bytes per capture file
+MAX_COMMAND = 2000  # characters of a command line
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
-               "count", "interval", "rtt_under_load", "label", "window", "congestion"}
+               "count", "interval", "rtt_under_load", "label", "window", "congestion",
+               "size", "objects", "content", "server", "client"}
 PAIR_FIELDS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
 LINK_SWEEPS = ("rate", "delay", "jitter", "loss", "queue")
 FLOW_SWEEPS = ("window", "length", "parallel")
@@ -58,7 +68,16 @@ class Flow:
     count: int | None = None  # ping: packets (None: the experiment's ping_count)
     interval: float | None = None  # ping: seconds between packets
     rtt_under_load: bool = False  # tcp/udp: ping alongside the flow
+    size: int | None = None  # scp, http: bytes of the file or of each object
+    objects: int = 1  # http: objects fetched one after another, like a page load
+    content: str = "random"  # scp, http: "random" bytes, or "sparse" (zeros, not stored)
+    server: str | None = None  # command: run in the target node, from before the start
+    client: str | None = None  # command: run in the source node at the start, timed
 
+    @property
+    def one_tcp_connection(self) -> bool:
+        """Theory treats it as one TCP connection (tcp flows have `parallel`)."""
+        return self.kind in TRANSFERS
 
 @dataclass(frozen=True)
 class Step:
@@ -66,6 +85,7 @@ class Step:
     name: str
     flows: tuple[Flow, ...]
     repeat: int = 1
+    capture: tuple[str, ...] = ()  # links or NODE:IFACE captured while the step runs
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,10 @@ class Experiment:
     source: str = ""
     pair: dict[str, Any] | None = None  # link parameters when topology = "pair"
     sweep: Sweep | None = None
+    capture_limit: int = DEFAULT_CAPTURE_LIMIT  # bytes per capture file
+
+    def captures(self) -> set[str]:
+        return {where for step in self.steps for where in step.capture}
 
 
 def load(name_or_path: str) -> Experiment:
@@ -111,7 +135,7 @@ def load(name_or_path: str) -> Experiment:
 def parse(text: str, default_name: str = "experiment", base: Path | None = None) -> Experiment:
     data = datafiles.parse_toml(text, ExperimentError)
     _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
-                 "pair", "sweep"}, "experiment")
+                 "pair", "sweep", "capture", "capture_limit"}, "experiment")
     topology = data.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ExperimentError("experiment: topology must name a topology, e.g. "
@@ -126,7 +150,11 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None)
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ExperimentError("experiment: no steps ([[steps]] with flows)")
-    steps = tuple(_step(raw, index) for index, raw in enumerate(raw_steps, start=1))
+    everywhere = _places(data.get("capture", []), "experiment: capture")
+    steps = tuple(_step(raw, index, everywhere)
+                  for index, raw in enumerate(raw_steps, start=1))
+    limit = _size(data.get("capture_limit", DEFAULT_CAPTURE_LIMIT), "capture_limit",
+                  100_000, MAX_TRANSFER_SIZE)
     pair = _pair(data, topology)
     sweep = _sweep(data.get("sweep"), topology, pair, steps)
     # Without a name, the file's: made to fit, since it only has to name a folder.
@@ -136,7 +164,28 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None)
                           "folder)", ExperimentError)
     description = datafiles.text(data.get("description", ""), "description", ExperimentError)
     return Experiment(name, description, topology, timing, quick, steps, dict(cases), text,
-                      pair, sweep)
+                      pair, sweep, limit)
+
+
+def _places(raw: Any, where: str) -> tuple[str, ...]:
+    """Capture points: a list of link names or NODE[:IFACE] (checked against the topology
+    once it is loaded)."""
+    if not isinstance(raw, list) or not all(isinstance(p, str) and 0 < len(p) <= 60
+                                            for p in raw):
+        raise ExperimentError(f"{where} must be a list of links or NODE:IFACE, e.g. "
+                              "[\"L2\", \"h1:h1-eth0\"]")
+    return tuple(dict.fromkeys(raw))
+
+
+def _size(value: Any, where: str, low: int, high: int) -> int:
+    try:
+        size = parse_size(value) if isinstance(value, str) else value
+    except ValueError:
+        size = None
+    if not isinstance(size, int) or isinstance(size, bool) or not low <= size <= high:
+        raise ExperimentError(f"{where} = {value!r} must be a size such as '100M' "
+                              f"({low}..{high} bytes)")
+    return size
 
 
 def _pair(data: dict[str, Any], topology: str) -> dict[str, Any] | None:
@@ -263,13 +312,15 @@ def _count(value: Any, where: str, low: int, high: int) -> int:
     return value
 
 
-def _step(raw: Any, index: int) -> Step:
+def _step(raw: Any, index: int, everywhere: tuple[str, ...]) -> Step:
     if not isinstance(raw, dict):
         raise ExperimentError(f"step {index}: must be a table")
     name = datafiles.text(raw.get("name", f"step {index}"), f"step {index}: name",
                           ExperimentError)
     where = f"step {index} ({name})"
-    _only(raw, {"case", "name", "flows", "repeat"}, where)
+    _only(raw, {"case", "name", "flows", "repeat", "capture"}, where)
+    capture = tuple(dict.fromkeys(everywhere + _places(raw.get("capture", []),
+                                                       f"{where}: capture")))
     flows = raw.get("flows")
     if not isinstance(flows, list) or not flows:
         raise ExperimentError(f"{where}: flows must be a non-empty list of flows")
@@ -277,7 +328,7 @@ def _step(raw: Any, index: int) -> Step:
     case = datafiles.text(raw.get("case", index), f"{where}: case", ExperimentError)
     return Step(case, name,
                 tuple(_flow(f, f"{where} flow {i}") for i, f in enumerate(flows, start=1)),
-                repeat)
+                repeat, capture)
 
 
 def _flow(raw: Any, where: str) -> Flow:
@@ -347,12 +398,50 @@ def _flow(raw: Any, where: str) -> Flow:
             raise ExperimentError(f"{where}: rtt_under_load is true or false, on tcp and udp "
                                   "flows")
         values["rtt_under_load"] = raw["rtt_under_load"]
+    values.update(_application(raw, kind, where))
     label = datafiles.text(raw.get("label", f"{raw['from']}-{raw['to']}"), f"{where}: label",
                            ExperimentError)
     address = raw.get("address")
     if address is not None and not isinstance(address, str):
         raise ExperimentError(f"{where}: address must be a string")
     return Flow(kind, raw["from"], raw["to"], address, label, **values)
+
+
+def _application(raw: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """size, objects and content of scp and http flows; server and client of a command."""
+    values: dict[str, Any] = {}
+    for name in ("size", "content"):
+        if name in raw and kind not in TRANSFERS:
+            raise ExperimentError(f"{where}: {name} applies to scp and http flows")
+    if "objects" in raw and kind != "http":
+        raise ExperimentError(f"{where}: objects applies to http flows")
+    for name in ("server", "client"):
+        if name in raw and kind != "command":
+            raise ExperimentError(f"{where}: {name} applies to command flows")
+    if kind in TRANSFERS:
+        values["size"] = _size(raw.get("size", DEFAULT_TRANSFER_SIZE), f"{where}: size", 1,
+                               MAX_TRANSFER_SIZE)
+        content = raw.get("content", "random")
+        if content not in CONTENTS:
+            raise ExperimentError(f"{where}: content must be one of {', '.join(CONTENTS)}, "
+                                  f"not {content!r}")
+        values["content"] = content
+    if "objects" in raw:
+        values["objects"] = _count(raw["objects"], f"{where}: objects", 1, MAX_OBJECTS)
+    if kind == "command":
+        if not isinstance(raw.get("client"), str) or not raw["client"].strip():
+            raise ExperimentError(f"{where}: a command flow needs client = \"...\" (run in "
+                                  "the source node; {address} is the target's address, "
+                                  "{port} the flow's port)")
+        for name in ("server", "client"):
+            if name in raw:
+                command = raw[name]
+                if (not isinstance(command, str) or len(command) > MAX_COMMAND
+                        or "\x00" in command):
+                    raise ExperimentError(f"{where}: {name} must be a command line of at most "
+                                          f"{MAX_COMMAND} characters")
+                values[name] = command
+    return values
 
 
 def check_against(experiment: Experiment, nodes: set[str]) -> None:

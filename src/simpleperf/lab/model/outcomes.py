@@ -32,12 +32,33 @@ class FlowOutcome:
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
+    retransmits: int | None = None  # tcp: the sender's TCP_INFO count
+    seconds: float | None = None  # scp, http, command: start to exit
+    exit_status: int | None = None  # scp, http, command
+    output: str | None = None  # command: what the client printed (cut at OUTPUT_CHARS)
 
     @property
     def loss_percent(self) -> float | None:
         if self.lost is None or not self.packets:
             return None
         return 100 * self.lost / self.packets
+
+
+OUTPUT_CHARS = 4000
+
+
+@dataclass
+class CaptureOutcome:
+    """A capture of a step, and what its analysis found (rows of plain data)."""
+
+    where: str
+    path: str
+    packets: int | None = None
+    dropped: int | None = None  # by the capture (its buffer), not by the network
+    cut_short: bool = False  # the size cap ended it before the step did
+    error: str | None = None
+    tcp: list[dict[str, Any]] = field(default_factory=list)
+    udp: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -48,6 +69,7 @@ class StepOutcome:
     start_spread: float | None = None  # seconds between the first and last flow start
     interrupted: bool = False
     sweep: tuple[str, str] | None = None  # (parameter, value) of a sweep point
+    captures: list[CaptureOutcome] = field(default_factory=list)
 
     @property
     def fairness(self) -> float | None:

@@ -20,6 +20,9 @@ Hop = tuple[Link, str]  # a link and the node the packet leaves from
 FRAME_BYTES = 1514  # a full-size Ethernet frame as tc counts it (no preamble, no FCS)
 TCP_PAYLOAD_BYTES = 1448  # of a full frame: less Ethernet 14, IP 20, TCP 20, timestamps 12
 TCP_GOODPUT = TCP_PAYLOAD_BYTES / FRAME_BYTES
+# OpenSSH keeps at most 2 MiB unacknowledged per channel (and scp's SFTP transfers 64
+# requests of 32 KiB): whatever TCP's window, scp moves at most that per round trip.
+SSH_WINDOW_BYTES = 2 * 1024 * 1024
 UDP_FRAMING_BYTES = 42  # around each datagram: Ethernet 14, IP 20, UDP 8
 DEFAULT_DATAGRAM_BYTES = 1470  # a lab UDP flow's datagrams unless the flow says
 # Congestion controls whose throughput falls with loss as Mathis et al. describe.
@@ -208,13 +211,13 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         except TopologyError:
             continue  # no theory for an address the topology does not route: it just runs
         _predict_flow(outcome, forward, backward, flow.congestion or congestion)
-        if flow.kind == "ping":
-            continue
+        if flow.kind in ("ping", "command"):
+            continue  # no demand theory can know
         share = udp_goodput_share(datagram_bytes(flow.length))
         for _ in range(flow.parallel):
             paths.append(forward)
             owners.append(index)
-            demands.append(None if flow.kind == "tcp" or outcome.rate is None
+            demands.append(None if flow.kind != "udp" or outcome.rate is None
                            else outcome.rate / share)
     if not paths:
         return
@@ -222,7 +225,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
-            efficiency = (TCP_GOODPUT if outcome.flow.kind == "tcp"
+            efficiency = (TCP_GOODPUT if outcome.flow.kind != "udp"
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
@@ -242,7 +245,9 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
         bottleneck = forward.bottleneck or 1e9
         outcome.rate = 0.9 * bottleneck * udp_goodput_share(datagram_bytes(flow.length))
     rtt = outcome.base_rtt / 1e3
-    if flow.kind == "tcp" and rtt > 0:
+    if flow.kind == "scp" and rtt > 0:
+        outcome.window_bound = window_bound(SSH_WINDOW_BYTES, rtt)
+    if (flow.kind == "tcp" or flow.one_tcp_connection) and rtt > 0:
         if flow.window:
             outcome.window_bound = flow.parallel * window_bound(flow.window, rtt)
         if forward.loss > 0 and congestion in LOSS_BASED:

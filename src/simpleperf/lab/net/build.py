@@ -113,8 +113,7 @@ def plan(topology: Topology, backend: str) -> Plan:
     """Everything to run, without running anything. Raises TopologyError for what the
     chosen backend cannot build."""
     wire = wire_namespace(topology.name)
-    routed = [link for link in topology.links if link.is_shaped and _both_routable(topology,
-                                                                                      link)]
+    routed = routed_links(topology)
     namespaces = {name: NamespacePlan() for name in topology.nodes}
     if routed:
         namespaces[wire] = NamespacePlan()
@@ -136,9 +135,8 @@ def plan(topology: Topology, backend: str) -> Plan:
     indexes = iter(range(FIRST_INDEX, FIRST_INDEX + 4 * len(topology.links)))
     for link in topology.links:
         if link in routed:
-            index = routed.index(link) + 1
-            root += _routed_link(link, index, wire, namespaces, backend, delay_queues,
-                                 indexes)
+            root += _routed_link(link, routed.index(link) + 1, wire, namespaces, backend,
+                                 delay_queues, indexes)
         else:
             root.append(f"link add {link.a.interface} netns {link.a.node} index "
                         f"{next(indexes)} type veth peer name {link.b.interface} netns "
@@ -157,6 +155,25 @@ def plan(topology: Topology, backend: str) -> Plan:
     for node in topology.nodes.values():
         namespaces[node.name].ip_then += [f"route add {route}" for route in node.routes]
     return Plan(topology.name, backend, root, namespaces, delay_queues)
+
+
+def routed_links(topology: Topology) -> list[Link]:
+    """The links that run through the wire namespace, in the order that numbers their ports."""
+    return [link for link in topology.links
+            if link.is_shaped and _both_routable(topology, link)]
+
+
+def wire_ports(topology: Topology, link: Link) -> tuple[str, str] | None:
+    """The wire namespace's ports of a routed link: towards a, towards b (None: the link is
+    a plain veth pair)."""
+    routed = routed_links(topology)
+    if link not in routed:
+        return None
+    return _ports(routed.index(link) + 1)
+
+
+def _ports(index: int) -> tuple[str, str]:
+    return f"w{index}a", f"w{index}b"
 
 
 def _both_routable(topology: Topology, link: Link) -> bool:
@@ -199,7 +216,7 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
                  backend: str, delay_queues: list[dict[str, Any]], indexes) -> list[str]:
     a, b = link.a, link.b
     assert a.address is not None and b.address is not None
-    port_a, port_b = f"w{index}a", f"w{index}b"
+    port_a, port_b = _ports(index)
     mac_a, mac_port_a, mac_port_b, mac_b = (_mac(index, role) for role in (1, 2, 3, 4))
     root = [f"link add {a.interface} netns {a.node} address {mac_a} index {next(indexes)} "
             f"type veth peer name {port_a} netns {wire} address {mac_port_a} "

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -170,19 +172,31 @@ def run_in_node(node: str, command: list[str]) -> int:
             break
     else:
         raise LabError(f"no lab that is up has a node named {node}")
+    return run_recorded(record, ["ip", "netns", "exec", node, *command],
+                        f"exec in {node}: {' '.join(command)[:60]}")
+
+
+def run_recorded(record: ownership.LabRecord, command: list[str], what: str,
+                 stdout: Any = None) -> int:
+    """Run a command in the foreground, recorded in the lab's record while it runs (so
+    `lab down` ends it), and return its exit status. Ctrl-C reaches it too; its own exit
+    status is what counts."""
     try:
-        child = subprocess.Popen(["ip", "netns", "exec", node, *command])
+        child = subprocess.Popen(command, stdout=stdout)
     except OSError as error:
         raise LabError(f"cannot run {command[0]}: {error.strerror}") from None
     with ownership.locked(record.lab):
         record = ownership.load(record.lab) or record
-        ownership.add_process(record, child.pid, f"exec in {node}: {' '.join(command)[:60]}")
+        ownership.add_process(record, child.pid, what)
     try:
         while True:
             try:
                 return child.wait()
             except KeyboardInterrupt:
-                continue  # the child got the same Ctrl-C; report its own exit status
+                # A terminal's Ctrl-C reached the child too; a SIGINT sent to this process
+                # alone did not: pass it on, and report the child's own exit status.
+                with suppress(ProcessLookupError):
+                    child.send_signal(signal.SIGINT)
     finally:
         with ownership.locked(record.lab):
             current = ownership.load(record.lab)

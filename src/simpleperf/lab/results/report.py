@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from .tables import case_report, sweep_points, sweep_report
+from .tables import capture_report, capture_witness, case_report, sweep_points, sweep_report
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -76,30 +76,93 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
         fair = [s for s in steps if s["fairness"] is not None]
         if fair:
             save(case, "fairness", _fairness_figure(plt, case, fair))
+        witnessed = [(s, f, w) for s in steps for f in s["flows"]
+                     if (w := capture_witness(s, f)) is not None]
+        if witnessed:
+            save(case, "retransmissions", _witness_figure(plt, case, witnessed))
+        series = _by_connections(witnessed)
+        if series:
+            save(case, "connections", _connections_figure(plt, case, series))
     return save.figures
 
 
+def _witness_figure(plt, case: str, witnessed: list[tuple[dict, dict, dict[str, Any]]]):
+    """Each TCP flow's retransmissions as the capture saw them beside the sender's count."""
+    figure, axis = plt.subplots(figsize=(9, 3.6))
+    names = [f"{f['label']}\n{s['name'][:22]}" for s, f, _ in witnessed]
+    positions = list(range(len(witnessed)))
+    for offset, key, label in ((-0.27, "wireshark_percent", "capture: Wireshark's "
+                                "retransmissions"),
+                               (0.0, "resent_percent", "capture: every segment sent again"),
+                               (0.27, "tcp_info_percent", "sender's TCP_INFO retransmits")):
+        axis.bar([p + offset for p in positions],
+                 [w[key] if w[key] is not None else 0 for _, _, w in witnessed], 0.27,
+                 label=label)
+    axis.set_xticks(positions, names, fontsize=7)
+    axis.set_ylabel("% of data segments")
+    axis.set_title(f"Case {case}: retransmissions, two independent witnesses")
+    axis.legend(fontsize=8)
+    return figure
+
+
+def _by_connections(witnessed: list[tuple[dict, dict, dict[str, Any]]]
+                    ) -> dict[str, list[tuple[int, float, float]]]:
+    """Window -> (connections, throughput, capture retransmission %) when a case varies the
+    number of parallel connections of one TCP flow (the thesis's figure)."""
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    for _, flow, witness in witnessed:
+        parameters = flow["parameters"]
+        window = parameters.get("window")
+        key = f"window {window / 1000:g} kB" if window else "default window"
+        series.setdefault(key, []).append((parameters.get("parallel", 1),
+                                           (flow["throughput"] or 0) / 1e6,
+                                           witness["wireshark_percent"] or 0))
+    if len({n for points in series.values() for n, _, _ in points}) < 2:
+        return {}
+    return {key: sorted(points) for key, points in series.items()}
+
+
+def _connections_figure(plt, case: str, series: dict[str, list[tuple[int, float, float]]]):
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for key, points in series.items():
+        left.plot([n for n, _, _ in points], [t for _, t, _ in points], "o-", label=key)
+        right.plot([n for n, _, _ in points], [r for _, _, r in points], "o-", label=key)
+    left.set_ylim(bottom=0)
+    right.set_ylim(bottom=0)
+    left.set_xlabel("parallel TCP connections")
+    left.set_ylabel("goodput, Mbit/s")
+    right.set_xlabel("parallel TCP connections")
+    right.set_ylabel("retransmitted segments, % (capture)")
+    left.legend(fontsize=8)
+    figure.suptitle(f"Case {case}: throughput and retransmission ratio against connections")
+    return figure
+
+
 def _sweep_figure(plt, points: list[dict[str, Any]]):
-    """Mean throughput with its 95 % CI at each sweep value, beside theory's bounds."""
+    """Mean goodput with its 95 % CI at each sweep value, per kind of transfer, beside
+    theory's bounds."""
     figure, axis = plt.subplots(figsize=(9, 4))
-    labels = [p["value"] for p in points]
-    positions = list(range(len(points)))
-    measured = [(i, p) for i, p in enumerate(points) if "mean" in p]
-    axis.errorbar([i for i, _ in measured], [p["mean"] / 1e6 for _, p in measured],
-                  yerr=[p["ci95"] / 1e6 for _, p in measured], fmt="o-", capsize=4,
-                  label="measured (mean, 95 % CI)")
-    for key, style, name in (("predicted", "--", "theory (smallest bound)"),
-                             ("window_bound", ":", "window / RTT"),
-                             ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)")):
-        ys = [p[key] / 1e6 if p[key] is not None else None for p in points]
-        if any(y is not None for y in ys):
-            axis.plot([i for i, y in zip(positions, ys, strict=True) if y is not None],
-                      [y for y in ys if y is not None], style, label=name)
-    top = max([p["mean"] + p["ci95"] for _, p in measured] + [1]) / 1e6
-    axis.set_ylim(0, top * 1.4)
-    axis.set_xticks(positions, labels)
+    labels = list(dict.fromkeys(p["value"] for p in points))
+    kinds = list(dict.fromkeys(p["kind"] for p in points))
+    for kind in kinds:
+        mine = [p for p in points if p["kind"] == kind]
+        measured = [(labels.index(p["value"]), p) for p in mine if "mean" in p]
+        axis.errorbar([i for i, _ in measured], [p["mean"] / 1e6 for _, p in measured],
+                      yerr=[p["ci95"] / 1e6 for _, p in measured], fmt="o-", capsize=4,
+                      label=f"{kind} measured (mean, 95 % CI)")
+        for key, style, name in (("predicted", "--", "theory (smallest bound)"),
+                                 ("window_bound", ":", "window / RTT"),
+                                 ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)")):
+            line = [(labels.index(p["value"]), p[key] / 1e6) for p in mine
+                    if p[key] is not None]
+            if line and (key != "predicted" or kind == kinds[0]):
+                axis.plot([x for x, _ in line], [y for _, y in line], style,
+                          label=f"{kind}: {name}" if len(kinds) > 1 else name)
+    tops = [p["mean"] + p["ci95"] for p in points if "mean" in p]
+    axis.set_ylim(0, max(tops + [1e6]) / 1e6 * 1.4)
+    axis.set_xticks(list(range(len(labels))), labels)
     axis.set_xlabel(points[0]["parameter"])
-    axis.set_ylabel("TCP goodput, Mbit/s")
+    axis.set_ylabel("goodput, Mbit/s")
     axis.set_title(f"Throughput against {points[0]['parameter']}")
     axis.legend(fontsize=8)
     return figure
@@ -197,6 +260,9 @@ def write_report(folder: Path, run: dict[str, Any], titles: dict[str, str]) -> P
         for title, png in figures.get(case, []):
             data = base64.b64encode(png).decode()
             parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
+    captured = capture_report(run)
+    if captured:
+        parts.append("<h2>Captures</h2><pre>" + html.escape(captured) + "</pre>")
     parts.append("<h2>Topology</h2><pre>" + html.escape(run["topology_toml"]) + "</pre>")
     parts.append("<h2>Experiment</h2><pre>" + html.escape(run["experiment_toml"]) + "</pre>")
     # Lets a headless browser (and the tests) see that every image really loaded.

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ... import __version__
+from ..model.experiment import FIRST_PORT
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net.system import system_congestion_control
 
@@ -39,13 +40,34 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     predicted REAL, base_rtt_ms REAL, full_queue_rtt_ms REAL, rtt_min REAL, rtt_avg REAL,
     rtt_median REAL, rtt_max REAL, rtt_mdev REAL, jitter_ms REAL, lost INTEGER,
     packets INTEGER, loss_percent REAL, rate REAL, connections TEXT, window_bound REAL,
-    mathis_bound REAL);
+    mathis_bound REAL, retransmits INTEGER, seconds REAL, exit_status INTEGER, output TEXT);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
 CREATE TABLE rate_trial (flow_id INTEGER REFERENCES flow(id), trial INTEGER, offered REAL,
     received REAL, lost_percent REAL, queue_growth_ms REAL, good INTEGER);
+CREATE TABLE capture (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id),
+    place TEXT, path TEXT, packets INTEGER, dropped INTEGER, cut_short INTEGER, error TEXT);
+CREATE TABLE capture_tcp (capture_id INTEGER REFERENCES capture(id), flow_id INTEGER, source
+    TEXT, source_port INTEGER, destination TEXT, destination_port INTEGER, packets INTEGER,
+    data_segments INTEGER, bytes INTEGER, seconds REAL, retransmissions INTEGER,
+    fast_retransmissions INTEGER, spurious_retransmissions INTEGER, out_of_order INTEGER,
+    resent INTEGER, lost_segments INTEGER, duplicate_acks INTEGER,
+    retransmission_ratio REAL, rtt_min REAL, rtt_avg REAL, rtt_max REAL, rtt_samples INTEGER,
+    throughput TEXT);
+CREATE TABLE capture_udp (capture_id INTEGER REFERENCES capture(id), flow_id INTEGER, source
+    TEXT, source_port INTEGER, destination TEXT, destination_port INTEGER, datagrams INTEGER,
+    bytes INTEGER, gaps INTEGER, reordered INTEGER, duplicates INTEGER, jitter_ms REAL,
+    one_way_min_ms REAL, one_way_avg_ms REAL, one_way_max_ms REAL);
 """
+TCP_COLUMNS = ("source", "source_port", "destination", "destination_port", "packets",
+               "data_segments", "bytes", "seconds", "retransmissions", "fast_retransmissions",
+               "spurious_retransmissions", "out_of_order", "resent", "lost_segments",
+               "duplicate_acks", "retransmission_ratio", "rtt_min", "rtt_avg", "rtt_max",
+               "rtt_samples", "throughput")
+UDP_COLUMNS = ("source", "source_port", "destination", "destination_port", "datagrams",
+               "bytes", "gaps", "reordered", "duplicates", "jitter_ms", "one_way_min_ms",
+               "one_way_avg_ms", "one_way_max_ms")
 
 
 def _version(command: list[str]) -> str:
@@ -117,13 +139,14 @@ class Store:
              None if outcome.start_spread is None else outcome.start_spread * 1e3,
              outcome.fairness, int(outcome.interrupted),
              *(outcome.sweep or (None, None)))).lastrowid
+        flow_ids: dict[int, int] = {}
         for position, flow in enumerate(outcome.flows, start=1):
             rtt = summarize_rtts(flow.rtts) or {}
             parameters = {k: v for k, v in asdict(flow.flow).items()
                           if k not in ("source", "target", "label", "kind")}
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -131,7 +154,10 @@ class Store:
                  rtt.get("avg"), rtt.get("median"), rtt.get("max"), rtt.get("mdev"),
                  flow.jitter_ms, flow.lost, flow.packets, flow.loss_percent, flow.rate,
                  json.dumps(flow.connection_throughputs), flow.window_bound,
-                 flow.mathis_bound)).lastrowid
+                 flow.mathis_bound, flow.retransmits, flow.seconds, flow.exit_status,
+                 flow.output)).lastrowid
+            assert flow_id is not None
+            flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
                                 [(flow_id, a, b, r) for a, b, r in flow.intervals])
             self.db.executemany("INSERT INTO probe VALUES (?, ?, ?)",
@@ -140,7 +166,31 @@ class Store:
                 (flow_id, i, t.get("offered"), t.get("received"), t.get("lost_percent"),
                  t.get("queue_growth_ms"), int(bool(t.get("good"))))
                 for i, t in enumerate(flow.probe_trials, start=1)])
+        assert step_id is not None
+        self._add_captures(step_id, outcome, flow_ids)
         self.db.commit()
+
+    def _add_captures(self, step_id: int, outcome: StepOutcome, flow_ids: dict[int, int]
+                      ) -> None:
+        """Each capture, and its flows matched to the step's flows by the flow's port (the
+        runner gives flow n port FIRST_PORT + n - 1)."""
+        by_port = {FIRST_PORT + position - 1: flow_id for position, flow_id in flow_ids.items()}
+        for taken in outcome.captures:
+            capture_id = self.db.execute(
+                "INSERT INTO capture VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)",
+                (step_id, taken.where, str(Path(taken.path).relative_to(self.folder))
+                 if Path(taken.path).is_relative_to(self.folder) else taken.path,
+                 taken.packets, taken.dropped, int(taken.cut_short), taken.error)).lastrowid
+            for row in taken.tcp:
+                values = [json.dumps(row[c]) if c == "throughput" else row[c]
+                          for c in TCP_COLUMNS]
+                self.db.execute(f"INSERT INTO capture_tcp VALUES ({', '.join('?' * 23)})",
+                                (capture_id, by_port.get(row["destination_port"])
+                                 or by_port.get(row["source_port"]), *values))
+            for row in taken.udp:
+                self.db.execute(f"INSERT INTO capture_udp VALUES ({', '.join('?' * 15)})",
+                                (capture_id, by_port.get(row["destination_port"]),
+                                 *[row[c] for c in UDP_COLUMNS]))
 
     def finish(self, interrupted: bool) -> None:
         """The measurements are over: note when, and write the CSV exports."""
@@ -170,7 +220,13 @@ class Store:
                            "ON f.id = p.flow_id JOIN step s ON s.id = f.step_id"),
                 ("rate_trials", "SELECT f.label, s.name AS step_name, t.* FROM rate_trial t "
                                 "JOIN flow f ON f.id = t.flow_id JOIN step s ON "
-                                "s.id = f.step_id")):
+                                "s.id = f.step_id"),
+                ("captures", "SELECT s.name AS step_name, c.* FROM capture c JOIN step s ON "
+                             "s.id = c.step_id"),
+                ("capture_tcp", "SELECT c.place, c.path, t.* FROM capture_tcp t JOIN capture "
+                                "c ON c.id = t.capture_id"),
+                ("capture_udp", "SELECT c.place, c.path, u.* FROM capture_udp u JOIN capture "
+                                "c ON c.id = u.capture_id")):
             cursor = self.db.execute(query)
             with open(self.folder / f"{table}.csv", "w", newline="") as out:
                 writer = csv.writer(out)
@@ -217,11 +273,26 @@ def _load(path: Path) -> dict[str, Any]:
                     "SELECT offered, received, lost_percent, queue_growth_ms, good FROM "
                     "rate_trial WHERE flow_id = ? ORDER BY trial", (flow["id"],))]
                 flows.append(item)
-            steps.append(dict(step) | {"flows": flows})
+            steps.append(dict(step) | {"flows": flows, "captures": _captures(db, step["id"])})
         run["steps"] = steps
         return run
     finally:
         db.close()
+
+
+def _captures(db: sqlite3.Connection, step_id: int) -> list[dict[str, Any]]:
+    captures: list[dict[str, Any]] = []
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'capture'").fetchone():
+        return captures  # a run from before captures existed
+    for row in db.execute("SELECT * FROM capture WHERE step_id = ? ORDER BY id", (step_id,)):
+        item = dict(row)
+        item["tcp"] = [dict(r) | {"throughput": json.loads(r["throughput"])} for r in
+                       db.execute("SELECT * FROM capture_tcp WHERE capture_id = ?",
+                                  (row["id"],))]
+        item["udp"] = [dict(r) for r in db.execute(
+            "SELECT * FROM capture_udp WHERE capture_id = ?", (row["id"],))]
+        captures.append(item)
+    return captures
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -148,26 +148,32 @@ def compare(first: dict[str, Any], second: dict[str, Any]) -> str:
                             rows))
 
 
+SWEPT_KINDS = ("tcp", "scp", "http")  # flows whose goodput a sweep plots
+
+
 def sweep_points(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per sweep value (in the order run), the tcp goodput of every round with its mean and
-    95 % confidence interval, beside the bounds theory gives."""
-    points: OrderedDict[str, dict[str, Any]] = OrderedDict()
+    """Per sweep value (in the order run) and kind of transfer (tcp, scp, http), the goodput
+    of every round with its mean and 95 % confidence interval, beside theory's bounds."""
+    points: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
     for step in run["steps"]:
         if step.get("sweep_value") is None:
             continue
-        point = points.setdefault(step["sweep_value"], {
-            "value": step["sweep_value"], "parameter": step["sweep_parameter"],
-            "throughputs": [], "rtts": [], "predicted": None, "share": None,
-            "window_bound": None, "mathis_bound": None, "failed": 0})
-        flows = [f for f in step["flows"] if f["kind"] == "tcp"]
-        if not flows or not all(f["ok"] for f in flows):
-            point["failed"] += 1
-            continue
-        point["throughputs"].append(sum(f["throughput"] or 0 for f in flows))
-        point["rtts"] += [f["rtt_avg"] for f in flows if f["rtt_avg"] is not None]
-        for key in ("predicted", "window_bound", "mathis_bound"):
-            values = [f[key] for f in flows if f.get(key) is not None]
-            point[key] = sum(values) if values else None
+        for kind in SWEPT_KINDS:
+            flows = [f for f in step["flows"] if f["kind"] == kind]
+            if not flows:
+                continue
+            point = points.setdefault((step["sweep_value"], kind), {
+                "value": step["sweep_value"], "parameter": step["sweep_parameter"],
+                "kind": kind, "throughputs": [], "rtts": [], "predicted": None,
+                "share": None, "window_bound": None, "mathis_bound": None, "failed": 0})
+            if not all(f["ok"] for f in flows):
+                point["failed"] += 1
+                continue
+            point["throughputs"].append(sum(f["throughput"] or 0 for f in flows))
+            point["rtts"] += [f["rtt_avg"] for f in flows if f["rtt_avg"] is not None]
+            for key in ("predicted", "window_bound", "mathis_bound"):
+                values = [f[key] for f in flows if f.get(key) is not None]
+                point[key] = sum(values) if values else None
     for point in points.values():
         if point["throughputs"]:
             point["mean"], point["ci95"] = mean_confidence(point["throughputs"])
@@ -183,10 +189,67 @@ def sweep_report(run: dict[str, Any]) -> str:
     for point in points:
         measured = ("all failed" if "mean" not in point else
                     f"{point['mean'] / 1e6:.2f} +- {point['ci95'] / 1e6:.2f}")
-        rows.append([point["value"], str(len(point["throughputs"]))
+        rows.append([point["value"], point["kind"], str(len(point["throughputs"]))
                      + (f" ({point['failed']} failed)" if point["failed"] else ""), measured,
                      _mbps(point["predicted"]), _mbps(point["window_bound"]),
                      _mbps(point["mathis_bound"])])
-    return "\n".join([f"\nSweep of {parameter}: TCP goodput, mean and 95 % confidence interval",
-                      *_table([parameter, "runs", "Mbit/s", "theory", "window/RTT",
+    return "\n".join([f"\nSweep of {parameter}: goodput, mean and 95 % confidence interval "
+                      "(window/RTT of scp: SSH's 2 MiB channel window)",
+                      *_table([parameter, "flow", "runs", "Mbit/s", "theory", "window/RTT",
                                "Mathis"], rows)])
+
+
+def capture_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any] | None:
+    """A TCP flow's retransmissions as its step's capture saw them (summed over the flow's
+    connections) beside the sender's TCP_INFO count, all in % of data segments."""
+    rows = [row for taken in step.get("captures", []) for row in taken["tcp"]
+            if row["flow_id"] == flow["id"] and row["destination_port"] != row["source_port"]
+            and row["data_segments"] > 1]
+    # The data direction of each connection: the one that carried the most segments.
+    rows = [row for row in rows if row["data_segments"] == max(
+        r["data_segments"] for r in rows if r["source_port"] == row["source_port"])]
+    segments = sum(row["data_segments"] for row in rows)
+    if not segments or flow["kind"] not in SWEPT_KINDS:
+        return None
+    retransmissions = sum(row["retransmissions"] for row in rows)
+    resent = sum(row["resent"] for row in rows)
+    sender = flow.get("retransmits")
+    return {"segments": segments, "retransmissions": retransmissions, "resent": resent,
+            "wireshark_percent": 100 * retransmissions / segments,
+            "resent_percent": 100 * resent / segments,
+            "tcp_info_percent": None if sender is None else 100 * sender / segments}
+
+
+def capture_report(run: dict[str, Any]) -> str:
+    """Every capture of the run: where, the file, and per TCP and UDP flow what it saw."""
+    lines = []
+    for step in run["steps"]:
+        for taken in step.get("captures", []):
+            lines.append(f"step {step['position']} ({step['name']}), {taken['place']}: "
+                         f"{taken['packets'] if taken['packets'] is not None else '?'} packets"
+                         f" in {taken['path']}"
+                         + (" - CUT SHORT by capture_limit" if taken["cut_short"] else "")
+                         + (f" - {taken['error']}" if taken["error"] else ""))
+            for row in taken["tcp"]:
+                ratio = row["retransmission_ratio"]
+                lines.append(
+                    f"  TCP {row['source']}:{row['source_port']} > {row['destination']}:"
+                    f"{row['destination_port']}  {row['data_segments']} segments, "
+                    f"{row['retransmissions']} retransmitted"
+                    + (f" ({ratio * 100:.3f} %)" if ratio is not None else "")
+                    + f", {row['resent']} resent, {row['lost_segments']} gaps"
+                    + (f", RTT at the capture {row['rtt_avg']:.2f} ms" if row["rtt_avg"]
+                       else ""))
+            for row in taken["udp"]:
+                lines.append(
+                    f"  UDP {row['source']}:{row['source_port']} > {row['destination']}:"
+                    f"{row['destination_port']}  {row['datagrams']} datagrams, "
+                    f"{row['gaps']} missing, {row['reordered']} reordered"
+                    + (f", jitter {row['jitter_ms']:.3f} ms" if row["jitter_ms"] is not None
+                       else "")
+                    + (f", one-way {row['one_way_avg_ms']:.2f} ms"
+                       if row["one_way_avg_ms"] is not None else ""))
+    if lines:
+        lines.append("retransmitted: Wireshark's tcp.analysis.retransmission; resent: every "
+                     "data segment below the highest sequence seen")
+    return "\n".join(lines)

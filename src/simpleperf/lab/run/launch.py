@@ -4,7 +4,10 @@ Every network namespace shares CLOCK_MONOTONIC, so the runner hands each launche
 absolute moment. The launcher sleeps until just before it, spins the last 2 ms, prints when
 it really started (the runner measures the spread), then becomes the command.
 
-    python3 -m simpleperf.lab.run.launch MONOTONIC_SECONDS -- COMMAND ...
+    python3 -m simpleperf.lab.run.launch MONOTONIC_SECONDS [--timed] -- COMMAND ...
+
+--timed runs COMMAND as a child and prints, after its output, when it ended and its exit
+status (applications are timed from the start to their exit).
 
 With COMMAND `simpleperf ARGS`, simpleperf runs inside the launcher itself, imported before
 the instant: no interpreter start-up after it (which on a busy 2-core machine staggers
@@ -14,15 +17,20 @@ dozens of clients by seconds).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
 START_MARK = "SIMPLEPERF-START"
+END_MARK = "SIMPLEPERF-END"
 
 
 def main(argv: list[str]) -> int:
+    timed = len(argv) > 1 and argv[1] == "--timed"
+    if timed:
+        argv = argv[:1] + argv[2:]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: launch MONOTONIC_SECONDS -- COMMAND ...", file=sys.stderr)
+        print("usage: launch MONOTONIC_SECONDS [--timed] -- COMMAND ...", file=sys.stderr)
         return 2
     at = float(argv[0])
     in_process = argv[2] == "simpleperf"
@@ -36,11 +44,26 @@ def main(argv: list[str]) -> int:
     os.write(1, f"{START_MARK} {time.monotonic():.6f}\n".encode())
     if in_process:
         return simpleperf_main(argv[3:])
+    if timed:
+        return _timed(argv[2:])
     try:
         os.execvp(argv[2], argv[2:])
     except OSError as error:
         print(f"cannot start {argv[2]}: {error.strerror}", file=sys.stderr)
         return 127
+
+
+def _timed(command: list[str]) -> int:
+    try:
+        child = subprocess.Popen(command)
+    except OSError as error:
+        print(f"cannot start {command[0]}: {error.strerror}", file=sys.stderr)
+        status = 127
+    else:
+        status = child.wait()
+    sys.stdout.flush()
+    os.write(1, f"{END_MARK} {time.monotonic():.6f} {status}\n".encode())
+    return 0
 
 
 if __name__ == "__main__":

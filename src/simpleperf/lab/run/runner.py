@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,9 +23,12 @@ from ..model import experiment as experiments
 from ..model import topology
 from ..model.experiment import Experiment, Step
 from ..model.outcomes import StepOutcome, summarize_rtts
-from ..net import lifecycle, ownership
+from ..net import capture, lifecycle, ownership
+from ..net.system import CommandError
 from ..results.store import ResultsError, Store, load_run
 from ..results.tables import case_report, sweep_report
+from .applications import Applications, require_programs
+from .captures import StepCaptures
 from .step import Runner
 
 
@@ -78,14 +82,14 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
                    say=_say) -> Path:
     plan = experiments.load(name_or_path)
     first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
-    experiments.check_against(plan, set(first_model.nodes))
-    timing = plan.quick if quick else plan.timing
+    _preflight(plan, first_model)
     lifecycle.require_root()
     folder = results_root / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     points: list[str | None] = list(plan.sweep.values) if plan.sweep else [None]
     rounds = plan.sweep.repeat if plan.sweep else 1
     total = len(points) * rounds * sum(step.repeat for step in plan.steps)
     store: Store | None = None
+    applications = Applications(Path(tempfile.mkdtemp(prefix=f"simpleperf-{plan.name}-")))
     lab: _Lab | None = None
     runner: Runner | None = None
     interrupted = False
@@ -103,7 +107,8 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
                 store = Store(folder)
                 store.begin(plan.name, quick, lab.record.backend,
                             model.source or "pair " + json.dumps(spec["pair"]), plan.source)
-            runner = Runner(model, lab.record, timing, say)
+            runner = _runner(plan, model, lab.record, plan.quick if quick else plan.timing,
+                             say, applications, folder)
             for round_number in range(1, rounds + 1):
                 for step in plan.steps:
                     here = _at_point(step, plan, value)
@@ -113,7 +118,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
                             + (f" (repetition {repetition})" if step.repeat > 1 else "")
                             + (f" (round {round_number})" if rounds > 1 else ""))
                         outcome = runner.run_step(here, (round_number - 1) * step.repeat
-                                                  + repetition)
+                                                  + repetition, done)
                         if plan.sweep is not None:
                             outcome.sweep = (plan.sweep.parameter, str(value))
                         store.add_step(outcome)
@@ -129,6 +134,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     finally:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
         try:
+            applications.remove()
             if lab is not None:
                 lab.release()
             if store is not None:
@@ -139,11 +145,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
         finally:
             signal.signal(signal.SIGINT, previous)
     if failure is not None:
-        if store is not None:
-            store.close()
-        raise ResultsError(f"{failure} (the lab is down; what was written is marked "
-                           "incomplete)" if store is not None else f"{failure} (the lab is "
-                           "down; nothing was written)")
+        _give_up(failure, store)
     if store is None:  # interrupted before the first lab was up: nothing was measured
         raise KeyboardInterrupt
     try:
@@ -153,6 +155,36 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     if interrupted:
         raise KeyboardInterrupt
     return folder
+
+
+def _give_up(failure: ResultsError, store: Store | None) -> None:
+    if store is not None:
+        store.close()
+    raise ResultsError(f"{failure} (the lab is down; what was written is marked "
+                       "incomplete)" if store is not None else f"{failure} (the lab is "
+                       "down; nothing was written)")
+
+
+def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRecord,
+            timing: Any, say: Callable[[str], None], applications: Applications,
+            folder: Path) -> Runner:
+    captures = (StepCaptures(model, record, folder / "captures", plan.capture_limit)
+                if plan.captures() else None)
+    return Runner(model, record, timing, say, applications, captures)
+
+
+def _preflight(plan: Experiment, model: topology.Topology) -> None:
+    """What a run needs and can be known before it starts: the programs of its application
+    flows, and capture points that exist (one line each, nothing built)."""
+    experiments.check_against(plan, set(model.nodes))
+    try:
+        require_programs({flow.kind for step in plan.steps for flow in step.flows})
+        if plan.captures():
+            capture.require_dumpcap()
+            for where in sorted(plan.captures()):
+                capture.resolve(model, where)
+    except (CommandError, capture.CaptureError) as error:
+        raise experiments.ExperimentError(str(error)) from None
 
 
 def _report(store: Store, plan: Experiment, say: Callable[[str], None]) -> None:
@@ -185,9 +217,25 @@ def _progress(outcome: StepOutcome) -> list[str]:
         if flow.throughput is not None:
             parts.append(f"{flow.throughput / 1e6:.2f} Mbit/s"
                          + (f" (theory {flow.predicted / 1e6:.2f})" if flow.predicted else ""))
+        if flow.seconds is not None:
+            parts.append(f"{flow.seconds:.2f} s, exit status {flow.exit_status}")
         if flow.loss_percent is not None:
             parts.append(f"jitter {flow.jitter_ms:.3f} ms, loss {flow.loss_percent:.3f} %")
         lines.append(", ".join(parts))
     if outcome.fairness is not None:
         lines.append(f"Jain's fairness index {outcome.fairness:.3f}")
+    for taken in outcome.captures:
+        if taken.error and not taken.tcp and not taken.udp:
+            lines.append(f"capture {taken.where}: FAILED: {taken.error}")
+            continue
+        lines.append(f"capture {taken.where}: {taken.packets} packets -> {taken.path}"
+                     + (" (CUT SHORT by the size cap: capture_limit)" if taken.cut_short
+                        else "")
+                     + (f" ({taken.dropped} dropped by the capture itself)" if taken.dropped
+                        else ""))
+        for row in taken.tcp:
+            ratio = row["retransmission_ratio"] or 0
+            lines.append(f"  TCP {row['source_port']}->{row['destination_port']}: "
+                         f"{row['data_segments']} segments, {row['retransmissions']} "
+                         f"retransmitted ({ratio * 100:.3f} %)")
     return lines

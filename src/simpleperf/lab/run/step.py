@@ -17,35 +17,43 @@ import time
 from typing import Any
 
 from ..model import theory
-from ..model.experiment import Flow, Step, Timing
+from ..model.experiment import APPLICATIONS, FIRST_PORT, Flow, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
 from ..model.topology import Topology
 from ..net import ownership
 from ..net.system import system_congestion_control
+from .applications import Applications, read_application, wait_listening
+from .captures import StepCaptures
 from .launch import START_MARK
 
 PYTHON = sys.executable
-FIRST_PORT = 15001
 PROBE_TRIAL_SECONDS = 2.0
 START_DELAY = 1.0  # seconds between launching the clients and their common start
 SPREAD_WARNING = 0.010
 FALLBACK_UDP_RATE = 1e6  # when "auto" has no routed path to size itself, or a probe failed
+APPLICATION_TIMEOUT = 600.0  # seconds an scp, http or command flow may take without duration
+SERVER_READY_SECONDS = 10.0
 
 
 class Runner:
     def __init__(self, model: Topology, record: ownership.LabRecord, timing: Timing,
-                 say=print) -> None:
+                 say=print, applications: Applications | None = None,
+                 captures: StepCaptures | None = None) -> None:
         self.model = model
         self.record = record
         self.timing = timing
         self.say = say
+        self.applications = applications
+        self.captures = captures
+        self.steps_run = 0
         self._running: list[subprocess.Popen] = []
 
     # ------------------------------------------------------------------ processes
 
-    def _start(self, node: str, command: list[str], what: str) -> subprocess.Popen:
+    def _start(self, node: str, command: list[str], what: str,
+               stderr: int = subprocess.PIPE) -> subprocess.Popen:
         process = subprocess.Popen(["ip", "netns", "exec", node, *command],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True,
                                    start_new_session=True)
         ownership.add_process(self.record, process.pid, what)
         self._running.append(process)
@@ -67,10 +75,14 @@ class Runner:
         for process in list(self._running):
             process.kill()
             self._finish(process, 5)
+        if self.captures is not None:
+            self.captures.stop()
 
     # ------------------------------------------------------------------ a step
 
-    def run_step(self, step: Step, repetition: int) -> StepOutcome:
+    def run_step(self, step: Step, repetition: int, number: int | None = None
+                 ) -> StepOutcome:
+        """Run one step; `number` (the run's count of steps so far) names its captures."""
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
         theory.predict(self.model, outcomes, system_congestion_control())
@@ -84,8 +96,15 @@ class Runner:
                 servers[index] = self._start(flow.target, [PYTHON, "-m", "simpleperf", "-s",
                                                            "-p", port, *window],
                                              f"simpleperf server in {flow.target}")
+        for index, outcome in enumerate(outcomes):
+            server = self._application_server(outcome, str(FIRST_PORT + index))
+            if server is not None:
+                servers[index] = server
         if servers:
             time.sleep(0.5)  # let them listen; the clients also wait START_DELAY
+        self.steps_run += 1
+        if self.captures is not None and step.capture:
+            self.captures.start(step.capture, number or self.steps_run)
         for index, outcome in enumerate(outcomes):
             if outcome.flow.kind == "udp" and outcome.flow.rate == "probe":
                 self._probe_rate(outcome, str(FIRST_PORT + index))
@@ -94,8 +113,10 @@ class Runner:
         for index, outcome in enumerate(outcomes):
             flow = outcome.flow
             command = self._client_command(outcome, str(FIRST_PORT + index))
+            timed = ["--timed"] if flow.kind in APPLICATIONS else []
             clients[index] = self._start(flow.source, [PYTHON, "-m", "simpleperf.lab.run.launch",
-                                                       f"{start_at:.6f}", "--", *command],
+                                                       f"{start_at:.6f}", *timed, "--",
+                                                       *command],
                                          f"{flow.kind} client in {flow.source}")
             if flow.rtt_under_load:
                 duration = flow.duration or self.timing.duration
@@ -108,10 +129,13 @@ class Runner:
         longest = max(self._duration(o.flow) for o in outcomes)
         for index, process in clients.items():
             out, err, code = self._finish(process, longest + 60)
-            self._read_client(outcomes[index], out, err, code)
+            moved = (self.applications.bytes_moved(outcomes[index].flow)
+                     if self.applications else None)
+            _read_client(outcomes[index], out, err, code, moved)
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = _ping_times(out)
+        captured = self.captures.stop() if self.captures is not None else []
         for process in servers.values():
             process.send_signal(signal.SIGINT)  # both ends' view came with the client's JSON
             self._finish(process, 15)
@@ -120,9 +144,29 @@ class Runner:
         if spread is not None and spread > SPREAD_WARNING:
             self.say(f"  warning: the flows of this step started {spread * 1e3:.1f} ms apart "
                      f"(more than {SPREAD_WARNING * 1e3:.0f} ms)")
-        return StepOutcome(step, repetition, outcomes, spread)
+        return StepOutcome(step, repetition, outcomes, spread, captures=captured)
+
+    def _application_server(self, outcome: FlowOutcome, port: str
+                            ) -> subprocess.Popen | None:
+        """An scp, http or command flow's server in the target node, once it listens."""
+        flow = outcome.flow
+        if flow.kind not in APPLICATIONS or self.applications is None:
+            return None
+        command = self.applications.server(flow, outcome.address, port)
+        if command is None:
+            return None
+        # sshd says it listens on stderr, Python's HTTP server on stdout (and logs every
+        # request on stderr, which nobody reads: it must not fill a pipe).
+        process = self._start(flow.target, command, f"{flow.kind} server in {flow.target}",
+                               stderr=subprocess.DEVNULL if flow.kind == "http"
+                               else subprocess.PIPE)
+        if not wait_listening(process, flow.kind, SERVER_READY_SECONDS):
+            self.say(f"  warning: the {flow.kind} server in {flow.target} did not start")
+        return process
 
     def _duration(self, flow: Flow) -> float:
+        if flow.kind in APPLICATIONS:
+            return flow.duration or APPLICATION_TIMEOUT
         if flow.kind == "ping":
             count = flow.count or self.timing.ping_count
             return count * (flow.interval or self.timing.ping_interval) + 2
@@ -130,6 +174,9 @@ class Runner:
 
     def _client_command(self, outcome: FlowOutcome, port: str) -> list[str]:
         flow = outcome.flow
+        if flow.kind in APPLICATIONS:
+            assert self.applications is not None
+            return self.applications.client(flow, outcome.address, port)
         if flow.kind == "ping":
             return ["ping", "-n", "-c", str(flow.count or self.timing.ping_count), "-i",
                     str(flow.interval or self.timing.ping_interval), outcome.address]
@@ -175,25 +222,29 @@ class Runner:
 
     # ------------------------------------------------------------------ parsing
 
-    def _read_client(self, outcome: FlowOutcome, out: str, err: str, code: int) -> None:
-        lines = out.splitlines()
-        if lines and lines[0].startswith(START_MARK):
-            outcome.started = float(lines[0].split()[1])
-            lines = lines[1:]
-        kind = outcome.flow.kind
-        if code != 0 and not (kind == "ping" and _ping_times("\n".join(lines))):
-            detail = [line for line in err.strip().splitlines() if line.strip()]
-            outcome.error = (detail[-1] if detail else f"exit status {code}")[:200]
-            return
-        if kind == "ping":
-            outcome.rtts = _ping_times("\n".join(lines))
-            outcome.ok = bool(outcome.rtts)
-            outcome.error = None if outcome.ok else "no replies"
-        else:
-            try:
-                _read_result(outcome, json.loads("\n".join(lines)))
-            except (ValueError, KeyError, TypeError):
-                outcome.error = f"simpleperf gave no {kind.upper()} result"
+def _read_client(outcome: FlowOutcome, out: str, err: str, code: int,
+                 moved: int | None) -> None:
+    lines = out.splitlines()
+    if lines and lines[0].startswith(START_MARK):
+        outcome.started = float(lines[0].split()[1])
+        lines = lines[1:]
+    kind = outcome.flow.kind
+    if kind in APPLICATIONS:
+        read_application(outcome, lines, err, moved)
+        return
+    if code != 0 and not (kind == "ping" and _ping_times("\n".join(lines))):
+        detail = [line for line in err.strip().splitlines() if line.strip()]
+        outcome.error = (detail[-1] if detail else f"exit status {code}")[:200]
+        return
+    if kind == "ping":
+        outcome.rtts = _ping_times("\n".join(lines))
+        outcome.ok = bool(outcome.rtts)
+        outcome.error = None if outcome.ok else "no replies"
+    else:
+        try:
+            _read_result(outcome, json.loads("\n".join(lines)))
+        except (ValueError, KeyError, TypeError):
+            outcome.error = f"simpleperf gave no {kind.upper()} result"
 
 
 def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
@@ -201,6 +252,7 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     server's (ours for a reverse test, which lab flows are not)."""
     end = result["end"]
     outcome.sender_throughput = end["sum_sent"]["bits_per_second"]
+    outcome.retransmits = end["sum_sent"].get("retransmits")
     outcome.throughput = end["sum_received"]["bits_per_second"]
     outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
                                       for stream in end["streams"]]

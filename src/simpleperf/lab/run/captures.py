@@ -1,0 +1,117 @@
+"""Captures while a step runs: one dumpcap per capture point, started before the clients
+(and seen to be capturing), stopped after them, then analysed into plain rows for the
+results. A capture's file stays in the results folder; its size is capped, and a capture
+the cap ended early says so."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..model.outcomes import CaptureOutcome
+from ..model.topology import Topology
+from ..net import capture, ownership
+from ..net.system import CommandError
+
+STOP_SECONDS = 10.0
+
+
+class StepCaptures:
+    def __init__(self, model: Topology, record: ownership.LabRecord, folder: Path,
+                 limit_bytes: int) -> None:
+        self.model = model
+        self.record = record
+        self.folder = folder
+        self.limit_kb = max(1, limit_bytes // 1000)
+        self.running: list[tuple[capture.CapturePoint, Path, subprocess.Popen]] = []
+        self.failed: list[CaptureOutcome] = []
+
+    def start(self, places: tuple[str, ...], step_number: int) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for where in places:
+            point = capture.resolve(self.model, where)
+            path = self.folder / f"step{step_number:03d}-{point.slug}.pcapng"
+            try:
+                bpf = capture.capture_filter(point, None)
+            except (CommandError, capture.CaptureError) as error:
+                self.failed.append(CaptureOutcome(where, str(path), error=str(error)))
+                continue
+            command = capture.dumpcap_command(point, str(path), capture.HEADERS_SNAPLEN, bpf,
+                                              limit_kb=self.limit_kb)
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+            ownership.add_process(self.record, process.pid, f"capture of {where}")
+            problem = capture.wait_ready(process)
+            if problem is not None:
+                self._end(process)
+                self.failed.append(CaptureOutcome(where, str(path), error=problem))
+                continue
+            self.running.append((point, path, process))
+
+    def stop(self) -> list[CaptureOutcome]:
+        """Stop every capture, then analyse each file."""
+        outcomes = list(self.failed)
+        self.failed = []
+        for point, path, process in self.running:
+            cut_short = process.poll() is not None  # the size cap ended it
+            stderr = self._end(process)
+            packets, dropped = capture.summary(stderr)
+            outcome = CaptureOutcome(point.where, str(path), packets, dropped, cut_short)
+            _analyse(outcome, path)
+            outcomes.append(outcome)
+        self.running = []
+        return outcomes
+
+    def _end(self, process: subprocess.Popen) -> str:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # dumpcap closes the file properly
+        try:
+            _, stderr = process.communicate(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+        ownership.remove_process(self.record, process.pid)
+        return stderr or ""
+
+
+def _analyse(outcome: CaptureOutcome, path: Path) -> None:
+    from ..analysis import packets, tcp, udp  # dpkt loads only when there are captures
+
+    try:
+        found = packets.read(path)
+    except packets.CaptureFileError as error:
+        outcome.error = str(error)
+        return
+    outcome.error = found.damage
+    outcome.tcp = [_tcp_row(d) for d in tcp.analyze(found.packets) if d.data_segments]
+    outcome.udp = [_udp_row(d) for d in udp.analyze(found.packets)]
+
+
+def _tcp_row(direction: Any) -> dict[str, Any]:
+    row = {k: v for k, v in asdict(direction).items() if not k.startswith("_")
+           and k not in ("nextseq", "nextseq_time", "lastack", "lastack_time", "window",
+                         "dupacks", "last_keepalive", "last_zero_window_probe",
+                         "first_time", "last_time", "rtt_samples_ms", "new_bytes")}
+    samples = direction.rtt_samples_ms
+    row.update(seconds=direction.seconds, retransmission_ratio=direction.retransmission_ratio,
+               rtt_min=min(samples) if samples else None,
+               rtt_avg=sum(samples) / len(samples) if samples else None,
+               rtt_max=max(samples) if samples else None, rtt_samples=len(samples),
+               throughput=direction.throughput())
+    return row
+
+
+def _udp_row(direction: Any) -> dict[str, Any]:
+    delays = direction.one_way_s
+    return {"source": direction.source, "source_port": direction.source_port,
+            "destination": direction.destination,
+            "destination_port": direction.destination_port, "datagrams": direction.datagrams,
+            "bytes": direction.bytes, "gaps": direction.gaps, "reordered": direction.reordered,
+            "duplicates": direction.duplicates, "jitter_ms": direction.jitter_ms,
+            "one_way_min_ms": min(delays) * 1e3 if delays else None,
+            "one_way_avg_ms": sum(delays) / len(delays) * 1e3 if delays else None,
+            "one_way_max_ms": max(delays) * 1e3 if delays else None}

@@ -1,0 +1,175 @@
+"""The capture analysis against Wireshark itself: synthetic TCP conversations (losses,
+reordering, duplicate ACKs, retransmissions, drawn by hypothesis) written as pcap files and
+read by both tshark and simpleperf; every count must be the same. Plus UDP's witness and
+files that are not captures."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+from pathlib import Path
+
+import dpkt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simpleperf.lab.analysis import packets, tcp, udp
+
+pytestmark = pytest.mark.capture
+CLIENT, SERVER = ("10.0.0.1", 40000), ("10.0.0.2", 5201)
+MSS = 1000
+FIELDS = {"retransmission": "retransmissions", "fast_retransmission": "fast_retransmissions",
+          "spurious_retransmission": "spurious_retransmissions",
+          "out_of_order": "out_of_order", "lost_segment": "lost_segments",
+          "duplicate_ack": "duplicate_acks"}
+
+
+def _frame(source, destination, seq, ack, flags, payload=0, window=500) -> bytes:
+    segment = dpkt.tcp.TCP(sport=source[1], dport=destination[1], seq=seq & 0xFFFFFFFF,
+                           ack=ack & 0xFFFFFFFF, flags=flags, win=window, off=5,
+                           data=b"\0" * payload)
+    ip = dpkt.ip.IP(src=socket.inet_aton(source[0]), dst=socket.inet_aton(destination[0]),
+                    p=6, ttl=64, data=segment)
+    ip.len = 20 + len(bytes(segment))
+    return bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip))
+
+
+def _write(path: Path, frames: list[tuple[float, bytes]]) -> None:
+    with open(path, "wb") as out:
+        writer = dpkt.pcap.Writer(out, nano=True)
+        for when, frame in frames:
+            writer.writepkt(frame, ts=when)
+
+
+def _conversation(events: list[tuple[str, int]], isn: int, gap_us: int) -> list:
+    """A handshake, then data segments sent in the order `events` gives (each segment once
+    or again, or skipped), each followed by the receiver's cumulative ACK, then FIN."""
+    client_isn, server_isn = isn, 1000
+    frames = [(0, CLIENT, SERVER, client_isn, 0, 0x02, 0),
+              (500, SERVER, CLIENT, server_isn, client_isn + 1, 0x12, 0),
+              (1000, CLIENT, SERVER, client_isn + 1, server_isn + 1, 0x10, 0)]
+    now, received, highest = 1000, set(), 0
+    for action, number in events:
+        now += gap_us
+        seq = client_isn + 1 + number * MSS
+        if action != "drop":
+            frames.append((now, CLIENT, SERVER, seq, server_isn + 1, 0x18, MSS))
+            received.add(number)
+        highest = max(highest, number)
+        cumulative = 0
+        while cumulative in received:
+            cumulative += 1
+        now += gap_us // 3
+        frames.append((now, SERVER, CLIENT, server_isn + 1,
+                       client_isn + 1 + cumulative * MSS, 0x10, 0))
+    now += gap_us
+    end = client_isn + 1 + (highest + 1) * MSS
+    frames.append((now, CLIENT, SERVER, end, server_isn + 1, 0x11, 0))
+    return [(1_700_000_000 + t / 1e6, _frame(a, b, s, k, f, n))
+            for t, a, b, s, k, f, n in frames]
+
+
+def _tshark_counts(path: Path) -> dict[tuple, dict[str, int]]:
+    columns = ["tcp.srcport", "tcp.dstport", "tcp.len"] + [f"tcp.analysis.{f}"
+                                                           for f in FIELDS]
+    out = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", "tcp", "-T", "fields"]
+                         + [x for c in columns for x in ("-e", c)],
+                         capture_output=True, text=True, check=True).stdout
+    counts: dict[tuple, dict[str, int]] = {}
+    for line in out.splitlines():
+        cells = line.split("\t")
+        row = counts.setdefault((int(cells[0]), int(cells[1])),
+                                dict.fromkeys(["packets", "data", *FIELDS], 0))
+        row["packets"] += 1
+        row["data"] += int(cells[2]) > 0
+        for name, cell in zip(FIELDS, cells[3:], strict=True):
+            row[name] += bool(cell)
+    return counts
+
+
+def _our_counts(path: Path) -> dict[tuple, dict[str, int]]:
+    counts = {}
+    for d in tcp.analyze(packets.read(path).packets):
+        counts[(d.source_port, d.destination_port)] = {
+            "packets": d.packets, "data": d.data_segments} | {
+            name: getattr(d, attribute) for name, attribute in FIELDS.items()}
+    return counts
+
+
+events = st.lists(st.tuples(st.sampled_from(["send", "send", "send", "drop", "again"]),
+                            st.integers(0, 12)), min_size=1, max_size=40)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=events, isn=st.sampled_from([1, 2**31, 2**32 - 3000]),
+       gap_us=st.sampled_from([100, 2000, 30000]))
+def test_every_count_is_wiresharks(tmp_path_factory, events, isn, gap_us) -> None:
+    path = tmp_path_factory.mktemp("pcap") / "flow.pcap"
+    _write(path, _conversation(events, isn, gap_us))
+    assert _our_counts(path) == _tshark_counts(path)
+
+
+def test_a_fast_retransmission_and_a_gap_are_named(tmp_path: Path) -> None:
+    # 0 and 2..5 arrive, 1 is lost, then 1 again within 20 ms. The receiver answers every
+    # event (the lost one too, as this generator does): the ACK of 0 is new, the next five
+    # repeat it.
+    path = tmp_path / "fast.pcap"
+    _write(path, _conversation([("send", 0), ("drop", 1), ("send", 2), ("send", 3),
+                                ("send", 4), ("send", 5), ("again", 1)], 7, 1000))
+    data = next(d for d in tcp.analyze(packets.read(path).packets)
+                if d.source_port == CLIENT[1])
+    acks = next(d for d in tcp.analyze(packets.read(path).packets)
+                if d.source_port == SERVER[1])
+    assert (data.lost_segments, data.fast_retransmissions, data.retransmissions,
+            data.resent) == (1, 1, 1, 1)
+    assert acks.duplicate_acks == 5
+    assert data.retransmission_ratio == pytest.approx(1 / 6)
+    assert _our_counts(path) == _tshark_counts(path)
+
+
+def _datagram(number: int, sent: float) -> bytes:
+    payload = struct.pack("!IIQ", int(sent), int((sent % 1) * 1e6), number) + b"\0" * 84
+    datagram = dpkt.udp.UDP(sport=50000, dport=5201, ulen=8 + len(payload), data=payload)
+    ip = dpkt.ip.IP(src=socket.inet_aton(CLIENT[0]), dst=socket.inet_aton(SERVER[0]), p=17,
+                    data=datagram)
+    ip.len = 20 + len(bytes(datagram))
+    return bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip))
+
+
+def test_udp_gaps_reordering_duplicates_and_one_way_delay(tmp_path: Path) -> None:
+    sent = 1_700_000_000.0
+    order = [1, 2, 4, 3, 6, 6, 7]  # 5 missing, 3 late, 6 twice
+    frames = [(sent + n * 0.001 + 0.010 + (0.002 if n % 2 else 0), _datagram(n, sent + n * 0.001))
+              for n in order]
+    path = tmp_path / "udp.pcap"
+    _write(path, frames)
+    (flow,) = udp.analyze(packets.read(path).packets)
+    assert (flow.datagrams, flow.gaps, flow.reordered, flow.duplicates) == (7, 1, 1, 1)
+    assert min(flow.one_way_s) == pytest.approx(0.010, abs=2e-6)
+    assert max(flow.one_way_s) == pytest.approx(0.012, abs=2e-6)
+    assert flow.jitter_ms is not None and 0 < flow.jitter_ms < 2
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "is not a pcap or pcapng capture"),
+    (b"GIF89a not a capture at all" * 5, "is not a pcap or pcapng capture"),
+])
+def test_a_file_that_is_no_capture_is_one_line(tmp_path: Path, content: bytes,
+                                               message: str) -> None:
+    path = tmp_path / "x.pcap"
+    path.write_bytes(content)
+    with pytest.raises(packets.CaptureFileError, match=message):
+        packets.read(path)
+
+
+def test_a_capture_cut_inside_a_packet_gives_what_came_before(tmp_path: Path) -> None:
+    path = tmp_path / "cut.pcap"
+    _write(path, _conversation([("send", n) for n in range(10)], 5, 1000))
+    whole = packets.read(path)
+    path.write_bytes(path.read_bytes()[:-30])
+    cut = packets.read(path)
+    assert whole.damage is None
+    assert cut.damage is not None and "ends inside a packet" in cut.damage
+    assert len(cut.packets) == len(whole.packets) - 1
