@@ -173,3 +173,17 @@ def test_a_capture_cut_inside_a_packet_gives_what_came_before(tmp_path: Path) ->
     assert whole.damage is None
     assert cut.damage is not None and "ends inside a packet" in cut.damage
     assert len(cut.packets) == len(whole.packets) - 1
+
+
+def test_udp_witness_sets_the_capture_beside_the_receiver() -> None:
+    from simpleperf.lab.results.tables import udp_witness
+
+    flow = {"id": 7, "kind": "udp", "loss_percent": 1.0, "jitter_ms": 0.2}
+    row = {"flow_id": 7, "datagrams": 99, "duplicates": 0, "gaps": 1, "jitter_ms": 0.25}
+    other = dict(row, flow_id=8, datagrams=500)
+    step = {"captures": [{"udp": [other, row]}]}
+    assert udp_witness(step, flow) == {"capture_loss_percent": 1.0,
+                                       "receiver_loss_percent": 1.0,
+                                       "capture_jitter_ms": 0.25, "receiver_jitter_ms": 0.2}
+    assert udp_witness(step, dict(flow, kind="tcp")) is None
+    assert udp_witness({"captures": []}, flow) is None

@@ -209,3 +209,61 @@ def test_a_missing_program_stops_the_run_before_anything_is_built(tmp_path: Path
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "apt-get install" in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_capture_to_standard_output_is_a_live_stream(tmp_path: Path) -> None:
+    """`-w -` is what `| wireshark -k -i -` reads: a capture file on standard output."""
+    from simpleperf.lab.analysis import packets
+
+    lab("up", "pair", "--delay", "1ms")
+    try:
+        stream = tmp_path / "live.pcapng"
+        with open(stream, "wb") as out:
+            grab = subprocess.Popen(SIMPLEPERF + ["lab", "capture", "h1-h2", "-w", "-",
+                                                  "--count", "4", "--filter", "icmp"],
+                                    stdout=out, stderr=subprocess.PIPE, text=True)
+            assert grab.stderr is not None
+            while "Capturing on" not in (line := grab.stderr.readline()):
+                assert line
+            in_node("h1", "ping", "-c", "3", "-i", "0.2", "10.0.0.2")
+            assert grab.wait(10) == 0
+        assert packets.read(stream).damage is None
+        listed = subprocess.run(["tshark", "-n", "-r", str(stream)], capture_output=True,
+                                text=True, check=True).stdout.splitlines()
+        assert len(listed) == 4 and all("ICMP" in line for line in listed)
+    finally:
+        lab("down", "pair", check=False)
+
+
+FULL_DISK = """
+name = "full"
+topology = "pair"
+capture = ["h1-h2"]
+[pair]
+rate = "200M"
+[quick]
+duration = "3s"
+[[steps]]
+flows = [{ kind = "tcp", from = "h1", to = "h2" }]
+"""
+
+
+def test_a_full_results_disk_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """Captures fill a 2 MB file system: the run says so in one line, exits 1, takes its
+    lab down, and leaves no capture running."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    try:
+        (tmp_path / "full.toml").write_text(FULL_DISK)
+        done = subprocess.run(SIMPLEPERF + ["lab", "run", str(tmp_path / "full.toml"),
+                                            "--quick", "--results", str(disk)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert done.stderr.count("\n") == 1
+        assert "disk is full" in done.stderr or "No space left" in done.stderr
+        assert "marked incomplete" in done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+        assert not _pids_of("dumpcap") and lab("status").stdout.strip() == "no lab is up"
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

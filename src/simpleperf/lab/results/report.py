@@ -15,7 +15,14 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from .tables import capture_report, capture_witness, case_report, sweep_points, sweep_report
+from .tables import (
+    capture_report,
+    capture_witness,
+    case_report,
+    sweep_points,
+    sweep_report,
+    udp_witness,
+)
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -80,6 +87,10 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
                      if (w := capture_witness(s, f)) is not None]
         if witnessed:
             save(case, "retransmissions", _witness_figure(plt, case, witnessed))
+        datagrams = [(s, f, w) for s in steps for f in s["flows"]
+                     if (w := udp_witness(s, f)) is not None]
+        if datagrams:
+            save(case, "udp-witness", _udp_witness_figure(plt, case, datagrams))
         series = _by_connections(witnessed)
         if series:
             save(case, "connections", _connections_figure(plt, case, series))
@@ -102,6 +113,24 @@ def _witness_figure(plt, case: str, witnessed: list[tuple[dict, dict, dict[str, 
     axis.set_ylabel("% of data segments")
     axis.set_title(f"Case {case}: retransmissions, two independent witnesses")
     axis.legend(fontsize=8)
+    return figure
+
+
+def _udp_witness_figure(plt, case: str, datagrams: list[tuple[dict, dict, dict[str, Any]]]):
+    """Each UDP flow's loss and jitter: the receiver's report beside the capture's."""
+    figure, (loss, jitter) = plt.subplots(1, 2, figsize=(10, 3.4))
+    names = [f"{f['label']}\n{s['name'][:22]}" for s, f, _ in datagrams]
+    positions = list(range(len(datagrams)))
+    for axis, key, unit in ((loss, "loss_percent", "loss, %"), (jitter, "jitter_ms",
+                                                                 "jitter, ms")):
+        for offset, who in ((-0.2, "receiver"), (0.2, "capture")):
+            axis.bar([p + offset for p in positions],
+                     [w[f"{who}_{key}"] or 0 for _, _, w in datagrams], 0.4,
+                     label=f"{who}'s")
+        axis.set_xticks(positions, names, fontsize=7)
+        axis.set_ylabel(unit)
+    loss.legend(fontsize=8)
+    figure.suptitle(f"Case {case}: UDP loss and jitter, two independent witnesses")
     return figure
 
 

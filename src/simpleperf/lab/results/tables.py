@@ -220,6 +220,23 @@ def capture_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any
             "tcp_info_percent": None if sender is None else 100 * sender / segments}
 
 
+def udp_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any] | None:
+    """A UDP flow's loss and jitter as its receiver reported them and as the capture saw
+    them (sequence gaps; RFC 3550 jitter from capture and send timestamps)."""
+    rows = [row for taken in step.get("captures", []) for row in taken["udp"]
+            if row["flow_id"] == flow["id"] and row["datagrams"] > 1]
+    if flow["kind"] != "udp" or not rows:
+        row = None
+    else:
+        row = max(rows, key=lambda r: r["datagrams"])
+    if row is None:
+        return None
+    expected = row["datagrams"] - row["duplicates"] + row["gaps"]
+    return {"capture_loss_percent": 100 * row["gaps"] / expected if expected else None,
+            "receiver_loss_percent": flow.get("loss_percent"),
+            "capture_jitter_ms": row["jitter_ms"], "receiver_jitter_ms": flow.get("jitter_ms")}
+
+
 def capture_report(run: dict[str, Any]) -> str:
     """Every capture of the run: where, the file, and per TCP and UDP flow what it saw."""
     lines = []
