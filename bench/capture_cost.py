@@ -3,7 +3,8 @@
 without `simpleperf lab capture` on the link (headers only, to a file), alternately, at
 1 Gbit/s and 40 Mbit/s. Prints the goodput of each, their ratio (target >= 0.95: a capture
 must not distort what it watches), and dumpcap's CPU (seconds per second, i.e. cores) and
-packets per second.
+packets per second; then how long `lab analyze` takes on a 1 Gbit/s capture beside tshark's
+own analysis of the same file.
 
     sudo python3 bench/capture_cost.py [--runs 5] [--seconds 5]
 """
@@ -101,6 +102,46 @@ def measure(rate: str, runs: int, seconds: float) -> None:
           f"packets/s (medians of {runs})")
 
 
+def analysis_speed(seconds: float) -> None:
+    """`lab analyze` against tshark's own analysis of the same file (a 1 Gbit/s capture)."""
+    lab("up", "pair", "--rate", "1G", "--delay", "5ms", "--loss", "0.5%")
+    server = subprocess.Popen(["ip", "netns", "exec", "h2", *SIMPLEPERF, "-s", "-p", "5201"],
+                              stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "analyse.pcapng")
+        try:
+            time.sleep(0.5)
+            grab = subprocess.Popen(SIMPLEPERF + ["lab", "capture", "h1-h2", "-w", path,
+                                                  "--snaplen", "144"], stderr=subprocess.PIPE,
+                                    text=True)
+            assert grab.stderr is not None
+            while "Capturing on" not in grab.stderr.readline():
+                pass
+            flow(seconds)
+            grab.send_signal(signal.SIGINT)
+            grab.communicate(timeout=30)
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait(10)
+            lab("down", "pair")
+        ours, theirs = [], []
+        for _ in range(3):
+            started = time.monotonic()
+            subprocess.run(SIMPLEPERF + ["lab", "analyze", path], check=True,
+                           capture_output=True)
+            ours.append(time.monotonic() - started)
+            started = time.monotonic()
+            subprocess.run(["tshark", "-n", "-r", path, "-q", "-Y",
+                            "tcp.analysis.retransmission", "-z", "conv,tcp"], check=True,
+                           capture_output=True)
+            theirs.append(time.monotonic() - started)
+        size = os.path.getsize(path) / 1e6
+    print(f"analysis of a {size:.0f} MB capture (1 Gbit/s, {seconds:g} s): lab analyze "
+          f"{statistics.median(ours):.2f} s, tshark {statistics.median(theirs):.2f} s, "
+          f"ratio {statistics.median(theirs) / statistics.median(ours):.2f} (tshark / ours; "
+          "medians of 3)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -108,6 +149,7 @@ def main() -> int:
     args = parser.parse_args()
     for rate in ("1G", "40M"):
         measure(rate, args.runs, args.seconds)
+    analysis_speed(args.seconds)
     return 0
 
 

@@ -36,9 +36,9 @@ def _frame(source, destination, seq, ack, flags, payload=0, window=500) -> bytes
     return bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip))
 
 
-def _write(path: Path, frames: list[tuple[float, bytes]]) -> None:
+def _write(path: Path, frames: list[tuple[float, bytes]], pcapng: bool = False) -> None:
     with open(path, "wb") as out:
-        writer = dpkt.pcap.Writer(out, nano=True)
+        writer = dpkt.pcapng.Writer(out) if pcapng else dpkt.pcap.Writer(out, nano=True)
         for when, frame in frames:
             writer.writepkt(frame, ts=when)
 
@@ -187,3 +187,25 @@ def test_udp_witness_sets_the_capture_beside_the_receiver() -> None:
                                        "capture_jitter_ms": 0.25, "receiver_jitter_ms": 0.2}
     assert udp_witness(step, dict(flow, kind="tcp")) is None
     assert udp_witness({"captures": []}, flow) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_damaged_capture_is_an_error_or_a_warning_never_a_crash(tmp_path_factory,
+                                                                   data) -> None:
+    """Bytes changed anywhere in a capture file (pcap or pcapng), and the file cut."""
+    path = tmp_path_factory.mktemp("hostile") / "x.pcap"
+    _write(path, _conversation([("send", n) for n in range(4)], 5, 1000),
+           pcapng=data.draw(st.booleans()))
+    original = bytearray(path.read_bytes())
+    for _ in range(data.draw(st.integers(1, 8))):
+        original[data.draw(st.integers(0, len(original) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(original)))
+    path.write_bytes(bytes(original[:cut]))
+    try:
+        found = packets.read(path)
+    except packets.CaptureFileError as error:
+        assert "\n" not in str(error)
+        return
+    tcp.analyze(found.packets)
+    udp.analyze(found.packets)

@@ -77,6 +77,11 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
             timed = [f for f in step["flows"] if f["intervals"]]
             if timed and len(step["flows"]) > 1:
                 save(case, f"{step['name']}-throughput", _over_time_figure(plt, step, timed))
+            seen = [(taken["place"], row) for taken in step.get("captures", [])
+                    for row in taken["tcp"]
+                    if len(row["throughput"]) > 1 and row["data_segments"] >= 100]
+            if seen:
+                save(case, f"{step['name']}-captured", _captured_figure(plt, step, seen))
             loaded = [f for f in step["flows"] if f["kind"] != "ping" and f["rtts"]]
             if loaded:
                 save(case, f"{step['name']}-rtt", _rtt_figure(plt, step, loaded))
@@ -226,6 +231,23 @@ def _over_time_figure(plt, step: dict[str, Any], timed: list[dict[str, Any]]):
     axis.set_ylabel("Mbit/s")
     axis.set_title(f"{step['name']}: throughput over time")
     axis.legend(fontsize=8)
+    return figure
+
+
+def _captured_figure(plt, step: dict[str, Any], seen: list[tuple[str, dict[str, Any]]]):
+    """New data per second of each TCP connection, as the capture saw it."""
+    figure, axis = plt.subplots(figsize=(9, 3.2))
+    for place, row in seen:
+        points = row["throughput"]
+        starts = [p[0] for p in points] + [points[-1][1]]
+        rates = [p[2] / 1e6 for p in points]
+        axis.step(starts, rates + rates[-1:], where="post",
+                  label=f"{place}: {row['source_port']} > {row['destination_port']}")
+    axis.set_xlabel("s from the connection's first packet")
+    axis.set_ylabel("Mbit/s")
+    axis.set_title(f"{step['name']}: throughput seen by the capture")
+    if len(seen) <= 12:
+        axis.legend(fontsize=7)
     return figure
 
 
