@@ -140,27 +140,33 @@ def _udp_witness_figure(plt, case: str, datagrams: list[tuple[dict, dict, dict[s
 
 
 def _by_connections(witnessed: list[tuple[dict, dict, dict[str, Any]]]
-                    ) -> dict[str, list[tuple[int, float, float]]]:
-    """Window -> (connections, throughput, capture retransmission %) when a case varies the
-    number of parallel connections of one TCP flow (the thesis's figure)."""
-    series: dict[str, list[tuple[int, float, float]]] = {}
+                    ) -> dict[str, list[tuple[int, float, float, float | None]]]:
+    """Window -> (connections, throughput, capture retransmission %, theory) when a case
+    varies the number of parallel connections of one TCP flow (the thesis's figure)."""
+    series: dict[str, list[tuple[int, float, float, float | None]]] = {}
     for _, flow, witness in witnessed:
         parameters = flow["parameters"]
         window = parameters.get("window")
         key = f"window {window / 1000:g} kB" if window else "default window"
+        predicted = flow["predicted"] / 1e6 if flow["predicted"] else None
         series.setdefault(key, []).append((parameters.get("parallel", 1),
                                            (flow["throughput"] or 0) / 1e6,
-                                           witness["wireshark_percent"] or 0))
-    if len({n for points in series.values() for n, _, _ in points}) < 2:
+                                           witness["wireshark_percent"] or 0, predicted))
+    if len({point[0] for points in series.values() for point in points}) < 2:
         return {}
     return {key: sorted(points) for key, points in series.items()}
 
 
-def _connections_figure(plt, case: str, series: dict[str, list[tuple[int, float, float]]]):
+def _connections_figure(plt, case: str,
+                        series: dict[str, list[tuple[int, float, float, float | None]]]):
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for key, points in series.items():
-        left.plot([n for n, _, _ in points], [t for _, t, _ in points], "o-", label=key)
-        right.plot([n for n, _, _ in points], [r for _, _, r in points], "o-", label=key)
+        line = left.plot([p[0] for p in points], [p[1] for p in points], "o-", label=key)
+        bound = [(p[0], p[3]) for p in points if p[3] is not None]
+        if bound:
+            left.plot([n for n, _ in bound], [b for _, b in bound], ":",
+                      color=line[0].get_color(), label=f"{key}: theory")
+        right.plot([p[0] for p in points], [p[2] for p in points], "o-", label=key)
     left.set_ylim(bottom=0)
     right.set_ylim(bottom=0)
     left.set_xlabel("parallel TCP connections")
