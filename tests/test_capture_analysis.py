@@ -102,6 +102,7 @@ events = st.lists(st.tuples(st.sampled_from(["send", "send", "send", "drop", "ag
                             st.integers(0, 12)), min_size=1, max_size=40)
 
 
+@pytest.mark.slow  # tshark reads 40 files: about 12 s
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=events, isn=st.sampled_from([1, 2**31, 2**32 - 3000]),
        gap_us=st.sampled_from([100, 2000, 30000]))
