@@ -93,9 +93,14 @@ def test_bad_value_is_one_line_naming_the_flag(args, flag):
 
 @pytest.mark.parametrize("args,flag", BAD_INVOCATIONS[::4])
 def test_bad_value_exits_2_with_one_stderr_line(args, flag):
+    import json
+
     done = run_simpleperf(*args)
     assert done.returncode == 2
-    assert done.stdout == ""
+    if "-J" in args:  # the same error, as the one JSON document scripts read
+        assert json.loads(done.stdout)["error"] in done.stderr
+    else:
+        assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert flag in lines[0]
@@ -149,3 +154,56 @@ def test_help_exits_0():
     assert done.returncode == 0
     for flag in ("-s", "-c", "-b", "-I", "-p", "-f", "-t", "-n", "-i", "-P", "-l", "-w"):
         assert re.search(rf"^\s+{flag}\b", done.stdout, re.M), flag
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-t", "-1"], "-t/--time must be a number of seconds greater than 0"),
+    (["-t", "-1.5"], "-t/--time must be a number of seconds greater than 0"),
+    (["-i", "-2"], "-i/--interval must be a number of seconds at least"),
+    (["-n", "-5MB"], "-n/--num must be an amount"),
+    (["-P", "-3"], "-P/--parallel must be an integer from 1 to"),
+])
+def test_a_negative_value_gets_its_own_range_error(args, message):
+    """argparse takes `-1` for an option (there are -4 and -6): the value must still reach
+    its own check instead of 'expected one argument'."""
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse_args(["-c", "-I", "127.0.0.1", *args])
+
+
+def test_parallel_help_and_error_name_the_same_range():
+    from simpleperf.cli import _build_parser
+    from simpleperf.options import MAX_PARALLEL
+
+    help_text = " ".join(_build_parser().format_help().split())
+    assert f"parallel connections, 1..{MAX_PARALLEL}" in help_text
+    with pytest.raises(UsageError, match=f"from 1 to {MAX_PARALLEL}"):
+        parse_args(["-c", "-P", str(MAX_PARALLEL + 1)])
+
+
+@pytest.mark.parametrize("args,status", [
+    (["-p", "9"], 2),  # a usage error
+    (["-t", "1"], 1),  # nothing listens on the port
+])
+def test_a_json_run_that_fails_still_writes_one_document(args, status):
+    import json
+    import socket
+
+    with socket.socket() as reserved:  # bound, never listening: connecting is refused
+        reserved.bind(("127.0.0.1", 0))
+        port = str(reserved.getsockname()[1])
+        done = run_simpleperf("-c", "-I", "127.0.0.1", "-p", port, *args, "-J")
+    assert done.returncode == status
+    document = json.loads(done.stdout)
+    assert document["error"] and document["intervals"] == [] and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_the_package_says_who_and_what_it_is():
+    from pathlib import Path
+
+    import tomllib
+
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    project = tomllib.loads(text)["project"]
+    assert project["authors"] and len(project["classifiers"]) >= 5
+    assert "Operating System :: POSIX :: Linux" in project["classifiers"]

@@ -174,7 +174,8 @@ def test_applications_run_timed_and_captured_and_leave_nothing(tmp_path: Path) -
     done = subprocess.run(SIMPLEPERF + ["lab", "run", str(tmp_path / "apps.toml"), "--quick",
                                         "--results", str(tmp_path / "results")],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # the command flow exits 3
+    assert done.stdout.strip().splitlines()[-1].startswith("1 of 3 flows failed")
     (folder,) = (tmp_path / "results").iterdir()
     db = sqlite3.connect(folder / "results.sqlite")
     flows = {kind: (ok, seconds, status, throughput, output, error) for kind, ok, seconds,
@@ -197,7 +198,7 @@ def test_applications_run_timed_and_captured_and_leave_nothing(tmp_path: Path) -
     assert "<h2>Captures</h2>" in (folder / "report.html").read_text()
     assert not _pids_of("sshd-15001.conf") and not _pids_of("http.server")
     assert not _pids_of("sleep 30") and not _pids_of("dumpcap")
-    assert not list(Path("/tmp").glob("simpleperf-apps-*"))
+    assert not list(Path("/tmp").glob("simpleperf-pair-*"))
 
 
 def test_a_missing_program_stops_the_run_before_anything_is_built(tmp_path: Path) -> None:
@@ -267,3 +268,96 @@ def test_a_full_results_disk_is_one_line_and_leaves_nothing(tmp_path: Path) -> N
         assert not _pids_of("dumpcap") and lab("status").stdout.strip() == "no lab is up"
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def _without(modules: list[str], *args: str) -> subprocess.CompletedProcess:
+    """simpleperf lab as on a machine without these Python modules (Python 3.10 without the
+    lab extra has no TOML reader; dpkt comes with the extra too)."""
+    block = "".join(f"sys.modules[{name!r}] = None; " for name in modules)
+    return subprocess.run([sys.executable, "-c", f"import sys; {block}"
+                           "from simpleperf.__main__ import main; sys.argv[0] = 'simpleperf'; "
+                           "sys.exit(main())", "lab", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_without_the_lab_extra_help_works_and_the_rest_says_what_to_install(tmp_path):
+    done = _without(["tomllib", "tomli", "dpkt"], "--help")
+    assert done.returncode == 0 and "capture" in done.stdout and not done.stderr
+    for args, message in ((["up", "portfolio"], "needs tomli"),
+                          (["analyze", str(tmp_path / "x.pcap")], "needs dpkt")):
+        done = _without(["tomllib", "tomli", "dpkt"], *args)
+        assert done.returncode == 1 and message in done.stderr
+        assert done.stderr.count("\n") == 1 and "pip install 'simpleperf[lab]'" in done.stderr
+
+
+def test_without_root_each_command_says_what_needs_root():
+    """Run as nobody, with Debian's Python and a copy of the package it can read (pytest's
+    own temporary folders are root's alone)."""
+    import shutil
+    import tempfile
+
+    import simpleperf
+
+    copy = Path(tempfile.mkdtemp(prefix="simpleperf-nobody-"))
+    shutil.copytree(Path(simpleperf.__file__).parent, copy / "simpleperf")
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    try:
+        _each_says_root(copy)
+    finally:
+        shutil.rmtree(copy)
+
+
+def _each_says_root(copy: Path) -> None:
+    for args, reason in ((["exec", "h1", "--", "true"], "to run commands inside a lab node"),
+                         (["down"], "to remove a lab's namespaces"),
+                         (["up", "pair"], "to create network namespaces"),
+                         (["capture", "h1-h2"], "to capture inside a lab")):
+        done = subprocess.run(["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={copy}",
+                               "/usr/bin/python3", "-m", "simpleperf", "lab", *args],
+                              capture_output=True, text=True, timeout=60, cwd="/")
+        assert done.returncode == 1, (args, done.stderr)
+        assert f"needs root privileges {reason}" in done.stderr, done.stderr
+
+
+COMMAND_SERVER = """
+name = "children"
+topology = "pair"
+[[steps]]
+[[steps.flows]]
+kind = "command"
+from = "h1"
+to = "h2"
+server = "sleep 307 & sleep 308"
+client = "sleep 20"
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_run_leaves_no_command_server_children(tmp_path: Path, signum) -> None:
+    """SIGTERM cleans up as Ctrl-C does; after SIGKILL, `lab down` does. Either way the
+    command server's shell goes with every process it started."""
+    (tmp_path / "c.toml").write_text(COMMAND_SERVER)
+    run = subprocess.Popen(SIMPLEPERF + ["lab", "run", str(tmp_path / "c.toml"), "--results",
+                                         str(tmp_path / "r")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert run.stdout is not None
+    try:
+        while "[1/1]" not in (line := run.stdout.readline()):
+            assert line, run.stderr.read() if run.stderr else ""
+        deadline = time.monotonic() + 10
+        while not (_pids_of("sleep 307") and _pids_of("sleep 308")):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        run.send_signal(signum)
+        status = run.wait(30)
+        assert status == (130 if signum == signal.SIGTERM else -signal.SIGKILL)
+        if signum == signal.SIGKILL:
+            lab("down", "pair")
+        time.sleep(0.5)
+        assert not _pids_of("sleep 307") and not _pids_of("sleep 308")
+        assert lab("status").stdout.strip() == "no lab is up"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        lab("down", "pair", check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -310,3 +311,15 @@ def test_bad_topology_files_are_one_line_errors(tmp_path, content, message):
 def test_a_device_that_never_ends_is_refused_not_read_to_the_end():
     with pytest.raises(TopologyError, match="larger than"):
         topology.load("/dev/zero")
+
+
+def test_a_malformed_file_is_named_in_its_error(tmp_path):
+    from simpleperf.lab.model import experiment
+
+    broken = tmp_path / "mine.toml"
+    broken.write_text('name = "x\n[[')
+    with pytest.raises(topology.TopologyError, match=f"^{re.escape(str(broken))}: not valid TOML"):
+        topology.load(str(broken))
+    with pytest.raises(experiment.ExperimentError,
+                       match=f"^{re.escape(str(broken))}: not valid TOML"):
+        experiment.load(str(broken))

@@ -9,6 +9,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,7 +61,8 @@ def mixed_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     plan = root / "mixed.toml"
     plan.write_text(MIXED)
-    done = lab("run", str(plan), "--quick", "--results", str(root / "runs"), timeout=300)
+    done = lab("run", str(plan), "--quick", "--results", str(root / "runs"), timeout=300,
+               check=False)
     return done, run_folder(root / "runs")
 
 
@@ -102,6 +104,9 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     metadata = json.loads(db.execute("SELECT metadata FROM run").fetchone()[0])
     assert {"kernel", "iperf3", "simpleperf", "shaper"} <= set(metadata)
     assert "Test case 1: idle" in done.stdout and "FAILED" in done.stdout
+    # Everything was written, and the one failed flow still makes the run's status 1.
+    assert done.returncode == 1
+    assert done.stdout.strip().splitlines()[-1].startswith("1 of 6 flows failed")
 
 
 def test_results_lists_runs_and_compare_shows_them_side_by_side(mixed_run):
@@ -302,3 +307,28 @@ def test_unreadable_results_folders_are_named_not_a_crash(tmp_path):
     done = lab("compare", str(broken), str(broken), check=False)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and "broken-1" in done.stderr
+
+
+PING_ONLY = """
+name = "noplots"
+topology = "pair"
+[quick]
+ping_count = 3
+ping_interval = "0.2s"
+[[steps]]
+flows = [{ kind = "ping", from = "h1", to = "h2" }]
+"""
+
+
+def test_without_matplotlib_the_run_and_the_report_say_there_are_no_plots(tmp_path):
+    (tmp_path / "p.toml").write_text(PING_ONLY)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
+         "from simpleperf.__main__ import main; sys.exit(main())", "lab", "run",
+         str(tmp_path / "p.toml"), "--quick", "--results", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("matplotlib is not installed") == 1
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert "tables only, no plots" in (folder / "report.html").read_text()
+    assert not (folder / "plots").exists() or not any((folder / "plots").iterdir())

@@ -64,6 +64,20 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+_NEGATIVE = re.compile(r"-\d[\d.]*[A-Za-z]*")
+_VALUE_FLAGS: set[str] = set()
+
+
+def _takes_value() -> set[str]:
+    """The options that take exactly one value (from argparse's own list of the parser's
+    actions; -c's host is optional, so `-c -4` stays two options)."""
+    if not _VALUE_FLAGS:
+        _VALUE_FLAGS.update(flag for action in _build_parser()._actions
+                            if action.nargs is None and action.option_strings
+                            for flag in action.option_strings)
+    return _VALUE_FLAGS
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="simpleperf",
@@ -110,8 +124,8 @@ def _build_parser() -> argparse.ArgumentParser:
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
     client.add_argument("-n", "--num", help="send exactly this many bytes, e.g. 10MB")
     client.add_argument("-i", "--interval", help="print a row every this many seconds")
-    client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{CLASSIC_MAX_PARALLEL} "
-                        f"(up to {MAX_PARALLEL} against a native server)")
+    client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
+                        f"(a classic server takes at most {CLASSIC_MAX_PARALLEL})")
     native = parser.add_argument_group("client, native protocol (needs a simpleperf server)")
     native.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
     native.add_argument("--bitrate", help="target rate per stream, e.g. 100M (-b in client "
@@ -158,8 +172,27 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--n
                 "probe": "--probe", "loss_threshold": "--loss-threshold"}
 
 
+def _negative_values(argv: list[str]) -> list[str]:
+    """`-t -1` as `-t=-1`: argparse takes a word like -1 for an option (there are -4 and -6),
+    so a negative value would be 'expected one argument' instead of its own range error."""
+    joined: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if len(word) == 2 and word in _takes_value():
+            value = next(words, None)
+            if value is not None and _NEGATIVE.fullmatch(value):
+                joined.append(f"{word}{value}")
+                continue
+            joined.append(word)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(word)
+    return joined
+
+
 def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
-    args, extra = _build_parser().parse_known_args(argv)
+    args, extra = _build_parser().parse_known_args(_negative_values(argv))
     if extra:
         word = extra[0]
         if word.startswith("-"):

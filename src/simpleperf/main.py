@@ -4,6 +4,7 @@ The lab is dispatched by __main__.py, above this: nothing here knows it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 
@@ -56,6 +57,17 @@ def _run_client(options: ClientOptions) -> None:
         classic_client.run(options, _print)
 
 
+def _json_error(message: str) -> None:
+    """With -J a failure is still one JSON document, as iperf3 writes it: scripts read the
+    `error` key (and the exit status, which stays non-zero)."""
+    print(json.dumps({"start": {}, "intervals": [], "end": {}, "error": message}, indent=2),
+          flush=True)
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return any(word in ("-J", "--json") for word in argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
@@ -63,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_args(argv)
     except UsageError as error:
         _error(str(error))
+        if _wants_json(argv):
+            _json_error(str(error))
         return EXIT_USAGE
     try:
         if isinstance(options, ClientOptions):
@@ -77,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except SimpleperfError as error:
         _error(str(error))
+        if isinstance(options, ClientOptions) and options.json:
+            _json_error(str(error))
         return error.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .analysis import packets, tcp, text, udp
 from .net import capture, lifecycle
 from .net.system import CommandError
 
@@ -16,7 +15,7 @@ def capture_live(lab: str | None, where: str, write: str | None, bpf: str | None
                  snaplen: int, duration: float | None, count: int | None) -> int:
     """Capture until Ctrl-C, --duration or --count: to a pcapng file, to standard output
     (`-w -`, for `| wireshark -k -i -`), or printed a packet per line by tshark."""
-    lifecycle.require_root()
+    lifecycle.require_root("capture inside a lab's network namespaces")
     capture.require_dumpcap()
     record = lifecycle.find(lab)
     if record.state != "up":
@@ -50,6 +49,10 @@ def capture_live(lab: str | None, where: str, write: str | None, bpf: str | None
 
 def analyze(path: Path) -> int:
     """Per TCP and UDP flow of a capture file; 1 when the file was damaged."""
+    try:
+        from .analysis import packets, tcp, text, udp  # dpkt: only where captures are read
+    except ImportError:
+        raise capture.CaptureError(capture.NO_DPKT) from None
     try:
         found = packets.read(path)
     except packets.CaptureFileError as error:

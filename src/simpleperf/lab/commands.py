@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -99,7 +100,12 @@ def _queue(text: str) -> int:
                                          ) from None
 
 
+def _terminate_as_interrupt(signum, frame):  # SIGTERM cleans up the way Ctrl-C does
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         args = _parser().parse_args(argv)
         return _dispatch(args)
@@ -116,7 +122,13 @@ def main(argv: list[str]) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        run_experiment(args.experiment, args.quick, Path(args.results), args.shaper)
+        folder = run_experiment(args.experiment, args.quick, Path(args.results), args.shaper)
+        flows = [f for step in load_run(folder)["steps"] for f in step["flows"]]
+        failed = sum(1 for f in flows if not f["ok"])
+        if failed:  # after everything is written: scripts see it in the exit status
+            print(f"{failed} of {len(flows)} flows failed (their errors are above and in "
+                  "flows.csv)")
+            return EXIT_FAILURE
         return EXIT_OK
     if args.command == "results":
         folders = find_runs(Path(args.results))
@@ -169,7 +181,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(describe(record))
         return EXIT_OK
     if args.command in ("capture", "analyze"):
-        from . import capturing  # dpkt loads only where captures are read
+        from . import capturing
     if args.command == "capture":
         return capturing.capture_live(args.lab, args.where, args.write, args.filter,
                                       args.snaplen, args.duration, args.count)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, from PyPI (the `lab` extra)
-    import tomli as tomllib
+NO_TOML = ("reading topology and experiment files on Python 3.10 needs tomli: "
+           "pip install 'simpleperf[lab]'")
 
 
 MAX_FILE_BYTES = 1 << 20  # a topology or experiment file; anything larger is not one
@@ -59,12 +58,31 @@ def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
                     f"{failure.start})") from None
 
 
-def parse_toml(text: str, error: type[Exception]) -> dict[str, Any]:
+def _toml() -> ModuleType | None:
+    """Python's own TOML reader, or on Python 3.10 the same parser from PyPI (the `lab`
+    extra); imported when a file is read, so that `simpleperf lab --help` works without."""
+    try:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:
+            import tomli as tomllib
+    except ImportError:
+        return None
+    module: ModuleType = tomllib
+    return module
+
+
+def parse_toml(text: str, error: type[Exception], origin: Path | None = None
+               ) -> dict[str, Any]:
+    """The TOML text as tables; `origin`, the file it came from, is named in the error."""
+    tomllib = _toml()
+    if tomllib is None:
+        raise error(NO_TOML)
     try:
         data: dict[str, Any] = tomllib.loads(text)
         return data
     except tomllib.TOMLDecodeError as failure:
-        raise error(f"not valid TOML: {failure}") from None
+        raise error((f"{origin}: " if origin else "") + f"not valid TOML: {failure}") from None
 
 
 def name(value: object, pattern: re.Pattern[str], where: str, rule: str,

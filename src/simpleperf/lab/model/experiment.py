@@ -129,11 +129,12 @@ class Experiment:
 
 def load(name_or_path: str) -> Experiment:
     text, path = datafiles.read(name_or_path, DATA_DIR, "experiment", ExperimentError)
-    return parse(text, path.stem, path.parent)
+    return parse(text, path.stem, path.parent, origin=path)
 
 
-def parse(text: str, default_name: str = "experiment", base: Path | None = None) -> Experiment:
-    data = datafiles.parse_toml(text, ExperimentError)
+def parse(text: str, default_name: str = "experiment", base: Path | None = None,
+          origin: Path | None = None) -> Experiment:
+    data = datafiles.parse_toml(text, ExperimentError, origin)
     _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
                  "pair", "sweep", "capture", "capture_limit"}, "experiment")
     topology = data.get("topology")

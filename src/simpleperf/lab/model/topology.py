@@ -155,11 +155,11 @@ def _format_rate(rate: float) -> str:
 def load(name_or_path: str) -> Topology:
     """A shipped topology by name ('portfolio'), or a TOML file by path."""
     text, path = datafiles.read(name_or_path, DATA_DIR, "topology", TopologyError)
-    return parse(text, default_name=path.stem)
+    return parse(text, default_name=path.stem, origin=path)
 
 
-def parse(text: str, default_name: str = "lab") -> Topology:
-    return from_dict(datafiles.parse_toml(text, TopologyError), default_name, text)
+def parse(text: str, default_name: str = "lab", origin: Path | None = None) -> Topology:
+    return from_dict(datafiles.parse_toml(text, TopologyError, origin), default_name, text)
 
 
 def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "") -> Topology:

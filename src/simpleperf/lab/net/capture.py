@@ -38,6 +38,16 @@ _FILTER_REASON = re.compile(r"\(([^()]*(?:syntax|unknown|parse|illegal)[^()]*)\)
 _DROPPED = re.compile(r"received/dropped on interface '[^']*': \d+/(\d+)")
 
 
+NO_DPKT = "reading captures needs dpkt: pip install 'simpleperf[lab]'"
+
+
+def require_dpkt() -> None:
+    try:
+        import dpkt  # noqa: F401 - only asked whether it is there
+    except ImportError:
+        raise CaptureError(NO_DPKT) from None
+
+
 class CaptureError(Exception):
     """A capture that cannot be made; one line for the user."""
 

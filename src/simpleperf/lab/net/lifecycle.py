@@ -28,10 +28,14 @@ class LabError(Exception):
     """A lab operation that cannot go on; the message is one line for the user."""
 
 
-def require_root() -> None:
+BUILD = "create network namespaces, links and qdiscs"
+
+
+def require_root(to: str = BUILD) -> None:
+    """`to`: what needs root, as the user asked for it (building, entering a node, ...)."""
     if os.geteuid() != 0:
-        raise LabError("simpleperf lab needs root privileges to create network namespaces, "
-                       "links and qdiscs: run it as root (e.g. sudo simpleperf lab ...)")
+        raise LabError(f"simpleperf lab needs root privileges to {to}: run it as root "
+                       "(e.g. sudo simpleperf lab ...)")
 
 
 def rebuild(spec: dict[str, Any]) -> topology.Topology:
@@ -154,7 +158,7 @@ def find(name: str | None) -> ownership.LabRecord:
 
 
 def down(name: str | None) -> ownership.TearDown:
-    require_root()
+    require_root("remove a lab's namespaces and processes")
     record = find(name)
     with ownership.locked(record.lab):
         result = ownership.tear_down(record)
@@ -164,7 +168,7 @@ def down(name: str | None) -> ownership.TearDown:
 
 def run_in_node(node: str, command: list[str]) -> int:
     """Run a command inside a lab node, as `ip netns exec` would, recorded while it runs."""
-    require_root()
+    require_root("run commands inside a lab node's network namespace")
     if not command:
         raise LabError("nothing to run: simpleperf lab exec NODE -- COMMAND ...")
     for record in ownership.all_records():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -53,6 +54,7 @@ class LabRecord:
     topology: dict  # how to rebuild the model: {"file": text} or {"pair": {...}}
     namespaces: dict[str, int | None] = field(default_factory=dict)  # name -> inode
     processes: list[OwnedProcess] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)  # made for the lab's runs (keys, files)
     complete: bool = False
     created: float = field(default_factory=time.time)
 
@@ -124,6 +126,11 @@ def add_process(record: LabRecord, pid: int, what: str) -> None:
     record.save()
 
 
+def add_folder(record: LabRecord, path: Path) -> None:
+    record.folders.append(str(path))
+    record.save()
+
+
 def remove_process(record: LabRecord, pid: int) -> None:
     record.processes = [p for p in record.processes if p.pid != pid]
     record.save()
@@ -169,6 +176,10 @@ def tear_down(record: LabRecord) -> TearDown:
     for pid, command in sorted(strangers.items()):
         left.append(f"process {pid} '{command}', not started by the lab, which still runs in "
                     "a removed namespace (the namespace lingers until it exits)")
+    for folder in record.folders:
+        if os.path.isdir(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(f"folder {folder}")
     record.path.unlink(missing_ok=True)
     for leftover in RECORD_DIR.glob(f"{record.lab}.delayline*"):
         leftover.unlink(missing_ok=True)
@@ -176,8 +187,12 @@ def tear_down(record: LabRecord) -> TearDown:
 
 
 def _stop(pid: int, grace: float = 1.0) -> None:
+    """SIGTERM, then SIGKILL after `grace`. A process the lab started in a session of its own
+    (servers, captures, delay lines) is stopped with its process group: what it started
+    (a command flow's shell and its children) goes with it."""
     try:
-        os.kill(pid, signal.SIGTERM)
+        group = os.getpgid(pid) == pid
+        os.killpg(pid, signal.SIGTERM) if group else os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace
@@ -187,7 +202,7 @@ def _stop(pid: int, grace: float = 1.0) -> None:
             return
         time.sleep(0.01)
     with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
 
 
 def _is_zombie(pid: int) -> bool:

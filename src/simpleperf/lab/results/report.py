@@ -53,6 +53,18 @@ class _Saver:
         self.figures.setdefault(case, []).append((title, buffer.getvalue()))
 
 
+NO_PLOTS = ("matplotlib is not installed (pip install 'simpleperf[plots]'): this report has "
+            "tables only, no plots")
+
+
+def plotting_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401 - only asked whether it is there
+    except ImportError:
+        return False
+    return True
+
+
 def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[str, bytes]]]:
     """Per case: (title, PNG bytes), also saved as PNG and SVG under plots/."""
     try:
@@ -295,6 +307,8 @@ def write_report(folder: Path, run: dict[str, Any], titles: dict[str, str]) -> P
     if run["interrupted"]:
         parts.append("<p class='warn'>This run was interrupted: only the finished steps are "
                      "shown.</p>")
+    if not plotting_available():
+        parts.append(f"<p class='warn'>{html.escape(NO_PLOTS)}.</p>")
     parts.append("<table class='meta'>" + "".join(
         f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
         + "</table>")

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..model import experiment as experiments
 from ..model import topology
-from ..model.experiment import Experiment, Step
+from ..model.experiment import APPLICATIONS, Experiment, Step
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError
@@ -89,7 +89,6 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     rounds = plan.sweep.repeat if plan.sweep else 1
     total = len(points) * rounds * sum(step.repeat for step in plan.steps)
     store: Store | None = None
-    applications = Applications(Path(tempfile.mkdtemp(prefix=f"simpleperf-{plan.name}-")))
     lab: _Lab | None = None
     runner: Runner | None = None
     interrupted = False
@@ -107,8 +106,10 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
                 store = Store(folder)
                 store.begin(plan.name, quick, lab.record.backend,
                             model.source or "pair " + json.dumps(spec["pair"]), plan.source)
+            if runner is not None and runner.applications is not None:
+                runner.applications.remove()  # the lab is rebuilt: so are its servers' files
             runner = _runner(plan, model, lab.record, plan.quick if quick else plan.timing,
-                             say, applications, folder)
+                             say, folder)
             for round_number in range(1, rounds + 1):
                 for step in plan.steps:
                     here = _at_point(step, plan, value)
@@ -134,7 +135,8 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     finally:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
         try:
-            applications.remove()
+            if runner is not None and runner.applications is not None:
+                runner.applications.remove()
             if lab is not None:
                 lab.release()
             if store is not None:
@@ -166,10 +168,17 @@ def _give_up(failure: ResultsError, store: Store | None) -> None:
 
 
 def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRecord,
-            timing: Any, say: Callable[[str], None], applications: Applications,
-            folder: Path) -> Runner:
+            timing: Any, say: Callable[[str], None], folder: Path) -> Runner:
+    """A runner for one build of the lab. The applications' keys and files go in a folder
+    the lab's record holds, so that even a killed run's `lab down` removes it."""
     captures = (StepCaptures(model, record, folder / "captures", plan.capture_limit)
                 if plan.captures() else None)
+    applications = None
+    if any(f.kind in APPLICATIONS for step in plan.steps for f in step.flows):
+        made = Path(tempfile.mkdtemp(prefix=f"simpleperf-{record.lab}-"))
+        with ownership.locked(record.lab):
+            ownership.add_folder(record, made)
+        applications = Applications(made)
     return Runner(model, record, timing, say, applications, captures)
 
 
@@ -181,6 +190,7 @@ def _preflight(plan: Experiment, model: topology.Topology) -> None:
         require_programs({flow.kind for step in plan.steps for flow in step.flows})
         if plan.captures():
             capture.require_dumpcap()
+            capture.require_dpkt()
             for where in sorted(plan.captures()):
                 capture.resolve(model, where)
     except (CommandError, capture.CaptureError) as error:
@@ -192,7 +202,10 @@ def _report(store: Store, plan: Experiment, say: Callable[[str], None]) -> None:
     folder = store.folder
     run = load_run(folder)
     say(sweep_report(run) if plan.sweep else case_report(run, plan.cases))
-    from ..results.report import write_report  # matplotlib loads only when a report is written
+    from ..results.report import NO_PLOTS, plotting_available, write_report
+
+    if not plotting_available():
+        say(f"note: {NO_PLOTS}")
 
     try:
         report = write_report(folder, run, plan.cases)

@@ -8,7 +8,9 @@ ownership record, so even a killed run leaves nothing the next `down` cannot rem
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -63,7 +65,7 @@ class Runner:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
+            _signal_group(process, signal.SIGKILL)
             out, err = process.communicate()
             err = (err or "") + "\ntimed out"
         self._running.remove(process)
@@ -73,7 +75,7 @@ class Runner:
     def stop_all(self) -> None:
         """Ctrl-C: end whatever this step started."""
         for process in list(self._running):
-            process.kill()
+            _signal_group(process, signal.SIGKILL)
             self._finish(process, 5)
         if self.captures is not None:
             self.captures.stop()
@@ -137,7 +139,9 @@ class Runner:
             outcomes[index].rtts = _ping_times(out)
         captured = self.captures.stop() if self.captures is not None else []
         for process in servers.values():
-            process.send_signal(signal.SIGINT)  # both ends' view came with the client's JSON
+            # Both ends' view came with the client's JSON. The group: a command server's shell
+            # and what it started stop together.
+            _signal_group(process, signal.SIGINT)
             self._finish(process, 15)
         starts = [o.started for o in outcomes if o.started is not None]
         spread = max(starts) - min(starts) if len(starts) > 1 else None
@@ -221,6 +225,12 @@ class Runner:
                  f"({len(outcome.probe_trials)} trials)")
 
     # ------------------------------------------------------------------ parsing
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    """Every process the runner starts leads a session of its own (start_new_session)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+
 
 def _read_client(outcome: FlowOutcome, out: str, err: str, code: int,
                  moved: int | None) -> None:
