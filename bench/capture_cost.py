@@ -55,14 +55,20 @@ def flow(seconds: float) -> float:
     return json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
 
 
-def captured_flow(seconds: float, folder: str) -> tuple[float, float, int]:
-    path = os.path.join(folder, "bench.pcapng")
+def start_capture(path: str) -> subprocess.Popen:
+    """`lab capture` of the pair link, headers only, once dumpcap says it is capturing."""
     grab = subprocess.Popen(SIMPLEPERF + ["lab", "capture", "h1-h2", "-w", path,
                                           "--snaplen", "144"], stderr=subprocess.PIPE,
                             text=True)
     assert grab.stderr is not None
     while "Capturing on" not in grab.stderr.readline():
         pass
+    return grab
+
+
+def captured_flow(seconds: float, folder: str) -> tuple[float, float, int]:
+    path = os.path.join(folder, "bench.pcapng")
+    grab = start_capture(path)
     pid = dumpcap_pid(path)
     before = cpu_seconds(pid)
     started = time.monotonic()
@@ -111,12 +117,7 @@ def analysis_speed(seconds: float) -> None:
         path = os.path.join(folder, "analyse.pcapng")
         try:
             time.sleep(0.5)
-            grab = subprocess.Popen(SIMPLEPERF + ["lab", "capture", "h1-h2", "-w", path,
-                                                  "--snaplen", "144"], stderr=subprocess.PIPE,
-                                    text=True)
-            assert grab.stderr is not None
-            while "Capturing on" not in grab.stderr.readline():
-                pass
+            grab = start_capture(path)
             flow(seconds)
             grab.send_signal(signal.SIGINT)
             grab.communicate(timeout=30)
