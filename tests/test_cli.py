@@ -207,3 +207,37 @@ def test_the_package_says_who_and_what_it_is():
     project = tomllib.loads(text)["project"]
     assert project["authors"] and len(project["classifiers"]) >= 5
     assert "Operating System :: POSIX :: Linux" in project["classifiers"]
+
+
+def test_help_names_the_lab_with_examples():
+    from simpleperf.cli import _build_parser
+
+    text = _build_parser().format_help()
+    assert "examples:" in text and "simpleperf lab run portfolio" in text
+    assert "simpleperf lab list" in text
+
+
+def test_every_lab_command_and_option_says_what_it_does():
+    import argparse
+
+    from simpleperf.lab.commands import _parser
+
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    described = {choice.dest for choice in commands._choices_actions if choice.help}
+    assert described == set(commands.choices)
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"lab {name}: {action.dest} has no help"
+
+
+def test_lab_list_names_every_shipped_topology_and_experiment():
+    from simpleperf.lab.commands import shipped
+    from simpleperf.lab.model import experiment, topology
+
+    listing = shipped()
+    for folder in (topology.DATA_DIR, experiment.DATA_DIR):
+        for path in folder.glob("*.toml"):
+            line = next(line for line in listing.splitlines() if line.split()[0] == path.stem)
+            assert len(line.split()) > 2  # a name, then what it is
+    assert "pair" in listing.split()

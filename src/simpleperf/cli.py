@@ -64,6 +64,20 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+EXAMPLES = """examples:
+  simpleperf -s                               a server (classic, native and iperf3 clients)
+  simpleperf -c -I 10.0.0.2 -t 10             a classic 10 s test
+  simpleperf -c 10.0.0.2 -R -e -i 1           the server sends; TCP statistics every second
+  simpleperf -c 10.0.0.2 -u -b 50M            UDP at 50 Mbit/s: jitter and loss
+  simpleperf -c 10.0.0.2 --iperf3 -P 4        against an iperf3 server
+
+the lab (root): emulated networks on this machine
+  simpleperf lab list                         shipped topologies and experiments
+  simpleperf lab run portfolio --quick        build, measure beside theory, report, tear down
+  simpleperf lab up pair --rate 100M --delay 20ms --loss 1%
+  simpleperf lab capture h1-h2 -w - | wireshark -k -i -
+  simpleperf lab --help                       every lab command
+"""
 _NEGATIVE = re.compile(r"-\d[\d.]*[A-Za-z]*")
 _VALUE_FLAGS: set[str] = set()
 
@@ -82,7 +96,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="simpleperf",
         description="Measure network throughput (classic Simpleperf and extensions).",
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
     mode = parser.add_argument_group("mode")
     mode.add_argument("-s", "--server", action="store_true", help="run as server")
     mode.add_argument("-c", "--client", nargs="?", const=_NO_HOST, default=None, metavar="HOST",

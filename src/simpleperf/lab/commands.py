@@ -11,6 +11,7 @@ from typing import Any
 
 from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from .model import experiment as experiments
 from .model import theory, topology
 from .model.experiment import ExperimentError
 from .net import lifecycle, ownership
@@ -25,9 +26,13 @@ DEFAULT_RESULTS = "simpleperf-results"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="simpleperf lab", description="Emulated networks on this machine.")
+    parser = OneLineParser(prog="simpleperf lab", description="Emulated networks on this machine "
+                           "(root): topologies from TOML, experiments with theory beside every "
+                           "number, captures.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
-                                     metavar="{run,results,compare,up,down,status,exec,capture,analyze}")
+                                     metavar="{list,run,results,compare,up,down,status,exec,"
+                                             "capture,analyze}")
+    commands.add_parser("list", help="the shipped topologies and experiments, a line each")
     run_parser = commands.add_parser("run", help="build the topology, run an experiment "
                                                  "(e.g. portfolio), report, tear down")
     run_parser.add_argument("experiment", help="portfolio, or a path to an experiment TOML")
@@ -35,9 +40,11 @@ def _parser() -> argparse.ArgumentParser:
                             help="short transfers and pings (the experiment's [quick] timing)")
     run_parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
                             help=f"where the results folder goes (default {DEFAULT_RESULTS})")
-    run_parser.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto")
+    run_parser.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto",
+                            help="netem where the kernel has it (auto), or the own shaper")
     results = commands.add_parser("results", help="list past runs")
-    results.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR")
+    results.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
+                         help=f"where the results folders are (default {DEFAULT_RESULTS})")
     compare = commands.add_parser("compare", help="two runs side by side")
     compare.add_argument("runs", nargs=2, metavar="RUN", help="a results folder")
     up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
@@ -52,12 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     pair.add_argument("--loss", help="random loss in each direction, e.g. 1%%")
     pair.add_argument("--queue", type=_queue, help="drop-tail queue in packets (needs --rate)")
     down = commands.add_parser("down", help="remove a lab and everything it created")
-    down.add_argument("name", nargs="?")
+    down.add_argument("name", nargs="?", help="which lab (default: the only one up)")
     status = commands.add_parser("status", help="nodes, links, shaping, expected RTTs")
-    status.add_argument("name", nargs="?")
+    status.add_argument("name", nargs="?", help="which lab (default: every lab up)")
     run = commands.add_parser("exec", help="run a command inside a node: exec h1 -- ping h4")
-    run.add_argument("node")
-    run.add_argument("command", nargs=argparse.REMAINDER)
+    run.add_argument("node", help="a node of a lab that is up (h1, r2, ...)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     _capture_parsers(commands)
     return parser
 
@@ -129,6 +136,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{failed} of {len(flows)} flows failed (their errors are above and in "
                   "flows.csv)")
             return EXIT_FAILURE
+        return EXIT_OK
+    if args.command == "list":
+        print(shipped())
         return EXIT_OK
     if args.command == "results":
         folders = find_runs(Path(args.results))
@@ -205,6 +215,18 @@ def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]
         raise UsageError(f"--{next(iter(given))} only applies to the pair topology")
     model = topology.load(args.topology)
     return model, {"file": model.source}
+
+
+def shipped() -> str:
+    """The shipped topologies and experiments, with their descriptions."""
+    lines = ["topologies (simpleperf lab up NAME)",
+             f"  {'pair':<16} two hosts, one link set from the command line (--rate ...)"]
+    for path in sorted(topology.DATA_DIR.glob("*.toml")):
+        lines.append(f"  {path.stem:<16} {topology.load(str(path)).description}")
+    lines.append("experiments (simpleperf lab run NAME [--quick])")
+    for path in sorted(experiments.DATA_DIR.glob("*.toml")):
+        lines.append(f"  {path.stem:<16} {experiments.load(str(path)).description}")
+    return "\n".join(lines)
 
 
 def describe(record: ownership.LabRecord) -> str:
