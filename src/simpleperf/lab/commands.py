@@ -86,7 +86,7 @@ def _capture_parsers(commands: Any) -> None:
     grab.add_argument("--lab", help="which lab (default: the only one up)")
     study = commands.add_parser("analyze", help="retransmissions, loss, RTT and jitter per "
                                 "flow of a capture file")
-    study.add_argument("file", metavar="PCAP", type=Path)
+    study.add_argument("file", metavar="PCAP", type=Path, help="a pcap or pcapng file")
 
 
 def _positive_int(text: str) -> int:
