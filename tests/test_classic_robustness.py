@@ -165,3 +165,19 @@ def test_server_vanishing_mid_transfer_is_one_line_on_the_client():
         assert "incomplete" in out.splitlines()[-1]
     finally:
         live.close()
+
+
+def test_a_server_that_stops_reading_is_given_up_within_the_tests_length():
+    """It accepts and never reads: a 2 s test gives up after 3 s without progress (the least
+    the bound allows), not after 30, in one line, with the row marked incomplete."""
+    with socket.socket() as deaf:
+        deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        deaf.bind(("127.0.0.1", 0))
+        deaf.listen(4)
+        started = time.monotonic()
+        done = run_simpleperf("-c", "-I", "127.0.0.1", "-p", str(deaf.getsockname()[1]),
+                              "-t", "2", timeout=30)
+        took = time.monotonic() - started
+    assert_one_line_error(done, 1, "the server stopped reading", "for 3 s")
+    assert "(incomplete)" in done.stdout
+    assert took < 15  # 2 s of test, 3 s of standing still, start-up: never the old 30 s

@@ -43,6 +43,19 @@ DEFAULT_IDLE_SECONDS = 60.0  # a classic connection that brings (almost) nothing
 DEFAULT_MAX_CONNECTIONS_PER_HOST = 300
 SERVER_OVERRUN_SECONDS = 5.0  # a server ends a test this long after --max-duration
 RESULTS_WAIT_SECONDS = 30.0  # after the test's end, for the peer's results
+# A transfer that does not move for this long is given up: the test's own length, within
+# these bounds. At least a few doubling retransmission timeouts (0.2 + 0.4 + 0.8 + 1.6 s),
+# so heavy loss is not taken for a server that stopped reading; a -n test, whose length is
+# not known, gets the most.
+STALL_SECONDS_MIN = 3.0
+STALL_SECONDS_MAX = 30.0
+
+
+def stall_limit(duration: float | None) -> float:
+    """How long a classic transfer may sit still: `duration` for -t, bounded."""
+    if duration is None:
+        return STALL_SECONDS_MAX
+    return min(STALL_SECONDS_MAX, max(STALL_SECONDS_MIN, duration))
 
 _CONGESTION_NAME = re.compile(r"[a-z0-9_]{1,15}")
 

@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 
 from ..engine.clock import IntervalClock
 from ..errors import Interrupted, SimpleperfError
-from ..options import ClientOptions
+from ..options import ClientOptions, stall_limit
 from ..protocol.classic import FINISH, is_acknowledgement
 from ..report import classic as table
 from ..transport import tcp
-
-ACK_WAIT_SECONDS = 30.0
 
 
 @dataclass
@@ -121,16 +119,17 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
         tcp.set_wake_up(sock)
         payload = memoryview(bytes(options.length))
         stream.started = time.monotonic()
+        limit = stall_limit(options.duration if options.num_bytes is None else None)
         if options.num_bytes is None:
             _send_for(sock, payload, start + options.duration, stream, stop)
         else:
-            _send_amount(sock, payload, options.num_bytes, stream, stop)
+            _send_amount(sock, payload, options.num_bytes, stream, stop, limit)
         stream.sending_ended = time.monotonic()
         if stop.is_set():
             return
-        tcp.wait_until_drained(sock, stop.is_set)
+        tcp.wait_until_drained(sock, stop.is_set, limit)
         _send_all(sock, FINISH, stop)
-        _await_acknowledgement(sock, stop)
+        _await_acknowledgement(sock, stop, limit)
         stream.finished = time.monotonic()
     except SimpleperfError as error:
         stream.error = str(error)
@@ -160,15 +159,20 @@ def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
 
 
 def _send_amount(sock: socket.socket, payload: memoryview, amount: int,
-                 stream: SendingStream, stop: threading.Event) -> None:
+                 stream: SendingStream, stop: threading.Event, limit: float) -> None:
     send = sock.send
     size = len(payload)
     sent = stream.sent
+    moved = time.monotonic()
     while sent < amount and not stop.is_set():
-        try:  # noqa: SIM105 - hot loop, as above
+        try:
             sent += send(payload if amount - sent >= size else payload[: amount - sent])
-        except BlockingIOError:
-            pass
+        except BlockingIOError:  # the wake-up timer: nothing could be written for a while
+            if time.monotonic() - moved > limit:
+                raise SimpleperfError(f"the server stopped reading (nothing could be sent "
+                                      f"for {limit:g} s)") from None
+            continue
+        moved = time.monotonic()
         stream.sent = sent
 
 
@@ -179,7 +183,7 @@ def _send_all(sock: socket.socket, data: bytes, stop: threading.Event) -> None:
             view = view[sock.send(view):]
 
 
-def _await_acknowledgement(sock: socket.socket, stop: threading.Event) -> None:
+def _await_acknowledgement(sock: socket.socket, stop: threading.Event, limit: float) -> None:
     """Any reply starting with ACK ends the test; so does the server closing the connection
     (some classic servers close without answering)."""
     reply = b""
@@ -188,9 +192,9 @@ def _await_acknowledgement(sock: socket.socket, stop: threading.Event) -> None:
         try:
             chunk = sock.recv(64)
         except BlockingIOError:
-            if time.monotonic() - waited_since > ACK_WAIT_SECONDS:
+            if time.monotonic() - waited_since > limit:
                 raise SimpleperfError(f"the server did not acknowledge the end of the test "
-                                      f"within {ACK_WAIT_SECONDS:g} s") from None
+                                      f"within {limit:g} s") from None
             continue
         if not chunk:
             return
