@@ -354,7 +354,9 @@ def test_a_stopped_run_leaves_no_command_server_children(tmp_path: Path, signum)
         assert status == (130 if signum == signal.SIGTERM else -signal.SIGKILL)
         if signum == signal.SIGKILL:
             lab("down", "pair")
-        time.sleep(0.5)
+        deadline = time.monotonic() + 5  # a signalled process takes a moment to be gone
+        while (_pids_of("sleep 307") or _pids_of("sleep 308")) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not _pids_of("sleep 307") and not _pids_of("sleep 308")
         assert lab("status").stdout.strip() == "no lab is up"
     finally:

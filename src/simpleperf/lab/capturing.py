@@ -28,8 +28,8 @@ def capture_live(lab: str | None, where: str, write: str | None, bpf: str | None
         raise capture.CaptureError(str(error)) from None
     capture.check_filter(point, full_filter, bpf)
     print(f"capturing {point.describe}", file=sys.stderr, flush=True)
-    command = capture.dumpcap_command(point, write or "-", snaplen, full_filter,
-                                      duration=duration, count=count)
+    command = ["ip", "netns", "exec", point.namespace, *capture.dumpcap_command(
+        point, write or "-", snaplen, full_filter, duration=duration, count=count)]
     what = f"capture of {where}"
     if write is not None:
         return lifecycle.run_recorded(record, command, what)

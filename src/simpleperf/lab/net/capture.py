@@ -126,8 +126,8 @@ def capture_filter(point: CapturePoint, user_filter: str | None) -> str | None:
 def dumpcap_command(point: CapturePoint, output: str, snaplen: int, bpf: str | None,
                     limit_kb: int | None = None, duration: float | None = None,
                     count: int | None = None) -> list[str]:
-    command = ["ip", "netns", "exec", point.namespace, DUMPCAP, "-q", "-i", point.interface,
-               "-s", str(snaplen), "-w", output]
+    """dumpcap's command line, to run inside point.namespace."""
+    command = [DUMPCAP, "-q", "-i", point.interface, "-s", str(snaplen), "-w", output]
     if point.ports:
         command += ["-y", "LINUX_SLL2"]  # carries the interface index the filter reads
     if bpf:

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -124,6 +125,29 @@ def record_namespaces_created(record: LabRecord) -> None:
 def add_process(record: LabRecord, pid: int, what: str) -> None:
     record.processes.append(OwnedProcess(pid, process_start_time(pid), what))
     record.save()
+
+
+# A child waits for this line before it becomes its command: a run killed between starting
+# a process and recording it leaves nothing behind (the child reads the end of its input
+# and exits without running anything).
+_GATE = 'IFS= read -r line && [ "$line" = go ] && exec "$@"'
+
+
+def start_recorded(record: LabRecord, namespace: str, command: list[str], what: str,
+                   **popen: Any) -> subprocess.Popen:
+    """Start `command` in a namespace, in a session of its own, recorded before it runs."""
+    process = subprocess.Popen(["ip", "netns", "exec", namespace, "sh", "-c", _GATE, "sh",
+                                *command], stdin=subprocess.PIPE, start_new_session=True,
+                               **popen)
+    assert process.stdin is not None
+    try:
+        add_process(record, process.pid, what)
+        process.stdin.write("go\n" if popen.get("text") else b"go\n")
+    finally:
+        with suppress(OSError):
+            process.stdin.close()
+        process.stdin = None  # communicate() must not write to it again
+    return process
 
 
 def add_folder(record: LabRecord, path: Path) -> None:

@@ -41,10 +41,10 @@ class StepCaptures:
                 continue
             command = capture.dumpcap_command(point, str(path), capture.HEADERS_SNAPLEN, bpf,
                                               limit_kb=self.limit_kb)
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, text=True,
-                                       start_new_session=True)
-            ownership.add_process(self.record, process.pid, f"capture of {where}")
+            process = ownership.start_recorded(self.record, point.namespace, command,
+                                               f"capture of {where}",
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, text=True)
             problem = capture.wait_ready(process)
             if problem is not None:
                 self._end(process)

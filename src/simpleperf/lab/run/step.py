@@ -54,10 +54,8 @@ class Runner:
 
     def _start(self, node: str, command: list[str], what: str,
                stderr: int = subprocess.PIPE) -> subprocess.Popen:
-        process = subprocess.Popen(["ip", "netns", "exec", node, *command],
-                                   stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                   start_new_session=True)
-        ownership.add_process(self.record, process.pid, what)
+        process = ownership.start_recorded(self.record, node, command, what,
+                                           stdout=subprocess.PIPE, stderr=stderr, text=True)
         self._running.append(process)
         return process
 
