@@ -164,7 +164,7 @@ name = "command"
 kind = "command"
 from = "h1"
 to = "h2"
-server = "sleep 30"
+server = "sleep 301 & sleep 302"
 client = "echo to {address}:{port}; exit 3"
 """
 
@@ -197,7 +197,8 @@ def test_applications_run_timed_and_captured_and_leave_nothing(tmp_path: Path) -
     assert scp_rows  # the capture's connections are matched to the flow by its port
     assert "<h2>Captures</h2>" in (folder / "report.html").read_text()
     assert not _pids_of("sshd-15001.conf") and not _pids_of("http.server")
-    assert not _pids_of("sleep 30") and not _pids_of("dumpcap")
+    assert not _pids_of("sleep 301") and not _pids_of("sleep 302")  # a background job too
+    assert not _pids_of("dumpcap")
     assert not list(Path("/tmp").glob("simpleperf-pair-*"))
 
 

@@ -136,11 +136,14 @@ class Runner:
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = _ping_times(out)
         captured = self.captures.stop() if self.captures is not None else []
-        for process in servers.values():
-            # Both ends' view came with the client's JSON. The group: a command server's shell
-            # and what it started stop together.
-            _signal_group(process, signal.SIGINT)
+        for index, process in servers.items():
+            # Both ends' view came with the client's JSON. A simpleperf server stops cleanly
+            # on SIGINT; an application's on SIGTERM, which a shell's background jobs do not
+            # ignore. Then the group again: nothing a server started outlives the step.
+            application = outcomes[index].flow.kind in APPLICATIONS
+            _signal_group(process, signal.SIGTERM if application else signal.SIGINT)
             self._finish(process, 15)
+            _signal_group(process, signal.SIGKILL)
         starts = [o.started for o in outcomes if o.started is not None]
         spread = max(starts) - min(starts) if len(starts) > 1 else None
         if spread is not None and spread > SPREAD_WARNING:
