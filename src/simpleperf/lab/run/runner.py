@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..model import experiment as experiments
 from ..model import topology
-from ..model.experiment import APPLICATIONS, Experiment, Step
+from ..model.experiment import APPLICATIONS, Experiment, Step, Timing
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError
@@ -159,7 +159,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     return folder
 
 
-def _give_up(failure: ResultsError, store: Store | None) -> None:
+def _give_up(failure: ResultsError, store: Store | None) -> NoReturn:
     if store is not None:
         store.close()
     raise ResultsError(f"{failure} (the lab is down; what was written is marked "
@@ -168,7 +168,7 @@ def _give_up(failure: ResultsError, store: Store | None) -> None:
 
 
 def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRecord,
-            timing: Any, say: Callable[[str], None], folder: Path) -> Runner:
+            timing: Timing, say: Callable[[str], None], folder: Path) -> Runner:
     """A runner for one build of the lab. The applications' keys and files go in a folder
     the lab's record holds, so that even a killed run's `lab down` removes it."""
     captures = (StepCaptures(model, record, folder / "captures", plan.capture_limit)
