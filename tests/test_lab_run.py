@@ -104,6 +104,10 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     metadata = json.loads(db.execute("SELECT metadata FROM run").fetchone()[0])
     assert {"kernel", "iperf3", "simpleperf", "shaper"} <= set(metadata)
     assert "Test case 1: idle" in done.stdout and "FAILED" in done.stdout
+    # Progress: every step after the first says about how long the run has left.
+    progress = [line for line in done.stdout.splitlines() if re.match(r"\[\d+/4\] case", line)]
+    assert len(progress) == 4 and "left]" not in progress[0]
+    assert all(re.search(r"\[about (\d+ min )?\d+ s left\]$", line) for line in progress[1:])
     # Everything was written, and the one failed flow still makes the run's status 1.
     assert done.returncode == 1
     assert done.stdout.strip().splitlines()[-1].startswith("1 of 6 flows failed")

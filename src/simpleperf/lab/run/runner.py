@@ -93,7 +93,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     runner: Runner | None = None
     interrupted = False
     failure: ResultsError | None = None
-    done = 0
+    done, began = 0, time.monotonic()
     try:
         for value in points:
             model, spec = _model(plan, value)
@@ -115,9 +115,8 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
                     here = _at_point(step, plan, value)
                     for repetition in range(1, step.repeat + 1):
                         done += 1
-                        say(f"[{done}/{total}] case {here.case}: {here.name}"
-                            + (f" (repetition {repetition})" if step.repeat > 1 else "")
-                            + (f" (round {round_number})" if rounds > 1 else ""))
+                        say(_step_line(here, done, total, began, (repetition, step.repeat),
+                                       (round_number, rounds)))
                         outcome = runner.run_step(here, (round_number - 1) * step.repeat
                                                   + repetition, done)
                         if plan.sweep is not None:
@@ -157,6 +156,23 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     if interrupted:
         raise KeyboardInterrupt
     return folder
+
+
+def _step_line(step: Step, done: int, total: int, began: float, repetition: tuple[int, int],
+               round_: tuple[int, int]) -> str:
+    """`[3/10] case 2: name`, with the time left estimated from the steps run so far."""
+    line = (f"[{done}/{total}] case {step.case}: {step.name}"
+            + (f" (repetition {repetition[0]})" if repetition[1] > 1 else "")
+            + (f" (round {round_[0]})" if round_[1] > 1 else ""))
+    if done > 1:
+        left = (time.monotonic() - began) / (done - 1) * (total - done + 1)
+        line += f"  [about {_duration(left)} left]"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
 def _give_up(failure: ResultsError, store: Store | None) -> NoReturn:
