@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .packets import Packet
 
@@ -39,6 +40,16 @@ THROUGHPUT_INTERVAL_NS = 1_000_000_000
 def _after(a: int, b: int) -> bool:
     """a > b in sequence space (wrapping at 2**32)."""
     return 0 < ((a - b) & _MASK) < 0x80000000
+
+
+COUNTS = ("packets", "data_segments", "bytes", "retransmissions", "fast_retransmissions",
+          "spurious_retransmissions", "out_of_order", "resent", "lost_segments",
+          "duplicate_acks")
+
+
+def spread(values: list[float]) -> tuple[float, float, float] | None:
+    """min, mean, max of samples (None for none)."""
+    return (min(values), sum(values) / len(values), max(values)) if values else None
 
 
 @dataclass
@@ -81,6 +92,16 @@ class TcpDirection:
     @property
     def seconds(self) -> float:
         return (self.last_time - self.first_time) / 1e9
+
+    def summary(self) -> dict[str, Any]:
+        """What the direction reports: its ends, COUNTS, and what follows from them."""
+        rtt = spread(self.rtt_samples_ms) or (None, None, None)
+        return {"source": self.source, "source_port": self.source_port,
+                "destination": self.destination, "destination_port": self.destination_port,
+                **{name: getattr(self, name) for name in COUNTS}, "seconds": self.seconds,
+                "retransmission_ratio": self.retransmission_ratio, "rtt_min": rtt[0],
+                "rtt_avg": rtt[1], "rtt_max": rtt[2], "rtt_samples": len(self.rtt_samples_ms),
+                "throughput": self.throughput()}
 
     def throughput(self, interval_ns: int = THROUGHPUT_INTERVAL_NS
                    ) -> list[tuple[float, float, float]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .tcp import TcpDirection
+from .tcp import TcpDirection, spread
 from .udp import UdpDirection
 
 
@@ -22,8 +22,8 @@ def tcp_table(directions: list[TcpDirection]) -> list[str]:
         ratio = d.retransmission_ratio or 0.0
         rate = d.bytes * 8 / d.seconds / 1e6 if d.seconds > 0 else 0.0
         back = _reverse(directions, d)
-        samples = d.rtt_samples_ms
-        rtt = (f"{min(samples):.2f}/{sum(samples) / len(samples):.2f}" if samples else "-")
+        samples = spread(d.rtt_samples_ms)
+        rtt = f"{samples[0]:.2f}/{samples[1]:.2f}" if samples else "-"
         lines.append(f"  {_ends(d):<44} {d.data_segments:>9} {d.bytes / 1e6:>8.2f} "
                      f"{rate:>8.2f} {d.retransmissions:>8} {ratio * 100:>8.3f} {d.resent:>7} "
                      f"{d.out_of_order:>6} {d.lost_segments:>6} "
@@ -51,9 +51,8 @@ def udp_table(directions: list[UdpDirection]) -> list[str]:
     for d in directions:
         expected = d.numbered + d.gaps - d.duplicates
         loss = d.gaps / expected * 100 if d.numbered and expected > 0 else None
-        delays = d.one_way_s
-        one_way = (f"{min(delays) * 1e3:.2f}/{sum(delays) / len(delays) * 1e3:.2f}/"
-                   f"{max(delays) * 1e3:.2f}" if delays else "-")
+        delays = spread(d.one_way_s)
+        one_way = "/".join(f"{delay * 1e3:.2f}" for delay in delays) if delays else "-"
         lines.append(f"  {_ends(d):<44} {d.datagrams:>10} {d.bytes / 1e6:>8.2f} "
                      f"{d.gaps:>7} {'-' if loss is None else f'{loss:.3f}':>7} "
                      f"{d.reordered:>6} {d.duplicates:>5} "

@@ -11,8 +11,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .packets import UDP_HEAD_BYTES, Packet
+from .tcp import spread
 
 _HEADER = struct.Struct("!IIQ")
 assert _HEADER.size == UDP_HEAD_BYTES
@@ -47,6 +49,16 @@ class UdpDirection:
     @property
     def jitter_ms(self) -> float | None:
         return self.jitter_s * 1e3 if self.numbered > 1 else None
+
+    def summary(self) -> dict[str, Any]:
+        """What the direction reports, one-way delays as min, mean and max in ms."""
+        one_way = spread([delay * 1e3 for delay in self.one_way_s]) or (None, None, None)
+        return {"source": self.source, "source_port": self.source_port,
+                "destination": self.destination, "destination_port": self.destination_port,
+                "datagrams": self.datagrams, "bytes": self.bytes, "gaps": self.gaps,
+                "reordered": self.reordered, "duplicates": self.duplicates,
+                "jitter_ms": self.jitter_ms, "one_way_min_ms": one_way[0],
+                "one_way_avg_ms": one_way[1], "one_way_max_ms": one_way[2]}
 
 
 def analyze(packets: Iterable[Packet]) -> list[UdpDirection]:

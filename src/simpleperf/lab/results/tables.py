@@ -226,11 +226,8 @@ def udp_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any] | 
     rows = [row for taken in step.get("captures", []) for row in taken["udp"]
             if row["flow_id"] == flow["id"] and row["datagrams"] > 1]
     if flow["kind"] != "udp" or not rows:
-        row = None
-    else:
-        row = max(rows, key=lambda r: r["datagrams"])
-    if row is None:
         return None
+    row = max(rows, key=lambda r: r["datagrams"])
     expected = row["datagrams"] - row["duplicates"] + row["gaps"]
     return {"capture_loss_percent": 100 * row["gaps"] / expected if expected else None,
             "receiver_loss_percent": flow.get("loss_percent"),

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from ..model.outcomes import CaptureOutcome
 from ..model.topology import Topology
@@ -87,31 +85,5 @@ def _analyse(outcome: CaptureOutcome, path: Path) -> None:
         outcome.error = str(error)
         return
     outcome.error = found.damage
-    outcome.tcp = [_tcp_row(d) for d in tcp.analyze(found.packets) if d.data_segments]
-    outcome.udp = [_udp_row(d) for d in udp.analyze(found.packets)]
-
-
-def _tcp_row(direction: Any) -> dict[str, Any]:
-    row = {k: v for k, v in asdict(direction).items() if not k.startswith("_")
-           and k not in ("nextseq", "nextseq_time", "lastack", "lastack_time", "window",
-                         "dupacks", "last_keepalive", "last_zero_window_probe",
-                         "first_time", "last_time", "rtt_samples_ms", "new_bytes")}
-    samples = direction.rtt_samples_ms
-    row.update(seconds=direction.seconds, retransmission_ratio=direction.retransmission_ratio,
-               rtt_min=min(samples) if samples else None,
-               rtt_avg=sum(samples) / len(samples) if samples else None,
-               rtt_max=max(samples) if samples else None, rtt_samples=len(samples),
-               throughput=direction.throughput())
-    return row
-
-
-def _udp_row(direction: Any) -> dict[str, Any]:
-    delays = direction.one_way_s
-    return {"source": direction.source, "source_port": direction.source_port,
-            "destination": direction.destination,
-            "destination_port": direction.destination_port, "datagrams": direction.datagrams,
-            "bytes": direction.bytes, "gaps": direction.gaps, "reordered": direction.reordered,
-            "duplicates": direction.duplicates, "jitter_ms": direction.jitter_ms,
-            "one_way_min_ms": min(delays) * 1e3 if delays else None,
-            "one_way_avg_ms": sum(delays) / len(delays) * 1e3 if delays else None,
-            "one_way_max_ms": max(delays) * 1e3 if delays else None}
+    outcome.tcp = [d.summary() for d in tcp.analyze(found.packets) if d.data_segments]
+    outcome.udp = [d.summary() for d in udp.analyze(found.packets)]
