@@ -2,6 +2,7 @@
 """Lab fidelity, capacity and setup speed, measured on this machine (needs root).
 
 Each line prints the measurement, its target and ok/MISS:
+  - an unshaped link's RTT: what this machine (or an emulated guest) adds by itself;
   - idle RTT = 2 x sum of one-way delays (median within 1 ms), portfolio pairs;
   - TCP goodput through a bottleneck between 0.90 and 1.0 of its rate (simpleperf);
   - UDP at 90 % of the bottleneck rate loses under 0.1 % (iperf3 -u);
@@ -12,7 +13,11 @@ Each line prints the measurement, its target and ok/MISS:
   - portfolio up/down time, beside Mininet's (Linux bridges, no controller, rate-only links)
     measured in the same run when Debian's mininet package is installed.
 
-    python3 bench/lab_calibration.py [--quick]
+    python3 bench/lab_calibration.py [--quick] [--only PART]... [--shaper own|netem]
+                                     [--json FILE]
+
+bench/netem_beside_own.py runs it on this machine and in a guest kernel with netem, and
+prints the columns side by side.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from simpleperf.lab.net import lifecycle, ownership
 
 PYTHON = sys.executable
 rows: list[tuple[str, str, str, bool | None]] = []
+SHAPER: str | None = None  # --shaper; None: what `lab up` would choose
 
 
 def report(name: str, measured: str, target: str, ok: bool | None) -> None:
@@ -56,7 +62,7 @@ def ping_rtts(node: str, address: str, count: int, interval: float) -> list[floa
 def up(model: topology.Topology, spec: dict) -> None:
     if ownership.load(model.name):
         lifecycle.down(model.name)
-    lifecycle.up(model, spec, say=lambda _: None)
+    lifecycle.up(model, spec, SHAPER, say=lambda _: None)
 
 
 def simpleperf_goodput(client: str, server: str, address: str, seconds: float,
@@ -128,6 +134,14 @@ def portfolio_checks(quick: bool) -> None:
 
 
 def pair_checks(quick: bool) -> None:
+    # What the machine adds by itself: the RTT of a link with no shaping at all.
+    up(topology.pair(), {"pair": {}})
+    try:
+        rtts = ping_rtts("h1", "10.0.0.2", 50, 0.02)
+        report("pair unshaped RTT (the machine's own)",
+               f"median {statistics.median(rtts):.3f} ms, max {max(rtts):.3f}", "", None)
+    finally:
+        lifecycle.down("pair")
     # Standing queue: overload a 10 Mbit/s link with a 100-packet queue.
     model = topology.pair(rate="10M", delay="5ms", queue=100)
     up(model, {"pair": {"rate": "10M", "delay": "5ms", "queue": 100}})
@@ -320,8 +334,14 @@ def setup_speed(runs: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
-    parser.add_argument("--only", choices=("portfolio", "pair", "capacity", "setup"))
+    parser.add_argument("--only", choices=("portfolio", "pair", "capacity", "setup"),
+                        action="append", help="run this part (repeatable; default all)")
+    parser.add_argument("--shaper", choices=("own", "netem"),
+                        help="the backend links use (default: what lab up would choose)")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows to FILE")
     args = parser.parse_args()
+    global SHAPER
+    SHAPER = args.shaper
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces)", file=sys.stderr)
         return 1
@@ -330,11 +350,16 @@ def main() -> int:
              "pair": lambda: pair_checks(args.quick),
              "capacity": lambda: capacity_checks(args.quick)}
     for name, step in steps.items():
-        if args.only in (None, name):
+        if args.only is None or name in args.only:
             step()
     misses = [name for name, _, _, ok in rows if ok is False]
     print(f"\n{len([r for r in rows if r[3] is True])} ok, {len(misses)} missed"
           + (": " + "; ".join(misses) if misses else ""))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"kernel": os.uname().release, "shaper": SHAPER,
+                       "rows": [dict(zip(("name", "measured", "target", "ok"), row, strict=True))
+                                for row in rows]}, out, indent=1)
     return 0
 
 

@@ -1,14 +1,59 @@
 """Fixtures and the test markers' rules: a test marked `root` or `iperf3` fails, rather
 than skips, where its requirement is missing (CI installs everything; a developer without
-root deselects with -m "not root")."""
+root deselects with -m "not root").
+
+Lab tests build their links with the shaper `--shaper` names (own by default: it needs only
+NFQUEUE, which nearly every kernel has). scripts/test runs them again with netem in a guest
+kernel that has it. A test about one shaper's machinery is marked with it and left out
+(deselected, not skipped) of a session with the other."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
-from helpers import start_server
+from helpers import SIMPLEPERF, start_server
+
+from simpleperf.lab.net import ownership
+from simpleperf.lab.net.shaping.probe import SHAPER_ENV
+
+SHAPER_MARKERS = {"own": "own_shaper", "netem": "netem_shaper"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--shaper", choices=tuple(SHAPER_MARKERS), default="own",
+                     help="the shaper lab tests build links with (default own; netem needs a "
+                          "kernel with netem, as in scripts/test's guest)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[SHAPER_ENV] = config.getoption("--shaper")  # every `lab up` and `lab run`
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shaper = config.getoption("--shaper")
+    others = [marker for name, marker in SHAPER_MARKERS.items() if name != shaper]
+    left_out = [item for item in items
+                if any(item.get_closest_marker(marker) for marker in others)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
+
+
+@pytest.fixture(autouse=True)
+def _labs_taken_down(request: pytest.FixtureRequest):
+    """A lab test that fails half-way must not leave its lab up for the next ones."""
+    if request.node.get_closest_marker("lab") is None or os.geteuid() != 0:
+        yield
+        return
+    before = {record.lab for record in ownership.all_records()}
+    yield
+    for record in ownership.all_records():
+        if record.lab not in before:
+            subprocess.run(SIMPLEPERF + ["lab", "down", record.lab], capture_output=True,
+                           timeout=120)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -5,15 +5,23 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 
 import pytest
 from helpers import SIMPLEPERF
 
+from simpleperf.lab.net.lifecycle import DELAY_LINE_MODULE
+from simpleperf.lab.net.shaping.probe import SHAPER_ENV
 from simpleperf.lab.net.system import existing_namespaces
 
 needs_lab = [pytest.mark.lab, pytest.mark.root]  # real namespaces: root and iproute2
 PORTFOLIO_NAMESPACES = {f"h{i}" for i in range(1, 10)} | {"r1", "r2", "r3", "r4", "s1", "s2",
                                                           "portfolio-wire"}
+
+
+def session_shaper() -> str:
+    """The backend this test session's labs are built with (conftest's --shaper)."""
+    return os.environ[SHAPER_ENV]
 
 
 def lab(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -40,7 +48,7 @@ def delay_line_pids() -> set[int]:
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if b"simpleperf.lab.net.shaping.delayline" in cmdline.read():
+                if DELAY_LINE_MODULE.encode() in cmdline.read():
                     found.add(int(entry))
         except (OSError, ValueError):
             continue
@@ -51,3 +59,41 @@ def assert_gone(names: set[str]) -> None:
     assert not names & existing_namespaces()
 
 
+
+
+class Ready:
+    """A process in a node, returned once it printed a line containing `ready` on stdout
+    (a server that listens): a slow machine, such as the emulated netem guest, makes any
+    fixed wait too short. Its output is drained meanwhile, so it never blocks on a full
+    pipe; `lines` holds it."""
+
+    def __init__(self, node: str, *command: str, ready: str, seconds: float = 60) -> None:
+        self.process = subprocess.Popen(["ip", "netns", "exec", node, *command],
+                                        stdout=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        seen = threading.Event()
+
+        def drain() -> None:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                self.lines.append(line)
+                if ready in line:
+                    seen.set()
+            seen.set()  # ended: the check below says so
+
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
+        if not seen.wait(seconds) or not any(ready in line for line in self.lines):
+            self.stop()
+            raise AssertionError(f"{command[:3]} in {node} never printed {ready!r}: "
+                                 f"{''.join(self.lines)[-300:]}")
+
+    def output(self, seconds: float = 60) -> str:
+        """Everything it printed, once it has ended by itself."""
+        self.process.wait(seconds)
+        self.reader.join(seconds)
+        return "".join(self.lines)
+
+    def stop(self) -> str:
+        self.process.terminate()
+        return self.output(10)

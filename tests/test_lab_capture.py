@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import SIMPLEPERF
-from lab_helpers import in_node, lab, needs_lab
+from lab_helpers import Ready, in_node, lab, needs_lab
 from test_capture_analysis import _our_counts, _tshark_counts
 
 pytestmark = [*needs_lab, pytest.mark.capture]
@@ -46,15 +46,12 @@ def lossy_capture(tmp_path_factory):
         assert grab.stderr is not None
         while "Capturing on" not in (line := grab.stderr.readline()):
             assert line, "the capture did not start"
-        server = subprocess.Popen(["ip", "netns", "exec", "h2", *SIMPLEPERF, "-s", "-p",
-                                   "5201"], stdout=subprocess.DEVNULL)
-        time.sleep(0.5)
+        server = Ready("h2", *SIMPLEPERF, "-s", "-p", "5201", ready="listening")
         tcp = in_node("h1", *SIMPLEPERF, "-c", "-I", "10.0.0.2", "-p", "5201", "-t", "3",
                       "--native", "-J")
         udp = in_node("h1", *SIMPLEPERF, "-c", "-I", "10.0.0.2", "-p", "5201", "-t", "2",
                       "-u", "-b", "20M", "-J")
-        server.send_signal(signal.SIGINT)
-        server.wait(10)
+        server.stop()
         grab.send_signal(signal.SIGINT)
         grab.wait(10)
     finally:
@@ -62,6 +59,7 @@ def lossy_capture(tmp_path_factory):
     return pcap, json.loads(tcp.stdout), json.loads(udp.stdout)
 
 
+@pytest.mark.guest
 def test_link_capture_counts_are_wiresharks(lossy_capture) -> None:
     pcap, _, _ = lossy_capture
     ours = _our_counts(pcap)
@@ -90,6 +88,7 @@ def test_the_capture_and_tcp_info_agree_on_retransmissions(lossy_capture) -> Non
     assert ratio is not None and 0.002 < ratio < 0.02
 
 
+@pytest.mark.guest
 def test_udp_gaps_in_the_capture_are_the_receivers_losses(lossy_capture) -> None:
     from simpleperf.lab.analysis import packets, udp
 

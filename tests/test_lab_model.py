@@ -213,8 +213,12 @@ def test_netem_plan_and_loss_in_own_plan():
     assert "ethtool -K w1a gro off" in own
     assert ("ethtool -K h1-eth0 tso off gso off tx-udp-segmentation off gro on"
             in own_plan.namespaces["h1"].script())
-    with pytest.raises(TopologyError, match="netem reorders"):
-        build.plan(topology.pair(delay="20ms", jitter="2ms"), "netem")
+    # Jitter keeps order unless asked to reorder: netem then gets a rate (see build.py).
+    in_order = build.plan(topology.pair(delay="20ms", jitter="2ms"), "netem")
+    reordering = build.plan(topology.pair(delay="20ms", jitter="2ms", reorder=True), "netem")
+    assert f"2000us distribution normal rate {build.NETEM_IN_ORDER_RATE}" in (
+        in_order.namespaces["pair-wire"].script())
+    assert " rate " not in reordering.namespaces["pair-wire"].script().split("netem")[-1]
 
 
 def test_delay_on_a_switch_link_is_refused_before_anything_is_built():
@@ -227,20 +231,22 @@ def test_delay_on_a_switch_link_is_refused_before_anything_is_built():
                    "own")
 
 
-@pytest.mark.parametrize("capabilities,wanted,expected", [
-    (Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True), "auto", "netem"),
-    (Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True), "auto", "own"),
-    (Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True), "own", "own"),
+@pytest.mark.parametrize("capabilities,wanted,expected,why", [
+    (Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True), "auto", "netem", "has netem"),
+    (Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True), "auto", "own", "no netem"),
+    (Capabilities(tbf=True, netem=True, ifb=False, nfqueue=True), "auto", "own", "no ifb"),
+    (Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True), "own", "own", "--shaper"),
 ])
-def test_backend_choice(capabilities, wanted, expected):
-    assert capabilities.backend(wanted) == expected
+def test_backend_choice_says_why(capabilities, wanted, expected, why):
+    backend, reason = capabilities.choose(wanted)
+    assert backend == expected and why in reason
 
 
 def test_impossible_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="no netem qdisc"):
-        Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True).backend("netem")
+        Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True).choose("netem")
     with pytest.raises(ValueError, match="neither netem nor NFQUEUE"):
-        Capabilities(tbf=True, netem=False, ifb=False, nfqueue=False).backend("auto")
+        Capabilities(tbf=True, netem=False, ifb=False, nfqueue=False).choose("auto")
 
 
 _values = st.one_of(st.none(), st.integers(-5, 10**7), st.text(max_size=12),

@@ -66,6 +66,7 @@ def mixed_run(tmp_path_factory):
     return done, run_folder(root / "runs")
 
 
+@pytest.mark.guest
 def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     done, folder = mixed_run
     assert_gone(PORTFOLIO_NAMESPACES)
@@ -77,27 +78,23 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
                        ).fetchall()
     assert [s[0] for s in steps] == ["ping h1-h9", "tcp and udp at once",
                                      "one flow fails, the other runs", "parallel"]
-    assert steps[1][1] is not None and steps[1][1] < 100  # both flows started together
     assert steps[3][2] is not None and 0.5 <= steps[3][2] <= 1.0  # two connections' fairness
     flows = {row[0]: row for row in db.execute(
         "SELECT label, kind, ok, error, throughput, predicted, base_rtt_ms, rtt_avg, "
         "jitter_ms, packets, loss_percent FROM flow")}
     ping = flows["h1-h9"]
-    assert ping[2] == 1 and ping[6] == pytest.approx(80.0) and 79 < ping[7] < 90
+    assert ping[2] == 1 and ping[6] == pytest.approx(80.0) and ping[7] > 79
     tcp = db.execute("SELECT id, throughput, predicted, rtt_avg FROM flow WHERE label = 'h1-h4'"
                      " AND kind = 'tcp'").fetchone()
-    assert tcp[1] > 0.3 * tcp[2]  # 3 s with slow start: a loose bound, but a real transfer
+    assert tcp[1] > 0 and tcp[2] > 0
     assert tcp[3] > 60  # RTT under load was measured and is at least the idle RTT
     assert db.execute("SELECT COUNT(*) FROM interval WHERE flow_id = ?", (tcp[0],)
                       ).fetchone()[0] >= 2
     assert db.execute("SELECT COUNT(*) FROM probe WHERE flow_id = ?", (tcp[0],)
                       ).fetchone()[0] >= 2
     udp = flows["h7-h9"]
-    assert udp[2] == 1 and udp[8] is not None and udp[9] > 1000
-    # It shares r2-r3 with the TCP flow, whose start fills that queue: some of the 5 Mbit/s
-    # is lost (7-12 % in 3 s here, once 32 %), and what arrived is what was not lost.
-    assert 0 <= udp[10] < 60
-    assert abs(udp[4] - 5e6 * (1 - udp[10] / 100)) <= 0.1 * 5e6, udp
+    assert udp[2] == 1 and udp[8] is not None and udp[9] > 0
+    assert 0 <= udp[10] < 100 and udp[4] > 0
     failed = flows["nowhere"]
     assert failed[2] == 0 and re.search(r"unreachable|refused|no answer", failed[3])
     assert flows["h2-h5"][2] == 1
@@ -113,6 +110,30 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     assert done.stdout.strip().splitlines()[-1].startswith("1 of 6 flows failed")
 
 
+@pytest.mark.timing
+def test_the_run_measures_what_theory_predicts(mixed_run):
+    _, folder = mixed_run
+    db = sqlite3.connect(folder / "results.sqlite")
+    spread = db.execute("SELECT start_spread_ms FROM step WHERE name = 'tcp and udp at once'"
+                        ).fetchone()[0]
+    assert spread is not None and spread < 100  # both flows started together
+    flows = {row[0]: row[1:] for row in db.execute(
+        "SELECT label, throughput, predicted, rtt_avg, loss_percent FROM flow")}
+    assert 79 < flows["h1-h9"][2] < 90
+    tcp = db.execute("SELECT throughput, predicted FROM flow WHERE label = 'h1-h4'"
+                     " AND kind = 'tcp'").fetchone()
+    assert tcp[0] > 0.3 * tcp[1]  # 3 s with slow start: a loose bound, but a real transfer
+    throughput, _, _, loss = flows["h7-h9"]
+    # 625 datagrams a second for the quick step's 5 s, less what the shared queue dropped.
+    assert db.execute("SELECT packets FROM flow WHERE label = 'h7-h9'").fetchone()[0] > 1000
+    # It shares r2-r3 with the TCP flow, whose start fills that queue: some of the 5 Mbit/s
+    # is lost (7-12 % in 3 s here, once 32 %), and what arrived is what was not lost.
+    assert loss < 60
+    assert abs(throughput - 5e6 * (1 - loss / 100)) <= 0.1 * 5e6
+
+
+
+@pytest.mark.guest
 def test_results_lists_runs_and_compare_shows_them_side_by_side(mixed_run):
     _, folder = mixed_run
     listing = lab("results", "--results", str(folder.parent)).stdout
@@ -178,6 +199,7 @@ def test_ctrl_c_keeps_finished_steps_writes_the_report_and_cleans_the_lab(tmp_pa
     assert leftovers.stdout == b""
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_the_portfolio_experiment_runs_all_five_cases(tmp_path):
     done = lab("run", "portfolio", "--quick", "--results", str(tmp_path), timeout=900)
@@ -226,6 +248,7 @@ flows = [{ kind = "tcp", from = "h1", to = "h2", window = "64K" }]
 """
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_link_sweep_rebuilds_the_link_and_follows_the_window_bound(tmp_path):
     plan = tmp_path / "sweep.toml"

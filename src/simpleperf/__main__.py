@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import sys
 
-from .main import main as tool_main
-
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Each imported only when used: either one starts faster without the other.
     if argv[:1] == ["lab"]:
         from .lab.commands import main as lab_main
 
         return lab_main(argv[1:])
+    from .main import main as tool_main
+
     return tool_main(argv)
 
 

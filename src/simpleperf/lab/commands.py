@@ -1,4 +1,5 @@
-"""`simpleperf lab ...`: run, results, compare, up, down, status, exec, capture, analyze."""
+"""`simpleperf lab ...`: list, probe, run, results, compare, up, down, status, exec, capture,
+analyze."""
 
 from __future__ import annotations
 
@@ -11,18 +12,25 @@ from typing import Any
 
 from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
-from .model import experiment as experiments
 from .model import theory, topology
-from .model.experiment import ExperimentError
+from .model.datafiles import DataFileError
 from .net import lifecycle, ownership
 from .net.capture import CaptureError
-from .net.system import is_same_process
-from .results.store import ResultsError, find_runs, load_run
-from .results.tables import compare
-from .run.runner import run_experiment
+from .net.shaping.probe import SHAPER_ENV, SHAPERS
+from .net.system import is_running
+from .results.errors import ResultsError
+
+# Experiments, results and the runner are imported by the commands that use them: `lab up`,
+# `status` and `exec` start faster without them (seconds in an emulated guest).
 
 PAIR_FLAGS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
 DEFAULT_RESULTS = "simpleperf-results"
+
+
+def _shaper_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shaper", choices=SHAPERS,
+                        help=f"netem where the kernel has it (auto, the default), or the own "
+                             f"delay line; {SHAPER_ENV} sets the default")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,9 +38,11 @@ def _parser() -> argparse.ArgumentParser:
                            "(root): topologies from TOML, experiments with theory beside every "
                            "number, captures.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
-                                     metavar="{list,run,results,compare,up,down,status,exec,"
-                                             "capture,analyze}")
+                                     metavar="{list,probe,run,results,compare,up,down,status,"
+                                             "exec,capture,analyze}")
     commands.add_parser("list", help="the shipped topologies and experiments, a line each")
+    commands.add_parser("probe", help="what this kernel offers the lab (netem, AQM qdiscs, "
+                                      "...) and which shaper links get")
     run_parser = commands.add_parser("run", help="build the topology, run an experiment "
                                                  "(e.g. portfolio), report, tear down")
     run_parser.add_argument("experiment", help="portfolio, or a path to an experiment TOML")
@@ -40,8 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                             help="short transfers and pings (the experiment's [quick] timing)")
     run_parser.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
                             help=f"where the results folder goes (default {DEFAULT_RESULTS})")
-    run_parser.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto",
-                            help="netem where the kernel has it (auto), or the own shaper")
+    _shaper_option(run_parser)
     results = commands.add_parser("results", help="list past runs")
     results.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
                          help=f"where the results folders are (default {DEFAULT_RESULTS})")
@@ -49,8 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("runs", nargs=2, metavar="RUN", help="a results folder")
     up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
     up.add_argument("topology", help="portfolio, pair, or a path to a TOML file")
-    up.add_argument("--shaper", choices=("auto", "netem", "own"), default="auto",
-                    help="netem where the kernel has it (auto), or the own delay line")
+    _shaper_option(up)
     pair = up.add_argument_group("pair (two hosts h1, h2 joined by one link)")
     pair.add_argument("--rate", help="link rate, e.g. 100M")
     pair.add_argument("--delay", help="one-way delay in each direction, e.g. 20ms")
@@ -119,8 +127,7 @@ def main(argv: list[str]) -> int:
     except UsageError as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (lifecycle.LabError, topology.TopologyError, ExperimentError, ResultsError,
-            CaptureError) as error:
+    except (lifecycle.LabError, DataFileError, ResultsError, CaptureError) as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -128,52 +135,20 @@ def main(argv: list[str]) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "run":
-        folder = run_experiment(args.experiment, args.quick, Path(args.results), args.shaper)
-        flows = [f for step in load_run(folder)["steps"] for f in step["flows"]]
-        failed = sum(1 for f in flows if not f["ok"])
-        if failed:  # after everything is written: scripts see it in the exit status
-            print(f"{failed} of {len(flows)} flows failed (their errors are above and in "
-                  "flows.csv)")
-            return EXIT_FAILURE
+    if args.command in ("run", "results", "compare"):
+        return _results_command(args)
+    if args.command == "probe":
+        print(lifecycle.kernel_report())
         return EXIT_OK
     if args.command == "list":
         print(shipped())
-        return EXIT_OK
-    if args.command == "results":
-        folders = find_runs(Path(args.results))
-        if not folders:
-            print(f"no runs under {args.results}")
-        for folder in folders:
-            try:
-                run = load_run(folder)
-            except ResultsError as error:
-                print(f"{folder}  unreadable: {error}")
-                continue
-            flows = [f for step in run["steps"] for f in step["flows"]]
-            failed = sum(1 for f in flows if not f["ok"])
-            print(f"{folder}  {run['experiment']}  "
-                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(run['started']))}  "
-                  f"{len(run['steps'])} steps, {len(flows)} flows"
-                  + (f", {failed} failed" if failed else "")
-                  + (", quick" if run["quick"] else "")
-                  + (", interrupted" if run["interrupted"] else "")
-                  + ("" if run["complete"] else ", INCOMPLETE (its writing failed)")
-                  + f", shaper {run['shaper']}")
-        return EXIT_OK
-    if args.command == "compare":
-        runs = []
-        for folder in args.runs:
-            runs.append(load_run(Path(folder)))
-        print(f"A: {args.runs[0]}\nB: {args.runs[1]}")
-        print(compare(*runs))
         return EXIT_OK
     if args.command == "up":
         model, spec = _model(args)
         started = time.monotonic()
         record = lifecycle.up(model, spec, args.shaper, persistent=True)
         print(f"lab {model.name} is up ({len(record.namespaces)} namespaces, shaper "
-              f"{record.backend}) in {time.monotonic() - started:.2f} s")
+              f"{record.shaper}) in {time.monotonic() - started:.2f} s")
         print(f"  simpleperf lab status {model.name}   |   simpleperf lab exec h1 -- ping ...  "
               f"|   simpleperf lab down {model.name}")
         return EXIT_OK
@@ -219,6 +194,8 @@ def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]
 
 def shipped() -> str:
     """The shipped topologies and experiments, with their descriptions."""
+    from .model import experiment as experiments
+
     lines = ["topologies (simpleperf lab up NAME)",
              f"  {'pair':<16} two hosts, one link set from the command line (--rate ...)"]
     for path in sorted(topology.DATA_DIR.glob("*.toml")):
@@ -231,10 +208,10 @@ def shipped() -> str:
 
 def describe(record: ownership.LabRecord) -> str:
     model = lifecycle.rebuild(record.topology)
-    lines = [f"lab {record.lab}: {record.state}, shaper {record.backend}, since "
+    lines = [f"lab {record.lab}: {record.state}, shaper {record.shaper}, since "
              f"{time.strftime('%H:%M:%S', time.localtime(record.created))}"]
     for process in record.processes:
-        alive = is_same_process(process.pid, process.start_time)
+        alive = is_running(process.pid, process.start_time)
         lines.append(f"  {process.what}: pid {process.pid}, "
                      f"{'running' if alive else 'NOT RUNNING: links with delay pass nothing'}")
     if record.state == "remains":
@@ -271,3 +248,44 @@ def describe(record: ownership.LabRecord) -> str:
                 cells.append(f"{'none':>7}")
         lines.append(f"  {source:<6}" + "".join(cells))
     return "\n".join(lines)
+
+
+def _results_command(args: argparse.Namespace) -> int:
+    from .results.store import find_runs, load_run
+    from .results.tables import compare
+    from .run.runner import run_experiment
+
+    if args.command == "run":
+        folder = run_experiment(args.experiment, args.quick, Path(args.results), args.shaper)
+        flows = [f for step in load_run(folder)["steps"] for f in step["flows"]]
+        failed = sum(1 for f in flows if not f["ok"])
+        if failed:  # after everything is written: scripts see it in the exit status
+            print(f"{failed} of {len(flows)} flows failed (their errors are above and in "
+                  "flows.csv)")
+            return EXIT_FAILURE
+        return EXIT_OK
+    if args.command == "results":
+        folders = find_runs(Path(args.results))
+        if not folders:
+            print(f"no runs under {args.results}")
+        for folder in folders:
+            try:
+                run = load_run(folder)
+            except ResultsError as error:
+                print(f"{folder}  unreadable: {error}")
+                continue
+            flows = [f for step in run["steps"] for f in step["flows"]]
+            failed = sum(1 for f in flows if not f["ok"])
+            print(f"{folder}  {run['experiment']}  "
+                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(run['started']))}  "
+                  f"{len(run['steps'])} steps, {len(flows)} flows"
+                  + (f", {failed} failed" if failed else "")
+                  + (", quick" if run["quick"] else "")
+                  + (", interrupted" if run["interrupted"] else "")
+                  + ("" if run["complete"] else ", INCOMPLETE (its writing failed)")
+                  + f", shaper {run['shaper']}")
+        return EXIT_OK
+    runs = [load_run(Path(folder)) for folder in args.runs]  # compare
+    print(f"A: {args.runs[0]}\nB: {args.runs[1]}")
+    print(compare(*runs))
+    return EXIT_OK

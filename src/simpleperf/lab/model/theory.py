@@ -11,9 +11,12 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .outcomes import FlowOutcome
 from .topology import Link, Shaping, Topology, TopologyError
+
+if TYPE_CHECKING:  # theory fills outcomes in; `lab up` and `status` need only the paths
+    from .outcomes import FlowOutcome
 
 Hop = tuple[Link, str]  # a link and the node the packet leaves from
 

@@ -17,11 +17,15 @@ import simpleperf
 
 from ..model import topology
 from . import build, ownership
-from .shaping import delayline
-from .shaping.probe import probe
+from .shaping.probe import Capabilities, probe
 from .system import CommandError, existing_namespaces, require_tools
 
 REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl", "unshare")
+
+
+# The delay line runs as its own process: `python -m` this module (not imported here, where
+# netem labs and every other command have no use for it).
+DELAY_LINE_MODULE = "simpleperf.lab.net.shaping.delayline"
 
 
 class LabError(Exception):
@@ -38,6 +42,28 @@ def require_root(to: str = BUILD) -> None:
                        "(e.g. sudo simpleperf lab ...)")
 
 
+def _probed() -> Capabilities:
+    """What the kernel offers, or one LabError line (a missing tool, a failed probe)."""
+    try:
+        require_tools(*REQUIRED_TOOLS)
+        return probe()
+    except CommandError as error:
+        raise LabError(str(error)) from None
+
+
+def kernel_report() -> str:
+    """What this kernel offers the lab, found by trying it, and the shaper auto picks."""
+    require_root(to="try the kernel's qdiscs in a scratch namespace")
+    capabilities = _probed()
+    lines = [f"kernel {os.uname().release}: what it offers the lab", capabilities.describe()]
+    try:
+        backend, why = capabilities.choose(None)
+        lines.append(f"links are shaped with: {backend} ({why})")
+    except ValueError as error:
+        lines.append(f"links cannot be shaped: {error}")
+    return "\n".join(lines)
+
+
 def rebuild(spec: dict[str, Any]) -> topology.Topology:
     """The topology model of a lab from its record."""
     if "pair" in spec:
@@ -45,13 +71,13 @@ def rebuild(spec: dict[str, Any]) -> topology.Topology:
     return topology.parse(spec["file"])
 
 
-def up(model: topology.Topology, spec: dict[str, Any], shaper: str = "auto",
+def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None,
        persistent: bool = True, say: Callable[[str], None] = print) -> ownership.LabRecord:
     require_root()
+    capabilities = _probed()
     try:
-        require_tools(*REQUIRED_TOOLS)
-        backend = probe().backend(shaper)
-    except (CommandError, ValueError) as error:
+        backend, why = capabilities.choose(shaper)
+    except ValueError as error:
         raise LabError(str(error)) from None
     try:
         plan = build.plan(model, backend)
@@ -59,7 +85,7 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str = "auto",
         raise LabError(str(error)) from None
     with ownership.locked(model.name):
         _clear_the_way(model.name, plan.namespace_names, say)
-        record = ownership.new_record(model.name, backend, persistent, spec)
+        record = ownership.new_record(model.name, (backend, why), persistent, spec)
         record.namespaces = {name: None for name in plan.namespace_names}
         record.save()  # before anything exists: a kill from here on leaves a findable trail
         try:
@@ -125,7 +151,7 @@ def _start_delay_lines(record: ownership.LabRecord, queues: list[dict[str, Any]]
         config.write_text(json.dumps(queues[number - 1::workers]))
         log_path = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.log"
         with open(log_path, "w") as log:
-            daemon = subprocess.Popen([sys.executable, "-m", delayline.__name__, str(config)],
+            daemon = subprocess.Popen([sys.executable, "-m", DELAY_LINE_MODULE, str(config)],
                                       stdout=subprocess.PIPE, stderr=log,
                                       stdin=subprocess.DEVNULL, start_new_session=True,
                                       env=environment)

@@ -58,6 +58,12 @@ class LabRecord:
     folders: list[str] = field(default_factory=list)  # made for the lab's runs (keys, files)
     complete: bool = False
     created: float = field(default_factory=time.time)
+    shaper_reason: str = ""  # why this backend: asked for, or what the kernel has
+
+    @property
+    def shaper(self) -> str:
+        """The backend and why, as `lab up`, `lab status` and results say it."""
+        return f"{self.backend} ({self.shaper_reason})" if self.shaper_reason else self.backend
 
     @property
     def path(self) -> Path:
@@ -80,9 +86,13 @@ class LabRecord:
         return "building" if self.owner_alive() else "remains"
 
 
-def new_record(lab: str, backend: str, persistent: bool, topology: dict[str, Any]) -> LabRecord:
+def new_record(lab: str, shaper: tuple[str, str], persistent: bool,
+               topology: dict[str, Any]) -> LabRecord:
+    """shaper: (backend, why it was chosen)."""
     pid = os.getpid()
-    return LabRecord(lab, backend, pid, process_start_time(pid), persistent, topology)
+    backend, reason = shaper
+    return LabRecord(lab, backend, pid, process_start_time(pid), persistent, topology,
+                     shaper_reason=reason)
 
 
 def load(lab: str) -> LabRecord | None:

@@ -69,6 +69,13 @@ def is_same_process(pid: int, start_time: int | None) -> bool:
     return start_time is not None and process_start_time(pid) == start_time
 
 
+def is_running(pid: int, start_time: int | None) -> bool:
+    """The same process, and not a zombie that no parent has reaped (it runs nothing)."""
+    fields = process_stat(pid)
+    return (fields is not None and is_same_process(pid, start_time)
+            and fields[0] not in ("Z", "X"))
+
+
 def processes_in_namespaces(inodes: set[int]) -> dict[int, str]:
     """pid -> command name of every process whose network namespace is one of `inodes`."""
     found = {}

@@ -6,14 +6,13 @@ so report.html can be mailed or opened anywhere on its own.
 
 from __future__ import annotations
 
-from typing import Any
-
 import base64
 import html
 import io
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 from .tables import (
     capture_report,

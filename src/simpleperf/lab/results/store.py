@@ -6,8 +6,6 @@ tool versions, kernel and shaping backend, so a run can be understood and compar
 
 from __future__ import annotations
 
-from typing import Any
-
 import csv
 import json
 import platform
@@ -20,11 +18,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from ... import __version__
 from ..model.experiment import FIRST_PORT
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net.system import system_congestion_control
+from .errors import ResultsError
 
 DATABASE = "results.sqlite"
 SCHEMA = """
@@ -76,10 +76,6 @@ def _version(command: list[str]) -> str:
         return (done.stdout or done.stderr).strip().splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return "not installed"
-
-
-class ResultsError(Exception):
-    """Results that cannot be written or read; the message is one line for the user."""
 
 
 @contextmanager

@@ -3,9 +3,8 @@ the input is a stored run (store.load_run), the output is text."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from collections import OrderedDict
+from typing import Any
 
 from ...stats import mean_confidence
 

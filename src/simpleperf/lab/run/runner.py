@@ -56,7 +56,8 @@ def _at_point(step: Step, plan: Experiment, value: str | None) -> Step:
 class _Lab:
     """The lab a run uses: built for it (and removed after), or one already up."""
 
-    def __init__(self, model: topology.Topology, spec: dict[str, Any], shaper: str, say) -> None:
+    def __init__(self, model: topology.Topology, spec: dict[str, Any], shaper: str | None,
+                 say) -> None:
         existing = ownership.load(model.name)
         self.reused = False
         if existing is not None and existing.state == "up" and existing.persistent:
@@ -78,7 +79,7 @@ def _say(line: str) -> None:
     print(line, flush=True)  # progress must show even when the output goes to a file
 
 
-def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str = "auto",
+def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str | None = None,
                    say=_say) -> Path:
     plan = experiments.load(name_or_path)
     first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
@@ -104,7 +105,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
                 lab = _Lab(model, spec, shaper, say)
             if store is None:
                 store = Store(folder)
-                store.begin(plan.name, quick, lab.record.backend,
+                store.begin(plan.name, quick, lab.record.shaper,
                             model.source or "pair " + json.dumps(spec["pair"]), plan.source)
             if runner is not None and runner.applications is not None:
                 runner.applications.remove()  # the lab is rebuilt: so are its servers' files

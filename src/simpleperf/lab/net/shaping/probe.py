@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..system import CommandError, run
+
+SHAPERS = ("auto", "netem", "own")
+# The default of --shaper, for a user (or a test session) who always wants one backend.
+SHAPER_ENV = "SIMPLEPERF_SHAPER"
+
+# Active queue management the kernel may offer, for links that want the kernel's own.
+AQM_QDISCS = ("codel", "fq_codel", "pie", "fq", "cake")
 
 # Runs under `unshare --net`: the namespace has no name and the kernel frees it when the
 # shell exits, so nothing can be left behind, even if this process is killed meanwhile.
@@ -14,6 +22,9 @@ try() { if "$@" >/dev/null 2>&1; then echo "$PROBE=yes"; else echo "$PROBE=no"; 
 PROBE=tbf try sh -c 'tc qdisc add dev p0 root handle 1: tbf rate 1mbit burst 1600 \
 peakrate 100mbit mtu 2200 limit 1000000 && tc qdisc add dev p0 parent 1:1 pfifo limit 10'
 PROBE=netem try tc qdisc add dev p1 root netem delay 1ms
+for qdisc in AQM_QDISCS; do
+    PROBE=$qdisc try tc qdisc replace dev p1 root $qdisc
+done
 PROBE=ifb try ip link add ifb9 type ifb
 PROBE=nfqueue try iptables-restore <<'RULES'
 *raw
@@ -21,7 +32,7 @@ PROBE=nfqueue try iptables-restore <<'RULES'
 -A PREROUTING -i p0 -j NFQUEUE --queue-num 1
 COMMIT
 RULES
-"""
+""".replace("AQM_QDISCS", " ".join(AQM_QDISCS))
 
 
 @dataclass(frozen=True)
@@ -30,34 +41,55 @@ class Capabilities:
     netem: bool
     ifb: bool
     nfqueue: bool  # iptables NFQUEUE target and statistic match
+    aqm: frozenset[str] = frozenset()  # which of AQM_QDISCS the kernel has
 
-    def backend(self, wanted: str) -> str:
-        """'netem' or 'own' for --shaper auto|netem|own; raises ValueError if impossible."""
+    def describe(self) -> str:
+        """One line per capability, as `simpleperf lab probe` prints them."""
+        has = {"tbf (rate limits)": self.tbf, "netem (delay, jitter, loss)": self.netem,
+               "ifb (netem on arriving packets)": self.ifb,
+               "NFQUEUE and statistic (the own shaper)": self.nfqueue}
+        lines = [f"  {name:<40} {'yes' if present else 'no'}" for name, present in has.items()]
+        lines += [f"  {name:<40} {'yes' if name in self.aqm else 'no'}" for name in AQM_QDISCS]
+        return "\n".join(lines)
+
+    def choose(self, given: str | None) -> tuple[str, str]:
+        """('netem' or 'own', why) for --shaper auto|netem|own, or for SHAPER_ENV when not
+        given; ValueError if impossible."""
+        wanted, asked_by = given, "--shaper"
+        if wanted is None:
+            wanted, asked_by = os.environ.get(SHAPER_ENV) or "auto", SHAPER_ENV
+            if wanted not in SHAPERS:
+                raise ValueError(f"{SHAPER_ENV}={wanted}: expected one of {', '.join(SHAPERS)}")
+        asked = f"--shaper {wanted}" if asked_by == "--shaper" else f"{SHAPER_ENV}={wanted}"
         if not self.tbf:
             raise ValueError("this kernel has no tbf qdisc, which every shaper needs for rate "
                              "limits")
         netem_ok = self.netem and self.ifb
         if wanted == "netem" and not netem_ok:
-            raise ValueError("--shaper netem: this kernel has no netem qdisc"
+            raise ValueError(f"{asked}: this kernel has no netem qdisc"
                              + ("" if self.ifb else " or no ifb device")
                              + "; use --shaper own")
         if wanted == "own" and not self.nfqueue:
-            raise ValueError("--shaper own needs the iptables NFQUEUE target and statistic "
+            raise ValueError(f"{asked} needs the iptables NFQUEUE target and statistic "
                              "match (kernel netfilter), which this kernel lacks")
-        if wanted == "auto":
-            if netem_ok:
-                return "netem"
-            if self.nfqueue:
-                return "own"
-            raise ValueError("this kernel has neither netem nor NFQUEUE: links can have rate "
-                             "and queue limits but no delay, jitter or loss")
-        return wanted
+        if wanted != "auto":
+            return wanted, f"chosen with {asked_by}"
+        if netem_ok:
+            return "netem", "auto: this kernel has netem"
+        if self.nfqueue:
+            return "own", ("auto: this kernel has no netem qdisc" if not self.netem
+                           else "auto: this kernel has netem but no ifb device")
+        raise ValueError("this kernel has neither netem nor NFQUEUE: links can have rate "
+                         "and queue limits but no delay, jitter or loss")
 
 
 def probe() -> Capabilities:
     done = run(["unshare", "--net", "sh", "-c", PROBE_SCRIPT], check=False)
-    found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
-    if done.returncode not in (0, 1) or set(found) != {"tbf", "netem", "ifb", "nfqueue"}:
+    found = {name: value == "yes" for name, value in
+             (line.split("=", 1) for line in done.stdout.split() if "=" in line)}
+    basics = ("tbf", "netem", "ifb", "nfqueue")
+    if done.returncode not in (0, 1) or set(found) != {*basics, *AQM_QDISCS}:
         raise CommandError("cannot probe the kernel in a scratch network namespace: "
                            + (done.stderr.strip().splitlines() or ["unshare failed"])[-1])
-    return Capabilities(**{name: value == "yes" for name, value in found.items()})
+    return Capabilities(found["tbf"], found["netem"], found["ifb"], found["nfqueue"],
+                        frozenset(name for name in AQM_QDISCS if found[name]))
