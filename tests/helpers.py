@@ -104,3 +104,28 @@ def proc_status(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/status") as status:
         threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
     return {"fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": threads}
+
+
+# The iperf3 servers an iperf3 user may meet: Debian's (3.12) and the newest (3.21, built in
+# the project's shared/tools beside the repository, as CI's checkout has it).
+IPERF3_321 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tools",
+                          "iperf3-3.21")
+IPERF3_BINARIES = {"3.12": "iperf3", "3.21": IPERF3_321}
+
+
+def start_iperf3_server(version: str, *args: str) -> tuple[subprocess.Popen, int]:
+    """A real iperf3 server of `version` on a free port, once it listens."""
+    binary = IPERF3_BINARIES[version]
+    if version != "3.12" and not os.access(binary, os.X_OK):
+        raise AssertionError(f"iperf3 {version} is not at {binary} (the shared tools beside "
+                             "the repository)")
+    port = free_port()
+    process = subprocess.Popen([binary, "-s", "-p", str(port), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 10
+    # Listening is read from the kernel: a connection to find out would be a test to a
+    # one-off server (-1).
+    while time.monotonic() < deadline and not subprocess.run(
+            ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout:
+        time.sleep(0.05)
+    return process, port

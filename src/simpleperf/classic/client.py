@@ -8,6 +8,7 @@ acknowledgement arrives.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import threading
 import time
@@ -17,9 +18,16 @@ from dataclasses import dataclass, field
 from ..engine.clock import IntervalClock
 from ..errors import Interrupted, SimpleperfError
 from ..options import ClientOptions, stall_limit
+from ..protocol import iperf3
 from ..protocol.classic import FINISH, is_acknowledgement
 from ..report import classic as table
-from ..transport import tcp
+from ..transport import tcp, tcpinfo
+
+# A classic test's first payload: zeros, as long as an iperf3 cookie (see _probe).
+PROBE = bytes(iperf3.COOKIE_SIZE)
+# How long an answer to it is awaited: an iperf3 server answers within a round trip.
+PROBE_WAIT_MIN = 0.005
+PROBE_WAIT_RTTS = 2
 
 
 @dataclass
@@ -46,24 +54,60 @@ def run(options: ClientOptions, out: Callable[[str], None],
         first: tuple[socket.socket, int] | None = None) -> None:
     """`first`: a connection already open to a classic server and the bytes already sent
     on it (the native client's greeting, which a classic server counts as payload)."""
+    probed_at = None
+    if first is None:
+        sock = tcp.connect(options.host, options.port, window=options.window,
+                           congestion=options.congestion)
+        try:
+            iperf3_answered, probed_at = _probe(sock, options)
+        except BaseException:
+            sock.close()
+            raise
+        if iperf3_answered:
+            from ..iperf3 import client as iperf3_client
+
+            iperf3_client.run(options, out, control=(sock, PROBE))
+            return
+        first = (sock, len(PROBE) if probed_at is not None else 0)
     out(table.client_banner(options.host, options.port))
-    streams = _connect_all(options, first)
+    streams = _connect_all(options, first, probed_at)
     try:
         for stream in streams:
             out(table.client_connected(options.host, options.port,
                                        stream.local if options.parallel > 1 else None))
-        _measure(streams, options, out)
+        _measure(streams, options, out, probed_at)
     finally:
         for stream in streams:
             stream.sock.close()
 
 
-def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
-                 ) -> list[SendingStream]:
+def _probe(sock: socket.socket, options: ClientOptions) -> tuple[bool, float | None]:
+    """Is the server iperf3's? The first payload goes out as PROBE, as long as an iperf3
+    cookie: an iperf3 server answers it with a state byte within a round trip, a classic
+    one says nothing and counts it as payload. (Whether the server answered, when the
+    probe was written: None when the test is too small to hold it.)"""
+    if options.num_bytes is not None and options.num_bytes < len(PROBE):
+        return False, None
+    rtt = tcpinfo.rtt_seconds(sock)
+    sock.sendall(PROBE)
+    written = time.monotonic()
+    readable, _, _ = select.select([sock], [], [], PROBE_WAIT_MIN + PROBE_WAIT_RTTS * rtt)
+    if not readable:
+        return False, written
+    try:
+        first = sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return False, written  # reset: the sending will say so
+    return bool(first) and first[0] in iperf3.FIRST_ANSWERS, written
+
+
+def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None,
+                 probed_at: float | None = None) -> list[SendingStream]:
     streams: list[SendingStream] = []
     if first is not None:
         sock, already_sent = first
-        streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname()), already_sent))
+        streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname()), already_sent,
+                                     started=probed_at))
     try:
         for _ in range(options.parallel - len(streams)):
             sock = tcp.connect(options.host, options.port, window=options.window,
@@ -77,10 +121,10 @@ def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
 
 
 def _measure(streams: list[SendingStream], options: ClientOptions,
-             out: Callable[[str], None]) -> None:
+             out: Callable[[str], None], probed_at: float | None = None) -> None:
     stop = threading.Event()
     deadline_offset = None if options.num_bytes is not None else options.duration
-    start = time.monotonic()
+    start = probed_at if probed_at is not None else time.monotonic()  # the first write
     workers = [threading.Thread(target=_send, args=(stream, options, start, stop),
                                 name=f"send {stream.local}", daemon=True)
                for stream in streams]
@@ -118,7 +162,8 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
     try:
         tcp.set_wake_up(sock)
         payload = memoryview(bytes(options.length))
-        stream.started = time.monotonic()
+        if stream.started is None:  # the probe may have been its first write
+            stream.started = time.monotonic()
         limit = stall_limit(options.duration if options.num_bytes is None else None)
         if options.num_bytes is None:
             _send_for(sock, payload, start + options.duration, stream, stop)
@@ -199,6 +244,9 @@ def _await_acknowledgement(sock: socket.socket, stop: threading.Event, limit: fl
         if not chunk:
             return
         reply += chunk
+        if reply[0] in iperf3.FIRST_ANSWERS:
+            raise SimpleperfError("the server answered as an iperf3 server does, later than "
+                                  "this client waited for it: run again with --iperf3")
         if is_acknowledgement(reply) or len(reply) >= 3:
             if not is_acknowledgement(reply):
                 raise SimpleperfError(f"unexpected reply from the server: {reply[:40]!r}")

@@ -32,34 +32,42 @@ class Busy(SimpleperfError):
     pass
 
 
-def run(options: ClientOptions, out: Callable[[str], None], busy_retries: int = 0) -> None:
+def run(options: ClientOptions, out: Callable[[str], None], busy_retries: int = 0,
+        control: tuple[socket.socket, bytes] | None = None) -> None:
+    """`control`: a connection whose first COOKIE_SIZE bytes, already sent, an iperf3 server
+    took for the test's cookie (another protocol's greeting); the test goes on over it."""
     for attempt in range(busy_retries + 1):
         try:
-            _Iperf3Test(options, out).run()
+            _Iperf3Test(options, out, control).run()
             return
         except Busy:
+            control = None  # a busy server closed it: the next try connects anew
             if attempt == busy_retries:
                 raise
             time.sleep(0.3)
 
 
 class _Iperf3Test:
-    def __init__(self, options: ClientOptions, out: Callable[[str], None]) -> None:
+    def __init__(self, options: ClientOptions, out: Callable[[str], None],
+                 control: tuple[socket.socket, bytes] | None = None) -> None:
         self.options = options
         self.out = out
         self.spec = TestSpec.from_options(options)  # -n: all streams together
-        self.cookie = iperf3.make_cookie()
+        self.handed = control[0] if control is not None else None
+        self.cookie = control[1] if control is not None else iperf3.make_cookie()
         self.order = Iperf3Order()
         self.streams: list[Stream] = []
 
     def run(self) -> None:
         options = self.options
-        control = tcp.connect(options.host, options.port, family=options.family,
-                              local=options.local)
+        control = self.handed
+        if control is None:
+            control = tcp.connect(options.host, options.port, family=options.family,
+                                  local=options.local)
+            control.sendall(self.cookie)
         self.control = Iperf3Control(control, "server")
         try:
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            control.sendall(self.cookie)
             self._expect()  # PARAM_EXCHANGE
             control.sendall(iperf3.encode_json(iperf3.parameters_message(
                 self.spec, f"simpleperf-{__version__}")))

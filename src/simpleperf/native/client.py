@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import __version__
 from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
@@ -63,18 +62,19 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     try:
         control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         channel = ControlChannel(control, Role.CLIENT)
-        sent = channel.send(Hello(VERSION, f"simpleperf {__version__}"), preface(CONTROL))
+        # Exactly as long as an iperf3 cookie: an iperf3 server takes the greeting for one
+        # and asks for the test's parameters, so the connection goes on as iperf3's
+        # control connection and a one-off server (iperf3 -s -1) is not spent on asking.
+        greeting = channel.greet(Hello(VERSION), preface(CONTROL), iperf3.COOKIE_SIZE)
+        sent = len(greeting)
         try:
             welcome = _await_welcome(channel)
         except Iperf3Server:
-            control.close()
-            control = None
+            handed, control = control, None
             from ..iperf3 import client as iperf3_client
 
-            # The iperf3 server took our greeting for a test and is ending it: retry a
-            # moment later if it still says busy.
             iperf3_client.run(dataclasses.replace(options, latency=False), out,
-                              busy_retries=3)
+                              busy_retries=3, control=(handed, greeting))
             return
         except ClassicServer:
             _fall_back_to_classic(options, control, sent, out)

@@ -13,6 +13,7 @@ from typing import TypeVar
 from ..errors import PeerGone, PeerRefused, ProtocolError
 from ..protocol.events import Error, Event
 from ..protocol.exchange import Exchange, Role
+from ..protocol.native import padded
 
 E = TypeVar("E", bound=Event)
 
@@ -27,10 +28,16 @@ class ControlChannel:
 
     def send(self, event: Event, preface: bytes = b"") -> int:
         """Send `event` (after `preface`, in one write); the number of bytes written."""
+        return len(self.greet(event, preface))
+
+    def greet(self, event: Event, preface: bytes, size: int | None = None) -> bytes:
+        """Send `preface` and `event` in one write, padded to exactly `size` bytes when
+        given; the bytes written."""
         with self._lock:
-            data = preface + self.exchange.send(event)
+            encoded = self.exchange.send(event)
+            data = preface + (encoded if size is None else padded(encoded, size - len(preface)))
             self.sock.sendall(data)
-        return len(data)
+        return data
 
     def feed(self, data: bytes) -> None:
         self._queued.extend(self.exchange.receive(data))

@@ -11,11 +11,12 @@ client that paused mid-prefix is still a classic client, and its bytes are paylo
 
 from __future__ import annotations
 
+from .iperf3 import COOKIE_ALPHABET
+from .iperf3 import COOKIE_SIZE as IPERF3_COOKIE_SIZE
 from .native import MAGIC, PREFACE_SIZE
 
 NATIVE, IPERF3, CLASSIC = "native", "iperf3", "classic"
-IPERF3_COOKIE_SIZE = 37
-IPERF3_ALPHABET = frozenset(b"abcdefghijklmnopqrstuvwxyz234567")
+IPERF3_ALPHABET = frozenset(COOKIE_ALPHABET.encode())
 NEEDED = max(PREFACE_SIZE, IPERF3_COOKIE_SIZE)
 
 

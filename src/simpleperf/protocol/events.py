@@ -51,7 +51,14 @@ class Hello(Event):
     software: str = ""
 
     def to_message(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "version": self.version, "software": self.software}
+        # Only what differs from the defaults: the client's whole greeting must fit in the
+        # 37 bytes an iperf3 server takes for a cookie (see native.padded).
+        message: dict[str, Any] = {"type": self.TYPE}
+        if self.version != VERSION:
+            message["version"] = self.version
+        if self.software:
+            message["software"] = self.software
+        return message
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Hello:

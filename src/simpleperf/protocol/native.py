@@ -103,6 +103,16 @@ def encode(message: dict[str, Any]) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
+def padded(encoded: bytes, size: int) -> bytes:
+    """An encoded message made exactly `size` bytes long with JSON white space after its
+    object, which every reader ignores; ValueError if it is already longer."""
+    body = encoded[_LENGTH.size:]
+    spare = size - len(encoded)
+    if spare < 0:
+        raise ValueError(f"message of {len(encoded)} bytes does not fit in {size}")
+    return _LENGTH.pack(len(body) + spare) + body + b" " * spare
+
+
 class MessageReader:
     """Feed it bytes as they arrive; it returns every complete message, in order.
 
