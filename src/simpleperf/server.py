@@ -24,7 +24,7 @@ from .protocol.classic import ACK, ClassicReceiver
 from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
 from .refuser import Refuser
 from .report import classic as table
-from .transport import tcp
+from .transport import buffers, tcp
 
 MIN_PROGRESS_BYTES = 1024  # per idle limit, from a classic client
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
@@ -187,7 +187,7 @@ class Server:
         receiver = ClassicReceiver()
         if prefix:
             receiver.feed(prefix)
-        buffer = memoryview(bytearray(max(self.options.length, 65536)))
+        buffer = buffers.aligned(max(self.options.length, 65536))
         recv_into = conn.recv_into
         clock = time.monotonic
         # A trickle (a byte every few seconds) must not hold a connection forever: every

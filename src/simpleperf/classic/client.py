@@ -21,7 +21,7 @@ from ..options import ClientOptions, stall_limit
 from ..protocol import iperf3
 from ..protocol.classic import FINISH, is_acknowledgement
 from ..report import classic as table
-from ..transport import tcp, tcpinfo
+from ..transport import buffers, tcp, tcpinfo
 
 # A classic test's first payload: zeros, as long as an iperf3 cookie (see _probe).
 PROBE = bytes(iperf3.COOKIE_SIZE)
@@ -161,7 +161,7 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
     sock = stream.sock
     try:
         tcp.set_wake_up(sock)
-        payload = memoryview(bytes(options.length))
+        payload = buffers.aligned(options.length)
         if stream.started is None:  # the probe may have been its first write
             stream.started = time.monotonic()
         limit = stall_limit(options.duration if options.num_bytes is None else None)

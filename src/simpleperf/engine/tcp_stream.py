@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ..protocol.native import TestSpec
-from ..transport import tcp, tcpinfo, udp
+from ..transport import buffers, tcp, tcpinfo, udp
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -21,7 +21,7 @@ ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
     sock = stream.sock
-    payload = memoryview(bytes(spec.length))
+    payload = buffers.aligned(spec.length)
     amount = spec.num_bytes
     pacer = None
     wait_until(start, stop)
@@ -59,7 +59,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
-    buffer = memoryview(bytearray(max(spec.length, 256 * 1024)))
+    buffer = buffers.aligned(max(spec.length, 256 * 1024))
     recv_into = stream.sock.recv_into
     clock = time.monotonic
     received = 0

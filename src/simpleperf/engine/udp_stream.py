@@ -13,6 +13,7 @@ from ..errors import SimpleperfError
 from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER, TestSpec
 from ..stats import UdpReceiveAccount
 from ..transport import udp
+from ..transport.buffers import aligned
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -25,8 +26,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     sock = stream.sock
     size = spec.length
     batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
-    buffer = bytearray(size * batch)
-    view = memoryview(buffer)
+    view = buffer = aligned(size * batch)
     pack_into: Callable[..., None] = stream.header.pack_into
     if stream.key is not None:
         pack_into = functools.partial(_pack_keyed, AUTH_DATAGRAM_HEADER.pack_into, stream.key)
@@ -81,7 +81,7 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     if stream.key is not None:
         _receive_keyed(stream, account, stream.key, stop)
         return
-    buffer = bytearray(udp.MAX_GSO_BYTES + 65536)
+    buffer = aligned(udp.MAX_GSO_BYTES + 65536)
     buffers = [buffer]
     header = stream.header
     unpack_from = header.unpack_from
@@ -152,7 +152,7 @@ def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
         stream.last = clock()
 
 
-def _pack_keyed(pack: Callable[..., None], key: bytes, buffer: bytearray, offset: int,
+def _pack_keyed(pack: Callable[..., None], key: bytes, buffer: memoryview, offset: int,
                 *fields: int) -> None:
     pack(buffer, offset, *fields, key)
 
@@ -161,7 +161,7 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
                    stop: threading.Event) -> None:
     """With a shared secret: every datagram, coalesced or not, must carry the test's key;
     one that does not is counted as bad and nothing else."""
-    buffer = bytearray(udp.MAX_GSO_BYTES + 65536)
+    buffer = aligned(udp.MAX_GSO_BYTES + 65536)
     buffers = [buffer]
     unpack_from = DATAGRAM_HEADER.unpack_from
     key_at, key_end = DATAGRAM_HEADER.size, AUTH_DATAGRAM_HEADER.size
@@ -193,7 +193,7 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
             _progress(stream, received, clock)
 
 
-def _all_keyed(buffer: bytearray, count: int, step: int, key: bytes, key_at: int) -> bool:
+def _all_keyed(buffer: memoryview, count: int, step: int, key: bytes, key_at: int) -> bool:
     """Whether every datagram of a read (one, or a coalesced run of `step`-byte ones)
     carries `key`: byte by byte of the key, one strided slice each, without a Python loop
     per datagram."""
@@ -212,7 +212,7 @@ def _progress(stream: Stream, received: int, clock: Callable[[], float]) -> None
     stream.last = clock()
 
 
-def _account_batch(account: UdpReceiveAccount, buffer: bytearray, base: int, count: int,
+def _account_batch(account: UdpReceiveAccount, buffer: memoryview, base: int, count: int,
                    segment: int, unpack_from, header_size: int, arrival: float) -> None:
     """A coalesced read (UDP_GRO) of datagrams of `segment` bytes from `base`."""
     last_offset = base + (count - header_size) // segment * segment

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import SimpleperfError
 from . import tcp
+from .buffers import aligned
 
 SOL_UDP = 17
 UDP_SEGMENT = 103  # linux/udp.h: one send() becomes many datagrams of this size
@@ -178,7 +179,7 @@ class BatchReceiver:
     def __init__(self, sock: socket.socket, count: int = 64) -> None:
         self.sock = sock
         self.count = count
-        self.buffer = bytearray(self.SLOT * count)
+        self.buffer = aligned(self.SLOT * count)
         self._data = (ctypes.c_char * len(self.buffer)).from_buffer(self.buffer)
         self._control = (ctypes.c_char * (self.CONTROL * count))()
         self._control_view = memoryview(self._control).cast("B")
