@@ -153,6 +153,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="one JSON object per line, as the test runs")
     native.add_argument("-M", "--mss", help="TCP maximum segment size, 88..32767")
     native.add_argument("-N", "--no-delay", action="store_true", help="TCP_NODELAY")
+    native.add_argument("-Z", "--zerocopy", action="store_true",
+                        help="TCP senders use sendfile: the kernel sends without copying "
+                             "our buffer (both ends, with -R or --bidir)")
     native.add_argument("-O", "--omit", help="leave the first this many seconds out")
     native.add_argument("--iperf3", action="store_true",
                         help="the server is an iperf3 server (found out by itself otherwise)")
@@ -180,7 +183,8 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--n
                 "interval": "-i/--interval", "parallel": "-P/--parallel", "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
                 "extended": "-e/--extended", "json": "-J/--json", "json_stream": "--json-stream",
-                "mss": "-M/--mss", "no_delay": "-N/--no-delay", "omit": "-O/--omit",
+                "mss": "-M/--mss", "no_delay": "-N/--no-delay", "zerocopy": "-Z/--zerocopy",
+                "omit": "-O/--omit",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
                 "probe": "--probe", "loss_threshold": "--loss-threshold"}
@@ -279,6 +283,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
         extended=args.extended, json=args.json, json_stream=args.json_stream,
         mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
+        zerocopy=args.zerocopy,
         omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, rtt=args.rtt,
         probe=args.probe,
         loss_threshold=_percent("--loss-threshold", args.loss_threshold,

@@ -125,6 +125,7 @@ class ClientOptions:
     json_stream: bool = False
     mss: int | None = None
     nodelay: bool = False
+    zerocopy: bool = False  # TCP senders use sendfile (no copy from our memory)
     omit: float = 0.0
     native: bool = False
     iperf3: bool = False
@@ -145,7 +146,7 @@ class ClientOptions:
     def needs_native(self) -> bool:
         return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
-                    self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL,
+                    self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.secret is not None))
 
     @property

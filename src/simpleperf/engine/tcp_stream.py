@@ -6,6 +6,7 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..protocol.native import TestSpec
@@ -22,6 +23,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
     sock = stream.sock
     payload = buffers.aligned(spec.length)
+    sender = buffers.FileSender(payload, sock) if spec.zerocopy else None
+    send: Callable[[memoryview], int] = sender.send if sender is not None else sock.send
     amount = spec.num_bytes
     pacer = None
     wait_until(start, stop)
@@ -31,7 +34,6 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
                             min(int(spec.rate / 8), 2**32 - 1))
         pacer = udp.Pacer(spec.rate, spec.length, stream.first)
-    send = sock.send
     clock = time.monotonic
     sent = 0
     while not stop.is_set():
@@ -53,6 +55,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             pass
         stream.num_bytes = sent
     stream.last = clock()
+    if sender is not None:
+        sender.close()
     if not stop.is_set():
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)  # the receiver's end of stream marks the end

@@ -283,7 +283,8 @@ def _spec(params: iperf3.Parameters) -> TestSpec:
     return TestSpec(protocol=params.protocol, direction=params.direction,
                     parallel=params.parallel, duration=None, num_bytes=share,
                     length=params.length, rate=params.rate, window=params.window,
-                    congestion=params.congestion, nodelay=params.nodelay, omit=params.omit)
+                    congestion=params.congestion, nodelay=params.nodelay, omit=params.omit,
+                    zerocopy=params.zerocopy)
 
 
 def _results(params: iperf3.Parameters, measurement: Measurement) -> dict[str, Any]:

@@ -148,6 +148,7 @@ class Parameters:
     rate: float = 0.0
     mss: int | None = None
     nodelay: bool = False
+    zerocopy: bool = False
     congestion: str | None = None
     get_server_output: bool = False
     udp_counters_64bit: bool = False
@@ -237,6 +238,7 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
         length=length or (DEFAULT_UDP_LENGTH if protocol == "udp" else DEFAULT_TCP_LENGTH),
         rate=number("bandwidth", DEFAULT_UDP_RATE if protocol == "udp" else 0, 0, MAX_RATE),
         mss=mss or None, nodelay=flag("nodelay"), congestion=congestion,
+        zerocopy=flag("zerocopy"),
         get_server_output=flag("get_server_output"),
         udp_counters_64bit=flag("udp_counters_64bit"),
         client_version=version[:40] if isinstance(version, str) else "",
@@ -262,6 +264,8 @@ def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:
         value["MSS"] = spec.mss
     if spec.nodelay:
         value["nodelay"] = True
+    if spec.zerocopy:
+        value["zerocopy"] = True
     if spec.congestion:
         value["congestion"] = spec.congestion
     if spec.protocol == "udp":

@@ -179,6 +179,7 @@ class TestSpec:
     mss: int | None = None
     nodelay: bool = False
     omit: float = 0.0
+    zerocopy: bool = False  # TCP senders use sendfile
 
     def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -200,6 +201,7 @@ class TestSpec:
             "mss": lambda v: v is None or (is_int(v) and 88 <= v <= 65535),
             "nodelay": lambda v: isinstance(v, bool),
             "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
+            "zerocopy": lambda v: isinstance(v, bool),
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -227,7 +229,7 @@ class TestSpec:
             duration=None if options.num_bytes is not None else options.duration,
             num_bytes=options.num_bytes, length=options.length, rate=rate,
             window=options.window, congestion=options.congestion, mss=options.mss,
-            nodelay=options.nodelay, omit=options.omit)
+            nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy)
 
     @property
     def end(self) -> float | None:

@@ -12,8 +12,29 @@ backed by memory only where it is written.
 from __future__ import annotations
 
 import mmap
+import os
+import socket
 
 
 def aligned(size: int) -> memoryview:
     """`size` writable zero bytes starting on a page boundary."""
     return memoryview(mmap.mmap(-1, max(size, 1)))
+
+
+
+class FileSender:
+    """Sends from a memory file holding `payload`, with sendfile: the kernel sends the file's
+    pages without copying them from our memory (iperf3's -Z)."""
+
+    def __init__(self, payload: memoryview, sock: socket.socket) -> None:
+        self._file = os.fdopen(os.memfd_create("simpleperf-payload", os.MFD_CLOEXEC), "wb+",
+                               buffering=0)
+        self._file.write(payload)
+        self._out, self._source = sock.fileno(), self._file.fileno()
+
+    def send(self, chunk: memoryview) -> int:
+        """Like socket.send for the first len(chunk) bytes of the payload."""
+        return os.sendfile(self._out, self._source, 0, len(chunk))
+
+    def close(self) -> None:
+        self._file.close()
