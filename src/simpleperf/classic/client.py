@@ -172,7 +172,11 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
         stream.sending_ended = time.monotonic()
         if stop.is_set():
             return
-        tcp.wait_until_drained(sock, stop.is_set, limit)
+        # The peer acknowledged our last byte on its arrival; by the time BYE arrives its
+        # application has had a round trip and SETTLE_MIN_SECONDS more to read what it held
+        # (the least it needs is not a matter of round trips): BYE arrives alone at servers
+        # that compare a read with it, and the interval carries no idle round trips.
+        tcp.wait_until_drained(sock, stop.is_set, limit, settle=tcp.SETTLE_MIN_SECONDS)
         _send_all(sock, FINISH, stop)
         _await_acknowledgement(sock, stop, limit)
         stream.finished = time.monotonic()
