@@ -11,6 +11,10 @@
   server, TCP and UDP (-b 0, 1470-byte datagrams), receiver side (target >= 0.95).
 
     python3 bench/native.py [--only udp|reverse|concurrency|iperf3] [--runs 3] [--seconds 4]
+                            [--iperf3 PATH] [--gsro]
+
+--iperf3 names the reference binary (default Debian's iperf3; ../shared/tools/iperf3-3.21
+for the newest), --gsro gives its UDP runs --gsro (UDP GSO/GRO, 3.21 only).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 from simpleperf.stats import jain_index, rates_while_all_ran
 
 SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
+IPERF3 = ["iperf3"]  # the reference binary, as --iperf3 sets it
 
 
 def simpleperf_json(port: int, *args: str) -> dict:
@@ -36,7 +41,7 @@ def simpleperf_json(port: int, *args: str) -> dict:
 
 
 def iperf3_json(port: int, *args: str) -> dict:
-    done = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-J", *args],
+    done = subprocess.run([*IPERF3, "-c", "127.0.0.1", "-p", str(port), "-J", *args],
                           check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
 
@@ -65,7 +70,7 @@ def bench_udp(args, ports) -> None:
         return received(end), end["sum"]["lost_percent"]
 
     def theirs():
-        end = iperf3_json(ports["iperf3"], *flags)["end"]
+        end = iperf3_json(ports["iperf3"], *flags, *(["--gsro"] if args.gsro else []))["end"]
         return received(end), end["sum"]["lost_percent"]
 
     def show(run, mine, other):
@@ -98,7 +103,8 @@ def bench_reverse(args, ports) -> None:
 
 
 def bench_iperf3(args, ports) -> None:
-    for name, flags in (("tcp", []), ("udp", ["-u", "-b", "0", "-l", "1470"])):
+    gsro = ["--gsro"] if args.gsro else []
+    for name, flags in (("tcp", []), ("udp", ["-u", "-b", "0", "-l", "1470", *gsro])):
         flags = [*flags, "-t", str(args.seconds)]
 
         def run(port, f=flags):
@@ -164,15 +170,20 @@ def bench_concurrency(args, ports) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("udp", "reverse", "concurrency", "iperf3"))
+    parser.add_argument("--iperf3", default="iperf3", help="the reference iperf3 binary")
+    parser.add_argument("--gsro", action="store_true", help="iperf3's UDP with --gsro")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--port", type=int, default=15301)
     args = parser.parse_args()
-    if not shutil.which("iperf3"):
-        print("bench: iperf3 is not installed (apt-get install iperf3)", file=sys.stderr)
+    if not shutil.which(args.iperf3):
+        print(f"bench: {args.iperf3} is not installed (apt-get install iperf3)", file=sys.stderr)
         return 1
-    servers = [subprocess.Popen(["iperf3", "-s", "-p", str(args.port)],
+    IPERF3[:] = [args.iperf3]
+    print("reference: " + subprocess.run([args.iperf3, "--version"], capture_output=True,
+                                         text=True).stdout.split("(")[0].strip())
+    servers = [subprocess.Popen([args.iperf3, "-s", "-p", str(args.port)],
                                 stdout=subprocess.DEVNULL),
                subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port + 1)],
                                 stdout=subprocess.DEVNULL)]
