@@ -241,3 +241,21 @@ def test_lab_list_names_every_shipped_topology_and_experiment():
             line = next(line for line in listing.splitlines() if line.split()[0] == path.stem)
             assert len(line.split()) > 2  # a name, then what it is
     assert "pair" in listing.split()
+
+
+def test_v_is_the_version_with_the_kernel_features_and_V_is_verbose():
+    done = run_simpleperf("-v")
+    assert done.returncode == 0 and done.stdout.startswith("simpleperf ")
+    for feature in ("UDP GSO", "UDP GRO", "TCP_INFO", "sendfile"):
+        assert re.search(rf"^  {feature}.* (yes|no)", done.stdout, re.M), feature
+    assert run_simpleperf("--version").stdout == done.stdout
+    verbose = parse_args(["-c", "-V"])
+    assert isinstance(verbose, ClientOptions) and verbose.extended  # as iperf3's -V: more
+    assert not parse_args(["-c"]).extended
+
+
+def test_zerocopy_is_a_client_flag_that_needs_more_than_classic():
+    options = parse_args(["-c", "-Z"])
+    assert isinstance(options, ClientOptions) and options.zerocopy and options.needs_native
+    done = run_simpleperf("-s", "-Z")
+    assert done.returncode == 2 and "-Z/--zerocopy is a client option" in done.stderr

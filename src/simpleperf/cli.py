@@ -7,6 +7,7 @@ accepts; the entry point prints it and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import re
@@ -92,6 +93,17 @@ def _takes_value() -> set[str]:
     return _VALUE_FLAGS
 
 
+class _Version(argparse.Action):
+    """-v: the version, then what the kernel offers the tests (iperf3 names its features)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from .transport import features
+
+        with contextlib.suppress(BrokenPipeError):  # e.g. piped into head
+            print(f"simpleperf {__version__}\n{features.report()}", flush=True)
+        parser.exit()
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="simpleperf",
@@ -148,6 +160,8 @@ def _build_parser() -> argparse.ArgumentParser:
     native.add_argument("--bidir", action="store_true", help="both directions at once")
     native.add_argument("-e", "--extended", action="store_true",
                         help="kernel TCP statistics: retransmits, cwnd, RTT")
+    native.add_argument("-V", "--verbose", action="store_true",
+                        help="more detail, as iperf3's -V: the kernel statistics of -e")
     native.add_argument("-J", "--json", action="store_true", help="one JSON document")
     native.add_argument("--json-stream", action="store_true",
                         help="one JSON object per line, as the test runs")
@@ -171,7 +185,8 @@ def _build_parser() -> argparse.ArgumentParser:
     native.add_argument("--probe", action="store_true", help="UDP: search the highest rate "
                         "whose loss stays under --loss-threshold")
     native.add_argument("--loss-threshold", help="--probe: loss percent allowed (default 1)")
-    parser.add_argument("-V", "--version", action="version", version=f"simpleperf {__version__}")
+    parser.add_argument("-v", "--version", action=_Version, nargs=0,
+                        help="the version and the kernel features the tests use")
     return parser
 
 
@@ -182,7 +197,8 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration",
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "parallel": "-P/--parallel", "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
-                "extended": "-e/--extended", "json": "-J/--json", "json_stream": "--json-stream",
+                "extended": "-e/--extended", "verbose": "-V/--verbose", "json": "-J/--json",
+                "json_stream": "--json-stream",
                 "mss": "-M/--mss", "no_delay": "-N/--no-delay", "zerocopy": "-Z/--zerocopy",
                 "omit": "-O/--omit",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
@@ -281,7 +297,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         window=_window(args.window),
         congestion=_congestion(args.congestion),
         udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
-        extended=args.extended, json=args.json, json_stream=args.json_stream,
+        extended=args.extended or args.verbose, json=args.json, json_stream=args.json_stream,
         mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
         zerocopy=args.zerocopy,
         omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, rtt=args.rtt,
