@@ -4,6 +4,7 @@ UDP, reverse and bidirectional tests, kernel statistics, latency, JSON."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import run_simpleperf, start_server
@@ -188,3 +189,16 @@ def test_a_server_with_6_serves_ipv6_only_tcp_and_udp():
         assert four.returncode == 1 and "refused" in four.stderr
     finally:
         live.close()
+
+
+def test_native_tests_print_a_row_per_second_unless_i_0(server):
+    _, port = server
+    rows = run_simpleperf("-c", "-p", str(port), "-t", "2", "--native", "--no-latency")
+    assert rows.returncode == 0, rows.stderr
+    assert re.search(r"0\.0 - 1\.0 .*\n.*1\.0 - 2\.0 ", rows.stdout), rows.stdout
+    quiet = run_simpleperf("-c", "-p", str(port), "-t", "2", "--native", "--no-latency",
+                           "-i", "0")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "0.0 - 1.0" not in quiet.stdout and "0.0 - 2.0" in quiet.stdout
+    classic = run_simpleperf("-c", "-p", str(port), "-t", "1")
+    assert "0.0 - 1.0" in classic.stdout and classic.stdout.count("Mbps") == 1

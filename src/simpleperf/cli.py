@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import re
@@ -25,6 +26,7 @@ from .options import (
     DEFAULT_LOSS_THRESHOLD,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
+    DEFAULT_NATIVE_INTERVAL,
     DEFAULT_PORT,
     DEFAULT_RTT_INTERVAL,
     DEFAULT_SERVER_IP,
@@ -290,8 +292,8 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
                                    high=MAX_TEST_SECONDS),
         num_bytes=_num_bytes(args.num, args.time),
-        interval=_positive_seconds("-i/--interval", args.interval, None,
-                                   low=MIN_REPORT_INTERVAL),
+        interval=None if _is_zero(args.interval) else _positive_seconds(
+            "-i/--interval", args.interval, None, low=MIN_REPORT_INTERVAL),
         parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
         length=_length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH),
         window=_window(args.window),
@@ -313,7 +315,22 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         family=_family(args), secret=_secret(args.auth_secret_file),
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
+    if _is_zero(args.interval) and not options.needs_native:
+        raise UsageError(f"-i/--interval must be a number of seconds at least "
+                         f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "
+                         f"that need more than classic), not '{args.interval}'")
+    if args.interval is None and options.needs_native:
+        # A row per second, as iperf3 prints them; classic invocations keep their one row.
+        options = dataclasses.replace(options, interval=DEFAULT_NATIVE_INTERVAL)
     return options
+
+
+def _is_zero(text: str | None) -> bool:
+    """-i 0: no interval rows (iperf3's meaning)."""
+    try:
+        return text is not None and float(text) == 0
+    except ValueError:
+        return False
 
 
 

@@ -17,6 +17,7 @@ DEFAULT_LENGTH = 256 * 1024  # TCP read/write size
 DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
 DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
 DEFAULT_RTT_INTERVAL = 0.1
+DEFAULT_NATIVE_INTERVAL = 1.0  # seconds per row of a native test, as iperf3 prints them
 DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
 
 MIN_PORT, MAX_PORT = 1024, 65535
