@@ -51,9 +51,19 @@ def main() -> int:
         runs = {key: json.loads((out / f"{key}.json").read_text()) for _, key in COLUMNS}
     print(f"\nkernels: this machine {runs['host-own']['kernel']}, guest "
           f"{runs['guest-netem']['kernel']} (emulated by qemu, no KVM)")
-    names = [row["name"] for row in runs["host-own"]["rows"]]
-    measured = {key: {row["name"]: row for row in run["rows"]} for key, run in runs.items()}
-    widths = (40, 34, 34, 34)
+    # A name can stand on several rows ("  the same with BBR"): rows are told apart by the
+    # name and how many rows of that name came before.
+    def keyed(rows: list[dict]) -> dict[str, dict]:
+        seen: dict[str, int] = {}
+        out = {}
+        for row in rows:
+            seen[row["name"]] = seen.get(row["name"], 0) + 1
+            out[f"{row['name']}#{seen[row['name']]}"] = row
+        return out
+
+    measured = {key: keyed(run["rows"]) for key, run in runs.items()}
+    names = list(measured["host-own"])
+    widths = (44, 34, 34, 34)
     print("".join(f"{title:<{width}}" for title, width in
                   zip(("", *(title for title, _ in COLUMNS)), widths, strict=True)) + "target")
     for name in names:
@@ -63,7 +73,8 @@ def main() -> int:
             verdict = {True: " ok", False: " MISS", None: ""}[row["ok"]] if row else ""
             cells.append((row["measured"] if row else "-") + verdict)
         target = measured["host-own"][name]["target"]
-        print(f"{name:<40}" + "".join(f"{cell:<34}" for cell in cells) + target)
+        print(f"{name.rsplit('#', 1)[0]:<44}" + "".join(f"{cell:<34}" for cell in cells)
+              + target)
     return 0
 
 
