@@ -57,6 +57,28 @@ def test_a_batch_at_once_equals_packet_by_packet(batches):
     assert abs(fast.jitter - slow.jitter) < 1e-9
 
 
+spaced_runs = st.lists(st.tuples(st.integers(1, 300), st.integers(1, 70), st.floats(0, 10),
+                                 st.floats(0, 1), st.floats(0, 1e-4)), min_size=1, max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(spaced_runs)
+def test_a_batch_stamped_in_order_equals_packet_by_packet(batches):
+    """iperf3 3.21's --gsro stamps each datagram of one send as it fills it: a run of evenly
+    spaced send times, arriving together, is accounted in one step."""
+    fast, slow = UdpReceiveAccount(), UdpReceiveAccount()
+    for first, count, sent, delay, spacing in batches:
+        last = sent + (count - 1) * spacing
+        fast.feed_run(first, count, sent, last + delay, last)
+        slow.feed_many([(first + i, sent + i * spacing) for i in range(count)], last + delay)
+    for name in ("highest", "lost", "out_of_order", "received"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    for name in ("first_block_min", "last_block_min"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert (a is None and b is None) or abs(a - b) < 1e-9, name
+    assert abs(fast.jitter - slow.jitter) < 1e-9
+
+
 def test_percentiles_and_rtt_summary():
     assert percentile([1, 2, 3, 4], 0.5) == 2.5
     assert percentile([5], 0.99) == 5

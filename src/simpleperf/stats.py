@@ -152,28 +152,34 @@ class UdpReceiveAccount:
         self._block_min, self._block_count = block_min, block_count
         self.received += count
 
-    def feed_run(self, first: int, count: int, sent: float, arrival: float) -> None:
-        """`count` packets numbered first, first+1, ..., all sent at `sent` and arriving
-        together (one segmentation-offload batch): the same result as feeding each, in
-        O(count / BLOCK) instead of O(count)."""
+    def feed_run(self, first: int, count: int, sent: float, arrival: float,
+                 last_sent: float | None = None) -> None:
+        """`count` packets numbered first, first+1, ..., sent from `sent` to `last_sent`
+        (the same instant when None) at even spacing and arriving together (one
+        segmentation-offload batch): the same result as feeding each, in O(count / BLOCK)
+        instead of O(count)."""
+        step = 0.0 if last_sent is None or count < 2 else (last_sent - sent) / (count - 1)
         if (first <= self.highest or count < 1 or self._undo is not None
-                or first - self.highest > self.JUMP_LIMIT):
-            self.feed_many(((first + i, sent) for i in range(count)), arrival)
+                or first - self.highest > self.JUMP_LIMIT or step < 0):
+            self.feed_many(((first + i, sent + i * step) for i in range(count)), arrival)
             return
         self.lost += first - self.highest - 1
         self.highest = first + count - 1
         now_transit = arrival - sent
         if self._transit is not None:
             self.jitter += (abs(now_transit - self._transit) - self.jitter) / 16.0
-        # The other count - 1 packets have the same transit: D = 0 shrinks jitter each time.
-        self.jitter *= (15.0 / 16.0) ** (count - 1)
-        self._transit = now_transit
-        remaining = count
+        # Each of the other count - 1 packets differs from the one before by `step` in
+        # transit: D = step every time, and the RFC 3550 update has a closed form.
+        self.jitter = step + (self.jitter - step) * (15.0 / 16.0) ** (count - 1)
+        self._transit = arrival - (sent + (count - 1) * step)
+        remaining, done = count, 0
         while remaining:
             take = min(remaining, self.BLOCK - self._block_count)
-            self._block_min = min(self._block_min, now_transit)
+            # the latest sent of these has the least transit
+            self._block_min = min(self._block_min, now_transit - (done + take - 1) * step)
             self._block_count += take
             remaining -= take
+            done += take
             if self._block_count == self.BLOCK:
                 if self.first_block_min is None:
                     self.first_block_min = self._block_min

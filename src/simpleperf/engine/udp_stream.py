@@ -219,8 +219,9 @@ def _account_batch(account: UdpReceiveAccount, buffer: memoryview, base: int, co
     seconds, micros, number = unpack_from(buffer, base)
     last_seconds, last_micros, last_number = unpack_from(buffer, last_offset)
     run = (last_offset - base) // segment + 1
-    if last_number == number + run - 1 and (last_seconds, last_micros) == (seconds, micros):
-        account.feed_run(number, run, seconds + micros * 1e-6, arrival)  # one send, at once
+    if last_number == number + run - 1:  # one send: its datagrams in order, stamped in order
+        account.feed_run(number, run, seconds + micros * 1e-6, arrival,
+                         last_seconds + last_micros * 1e-6)
         return
     for offset in range(base, last_offset + 1, segment):
         seconds, micros, number = unpack_from(buffer, offset)
