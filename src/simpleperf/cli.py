@@ -154,7 +154,14 @@ def _build_parser() -> argparse.ArgumentParser:
     client.add_argument("-i", "--interval", help="print a row every this many seconds")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
                         f"(a classic server takes at most {CLASSIC_MAX_PARALLEL})")
-    native = parser.add_argument_group("client, native protocol (needs a simpleperf server)")
+    _add_native_options(parser.add_argument_group(
+        "client, native protocol (needs a simpleperf server)"))
+    parser.add_argument("-v", "--version", action=_Version, nargs=0,
+                        help="the version and the kernel features the tests use")
+    return parser
+
+
+def _add_native_options(native) -> None:
     native.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
     native.add_argument("--bitrate", help="target rate per stream, e.g. 100M (-b in client "
                         "mode; UDP default 1M, TCP default unlimited; 0 = unlimited)")
@@ -187,9 +194,6 @@ def _build_parser() -> argparse.ArgumentParser:
     native.add_argument("--probe", action="store_true", help="UDP: search the highest rate "
                         "whose loss stays under --loss-threshold")
     native.add_argument("--loss-threshold", help="--probe: loss percent allowed (default 1)")
-    parser.add_argument("-v", "--version", action=_Version, nargs=0,
-                        help="the version and the kernel features the tests use")
-    return parser
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration",
