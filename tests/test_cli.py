@@ -121,7 +121,8 @@ def test_defaults():
     client = parse_args(["-c"])
     assert isinstance(client, ClientOptions)
     assert (client.host, client.port, client.unit, client.duration, client.num_bytes,
-            client.interval, client.parallel) == ("127.0.0.1", 8088, "MB", 25.0, None, None, 1)
+            client.interval, client.parallel) == ("127.0.0.1", 8088, "", 25.0, None, None, 1)
+    # No -f: classic tables in MB (classic_unit), other tests scaled as iperf3 scales them.
 
 
 def test_long_flags_and_units():

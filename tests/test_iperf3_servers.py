@@ -37,8 +37,8 @@ def test_every_invocation_runs_as_an_iperf3_test(iperf3_server, args):
     streams = 2 if "-P" in args or "--bidir" in args else 1
     own_rows = [row for row in rows if not row.startswith("SUM")]
     assert len(own_rows) == 2 * streams, done.stdout
-    rates = [float(m) for m in re.findall(r"([\d.]+) Mbps", "\n".join(rows))]
-    assert all(rate > 0 for rate in rates), rows
+    rates = [float(m) for m in re.findall(r"([\d.]+) [KMGT]?(?:bits/sec|Mbps)", "\n".join(rows))]
+    assert len(rates) == len(rows) and all(rate > 0 for rate in rates), rows
     document = run_simpleperf("-c", "-p", str(iperf3_server), *args, "-J", timeout=30)
     assert document.returncode == 0, document.stderr
     parsed = json.loads(document.stdout)

@@ -202,3 +202,17 @@ def test_native_tests_print_a_row_per_second_unless_i_0(server):
     assert "0.0 - 1.0" not in quiet.stdout and "0.0 - 2.0" in quiet.stdout
     classic = run_simpleperf("-c", "-p", str(port), "-t", "1")
     assert "0.0 - 1.0" in classic.stdout and classic.stdout.count("Mbps") == 1
+
+
+@pytest.mark.parametrize("args,rate", [([], r"[\d.]+ [KMG]?bits/sec"),
+                                       (["-f", "m"], r"[\d.]+ Mbits/sec"),
+                                       (["-f", "K"], r"[\d.]+ KBytes/sec"),
+                                       (["-f", "MB"], r"[\d.]+ Mbps")])
+def test_native_rows_take_iperf3_units_and_classic_ones(server, args, rate):
+    _, port = server
+    done = run_simpleperf("-c", "-p", str(port), "-t", "1", "--native", "--no-latency", *args)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.endswith(("sender", "receiver"))]
+    assert len(rows) == 2 and all(re.search(rate, row) for row in rows), done.stdout
+    if "MB" not in args:
+        assert all(re.search(r"[\d.]+ [KMG]?Bytes ", row) for row in rows), rows

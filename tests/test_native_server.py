@@ -231,7 +231,7 @@ def test_a_client_that_vanishes_mid_test_frees_everything():
         for ended, args in enumerate((["-t", "10"], ["-t", "10", "-u", "-b", "50M"],
                                       ["-t", "10", "-R"]), start=1):
             client = LiveProcess("-c", "-p", str(port), "--native", "-i", "1", *args)
-            client.wait_for(lambda lines: sum("Mbps" in line for line in lines) >= 1)
+            client.wait_for(lambda lines: sum("bits/sec" in line for line in lines) >= 1)
             client.process.kill()
             client.close()
             live.wait_for(lambda lines, n=ended: sum(line.startswith("Test from") for line in
@@ -250,7 +250,7 @@ def test_the_server_vanishing_mid_test_is_one_line_and_exit_1():
     live, port = start_server()
     client = LiveProcess("-c", "-p", str(port), "--native", "-t", "20", "-i", "1")
     try:
-        client.wait_for(lambda lines: sum("Mbps" in line for line in lines) >= 1)
+        client.wait_for(lambda lines: sum("bits/sec" in line for line in lines) >= 1)
         live.process.kill()
         assert client.process.wait(30) == 1
         errors = client.stderr().strip().splitlines()
@@ -264,7 +264,7 @@ def test_ctrl_c_on_a_native_client_prints_what_was_measured(server):
     _, port = server
     client = LiveProcess("-c", "-p", str(port), "-R", "-t", "20", "-i", "1")
     try:
-        client.wait_for(lambda lines: sum("Mbps" in line for line in lines) >= 2)
+        client.wait_for(lambda lines: sum("bits/sec" in line for line in lines) >= 2)
         assert client.interrupt() == 130
         assert any(line.rstrip().endswith("receiver") for line in client.lines)
     finally:

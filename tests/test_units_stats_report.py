@@ -114,3 +114,34 @@ def test_rates_while_all_ran_count_only_the_common_time():
     assert rates_while_all_ran([[(0.0, 1.0, 10)], [(2.0, 3.0, 10)]]) == [None, None]
     with pytest.raises(ValueError):
         rates_while_all_ran([early, []])
+
+
+@pytest.mark.parametrize("num_bytes,seconds,unit,amount,rate", [
+    (1.68 * 2**30, 1.0, "a", "1.68 GBytes", "14.4 Gbits/sec"),  # iperf3's own figures
+    (1.8e9, 1.0, "g", "1.68 GBytes", "14.4 Gbits/sec"),
+    (1.8e9, 1.0, "m", "1.68 GBytes", "14400 Mbits/sec"),
+    (1.8e9, 1.0, "G", "1.68 GBytes", "1.68 GBytes/sec"),
+    (238 * 2**20, 2.0, "k", "238 MBytes", "998244 Kbits/sec"),
+    (125_000, 1.0, "", "122 KBytes", "1.00 Mbits/sec"),
+    (500, 1.0, "A", "500 Bytes", "500 Bytes/sec"),
+])
+def test_iperf3_units_scale_as_iperf3_prints_them(num_bytes, seconds, unit, amount, rate):
+    from simpleperf.report import native
+    from simpleperf.units import format_iperf3_amount, format_iperf3_rate
+
+    assert format_iperf3_amount(num_bytes) == amount
+    assert format_iperf3_rate(num_bytes, seconds, unit) == rate
+    line = native.row("x", 0.0, seconds, {"bytes": num_bytes}, unit, "tcp", False)
+    assert amount in line and rate in line
+
+
+def test_classic_units_keep_the_classic_columns_everywhere():
+    from simpleperf.cli import parse_args
+    from simpleperf.report import native
+
+    line = native.row("x", 0.0, 2.0, {"bytes": 3_000_000}, "KB", "tcp", False)
+    assert "3000 KB" in line and "12.00 Mbps" in line
+    assert table.row("x", 0.0, 2.0, 3_000_000, "g") == table.row("x", 0.0, 2.0, 3_000_000, "MB")
+    assert parse_args(["-c", "-f", "kb"]).unit == "KB"
+    assert parse_args(["-c", "-f", "g"]).unit == "g" and parse_args(["-c"]).unit == ""
+    assert parse_args(["-s"]).unit == "MB"

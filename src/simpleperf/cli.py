@@ -54,7 +54,14 @@ from .options import (
     ServerOptions,
     is_congestion_name,
 )
-from .units import DISPLAY_UNITS, parse_rate, parse_size
+from .units import (
+    AUTO_UNIT,
+    CLASSIC_DEFAULT_UNIT,
+    DISPLAY_UNITS,
+    IPERF3_UNITS,
+    parse_rate,
+    parse_size,
+)
 
 NO_MODE_MESSAGE = "Error: you must run either in server or client mode"
 
@@ -117,8 +124,9 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="run as client (optionally give the server address here)")
     common = parser.add_argument_group("both modes")
     common.add_argument("-p", "--port", help=f"port, 1024..65535 (default {DEFAULT_PORT})")
-    common.add_argument("-f", "--format", help="unit of the Transfer column: B, KB or MB "
-                                              "(default MB)")
+    common.add_argument("-f", "--format", help="classic: B, KB or MB, the Transfer column "
+                        "(default MB); as iperf3: k m g t (bits/sec), K M G T (bytes/sec), "
+                        "a A (scaled, the default of tests beyond classic)")
     common.add_argument("-l", "--len", help="read/write buffer size, e.g. 128K "
                                            f"(default {DEFAULT_LENGTH // 1024}K)")
     common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
@@ -265,7 +273,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
     if bind is None and family:  # -4 / -6 without an address: that family's wildcard
         bind = "0.0.0.0" if family == socket.AF_INET else "::"
     return ServerOptions(
-        bind=bind, port=_port(args.port), unit=_unit(args.format),
+        bind=bind, port=_port(args.port), unit=_unit(args.format, CLASSIC_DEFAULT_UNIT),
         length=_length(args.len, DEFAULT_LENGTH), window=_window(args.window),
         congestion=_congestion(args.congestion),
         max_duration=_positive_seconds("--max-duration", args.max_duration, None,
@@ -292,7 +300,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
     options = ClientOptions(
         host=_server_host(args.client, args.serverip),
         port=port,
-        unit=_unit(args.format),
+        unit=_unit(args.format, AUTO_UNIT),
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
                                    high=MAX_TEST_SECONDS),
         num_bytes=_num_bytes(args.num, args.time),
@@ -454,12 +462,16 @@ def _port(text: str | None) -> int:
     return _int_in_range("-p/--port", text, DEFAULT_PORT, MIN_PORT, MAX_PORT)
 
 
-def _unit(text: str | None) -> str:
+def _unit(text: str | None, default: str) -> str:
     if text is None:
-        return "MB"
+        return default
+    if len(text) == 1 and text in IPERF3_UNITS:
+        return text
     unit = text.upper()
     if unit not in DISPLAY_UNITS:
-        raise UsageError(f"-f/--format must be B, KB or MB, not '{text}'")
+        raise UsageError(f"-f/--format must be B, KB or MB (classic), or one of k m g t "
+                         f"(bits/sec) K M G T (bytes/sec) a A (scaled) as in iperf3, not "
+                         f"'{text}'")
     return unit
 
 

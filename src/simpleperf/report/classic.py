@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..units import format_amount, format_mbps
+from ..units import classic_unit, format_amount, format_mbps
 
 SERVER_RULE = "-" * 45
 CLIENT_RULE = "-" * 90
@@ -37,7 +37,8 @@ def header(amount_title: str) -> str:
 
 def row(stream_id: str, start: float, end: float, num_bytes: int, unit: str,
         note: str = "") -> str:
-    line = _columns(stream_id, f"{start:.1f} - {end:.1f}", format_amount(num_bytes, unit),
+    line = _columns(stream_id, f"{start:.1f} - {end:.1f}",
+                    format_amount(num_bytes, classic_unit(unit)),
                     format_mbps(num_bytes, end - start))
     return f"{line}  ({note})" if note else line
 

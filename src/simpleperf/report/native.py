@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..stats import RttSummary, lost_percent
-from ..units import format_amount, format_mbps
+from ..units import (
+    DISPLAY_UNITS,
+    format_amount,
+    format_iperf3_amount,
+    format_iperf3_rate,
+    format_mbps,
+)
 from .classic import COLUMN, INTERVAL_RULE
 
 SUM_LABEL = "SUM"
@@ -27,8 +33,7 @@ def row(label: str, start: float, end: float, values: dict[str, Any], unit: str,
     result entry: bytes, and where known packets, lost, jitter_ms, retransmits, snd_cwnd or
     max_snd_cwnd, rtt_us or mean_rtt_us."""
     num_bytes = values.get("bytes", 0)
-    cells = [label, f"{start:.1f} - {end:.1f}", format_amount(num_bytes, unit),
-             format_mbps(num_bytes, end - start)]
+    cells = [label, f"{start:.1f} - {end:.1f}", *_amount_and_rate(num_bytes, end - start, unit)]
     if protocol == "udp":
         if values.get("lost") is not None and values.get("packets") is not None:
             lost, packets = values["lost"], values["packets"]
@@ -47,6 +52,14 @@ def row(label: str, start: float, end: float, values: dict[str, Any], unit: str,
     if note:
         cells.append(note)
     return _line(cells).rstrip()
+
+
+def _amount_and_rate(num_bytes: int, seconds: float, unit: str) -> list[str]:
+    """Classic units (-f B, KB, MB) keep the classic columns; otherwise iperf3's: bytes
+    scaled by 1024, and the rate in -f's unit or scaled."""
+    if unit in DISPLAY_UNITS:
+        return [format_amount(num_bytes, unit), format_mbps(num_bytes, seconds)]
+    return [format_iperf3_amount(num_bytes), format_iperf3_rate(num_bytes, seconds, unit)]
 
 
 def _optional(value) -> str:
