@@ -20,6 +20,7 @@ from .errors import UsageError
 from .options import (
     AUTH_UDP_LENGTH,
     CLASSIC_MAX_PARALLEL,
+    CONNECT_TIMEOUT_SECONDS,
     DEFAULT_DURATION,
     DEFAULT_IDLE_SECONDS,
     DEFAULT_LENGTH,
@@ -147,6 +148,8 @@ def _build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-duration", help="refuse tests longer than this many seconds "
                         "and end any test that runs longer")
     server.add_argument("--max-clients", help="tests served at the same time")
+    server.add_argument("-1", "--one-off", action="store_true",
+                        help="serve one test, then exit (as iperf3 -s -1)")
     server.add_argument("--max-parallel", help="streams one test may open")
     server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
                         "brings less than 1 KB, or an echo connection less than a probe, in "
@@ -160,6 +163,11 @@ def _build_parser() -> argparse.ArgumentParser:
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
     client.add_argument("-n", "--num", help="send exactly this many bytes, e.g. 10MB")
     client.add_argument("-i", "--interval", help="print a row every this many seconds")
+    client.add_argument("--connect-timeout", metavar="MS", help="give up a connection not "
+                        f"made within this many milliseconds (default "
+                        f"{CONNECT_TIMEOUT_SECONDS * 1000:g})")
+    client.add_argument("-k", "--blockcount", help="send this many blocks of -l bytes "
+                        "(datagrams with -u), instead of -t or -n")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
                         f"(a classic server takes at most {CLASSIC_MAX_PARALLEL})")
     _add_native_options(parser.add_argument_group(
@@ -204,12 +212,14 @@ def _add_native_options(native) -> None:
     native.add_argument("--loss-threshold", help="--probe: loss percent allowed (default 1)")
 
 
-_SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration",
+_SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
-                "interval": "-i/--interval", "parallel": "-P/--parallel", "bitrate": "--bitrate",
+                "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
+                "blockcount": "-k/--blockcount", "parallel": "-P/--parallel",
+                "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
                 "extended": "-e/--extended", "verbose": "-V/--verbose", "json": "-J/--json",
                 "json_stream": "--json-stream",
@@ -288,7 +298,8 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
                                       DEFAULT_MAX_CONNECTIONS, 1, MAX_CLIENTS_LIMIT),
         max_connections_per_host=_int_in_range(
             "--max-connections-per-host", args.max_connections_per_host,
-            DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT))
+            DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT),
+        one_off=args.one_off)
 
 
 def _client_options(args: argparse.Namespace) -> ClientOptions:
@@ -297,23 +308,27 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
     rate_text = args.b if args.b is not None else args.bitrate
     rate = _rate(rate_text) if rate_text is not None else None
     port = _port(args.port)
+    length = _length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH)
     options = ClientOptions(
         host=_server_host(args.client, args.serverip),
         port=port,
         unit=_unit(args.format, AUTO_UNIT),
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
                                    high=MAX_TEST_SECONDS),
-        num_bytes=_num_bytes(args.num, args.time),
+        num_bytes=_num_bytes(args.num, args.time, args.blockcount, length),
         interval=None if _is_zero(args.interval) else _positive_seconds(
             "-i/--interval", args.interval, None, low=MIN_REPORT_INTERVAL),
         parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
-        length=_length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH),
+        length=length,
         window=_window(args.window),
         congestion=_congestion(args.congestion),
         udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
         extended=args.extended or args.verbose, json=args.json, json_stream=args.json_stream,
         mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
         zerocopy=args.zerocopy,
+        connect_timeout=_int_in_range("--connect-timeout", args.connect_timeout,
+                                      int(CONNECT_TIMEOUT_SECONDS * 1000), 1,
+                                      int(MAX_TEST_SECONDS * 1000)) / 1000,
         omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, rtt=args.rtt,
         probe=args.probe,
         loss_threshold=_percent("--loss-threshold", args.loss_threshold,
@@ -526,7 +541,14 @@ def _positive_seconds(flag: str, text: str | None, default: Default, low: float 
     return value
 
 
-def _num_bytes(text: str | None, time_text: str | None) -> int | None:
+def _num_bytes(text: str | None, time_text: str | None, blocks_text: str | None,
+               length: int) -> int | None:
+    if blocks_text is not None:  # -k: that many blocks of -l bytes
+        if text is not None or time_text is not None:
+            raise UsageError("-k/--blockcount cannot be used with -n/--num or -t/--time: each "
+                             "says when the test ends")
+        return _int_in_range("-k/--blockcount", blocks_text, 1, 1,
+                             MAX_NUM_BYTES // length) * length
     if text is None:
         return None
     if time_text is not None:

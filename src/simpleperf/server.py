@@ -118,16 +118,18 @@ class Server:
 
     def _serve_connection(self, conn: socket.socket, address: tuple[Any, ...], index: int) -> None:
         accepted = time.monotonic()
-        keep_open = False
+        keep_open = a_test = False
         try:
             peer = tcp.endpoint(address)
             tcp.set_wake_up(conn)
             protocol, prefix = self._identify(conn, accepted)
             if protocol == NATIVE:
-                keep_open = self._serve_native(conn, peer, prefix)
+                keep_open, a_test = self._serve_native(conn, peer, prefix)
             elif protocol == IPERF3:
+                a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
                 keep_open = self.iperf3.serve(conn, peer, prefix, index)
             else:
+                a_test = True
                 self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
                 result = self._receive_classic(conn, peer, accepted, prefix)
                 self.say(table.header("Received"),
@@ -139,6 +141,8 @@ class Server:
         finally:
             if not keep_open:
                 conn.close()
+            if a_test and self.options.one_off:
+                self.stop()  # -1: the accept loop notices at its next wake-up
             with self._active_lock:
                 self._active.pop(threading.current_thread(), None)
             self.policy.release_connection(_host(tcp.endpoint(address)))
@@ -164,23 +168,25 @@ class Server:
                 return CLASSIC, prefix
             prefix += chunk
 
-    def _serve_native(self, conn: socket.socket, peer: str, prefix: bytes) -> bool:
-        """Serve a native connection; True when it now belongs to a test (kept open)."""
+    def _serve_native(self, conn: socket.socket, peer: str, prefix: bytes
+                      ) -> tuple[bool, bool]:
+        """Serve a native connection: (it now belongs to a test and is kept open, it was a
+        test's control connection)."""
         while len(prefix) < native.PREFACE_SIZE:
             chunk = conn.recv(native.PREFACE_SIZE - len(prefix))
             if not chunk:
-                return False
+                return False, False
             prefix += chunk
         kind = native.parse_preface(prefix)
         rest = prefix[native.PREFACE_SIZE:]
         if kind == native.DATA:
-            return self.native.serve_data(conn, prefix)
+            return self.native.serve_data(conn, prefix), False
         if kind == native.ECHO:
             self.native.echo.serve(conn, rest)
-            return False
+            return False, False
         self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
         self.native.serve_control(conn, peer, rest)
-        return False
+        return False, True
 
     def _receive_classic(self, conn: socket.socket, peer: str,
                          accepted: float, prefix: bytes = b"") -> ConnectionResult:

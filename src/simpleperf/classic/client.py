@@ -56,8 +56,7 @@ def run(options: ClientOptions, out: Callable[[str], None],
     on it (the native client's greeting, which a classic server counts as payload)."""
     probed_at = None
     if first is None:
-        sock = tcp.connect(options.host, options.port, window=options.window,
-                           congestion=options.congestion)
+        sock = tcp.connect_to_server(options, stream=True)
         try:
             iperf3_answered, probed_at = _probe(sock, options)
         except BaseException:
@@ -110,8 +109,7 @@ def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
                                      started=probed_at))
     try:
         for _ in range(options.parallel - len(streams)):
-            sock = tcp.connect(options.host, options.port, window=options.window,
-                               congestion=options.congestion)
+            sock = tcp.connect_to_server(options, stream=True)
             streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname())))
     except BaseException:
         for stream in streams:

@@ -62,8 +62,7 @@ class _Iperf3Test:
         options = self.options
         control = self.handed
         if control is None:
-            control = tcp.connect(options.host, options.port, family=options.family,
-                                  local=options.local)
+            control = tcp.connect_to_server(options)
             control.sendall(self.cookie)
         self.control = Iperf3Control(control, "server")
         try:
@@ -116,9 +115,7 @@ class _Iperf3Test:
         for number in range(1, self.spec.stream_count() + 1):
             sending = self.spec.client_sends(number)
             if self.spec.protocol == "tcp":
-                sock = tcp.connect(options.host, options.port, window=options.window,
-                                   congestion=options.congestion, family=options.family,
-                                   local=options.local, mss=options.mss)
+                sock = tcp.connect_to_server(options, stream=True)
                 self.streams.append(Stream(number, sending, "tcp", sock,
                                            tcp.endpoint(sock.getsockname())))
                 sock.sendall(self.cookie)

@@ -83,6 +83,11 @@ class Iperf3Service:
         self._serve_control(conn, peer, cookie)
         return False
 
+    def awaits_streams(self, cookie: bytes) -> bool:
+        """Whether `cookie` names a test that is under way (its connection is a stream)."""
+        with self._lock:
+            return cookie in self._tests
+
     def udp_hello(self, data: bytes, peer: tuple[Any, ...]) -> None:
         """A UDP stream's greeting ('9876'): it belongs to the test from that host that
         awaits UDP streams (the oldest, if several do)."""

@@ -56,8 +56,7 @@ class Iperf3Server(Exception):
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
-    control: socket.socket | None = tcp.connect(options.host, options.port,
-                                                family=options.family, local=options.local)
+    control: socket.socket | None = tcp.connect_to_server(options)
     assert control is not None
     try:
         control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -228,9 +227,7 @@ class _NativeTest:
 
     def _open_tcp(self, token: bytes, number: int) -> socket.socket:
         options = self.options
-        sock = tcp.connect(options.host, options.port, window=options.window,
-                           congestion=options.congestion, family=options.family,
-                           local=options.local, mss=options.mss)
+        sock = tcp.connect_to_server(options, stream=True)
         try:
             sock.sendall(data_preface(token, number))
             tcp_stream.apply_options(sock, self.spec)

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from ..errors import SimpleperfError
+from ..options import CONNECT_TIMEOUT_SECONDS, ClientOptions
 from . import tcpinfo
 
 SIOCOUTQ = 0x5411  # bytes in the send queue not yet acknowledged by the peer
@@ -106,9 +107,21 @@ def open_listener(bind: str | None, port: int, backlog: int = 128,
     raise SimpleperfError(f"cannot listen on {where}: {last_error.strerror}")
 
 
-def connect(host: str, port: int, timeout: float = 10.0, window: int | None = None,
-            congestion: str | None = None, family: int = socket.AF_UNSPEC,
-            local: str | None = None, mss: int | None = None) -> socket.socket:
+def connect_to_server(options: ClientOptions, stream: bool = False) -> socket.socket:
+    """A client's connection to its server, as its options say (--connect-timeout, -4/-6,
+    -B); a stream's also with its socket options (-w, -C, -M)."""
+    if not stream:
+        return connect(options.host, options.port, options.connect_timeout,
+                       family=options.family, local=options.local)
+    return connect(options.host, options.port, options.connect_timeout, window=options.window,
+                   congestion=options.congestion, family=options.family, local=options.local,
+                   mss=options.mss)
+
+
+def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
+            window: int | None = None, congestion: str | None = None,
+            family: int = socket.AF_UNSPEC, local: str | None = None,
+            mss: int | None = None) -> socket.socket:
     """A connected socket, trying each address of `host` in turn; `local` binds our end."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
