@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import time
@@ -58,3 +59,19 @@ def test_connect_timeout_bounds_a_handshake_that_never_completes():
         listener.close()
     assert done.returncode == 1 and "no answer within 0.3 s" in done.stderr
     assert took < 5  # the kernel alone would retry the handshake for about two minutes
+
+
+def test_title_and_timestamps_begin_every_line_of_text(server):
+    _, port = server
+    done = run_simpleperf("-c", "-p", str(port), "-t", "1", "-T", "run 7",
+                          "--timestamps=%Y-%m-%dT%H:%M:%S ")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) >= 4
+    for line in lines:
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d run 7:  ", line), line
+    document = run_simpleperf("-c", "-p", str(port), "-t", "1", "-T", "run 7", "-J",
+                              "--no-latency")
+    assert json.loads(document.stdout)["title"] == "run 7"  # JSON stays whole
+    bad = run_simpleperf("-c", "-p", str(port), "-T", "two\nlines")
+    assert bad.returncode == 2 and "-T/--title must be one line" in bad.stderr

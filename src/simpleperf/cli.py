@@ -31,6 +31,7 @@ from .options import (
     DEFAULT_PORT,
     DEFAULT_RTT_INTERVAL,
     DEFAULT_SERVER_IP,
+    DEFAULT_TIMESTAMP_FORMAT,
     DEFAULT_UDP_LENGTH,
     MAX_CLIENTS_LIMIT,
     MAX_LENGTH,
@@ -128,6 +129,9 @@ def _build_parser() -> argparse.ArgumentParser:
     common.add_argument("-f", "--format", help="classic: B, KB or MB, the Transfer column "
                         "(default MB); as iperf3: k m g t (bits/sec), K M G T (bytes/sec), "
                         "a A (scaled, the default of tests beyond classic)")
+    common.add_argument("--timestamps", nargs="?", const=DEFAULT_TIMESTAMP_FORMAT,
+                        metavar="FORMAT", help="begin every line of text with the time "
+                        f"(strftime FORMAT, default '{DEFAULT_TIMESTAMP_FORMAT}')")
     common.add_argument("-l", "--len", help="read/write buffer size, e.g. 128K "
                                            f"(default {DEFAULT_LENGTH // 1024}K)")
     common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
@@ -166,6 +170,8 @@ def _build_parser() -> argparse.ArgumentParser:
     client.add_argument("--connect-timeout", metavar="MS", help="give up a connection not "
                         f"made within this many milliseconds (default "
                         f"{CONNECT_TIMEOUT_SECONDS * 1000:g})")
+    client.add_argument("-T", "--title", help="begin every line of text with 'TITLE:  ' "
+                        "(with -J, a title key)")
     client.add_argument("-k", "--blockcount", help="send this many blocks of -l bytes "
                         "(datagrams with -u), instead of -t or -n")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
@@ -218,7 +224,7 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "max_connections_per_host": "--max-connections-per-host"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
-                "blockcount": "-k/--blockcount", "parallel": "-P/--parallel",
+                "blockcount": "-k/--blockcount", "title": "-T/--title", "parallel": "-P/--parallel",
                 "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
                 "extended": "-e/--extended", "verbose": "-V/--verbose", "json": "-J/--json",
@@ -299,7 +305,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         max_connections_per_host=_int_in_range(
             "--max-connections-per-host", args.max_connections_per_host,
             DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT),
-        one_off=args.one_off)
+        one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps))
 
 
 def _client_options(args: argparse.Namespace) -> ClientOptions:
@@ -325,7 +331,8 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
         extended=args.extended or args.verbose, json=args.json, json_stream=args.json_stream,
         mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
-        zerocopy=args.zerocopy,
+        zerocopy=args.zerocopy, title=_free_text("-T/--title", args.title),
+        timestamps=_free_text("--timestamps", args.timestamps),
         connect_timeout=_int_in_range("--connect-timeout", args.connect_timeout,
                                       int(CONNECT_TIMEOUT_SECONDS * 1000), 1,
                                       int(MAX_TEST_SECONDS * 1000)) / 1000,
@@ -569,6 +576,19 @@ def _ip_address(flag: str, text: str) -> str:
         return str(ipaddress.ip_address(text))
     except ValueError:
         raise UsageError(f"{flag} must be an IPv4 or IPv6 address, not '{text}'") from None
+
+
+MAX_FREE_TEXT = 200  # characters of a title or a timestamp format
+
+
+def _free_text(flag: str, text: str | None) -> str | None:
+    """A title or format: one printable line, bounded."""
+    if text is None:
+        return None
+    if not text.isprintable() or len(text) > MAX_FREE_TEXT:
+        raise UsageError(f"{flag} must be one line of at most {MAX_FREE_TEXT} printable "
+                         f"characters, not {text[:60]!r}")
+    return text
 
 
 def _server_host(client_value: str, serverip: str | None) -> str:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import sys
+import time
 
 from .cli import NO_MODE_MESSAGE, parse_args
 from .errors import (
@@ -17,11 +18,28 @@ from .errors import (
     SimpleperfError,
     UsageError,
 )
-from .options import ClientOptions
+from .options import ClientOptions, ServerOptions
 
 
 def _print(line: str) -> None:
     print(line, flush=True)
+
+
+def _printer(options: ClientOptions | ServerOptions):
+    """_print, with every line of text begun by --timestamps' time and -T's title, in
+    iperf3's order; JSON is left whole."""
+    title = getattr(options, "title", None)
+    stamp = options.timestamps
+    if getattr(options, "json", False) or getattr(options, "json_stream", False) or not (
+            title or stamp):
+        return _print
+    head = f"{title}:  " if title else ""
+
+    def out(text: str) -> None:
+        prefix = (time.strftime(stamp) if stamp else "") + head
+        _print("\n".join(prefix + line for line in text.split("\n")))
+
+    return out
 
 
 def _error(message: str) -> None:
@@ -38,23 +56,23 @@ def _run_client(options: ClientOptions) -> None:
     if options.rtt:
         from .native import round_trips
 
-        round_trips.run(options, _print)
+        round_trips.run(options, _printer(options))
     elif options.probe:
         from .native import rate_probe
 
-        rate_probe.run(options, _print)
+        rate_probe.run(options, _printer(options))
     elif options.iperf3:
         from .iperf3 import client as iperf3_client
 
-        iperf3_client.run(options, _print)
+        iperf3_client.run(options, _printer(options))
     elif options.needs_native:
         from .native import client as native_client
 
-        native_client.run(options, _print)
+        native_client.run(options, _printer(options))
     else:
         from .classic import client as classic_client
 
-        classic_client.run(options, _print)
+        classic_client.run(options, _printer(options))
 
 
 def _json_error(message: str) -> None:
@@ -84,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from .server import Server
 
-            server = Server(options, _print)
+            server = Server(options, _printer(options))
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a server stops
                 server.serve_forever()
     except Interrupted:

@@ -18,6 +18,7 @@ DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
 DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
 DEFAULT_RTT_INTERVAL = 0.1
 CONNECT_TIMEOUT_SECONDS = 10.0  # a connection's handshake, unless --connect-timeout
+DEFAULT_TIMESTAMP_FORMAT = "%c "  # --timestamps without a format, as iperf3
 DEFAULT_NATIVE_INTERVAL = 1.0  # seconds per row of a native test, as iperf3 prints them
 DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
 
@@ -97,6 +98,7 @@ class ServerOptions:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
     one_off: bool = False  # -1: serve one test, then exit
+    timestamps: str | None = None  # --timestamps: strftime format before every line
 
     @property
     def test_time_limit(self) -> float | None:
@@ -130,6 +132,8 @@ class ClientOptions:
     nodelay: bool = False
     zerocopy: bool = False  # TCP senders use sendfile (no copy from our memory)
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS  # --connect-timeout
+    title: str | None = None  # -T: before every line of text output
+    timestamps: str | None = None  # --timestamps: strftime format before every line
     omit: float = 0.0
     native: bool = False
     iperf3: bool = False

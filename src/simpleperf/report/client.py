@@ -96,6 +96,8 @@ class TestOutput:
                 document["server_intervals"] = self._peer_interval_entries(peer_intervals)
             if interrupted:
                 document["error"] = "interrupted"
+            if self.options.title:
+                document["title"] = self.options.title
             self.out(json.dumps(document, indent=2) if self.options.json
                      else json.dumps({"event": "end", "data": end}))
             return
