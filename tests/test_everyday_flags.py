@@ -75,3 +75,41 @@ def test_title_and_timestamps_begin_every_line_of_text(server):
     assert json.loads(document.stdout)["title"] == "run 7"  # JSON stays whole
     bad = run_simpleperf("-c", "-p", str(port), "-T", "two\nlines")
     assert bad.returncode == 2 and "-T/--title must be one line" in bad.stderr
+
+
+def _capture_on_loopback(port: int, pcap, run) -> list[tuple[int, int, int]]:
+    """(source port, TOS byte, payload length) of every TCP segment with payload to or from
+    `port` while `run()` runs: dumpcap on lo (root), read back by tshark."""
+    grab = subprocess.Popen(["dumpcap", "-q", "-i", "lo", "-f", f"tcp port {port}", "-s", "96",
+                             "-w", str(pcap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert grab.stderr is not None
+        while "Capturing on" not in (line := grab.stderr.readline()):
+            assert line, "the capture did not start"
+        run()
+    finally:
+        grab.terminate()
+        grab.wait(10)
+    fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", "tcp.len > 0", "-T", "fields",
+                             "-e", "tcp.srcport", "-e", "ip.dsfield", "-e", "tcp.len"],
+                            capture_output=True, text=True, check=True).stdout
+    return [(int(a), int(b, 16), int(c)) for a, b, c in
+            (line.split("\t") for line in fields.splitlines())]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("flags,tos", [(["-S", "0x28"], 0x28), (["--dscp", "EF"], 46 << 2)])
+def test_tos_is_on_the_wire_in_both_directions(server, tmp_path, flags, tos):
+    _, port = server
+
+    def test() -> None:
+        done = run_simpleperf("-c", "-p", str(port), "-t", "1", "--bidir", "--no-latency",
+                              *flags)
+        assert done.returncode == 0, done.stderr
+
+    segments = _capture_on_loopback(port, tmp_path / "tos.pcapng", test)
+    data = [(source, byte) for source, byte, length in segments if length > 10_000]
+    from_server = {byte for source, byte in data if source == port}
+    from_client = {byte for source, byte in data if source != port}
+    assert from_server == {tos} and from_client == {tos}, (from_server, from_client)

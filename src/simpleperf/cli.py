@@ -172,6 +172,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         f"{CONNECT_TIMEOUT_SECONDS * 1000:g})")
     client.add_argument("-T", "--title", help="begin every line of text with 'TITLE:  ' "
                         "(with -J, a title key)")
+    client.add_argument("-S", "--tos", help="IP TOS byte of the test's packets, 0..255 "
+                        "(0x.. hex, 0.. octal), at both ends")
+    client.add_argument("--dscp", help="DSCP of the test's packets: 0..63 or a name (EF, "
+                        "AF11..AF43, CS0..CS7, VA, LE), at both ends")
     client.add_argument("-k", "--blockcount", help="send this many blocks of -l bytes "
                         "(datagrams with -u), instead of -t or -n")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
@@ -224,7 +228,8 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "max_connections_per_host": "--max-connections-per-host"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
-                "blockcount": "-k/--blockcount", "title": "-T/--title", "parallel": "-P/--parallel",
+                "blockcount": "-k/--blockcount", "title": "-T/--title", "tos": "-S/--tos",
+                "dscp": "--dscp", "parallel": "-P/--parallel",
                 "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
                 "extended": "-e/--extended", "verbose": "-V/--verbose", "json": "-J/--json",
@@ -332,6 +337,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         extended=args.extended or args.verbose, json=args.json, json_stream=args.json_stream,
         mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
         zerocopy=args.zerocopy, title=_free_text("-T/--title", args.title),
+        tos=_tos(args.tos, args.dscp),
         timestamps=_free_text("--timestamps", args.timestamps),
         connect_timeout=_int_in_range("--connect-timeout", args.connect_timeout,
                                       int(CONNECT_TIMEOUT_SECONDS * 1000), 1,
@@ -579,6 +585,34 @@ def _ip_address(flag: str, text: str) -> str:
 
 
 MAX_FREE_TEXT = 200  # characters of a title or a timestamp format
+# RFC 4594's DSCP names (and RFC 5865's VA, RFC 8622's LE): the code point, 0..63.
+DSCP_NAMES = {"EF": 46, "VA": 44, "LE": 1,
+              **{f"CS{n}": 8 * n for n in range(8)},
+              **{f"AF{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)}}
+
+
+def _tos(tos_text: str | None, dscp_text: str | None) -> int:
+    """-S or --dscp as the TOS byte (DSCP in its six high bits); 0 when neither is given."""
+    if tos_text is not None and dscp_text is not None:
+        raise UsageError("-S/--tos and --dscp both set the TOS byte: use one")
+    if tos_text is not None:
+        try:
+            value = int(tos_text, 0) if not re.fullmatch(r"0\d+", tos_text) else int(tos_text, 8)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= 255:
+            raise UsageError(f"-S/--tos must be a byte, 0..255 (0x.. hex, 0.. octal), not "
+                             f"{tos_text[:40]!r}")
+        return value
+    if dscp_text is None:
+        return 0
+    code = DSCP_NAMES.get(dscp_text.upper())
+    if code is None and dscp_text.isdigit() and int(dscp_text) <= 63:
+        code = int(dscp_text)
+    if code is None:
+        raise UsageError(f"--dscp must be 0..63 or a name (EF, AF11..AF43, CS0..CS7, VA, LE), "
+                         f"not {dscp_text[:40]!r}")
+    return code << 2
 
 
 def _free_text(flag: str, text: str | None) -> str | None:

@@ -133,6 +133,7 @@ class ClientOptions:
     zerocopy: bool = False  # TCP senders use sendfile (no copy from our memory)
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS  # --connect-timeout
     title: str | None = None  # -T: before every line of text output
+    tos: int = 0  # -S/--tos, --dscp: the IP TOS byte of data packets
     timestamps: str | None = None  # --timestamps: strftime format before every line
     omit: float = 0.0
     native: bool = False
@@ -155,6 +156,7 @@ class ClientOptions:
         return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
+                    self.tos,
                     self.secret is not None))
 
     @property

@@ -10,6 +10,7 @@ from types import ModuleType
 
 from ..errors import SimpleperfError
 from ..protocol.native import TestSpec
+from ..transport import tcp
 from . import tcp_stream, udp_stream
 from .records import Stream
 
@@ -24,6 +25,8 @@ def transport_of(stream: Stream) -> ModuleType:
 def run_stream(stream: Stream, spec: TestSpec, start: float, stop: threading.Event) -> None:
     """Thread body: send or receive until the test's end, the peer's end, or `stop`."""
     try:
+        if spec.tos:
+            tcp.set_tos(stream.sock, spec.tos)  # both ends, both directions: -S/--dscp
         if stream.sending:
             deadline = None if spec.end is None else start + spec.end
             transport_of(stream).send(stream, spec, start, deadline, stop)

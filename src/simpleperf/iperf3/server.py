@@ -289,7 +289,7 @@ def _spec(params: iperf3.Parameters) -> TestSpec:
                     parallel=params.parallel, duration=None, num_bytes=share,
                     length=params.length, rate=params.rate, window=params.window,
                     congestion=params.congestion, nodelay=params.nodelay, omit=params.omit,
-                    zerocopy=params.zerocopy)
+                    zerocopy=params.zerocopy, tos=params.tos)
 
 
 def _results(params: iperf3.Parameters, measurement: Measurement) -> dict[str, Any]:

@@ -134,7 +134,7 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
         ("-u", options.udp), ("-b", options.rate is not None), ("-R", options.reverse),
         ("--bidir", options.bidir), ("-e", options.extended), ("-J", options.json),
         ("--json-stream", options.json_stream), ("-O", options.omit > 0),
-        ("-Z", options.zerocopy),
+        ("-Z", options.zerocopy), ("-S/--dscp", options.tos),
         ("--rtt", options.rtt), ("--probe", options.probe)) if used]
     if unsupported:
         control.close()

@@ -149,6 +149,7 @@ class Parameters:
     mss: int | None = None
     nodelay: bool = False
     zerocopy: bool = False
+    tos: int = 0
     congestion: str | None = None
     get_server_output: bool = False
     udp_counters_64bit: bool = False
@@ -238,7 +239,7 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
         length=length or (DEFAULT_UDP_LENGTH if protocol == "udp" else DEFAULT_TCP_LENGTH),
         rate=number("bandwidth", DEFAULT_UDP_RATE if protocol == "udp" else 0, 0, MAX_RATE),
         mss=mss or None, nodelay=flag("nodelay"), congestion=congestion,
-        zerocopy=flag("zerocopy"),
+        zerocopy=flag("zerocopy"), tos=integer("TOS", 0, 0, 255),
         get_server_output=flag("get_server_output"),
         udp_counters_64bit=flag("udp_counters_64bit"),
         client_version=version[:40] if isinstance(version, str) else "",
@@ -266,6 +267,8 @@ def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:
         value["nodelay"] = True
     if spec.zerocopy:
         value["zerocopy"] = True
+    if spec.tos:
+        value["TOS"] = spec.tos
     if spec.congestion:
         value["congestion"] = spec.congestion
     if spec.protocol == "udp":

@@ -180,6 +180,7 @@ class TestSpec:
     nodelay: bool = False
     omit: float = 0.0
     zerocopy: bool = False  # TCP senders use sendfile
+    tos: int = 0  # the IP TOS byte of every data packet, both ends (-S, --dscp)
 
     def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -202,6 +203,7 @@ class TestSpec:
             "nodelay": lambda v: isinstance(v, bool),
             "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
             "zerocopy": lambda v: isinstance(v, bool),
+            "tos": lambda v: is_int(v) and 0 <= v <= 255,
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -229,7 +231,8 @@ class TestSpec:
             duration=None if options.num_bytes is not None else options.duration,
             num_bytes=options.num_bytes, length=options.length, rate=rate,
             window=options.window, congestion=options.congestion, mss=options.mss,
-            nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy)
+            nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
+            tos=options.tos)
 
     @property
     def end(self) -> float | None:

@@ -107,6 +107,21 @@ def open_listener(bind: str | None, port: int, backlog: int = 128,
     raise SimpleperfError(f"cannot listen on {where}: {last_error.strerror}")
 
 
+def set_tos(sock: socket.socket, tos: int) -> None:
+    """The IP TOS byte (DSCP and ECN bits) of what the socket sends, over IPv4 or IPv6 (an
+    IPv6 socket may carry IPv4: both are set where the kernel takes them)."""
+    options = [(socket.IPPROTO_IP, socket.IP_TOS)]
+    if sock.family == socket.AF_INET6:
+        options.append((socket.IPPROTO_IPV6, socket.IPV6_TCLASS))
+    for level, option in options:
+        try:
+            sock.setsockopt(level, option, tos)
+        except OSError as error:
+            if sock.family == socket.AF_INET:
+                raise SimpleperfError(f"cannot set the TOS byte to {tos}: "
+                                      f"{(error.strerror or str(error)).lower()}") from None
+
+
 def connect_to_server(options: ClientOptions, stream: bool = False) -> socket.socket:
     """A client's connection to its server, as its options say (--connect-timeout, -4/-6,
     -B); a stream's also with its socket options (-w, -C, -M)."""
