@@ -131,7 +131,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "a A (scaled, the default of tests beyond classic)")
     common.add_argument("--timestamps", nargs="?", const=DEFAULT_TIMESTAMP_FORMAT,
                         metavar="FORMAT", help="begin every line of text with the time "
-                        f"(strftime FORMAT, default '{DEFAULT_TIMESTAMP_FORMAT}')")
+                        f"(strftime FORMAT, default "
+                        f"'{DEFAULT_TIMESTAMP_FORMAT.replace('%', '%%')}')")
     common.add_argument("-l", "--len", help="read/write buffer size, e.g. 128K "
                                            f"(default {DEFAULT_LENGTH // 1024}K)")
     common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
@@ -353,7 +354,8 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         local=_ip_address("-B/--bind-address", args.bind_address)
         if args.bind_address is not None else None,
         family=_family(args), secret=_secret(args.auth_secret_file),
-        length_given=args.len is not None, duration_given=args.time is not None)
+        length_given=args.len is not None, duration_given=args.time is not None,
+        interval_given=args.interval is not None)
     _check_client_combinations(options, args)
     if _is_zero(args.interval) and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "

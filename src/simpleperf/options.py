@@ -150,6 +150,7 @@ class ClientOptions:
     secret: bytes | None = None
     length_given: bool = False
     duration_given: bool = False
+    interval_given: bool = False  # -i on the command line (else a native test's default)
 
     @property
     def needs_native(self) -> bool:

@@ -11,31 +11,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from .classic import server as classic_server
 from .errors import ProtocolError
 from .iperf3.server import Iperf3Service
 from .native.server import NativeService
 from .options import ServerOptions
 from .policy import ServerPolicy
 from .protocol import iperf3, native
-from .protocol.classic import ACK, ClassicReceiver
 from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
 from .refuser import Refuser
 from .report import classic as table
-from .transport import buffers, tcp
+from .transport import tcp
 
-MIN_PROGRESS_BYTES = 1024  # per idle limit, from a classic client
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
-
-
-@dataclass
-class ConnectionResult:
-    peer: str
-    seconds: float
-    payload_bytes: int
-    problem: str | None  # None when the client finished with BYE
 
 
 class Server:
@@ -131,7 +121,8 @@ class Server:
             else:
                 a_test = True
                 self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
-                result = self._receive_classic(conn, peer, accepted, prefix)
+                result = classic_server.receive(conn, peer, accepted, prefix,
+                                                self.options, self._stopping)
                 self.say(table.header("Received"),
                          table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
                                    self.options.unit,
@@ -187,61 +178,6 @@ class Server:
         self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
         self.native.serve_control(conn, peer, rest)
         return False, True
-
-    def _receive_classic(self, conn: socket.socket, peer: str,
-                         accepted: float, prefix: bytes = b"") -> ConnectionResult:
-        receiver = ClassicReceiver()
-        if prefix:
-            receiver.feed(prefix)
-        buffer = buffers.aligned(max(self.options.length, 65536))
-        recv_into = conn.recv_into
-        clock = time.monotonic
-        # A trickle (a byte every few seconds) must not hold a connection forever: every
-        # idle-limit window must bring at least MIN_PROGRESS_BYTES.
-        window_start, window_bytes = accepted, 0
-        problem: str | None = None
-        while not receiver.finished:
-            try:
-                count = recv_into(buffer)
-            except BlockingIOError:  # the wake-up timer
-                if self._stopping.is_set():
-                    problem = "server stopped"
-                    break
-                count = -1
-            except OSError as error:
-                problem = "connection reset" if isinstance(error, ConnectionResetError) \
-                    else (error.strerror or str(error)).lower()
-                break
-            if count == 0:
-                problem = "closed without BYE"
-                break
-            now = clock()
-            if now - window_start > self._idle_limit:
-                if window_bytes + max(count, 0) < MIN_PROGRESS_BYTES:
-                    problem = (f"no data for {self._idle_limit:g} s" if window_bytes == 0
-                               and count < 0 else f"less than {MIN_PROGRESS_BYTES} bytes in "
-                               f"{self._idle_limit:g} s")
-                    break
-                window_start, window_bytes = now, 0
-            if count < 0:
-                continue
-            window_bytes += count
-            try:
-                if receiver.feed(buffer[:count]):
-                    break
-            except ProtocolError as error:
-                problem = str(error)
-                break
-        ended = clock()
-        if problem is not None and self._stopping.is_set():
-            problem = "server stopped"  # our own shutdown ended the read, not the client
-        if problem is None:
-            try:
-                conn.sendall(ACK)
-            except OSError:
-                problem = "acknowledgement could not be sent"
-        return ConnectionResult(peer, ended - accepted, receiver.payload_bytes, problem)
-
 
 def _host(endpoint: str) -> str:
     """The address part of "host:port" (IPv4-mapped addresses already shown as IPv4)."""

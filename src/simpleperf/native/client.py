@@ -147,6 +147,8 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
     from ..classic import client as classic_client
 
     try:
+        if not options.interval_given:  # the classic exchange keeps its single row
+            options = dataclasses.replace(options, interval=None)
         classic_client.run(options, out, None if control is None else (control, sent))
     finally:
         if control is not None:
