@@ -181,3 +181,23 @@ def test_a_server_that_stops_reading_is_given_up_within_the_tests_length():
     assert_one_line_error(done, 1, "the server stopped reading", "for 3 s")
     assert "(incomplete)" in done.stdout
     assert took < 15  # 2 s of test, 3 s of standing still, start-up: never the old 30 s
+
+
+def test_ctrl_c_while_the_last_bytes_drain_marks_the_row_incomplete():
+    """A server that accepts and never reads: after -t the client waits for its bytes to
+    drain; a Ctrl-C then ends the test, and the row must not look like a finished one."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    live = LiveProcess("-c", "-p", str(port), "-t", "1")
+    try:
+        conn, _ = listener.accept()
+        live.wait_for(lambda ls: any("Transfer" in line for line in ls))
+        time.sleep(2.0)  # past -t: the client is waiting for the drain
+        assert live.interrupt() == 130
+        (row,) = [line for line in live.lines if "Mbps" in line]
+        assert row.endswith("(incomplete)"), row
+    finally:
+        live.close()
+        listener.close()

@@ -177,7 +177,8 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
         tcp.wait_until_drained(sock, stop.is_set, limit, settle=tcp.SETTLE_MIN_SECONDS)
         _send_all(sock, FINISH, stop)
         _await_acknowledgement(sock, stop, limit)
-        stream.finished = time.monotonic()
+        if not stop.is_set():  # a stop during the drain or the wait is no finished exchange
+            stream.finished = time.monotonic()
     except SimpleperfError as error:
         stream.error = str(error)
     except OSError as error:
