@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import ipaddress
 import os
 import re
@@ -27,7 +26,6 @@ from .options import (
     DEFAULT_LOSS_THRESHOLD,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
-    DEFAULT_NATIVE_INTERVAL,
     DEFAULT_PORT,
     DEFAULT_RTT_INTERVAL,
     DEFAULT_SERVER_IP,
@@ -230,13 +228,11 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
                 "blockcount": "-k/--blockcount", "title": "-T/--title", "tos": "-S/--tos",
-                "dscp": "--dscp", "parallel": "-P/--parallel",
-                "bitrate": "--bitrate",
+                "dscp": "--dscp", "parallel": "-P/--parallel", "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
                 "extended": "-e/--extended", "verbose": "-V/--verbose", "json": "-J/--json",
-                "json_stream": "--json-stream",
-                "mss": "-M/--mss", "no_delay": "-N/--no-delay", "zerocopy": "-Z/--zerocopy",
-                "omit": "-O/--omit",
+                "json_stream": "--json-stream", "mss": "-M/--mss", "no_delay": "-N/--no-delay",
+                "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
                 "probe": "--probe", "loss_threshold": "--loss-threshold"}
@@ -328,7 +324,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
                                    high=MAX_TEST_SECONDS),
         num_bytes=_num_bytes(args.num, args.time, args.blockcount, length),
-        interval=None if _is_zero(args.interval) else _positive_seconds(
+        interval=0.0 if _is_zero(args.interval) else _positive_seconds(
             "-i/--interval", args.interval, None, low=MIN_REPORT_INTERVAL),
         parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
         length=length,
@@ -354,16 +350,12 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         local=_ip_address("-B/--bind-address", args.bind_address)
         if args.bind_address is not None else None,
         family=_family(args), secret=_secret(args.auth_secret_file),
-        length_given=args.len is not None, duration_given=args.time is not None,
-        interval_given=args.interval is not None)
+        length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
-    if _is_zero(args.interval) and not options.needs_native:
+    if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "
                          f"that need more than classic), not '{args.interval}'")
-    if args.interval is None and options.needs_native:
-        # A row per second, as iperf3 prints them; classic invocations keep their one row.
-        options = dataclasses.replace(options, interval=DEFAULT_NATIVE_INTERVAL)
     return options
 
 

@@ -115,7 +115,7 @@ class ClientOptions:
     unit: str
     duration: float
     num_bytes: int | None
-    interval: float | None
+    interval: float | None  # -i as given: None when not, 0 for no rows
     parallel: int
     length: int
     window: int | None = None
@@ -150,7 +150,14 @@ class ClientOptions:
     secret: bytes | None = None
     length_given: bool = False
     duration_given: bool = False
-    interval_given: bool = False  # -i on the command line (else a native test's default)
+
+    @property
+    def rows_every(self) -> float | None:
+        """Seconds per printed row of a test beyond classic: -i, none for -i 0, and a row
+        per second when -i is not given, as iperf3 prints them."""
+        if self.interval is None:
+            return DEFAULT_NATIVE_INTERVAL
+        return self.interval or None
 
     @property
     def needs_native(self) -> bool:

@@ -179,6 +179,7 @@ class Server:
         self.native.serve_control(conn, peer, rest)
         return False, True
 
+
 def _host(endpoint: str) -> str:
     """The address part of "host:port" (IPv4-mapped addresses already shown as IPv4)."""
     return endpoint.rsplit(":", 1)[0]

@@ -81,5 +81,3 @@ def receive(conn: socket.socket, peer: str, accepted: float, prefix: bytes,
         except OSError:
             problem = "acknowledgement could not be sent"
     return ConnectionResult(peer, ended - accepted, receiver.payload_bytes, problem)
-
-

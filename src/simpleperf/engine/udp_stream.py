@@ -26,7 +26,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     sock = stream.sock
     size = spec.length
     batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
-    view = buffer = aligned(size * batch)
+    buffer = aligned(size * batch)
     pack_into: Callable[..., None] = stream.header.pack_into
     if stream.key is not None:
         pack_into = functools.partial(_pack_keyed, AUTH_DATAGRAM_HEADER.pack_into, stream.key)
@@ -61,7 +61,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             number += 1
             pack_into(buffer, offset, seconds, micros, number)
         try:
-            send(view[:count * size])
+            send(buffer[:count * size])
         except BlockingIOError:
             number -= count
             continue

@@ -14,7 +14,7 @@ from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
-from ..options import ClientOptions
+from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf3
 from ..protocol.exchange import Iperf3Order
 from ..protocol.native import TestSpec
@@ -23,7 +23,6 @@ from ..transport import tcp, udp
 from .control import Iperf3Control
 
 STATE_SECONDS = 15.0
-STEP_SECONDS = 1.0
 UDP_GREETING_TRIES = 15
 SETTLE_LIMIT = 2.0
 
@@ -139,7 +138,8 @@ class _Iperf3Test:
         options = self.options
         output = TestOutput(options, self.spec, self.streams, self.out, "iperf3")
         measurement = Measurement(self._local_spec(), self.streams,
-                                  options.interval or STEP_SECONDS, output.interval)
+                                  options.rows_every or DEFAULT_NATIVE_INTERVAL,
+                                  output.interval)
         output.start()
         measurement.begin(time.monotonic())
         congestion = options.congestion or tcp.system_congestion()

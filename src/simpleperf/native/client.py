@@ -18,7 +18,7 @@ from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import Interrupted, PeerGone, PeerRefused, ProtocolError, SimpleperfError
-from ..options import ClientOptions
+from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf3
 from ..protocol.events import Accepted, Auth, Authenticated, Bye, Error, Hello, Start, Test, Welcome
 from ..protocol.exchange import Role
@@ -40,7 +40,6 @@ from .control import ControlChannel
 from .session import NativeSession
 
 CLASSIC_WAIT_MIN = 1.5  # seconds without an answer to our greeting: a classic server
-STEP_SECONDS = 1.0  # interval of samples kept for JSON when -i is not given
 IDLE_PROBES = 5
 UDP_HELLO_TRIES = 15
 AUTH_SECONDS = 10.0
@@ -147,8 +146,6 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
     from ..classic import client as classic_client
 
     try:
-        if not options.interval_given:  # the classic exchange keeps its single row
-            options = dataclasses.replace(options, interval=None)
         classic_client.run(options, out, None if control is None else (control, sent))
     finally:
         if control is not None:
@@ -186,7 +183,8 @@ class _NativeTest:
             output = TestOutput(options, self.spec, self.streams, self.out,
                                 "simpleperf-native/1")
             measurement = Measurement(self.spec, self.streams,
-                                      options.interval or STEP_SECONDS, output.interval)
+                                      options.rows_every or DEFAULT_NATIVE_INTERVAL,
+                                      output.interval)
             session = NativeSession(measurement, self.channel)
             output.start()
             if self.prober is not None:

@@ -83,7 +83,7 @@ def best(trials: list[Trial]) -> Trial | None:
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     seconds = options.duration if options.duration_given else TRIAL_SECONDS
     trial_options = dataclasses.replace(options, probe=False, latency=False, duration=seconds,
-                                        num_bytes=None, interval=None)
+                                        num_bytes=None, interval=0.0)  # trials: no rows
     if not options.json:
         out(f"UDP rate search to {options.host} port {options.port}: loss under "
             f"{options.loss_threshold:g}%, {seconds:g} s per trial, {options.length}-byte "

@@ -39,7 +39,7 @@ class TestOutput:
             for stream in self.streams:
                 self.out(f"Client {stream.label} connected with {options.host} port "
                          f"{options.port} ({stream.protocol.upper()}, {stream.role})")
-            if options.interval is not None:
+            if options.rows_every is not None:
                 self.out(table.header(self.spec.protocol, options.extended))
         elif options.json_stream:
             self.out(json.dumps({"event": "start", "data": self._start_section()}))
@@ -50,7 +50,7 @@ class TestOutput:
         self.json_intervals.append(entry)
         if self.options.json_stream:
             self.out(json.dumps({"event": "interval", "data": entry}))
-        if not self.text or self.options.interval is None:
+        if not self.text or self.options.rows_every is None:
             return
         by_number = {s.number: s for s in self.streams}
         bidir = self.spec.direction == "bidir"

@@ -21,7 +21,6 @@ def aligned(size: int) -> memoryview:
     return memoryview(mmap.mmap(-1, max(size, 1)))
 
 
-
 class FileSender:
     """Sends from a memory file holding `payload`, with sendfile: the kernel sends the file's
     pages without copying them from our memory (iperf3's -Z)."""

@@ -202,12 +202,9 @@ def unread_bytes(sock: socket.socket) -> int:
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCINQ, b"\0" * 4))[0]
 
 
-def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30.0,
-                       settle: float | None = None) -> None:
-    """Wait until the peer has acknowledged everything we sent, then `settle` seconds
-    (settle_time's by default) so its application can read what its kernel holds: what we
-    write next then arrives in a read of its own. Fails if nothing moves for `stall_limit`
-    seconds."""
+def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30.0) -> None:
+    """Wait until the peer has acknowledged everything we sent (or should_stop()). Fails if
+    nothing moves for `stall_limit` seconds."""
     last, last_change = unsent_bytes(sock), time.monotonic()
     while last > 0 and not should_stop():
         time.sleep(0.0005 if last < 1 << 20 else 0.002)
@@ -218,7 +215,6 @@ def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30
         elif now - last_change > stall_limit:
             raise SimpleperfError(f"the server stopped reading ({last} bytes unacknowledged "
                                   f"for {stall_limit:g} s)")
-    time.sleep(settle_time(sock) if settle is None else settle)
 
 
 def settle_time(sock: socket.socket) -> float:
