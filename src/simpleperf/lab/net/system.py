@@ -58,7 +58,10 @@ def process_stat(pid: int) -> list[str] | None:
 def process_start_time(pid: int) -> int | None:
     """The kernel's start time of a process (clock ticks since boot): with the pid it names
     one process for good, even after the pid is reused."""
-    fields = process_stat(pid)
+    return _start_time(process_stat(pid))
+
+
+def _start_time(fields: list[str] | None) -> int | None:
     try:
         return int(fields[19]) if fields else None
     except (IndexError, ValueError):
@@ -71,9 +74,9 @@ def is_same_process(pid: int, start_time: int | None) -> bool:
 
 def is_running(pid: int, start_time: int | None) -> bool:
     """The same process, and not a zombie that no parent has reaped (it runs nothing)."""
-    fields = process_stat(pid)
-    return (fields is not None and is_same_process(pid, start_time)
-            and fields[0] not in ("Z", "X"))
+    fields = process_stat(pid)  # read once: the start time and the state
+    return (fields is not None and start_time is not None
+            and _start_time(fields) == start_time and fields[0] not in ("Z", "X"))
 
 
 def processes_in_namespaces(inodes: set[int]) -> dict[int, str]:
