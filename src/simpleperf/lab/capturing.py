@@ -20,7 +20,7 @@ def capture_live(lab: str | None, where: str, write: str | None, bpf: str | None
     record = lifecycle.find(lab)
     if record.state != "up":
         raise lifecycle.LabError(f"lab {record.lab} is {record.state}, not up")
-    model = lifecycle.rebuild(record.topology)
+    model = lifecycle.model_of(record)
     point = capture.resolve(model, where)
     try:
         full_filter = capture.capture_filter(point, bpf)

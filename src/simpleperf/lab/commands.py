@@ -14,7 +14,7 @@ from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .model import theory, topology
 from .model.datafiles import DataFileError
-from .net import lifecycle, ownership
+from .net import changes, lifecycle, ownership
 from .net.capture import CaptureError
 from .net.shaping.probe import SHAPER_ENV, SHAPERS
 from .net.system import is_running
@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
                            "number, captures.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
                                      metavar="{list,probe,run,results,compare,up,down,status,"
-                                             "exec,capture,analyze}")
+                                             "exec,link,node,capture,analyze}")
     commands.add_parser("list", help="the shipped topologies and experiments, a line each")
     commands.add_parser("probe", help="what this kernel offers the lab (netem, AQM qdiscs, "
                                       "...) and which shaper links get")
@@ -73,8 +73,28 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("exec", help="run a command inside a node: exec h1 -- ping h4")
     run.add_argument("node", help="a node of a lab that is up (h1, r2, ...)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    _change_parsers(commands)
     _capture_parsers(commands)
     return parser
+
+
+def _change_parsers(commands: Any) -> None:
+    link = commands.add_parser("link", help="take a link of a running lab down or up, or set "
+                               "its shaping: link L2 down, link L2 set --delay 30ms")
+    link.add_argument("name", help="the link's name (simpleperf lab status lists them)")
+    link.add_argument("action", choices=("down", "up", "set"))
+    shaping = link.add_argument_group("set (each direction; what is not given stays)")
+    shaping.add_argument("--rate", help="link rate, e.g. 10M")
+    shaping.add_argument("--delay", help="one-way delay, e.g. 30ms")
+    shaping.add_argument("--jitter", help="standard deviation of the one-way delay, e.g. 2ms")
+    shaping.add_argument("--loss", help="random loss, e.g. 1%%")
+    shaping.add_argument("--queue", type=_queue, help="drop-tail queue in packets")
+    link.add_argument("--lab", help="which lab (default: the only one up)")
+    node = commands.add_parser("node", help="take every link of a node down or up: node r2 "
+                               "down")
+    node.add_argument("name", help="a node of the lab (h1, r2, ...)")
+    node.add_argument("action", choices=("down", "up"))
+    node.add_argument("--lab", help="which lab (default: the only one up)")
 
 
 def _capture_parsers(commands: Any) -> None:
@@ -165,6 +185,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         for record in records:
             print(describe(record))
         return EXIT_OK
+    if args.command in ("link", "node"):
+        return _change(args)
     if args.command in ("capture", "analyze"):
         from . import capturing
     if args.command == "capture":
@@ -174,6 +196,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         return capturing.analyze(args.file)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return lifecycle.run_in_node(args.node, command)
+
+
+def _change(args: argparse.Namespace) -> int:
+    fields = {"bw": getattr(args, "rate", None), "delay": getattr(args, "delay", None),
+              "jitter": getattr(args, "jitter", None), "loss": getattr(args, "loss", None),
+              "max_queue_size": getattr(args, "queue", None)}
+    shaping = {key: value for key, value in fields.items() if value is not None}
+    if args.action == "set" and not shaping:
+        raise UsageError("link set needs at least one of --rate, --delay, --jitter, --loss, "
+                         "--queue")
+    if args.action != "set" and shaping:
+        raise UsageError(f"--{next(iter(shaping))} goes with 'set', not '{args.action}'")
+    wanted = changes.Change(args.name, args.action, shaping or None)
+    took, routing = lifecycle.change(args.lab, wanted)
+    print(f"{args.command} {wanted.describe()} ({took * 1e3:.0f} ms)")
+    if routing:
+        print(routing)
+    return EXIT_OK
 
 
 def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]:
@@ -207,7 +247,7 @@ def shipped() -> str:
 
 
 def describe(record: ownership.LabRecord) -> str:
-    model = lifecycle.rebuild(record.topology)
+    model = lifecycle.model_of(record)
     lines = [f"lab {record.lab}: {record.state}, shaper {record.shaper}, since "
              f"{time.strftime('%H:%M:%S', time.localtime(record.created))}"]
     for process in record.processes:
@@ -232,9 +272,14 @@ def describe(record: ownership.LabRecord) -> str:
         else:
             shaping = (f"{link.a.node}->{link.b.node}: {link.a_to_b.describe()}; "
                        f"{link.b.node}->{link.a.node}: {link.b_to_a.describe()}")
-        lines.append(f"  {link.name:<6} {ends:<42} {shaping}")
+        state = "DOWN  " if link.name in record.links_down else ""
+        lines.append(f"  {link.name:<6} {ends:<42} {state}{shaping}")
+    if model.runs_daemons and record.state == "up":
+        model = lifecycle.routed(record, model)
+        lines += routing_lines(record, model)
     hosts = model.hosts()
-    lines.append("expected base RTT between hosts, ms (2 x one-way delays on the path)")
+    lines.append("expected base RTT between hosts, ms (2 x one-way delays on the path"
+                 + (", along the routes installed now)" if model.runs_daemons else ")"))
     lines.append("        " + "".join(f"{h:>7}" for h in hosts))
     for source in hosts:
         cells = []
@@ -248,6 +293,23 @@ def describe(record: ownership.LabRecord) -> str:
                 cells.append(f"{'none':>7}")
         lines.append(f"  {source:<6}" + "".join(cells))
     return "\n".join(lines)
+
+
+def routing_lines(record: ownership.LabRecord, model: topology.Topology) -> list[str]:
+    """Each router's neighbours (from its daemons) and the routes its kernel forwards by."""
+    from .net.routing import daemons
+
+    lines = [f"routing: {model.routing.protocol}"
+             + (" inside each AS, BGP between them" if any(
+                 model.nodes[r].asn for r in model.routers()) else "")
+             + f" (FRR; {model.routing.timers.describe()})"]
+    for router in model.routers():
+        asn = model.nodes[router].asn
+        lines.append(f"  {router}" + (f" (AS {asn})" if asn else ""))
+        lines += [f"    {line}" for line in daemons.neighbours(record.lab, router, model)]
+        for route in model.nodes[router].routes:
+            lines.append(f"    route {route}")
+    return lines
 
 
 def _results_command(args: argparse.Namespace) -> int:

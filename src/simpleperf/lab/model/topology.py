@@ -15,19 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from ...units import parse_duration, parse_rate
-from . import datafiles
+from . import datafiles, routing
+from .errors import TopologyError
+from .routing import Routing
+
+__all__ = ["Endpoint", "Link", "Node", "Route", "Shaping", "Topology", "TopologyError"]
 
 NODE_KINDS = ("hosts", "routers", "switches")
 NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
 LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
 LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 SHAPING_FIELDS = ("bw", "delay", "jitter", "reorder", "loss", "max_queue_size")
-LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", *SHAPING_FIELDS}
+LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", "cost",
+               *SHAPING_FIELDS}
+NODE_FIELDS = {"hosts": {"routes"}, "routers": {"routes", "asn", "frr"}, "switches": set()}
 DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
-
-
-class TopologyError(datafiles.DataFileError):
-    """A mistake in a topology; the message names where it is."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class Node:
     name: str
     kind: str  # "host", "router" or "switch"
     routes: tuple[Route, ...] = ()
+    asn: int | None = None  # its autonomous system, when BGP runs
+    frr: str = ""  # a raw FRR configuration fragment for this router
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Link:
     b: Endpoint
     a_to_b: Shaping
     b_to_a: Shaping
+    cost: int | None = None  # OSPF cost of both ends (FRR's default: from the bandwidth)
 
     @property
     def is_shaped(self) -> bool:
@@ -115,6 +120,23 @@ class Topology:
     nodes: dict[str, Node]
     links: tuple[Link, ...]
     source: str = ""  # the TOML text it was read from, kept with results
+    routing: Routing = Routing()
+
+    @property
+    def runs_daemons(self) -> bool:
+        """Do its routers run FRR (a routing protocol, or a raw fragment)?"""
+        return self.routing.dynamic or any(node.frr for node in self.nodes.values())
+
+    def routers(self) -> list[str]:
+        return [n.name for n in self.nodes.values() if n.kind == "router"]
+
+    def adjacent_routers(self) -> list[tuple[str, str]]:
+        """Pairs of routers that share a subnet (one link, or switches between them)."""
+        pairs = []
+        for segment in l2_segments(self):
+            routers = sorted({e.node for e in segment if self.nodes[e.node].kind == "router"})
+            pairs += [(a, b) for i, a in enumerate(routers) for b in routers[i + 1:]]
+        return pairs
 
     def endpoints_of(self, node: str) -> list[tuple[Endpoint, Link]]:
         found = []
@@ -163,7 +185,9 @@ def parse(text: str, default_name: str = "lab", origin: Path | None = None) -> T
 
 
 def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "") -> Topology:
-    _only(data, {"name", "description", *NODE_KINDS, "links"}, "topology")
+    _only(data, {"name", "description", *NODE_KINDS, "links", "routing", "timers"},
+          "topology")
+    routing_plan = routing.parse(data)
     name = datafiles.name(data.get("name", default_name), LAB_NAME, "topology name",
                           "1-10 lowercase letters, digits or '-', starting with a letter",
                           TopologyError)
@@ -182,26 +206,50 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
             spec = spec if spec is not None else {}
             if not isinstance(spec, dict):
                 raise TopologyError(f"node {node_name}: must be a table")
-            _only(spec, {"routes"} if kind != "switches" else set(), f"node {node_name}")
-            nodes[node_name] = Node(node_name, kind[:-1] if kind != "switches" else "switch")
+            _only(spec, NODE_FIELDS[kind], f"node {node_name}")
+            nodes[node_name] = Node(node_name, kind[:-1] if kind != "switches" else "switch",
+                                    asn=routing.asn(spec.get("asn"), node_name, routing_plan),
+                                    frr=routing.fragment(spec.get("frr"), node_name))
             raw_routes[node_name] = spec.get("routes", [])
     if not nodes:
         raise TopologyError("the topology has no nodes")
-    links = _links(data.get("links", []), nodes)
+    links = _links(data.get("links", []), nodes, routing_plan)
     description = datafiles.text(data.get("description", ""), "description", TopologyError)
-    topology = Topology(name, description, nodes, tuple(links), source)
+    topology = Topology(name, description, nodes, tuple(links), source, routing_plan)
     nodes = {n: replace(node, routes=_routes(n, raw_routes[n], topology))
              for n, node in nodes.items()}
     topology = replace(topology, nodes=nodes)
     _check_addresses(topology)
+    if routing_plan.dynamic:
+        topology = replace(topology, nodes=_default_gateways(topology))
+        routing.check_autonomous_systems({r: nodes[r].asn for r in topology.routers()},
+                                         topology.adjacent_routers())
     return topology
+
+
+def _default_gateways(topology: Topology) -> dict[str, Node]:
+    """With routing daemons, a host that names no routes sends everything to the first
+    router on its subnet, as DHCP would have told it."""
+    nodes = dict(topology.nodes)
+    for segment in l2_segments(topology):
+        routers = [e for e in segment if topology.nodes[e.node].kind == "router"]
+        if not routers:
+            continue
+        gateway = routers[0].address
+        assert gateway is not None
+        for end in segment:
+            node = nodes[end.node]
+            if node.kind == "host" and not node.routes:
+                nodes[end.node] = replace(node, routes=(
+                    Route(ipaddress.IPv4Network("0.0.0.0/0"), gateway.ip),))
+    return nodes
 
 
 def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
     datafiles.only(table, allowed, where, TopologyError)
 
 
-def _links(raw_links: Any, nodes: dict[str, Node]) -> list[Link]:
+def _links(raw_links: Any, nodes: dict[str, Node], routing_plan: Routing) -> list[Link]:
     if not isinstance(raw_links, list):
         raise TopologyError("links must be an array of tables: [[links]]")
     counters: dict[str, int] = {}
@@ -234,10 +282,11 @@ def _links(raw_links: Any, nodes: dict[str, Node]) -> list[Link]:
             address = _address(spec.get(f"{side}_address"), f"{where}: {side}_address",
                                is_switch, node)
             endpoints.append(Endpoint(node, f"{node}-eth{number}", address))
-        both = _shaping(spec, where, Shaping())
-        a_to_b = _shaping(spec.get("a_to_b", {}), f"{where} a_to_b", both)
-        b_to_a = _shaping(spec.get("b_to_a", {}), f"{where} b_to_a", both)
-        links.append(Link(label, endpoints[0], endpoints[1], a_to_b, b_to_a))
+        both = reshape(spec, where, Shaping())
+        a_to_b = reshape(spec.get("a_to_b", {}), f"{where} a_to_b", both)
+        b_to_a = reshape(spec.get("b_to_a", {}), f"{where} b_to_a", both)
+        links.append(Link(label, endpoints[0], endpoints[1], a_to_b, b_to_a,
+                          routing.cost(spec.get("cost"), label, routing_plan)))
     return links
 
 
@@ -265,7 +314,8 @@ def _address(value: Any, where: str, is_switch: bool, node: str
     return address
 
 
-def _shaping(spec: Any, where: str, base: Shaping) -> Shaping:
+def reshape(spec: Any, where: str, base: Shaping) -> Shaping:
+    """Mininet's link fields (bw, delay, jitter, loss, ...) in `spec`, over `base`."""
     if not isinstance(spec, dict):
         raise TopologyError(f"{where}: must be a table")
     if where.endswith(("a_to_b", "b_to_a")):

@@ -57,6 +57,21 @@ MAX_PEAK = 20e9
 # before it leaves: jitter in order, as the own shaper keeps it. A rate far above any link's
 # adds 12 ns per 1500-byte packet; tbf does the limiting.
 NETEM_IN_ORDER_RATE = "1000gbit"
+# Routing daemons. A nexthop on a link without carrier is not used (a failed link fails
+# over, as on real routers); equal-cost paths are chosen per flow (addresses and ports);
+# reverse-path filtering would drop the asymmetric paths that routing may choose.
+ROUTING_SYSCTLS = ["net.ipv4.conf.all.ignore_routes_with_linkdown=1",
+                   "net.ipv4.fib_multipath_hash_policy=1",
+                   "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+# Routing daemons manage the routers' neighbour entries themselves (zebra replaces the
+# lab's static ones), so the wire answers ARP for the far end of each of its links with
+# its own port's address (proxy ARP, at once rather than after the usual random delay).
+PROXY_ARP_SYSCTLS = ("net.ipv4.conf.{port}.proxy_arp=1", "net.ipv4.neigh.{port}.proxy_delay=0",
+                     "net.ipv4.conf.{port}.rp_filter=0")
+# OSPF's hellos and floods go to 224.0.0.5 and .6 with TTL 1: the wire namespace does not
+# route multicast, so a shaped link between routers hands link-local multicast straight
+# across (unicast, such as BGP and BFD, is routed and shaped like any other packet).
+LINK_LOCAL_MULTICAST = "224.0.0.0/24"
 
 
 @dataclass
@@ -130,6 +145,8 @@ def plan(topology: Topology, backend: str) -> Plan:
         kind = topology.nodes[name].kind if name in topology.nodes else "wire"
         if kind in ("router", "wire"):
             space.sysctls.append("net.ipv4.ip_forward=1")
+        if topology.runs_daemons and kind != "wire":
+            space.sysctls += ROUTING_SYSCTLS
         if kind == "switch":
             space.ip_first += [f"link add {name} type bridge stp_state 0",
                                f"link set {name} up"]
@@ -142,6 +159,8 @@ def plan(topology: Topology, backend: str) -> Plan:
         if link in routed:
             root += _routed_link(link, routed.index(link) + 1, wire, namespaces, backend,
                                  delay_queues, indexes)
+            if topology.runs_daemons:
+                _serve_routing_daemons(namespaces[wire], *_ports(routed.index(link) + 1))
         else:
             root.append(f"link add {link.a.interface} netns {link.a.node} index "
                         f"{next(indexes)} type veth peer name {link.b.interface} netns "
@@ -195,10 +214,10 @@ def _shape_at_endpoints(topology: Topology, link: Link,
                                 f"be hosts or routers, and {switch} is a switch: put the "
                                 "slow link between routers")
         if shaping.rate is not None:
-            namespaces[end.node].tc += _rate_limit(end.interface, shaping)
+            namespaces[end.node].tc += rate_limit(end.interface, shaping)
 
 
-def _rate_limit(device: str, shaping: Shaping) -> list[str]:
+def rate_limit(device: str, shaping: Shaping) -> list[str]:
     """A drop-tail queue of `queue` packets drained at the link rate."""
     assert shaping.rate is not None
     rate = int(shaping.rate)
@@ -252,9 +271,9 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
             f"rule add iif {ingress} table {table} pref {table}",
             f"route add default via {far_end.ip} dev {egress} onlink table {table}"]
         if shaping.rate is not None:
-            space.tc += _rate_limit(egress, shaping)
+            space.tc += rate_limit(egress, shaping)
         if backend == "netem":
-            _netem_direction(space, ingress, shaping)
+            netem_direction(space, ingress, shaping)
         else:
             _own_direction(space, ingress, shaping, number, wire, delay_queues)
     return root
@@ -271,10 +290,10 @@ def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: 
                              "jitter": shaping.jitter, "reorder": shaping.reorder})
 
 
-def _netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:
+def netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:
     if not (shaping.delay or shaping.jitter or shaping.loss):
         return
-    ifb = f"ifb{ingress[1:]}"
+    ifb = ifb_of(ingress)
     netem = f"netem limit 1000000 delay {shaping.delay * 1e6:.0f}us"
     if shaping.jitter:
         netem += f" {shaping.jitter * 1e6:.0f}us distribution normal"
@@ -287,6 +306,26 @@ def _netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> No
                  f"filter add dev {ingress} parent ffff: protocol all u32 match u32 0 0 "
                  f"action mirred egress redirect dev {ifb}",
                  f"qdisc add dev {ifb} root {netem}"]
+
+
+def _serve_routing_daemons(space: NamespacePlan, port_a: str, port_b: str) -> None:
+    """Proxy ARP on both ports; link-local multicast across, ahead of any other ingress
+    filter (netem's redirect to its ifb), at priority 1."""
+    if "net.ipv4.conf.all.rp_filter=0" not in space.sysctls:
+        space.sysctls.append("net.ipv4.conf.all.rp_filter=0")
+    for ingress, egress in ((port_a, port_b), (port_b, port_a)):
+        space.sysctls += [rule.format(port=ingress) for rule in PROXY_ARP_SYSCTLS]
+        ingress_qdisc = f"qdisc add dev {ingress} handle ffff: ingress"
+        if ingress_qdisc not in space.tc:
+            space.tc.append(ingress_qdisc)
+        space.tc.append(f"filter add dev {ingress} parent ffff: prio 1 protocol ip u32 match "
+                        f"ip dst {LINK_LOCAL_MULTICAST} action mirred egress redirect dev "
+                        f"{egress}")
+
+
+def ifb_of(ingress: str) -> str:
+    """The ifb device that holds netem for what arrives at a wire port (w3a: ifb3a)."""
+    return f"ifb{ingress[1:]}"
 
 
 def create_namespaces(built: Plan) -> None:

@@ -8,6 +8,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -16,11 +17,14 @@ from typing import Any
 import simpleperf
 
 from ..model import topology
-from . import build, ownership
+from . import build, changes, ownership
+from .routing import convergence, daemons, tables
 from .shaping.probe import Capabilities, probe
 from .system import CommandError, existing_namespaces, require_tools
 
 REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl", "unshare")
+CONVERGENCE_BOUND = 30.0  # seconds for routing daemons to give every host a path to every other
+RECONVERGENCE_BOUND = 10.0  # after a change: a cut-off network never converges
 
 
 # The delay line runs as its own process: `python -m` this module (not imported here, where
@@ -71,6 +75,39 @@ def rebuild(spec: dict[str, Any]) -> topology.Topology:
     return topology.parse(spec["file"])
 
 
+def model_of(record: ownership.LabRecord) -> topology.Topology:
+    """The lab's model as it is now: its topology with the links set while it runs."""
+    return changes.current(record, rebuild(record.topology))
+
+
+def change(name: str | None, wanted: changes.Change) -> tuple[float, str]:
+    """Make one change to a running lab; the seconds it took and, in a routed lab, what
+    routing did after it (converged again, or which hosts are cut off)."""
+    require_root("change a lab's links and nodes")
+    record = find(name)
+    base = rebuild(record.topology)
+    started = time.monotonic()
+    with ownership.locked(record.lab):
+        record = ownership.load(record.lab) or record
+        try:
+            changes.apply(record, base, wanted)
+        except (CommandError, topology.TopologyError) as error:
+            raise LabError(str(error)) from None
+    took = time.monotonic() - started
+    if not base.runs_daemons:
+        return took, ""
+    try:
+        done = convergence.wait(record.lab, base, RECONVERGENCE_BOUND, set(record.links_down))
+    except topology.TopologyError as error:
+        return took, f"routing: {error}"
+    said = f"routing: converged {done.settled:.2f} s after the change"
+    if done.unreachable:
+        shown = ", ".join(f"{a}->{b}" for a, b in done.unreachable[:6])
+        said += (f"; {len(done.unreachable)} host pairs have no path: {shown}"
+                 + (" ..." if len(done.unreachable) > 6 else ""))
+    return took, said
+
+
 def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None,
        persistent: bool = True, say: Callable[[str], None] = print) -> ownership.LabRecord:
     require_root()
@@ -81,7 +118,9 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None
         raise LabError(str(error)) from None
     try:
         plan = build.plan(model, backend)
-    except topology.TopologyError as error:
+        if model.runs_daemons:
+            daemons.require_frr(model)
+    except (topology.TopologyError, CommandError) as error:
         raise LabError(str(error)) from None
     with ownership.locked(model.name):
         _clear_the_way(model.name, plan.namespace_names, say)
@@ -96,14 +135,35 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None
             build.execute(plan)
             if plan.delay_queues:
                 _start_delay_lines(record, plan.delay_queues)
+            if model.runs_daemons:
+                _start_routing(record, model, say)
             record.complete = True
             record.save()
         except BaseException as error:
             ownership.tear_down(record)
-            if isinstance(error, CommandError):
+            if isinstance(error, (CommandError, topology.TopologyError)):
                 raise LabError(str(error)) from None
             raise
     return record
+
+
+def _start_routing(record: ownership.LabRecord, model: topology.Topology,
+                   say: Callable[[str], None]) -> None:
+    started = time.monotonic()
+    daemons.start(record, model)
+    running = time.monotonic() - started
+    done = convergence.wait(record.lab, model, CONVERGENCE_BOUND, reachable=True)
+    say(f"routing: FRR daemons started on {len(model.routers())} routers in {running:.2f} s; "
+        f"converged {done.settled:.2f} s later (every adjacency up, routes unchanged "
+        f"for {convergence.QUIET_SECONDS:g} s)")
+
+
+def routed(record: ownership.LabRecord, model: topology.Topology) -> topology.Topology:
+    """The model with the routes every node's kernel holds now (theory follows them)."""
+    if not model.runs_daemons:
+        return model
+    nodes = [n.name for n in model.nodes.values() if n.kind != "switch"]
+    return tables.installed(model, tables.read(nodes))
 
 
 def _clear_the_way(lab: str, namespaces: list[str], say: Callable[[str], None]) -> None:
@@ -202,6 +262,8 @@ def run_in_node(node: str, command: list[str]) -> int:
             break
     else:
         raise LabError(f"no lab that is up has a node named {node}")
+    if command[0] == daemons.VTYSH and daemons.folder(record.lab, node).is_dir():
+        command = daemons.vtysh_command(record.lab, node, *command[1:])
     return run_recorded(record, ["ip", "netns", "exec", node, *command],
                         f"exec in {node}: {' '.join(command)[:60]}")
 

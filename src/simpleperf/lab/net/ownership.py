@@ -59,6 +59,8 @@ class LabRecord:
     complete: bool = False
     created: float = field(default_factory=time.time)
     shaper_reason: str = ""  # why this backend: asked for, or what the kernel has
+    links_down: list[str] = field(default_factory=list)  # set down while the lab runs
+    link_changes: dict[str, dict] = field(default_factory=dict)  # link: shaping fields set
 
     @property
     def shaper(self) -> str:

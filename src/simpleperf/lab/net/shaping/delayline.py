@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,8 +142,11 @@ def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
     return sock
 
 
-def serve(plan: list[dict[str, Any]]) -> None:
-    """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds)."""
+def serve(plan: list[dict[str, Any]],
+          reread: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+    """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds).
+    `reread`: returns the plan again after a SIGHUP (`lab link set` changed a delay); a
+    queue's new delay applies to the packets that arrive from then on."""
     _run_ahead()
     # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
     # on arrival; the queue messages then carry the true arrival time.
@@ -158,15 +162,19 @@ def serve(plan: list[dict[str, Any]]) -> None:
     lateness = Lateness(timer_lateness(clock))
     signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
     signal.signal(signal.SIGINT, _stop)
+    reloads = ReloadSignal()
     print("ready", flush=True)
     with stamper:
         while True:
             listened, target = _wake_plan(queues)
             timeout = 0.5 if target is None else max(0.0, target - lateness.value - clock())
             try:
-                ready, _, _ = select.select(listened, [], [], timeout)
+                ready, _, _ = select.select([*(s.fileno() for s in listened), reloads.fd],
+                                            [], [], timeout)
             except InterruptedError:
                 continue
+            if reloads.fd in ready and reloads.take() and reread is not None:
+                _apply(queues, reread())
             now = clock()
             if watchdog.gone(now):
                 return
@@ -290,15 +298,48 @@ class Stopped(Exception):
     pass
 
 
+
+def _apply(queues: list[DirectionQueue], plan: list[dict[str, Any]]) -> None:
+    by_number = {entry["queue"]: entry for entry in plan}
+    for queue in queues:
+        entry = by_number.get(queue.number)
+        if entry is not None:
+            queue.delay, queue.jitter = entry["delay"], entry["jitter"]
+            queue.reorder = entry["reorder"]
+
+
 def _stop(signum, frame):
     raise Stopped
 
 
+class ReloadSignal:
+    """SIGHUP wakes the loop through a pipe: the handler never interrupts a release."""
+
+    def __init__(self) -> None:
+        self.fd, self._write = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._write, False)
+        signal.signal(signal.SIGHUP, self._signalled)
+
+    def _signalled(self, signum, frame) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write, b"!")
+
+    def take(self) -> bool:
+        """Was a SIGHUP received since the last call?"""
+        try:
+            return bool(os.read(self.fd, 4096))
+        except BlockingIOError:
+            return False
+
+
 def main(argv: list[str]) -> int:
-    with open(argv[0]) as config:
-        plan = json.load(config)
+    def reread() -> list[dict[str, Any]]:
+        with open(argv[0]) as config:
+            return list(json.load(config))
+
     try:
-        serve(plan)
+        serve(reread(), reread)
     except Stopped:
         pass
     except OSError as error:

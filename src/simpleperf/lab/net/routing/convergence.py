@@ -1,0 +1,103 @@
+"""When has routing converged? Every adjacency that can form has formed (OSPF neighbours
+Full, BGP sessions Established), the kernels' routes have stopped changing, and every host
+reaches every other along them (or, after a failure that cuts the network, as many as can).
+
+Reachability alone is not enough: BGP may first install a longer path it learnt earlier and
+move to the best one a moment later, when the session that carries it comes up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ...model.topology import Topology, TopologyError
+from . import config, daemons, tables
+
+POLL_SECONDS = 0.05
+QUIET_SECONDS = 0.3  # the routes stayed the same this long: nothing is still on its way
+
+
+@dataclass
+class Converged:
+    reachable: float | None  # seconds until every host reached every other (None: never)
+    settled: float  # seconds until adjacencies were complete and the routes still
+    routed: Topology  # the topology along the routes installed at the end
+    unreachable: list[tuple[str, str]]
+
+
+def expected_adjacencies(topology: Topology, down: set[str]) -> dict[str, dict[str, int]]:
+    """Per router: OSPF neighbours expected Full per interface, and BGP peers expected
+    Established (address: 1), leaving out what runs over a link that is down."""
+    links_of = {end.interface: link.name for link in topology.links
+                for end in (link.a, link.b)}
+    isolated = {r for r in topology.routers()
+                if all(link.name in down for _, link in topology.endpoints_of(r))}
+    expected: dict[str, dict[str, int]] = {}
+    for router in topology.routers():
+        wanted: dict[str, int] = {}
+        if router in isolated:
+            expected[router] = wanted
+            continue
+        for interface in config.interfaces(topology, router):
+            if links_of[interface.end.interface] in down:
+                continue
+            if interface.ospf in ("point-to-point", "broadcast"):
+                wanted[interface.end.interface] = len(
+                    [n for n in interface.ospf_neighbours if n not in isolated])
+            for address, _ in interface.ebgp_peers:
+                owner = topology.owner_of(address)
+                if owner not in isolated:
+                    wanted[f"bgp {address}"] = 1
+        if topology.nodes[router].asn is not None:
+            for peer in config.internal_peers(topology, router):
+                if topology.owner_of(peer) not in isolated:
+                    wanted[f"bgp {peer}"] = 1
+        expected[router] = wanted
+    return expected
+
+
+def missing_adjacencies(lab: str, topology: Topology, down: set[str]) -> list[str]:
+    """What is expected and not up yet, as 'r1: ospf on r1-eth1' or 'r2: bgp 10.0.0.1'."""
+    missing = []
+    for router, wanted in expected_adjacencies(topology, down).items():
+        if not wanted:
+            continue
+        up = daemons.adjacencies(lab, router, topology)
+        for key, count in wanted.items():
+            if up.get(key, 0) < count:
+                missing.append(f"{router}: {'ospf on ' if not key.startswith('bgp') else ''}"
+                               f"{key}")
+    return missing
+
+
+def wait(lab: str, topology: Topology, bound: float, down: set[str] | None = None,
+         reachable: bool = False) -> Converged:
+    """Poll until converged (and with `reachable`, until every host reaches every other);
+    past `bound`, one line saying what is still missing."""
+    down = down or set()
+    started = time.monotonic()
+    nodes = [n.name for n in topology.nodes.values() if n.kind != "switch"]
+    last_tables: dict | None = None
+    changed = started
+    reachable_at: float | None = None
+    while True:
+        now_tables = tables.read(nodes)
+        now = time.monotonic()
+        if now_tables != last_tables:
+            last_tables, changed = now_tables, now
+        routed = tables.installed(topology, now_tables)
+        cut = tables.unreachable(routed)
+        if not cut and reachable_at is None:
+            reachable_at = now - started
+        quiet = now - changed >= QUIET_SECONDS
+        missing = missing_adjacencies(lab, topology, down) if quiet else ["(routes changing)"]
+        if quiet and not missing and not (reachable and cut):
+            return Converged(reachable_at if not cut else None, changed - started, routed, cut)
+        if now - started > bound:
+            shown = ", ".join(f"{a}->{b}" for a, b in cut[:6]) or "none"
+            raise TopologyError(
+                f"routing did not converge within {bound:g} s: not up: "
+                f"{', '.join(missing[:4])}; host pairs without a route: {shown} (simpleperf "
+                "lab exec ROUTER -- vtysh -c 'show ip route' shows what the daemons have)")
+        time.sleep(POLL_SECONDS)
