@@ -15,6 +15,10 @@ from ...model.topology import Endpoint, Topology, l2_segments
 # SPF runs at once on a change, then at most every 50 ms while changes keep coming, backing
 # off to 1 s: a lab's few routers converge in milliseconds, not FRR's default 0/50/5000.
 SPF_THROTTLE = "timers throttle spf 0 50 1000"
+# A router may originate a new LSA at once after its last one (OSPF's MinLSInterval is 5 s)
+# and accepts one as soon as it arrives (MinLSArrival, 1 s): a link that fails seconds after
+# another change is announced without waiting out either.
+LSA_TIMERS = ("timers throttle lsa all 0", "timers lsa min-arrival 0")
 RETRANSMIT_SECONDS = 1  # an unacknowledged LSA is sent again after this (FRR: 5 s)
 BFD_PROFILE = "lab"
 BFD_MULTIPLIER = 3
@@ -121,7 +125,8 @@ def _ospf(topology: Topology, router: str) -> list[str]:
         if interface.cost is not None:
             lines.append(f" ip ospf cost {interface.cost}")
         lines.append("exit")
-    lines += ["router ospf", f" ospf router-id {router_id(topology, router)}", f" {SPF_THROTTLE}"]
+    lines += ["router ospf", f" ospf router-id {router_id(topology, router)}", f" {SPF_THROTTLE}",
+              *(f" {timer}" for timer in LSA_TIMERS)]
     lines += [f" passive-interface {name}" for name in passive]
     return lines + ["exit"]
 

@@ -27,8 +27,9 @@ class Converged:
 
 
 def expected_adjacencies(topology: Topology, down: set[str]) -> dict[str, dict[str, int]]:
-    """Per router: OSPF neighbours expected Full per interface, and BGP peers expected
-    Established (address: 1), leaving out what runs over a link that is down."""
+    """Per router: how many OSPF neighbours are expected Full on each interface, and whether
+    each BGP session is expected Established ('bgp ADDRESS': 1 or 0); none over a link that
+    is down, none with a router whose every link is down."""
     links_of = {end.interface: link.name for link in topology.links
                 for end in (link.a, link.b)}
     isolated = {r for r in topology.routers()
@@ -40,32 +41,30 @@ def expected_adjacencies(topology: Topology, down: set[str]) -> dict[str, dict[s
             expected[router] = wanted
             continue
         for interface in config.interfaces(topology, router):
-            if links_of[interface.end.interface] in down:
-                continue
+            cut = links_of[interface.end.interface] in down
             if interface.ospf in ("point-to-point", "broadcast"):
-                wanted[interface.end.interface] = len(
+                wanted[interface.end.interface] = 0 if cut else len(
                     [n for n in interface.ospf_neighbours if n not in isolated])
             for address, _ in interface.ebgp_peers:
-                owner = topology.owner_of(address)
-                if owner not in isolated:
-                    wanted[f"bgp {address}"] = 1
+                wanted[f"bgp {address}"] = int(not cut and topology.owner_of(address)
+                                               not in isolated)
         if topology.nodes[router].asn is not None:
             for peer in config.internal_peers(topology, router):
-                if topology.owner_of(peer) not in isolated:
-                    wanted[f"bgp {peer}"] = 1
+                wanted[f"bgp {peer}"] = int(topology.owner_of(peer) not in isolated)
         expected[router] = wanted
     return expected
 
 
 def missing_adjacencies(lab: str, topology: Topology, down: set[str]) -> list[str]:
-    """What is expected and not up yet, as 'r1: ospf on r1-eth1' or 'r2: bgp 10.0.0.1'."""
+    """Adjacencies not yet as expected (one still up over a failed link counts too), as
+    'r1: ospf on r1-eth1' or 'r2: bgp 10.0.0.1'."""
     missing = []
     for router, wanted in expected_adjacencies(topology, down).items():
         if not wanted:
             continue
         up = daemons.adjacencies(lab, router, topology)
-        for key, count in wanted.items():
-            if up.get(key, 0) < count:
+        for key in sorted(set(wanted) | set(up)):
+            if up.get(key, 0) != wanted.get(key, 0):
                 missing.append(f"{router}: {'ospf on ' if not key.startswith('bgp') else ''}"
                                f"{key}")
     return missing

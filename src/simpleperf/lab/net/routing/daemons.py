@@ -22,6 +22,7 @@ from .. import ownership
 from ..system import CommandError
 from . import config
 
+# Debian and Ubuntu keep FRR's daemons here (Fedora: /usr/libexec/frr, set this variable).
 FRR_PROGRAMS = Path(os.environ.get("SIMPLEPERF_FRR_DIR", "/usr/lib/frr"))
 FRR_USER = "frr"  # Debian's frr package runs its daemons as this user
 VTYSH = "vtysh"

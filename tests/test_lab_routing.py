@@ -1,0 +1,234 @@
+"""Routed labs with real FRR daemons in real namespaces: convergence, paths chosen by OSPF
+and BGP, failover when a link goes down, changes on a running lab, cleanup of daemons.
+
+CI installs frr (scripts/setup). Tolerances on RTTs are wide: the paths differ by tens of
+milliseconds, a shared machine's noise is far below that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+from helpers import SIMPLEPERF
+from lab_helpers import assert_gone, in_node, lab, needs_lab, ping_rtts
+
+from simpleperf.lab.model import theory, topology
+from simpleperf.lab.net import ownership
+from simpleperf.lab.net.routing import tables
+from simpleperf.lab.net.system import existing_namespaces
+
+pytestmark = needs_lab
+
+CAMPUS = {"h1", "h2", "h3", "h4", "h5", "r1", "r2", "r3", "s1", "s2", "campus-wire"}
+WAN = {"h1", "h2", "h3", "h4", "r1", "r2", "r3", "r4", "r5", "s1", "s2", "wan-wire"}
+
+
+def frr_processes(lab_name: str) -> set[int]:
+    """FRR daemons whose files are in the lab's folder (zebra, ospfd, bgpd, ...)."""
+    marker = str(ownership.RECORD_DIR / f"{lab_name}.frr").encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if marker in cmdline.read():
+                    found.add(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def next_hop(node: str, address: str) -> str:
+    done = in_node(node, "ip", "route", "get", address)
+    match = re.search(r" via (\S+)", done.stdout)
+    return match.group(1) if match else "direct"
+
+
+def median_rtt(node: str, address: str, count: int = 5) -> float:
+    rtts = ping_rtts(node, address, count, interval=0.05)
+    assert rtts, f"{node} cannot ping {address}"
+    return statistics.median(rtts)
+
+
+@pytest.fixture
+def campus():
+    done = lab("up", "campus", timeout=120)
+    assert re.search(r"routing: FRR daemons started on 3 routers in [\d.]+ s; converged "
+                     r"[\d.]+ s later", done.stdout), done.stdout
+    yield
+    lab("down", "campus")
+    assert_gone(CAMPUS)
+    assert not frr_processes("campus")
+
+
+@pytest.mark.guest
+def test_ospf_converges_and_fails_over_to_the_backup_link_and_back(campus):
+    """Every host reaches every other through r2 (cost 20), the backup r1-r3 (cost 30)
+    carries traffic while C2 is down, and r2's path returns when it comes back."""
+    for source, target in (("h1", "10.10.2.11"), ("h5", "10.10.1.13"), ("h3", "10.10.2.12")):
+        assert ping_rtts(source, target, 2), (source, target)
+    assert next_hop("r1", "10.10.2.11") == "10.10.12.2"
+    primary = median_rtt("h1", "10.10.2.11")
+    down = lab("link", "C2", "down")
+    assert re.search(r"routing: converged [\d.]+ s after the change", down.stdout), down.stdout
+    assert next_hop("r1", "10.10.2.11") == "10.10.13.2"
+    backup = median_rtt("h1", "10.10.2.11")
+    assert primary < 8 and 9 < backup < 20, (primary, backup)  # 2 x (1+1) ms, then 2 x 5 ms
+    assert "C2" in lab("status", "campus").stdout.split("DOWN")[0].splitlines()[-1]
+    lab("link", "C2", "up")
+    assert next_hop("r1", "10.10.2.11") == "10.10.12.2"
+    assert median_rtt("h1", "10.10.2.11") < 8
+
+
+def test_status_and_vtysh_show_what_the_daemons_know(campus):
+    status = lab("status", "campus").stdout
+    assert "routing: ospf (FRR; OSPF hello 1 s, dead 4 s" in status
+    assert re.search(r"ospf 10\.10\.12\.2 \(router \S+\) Full on r1-eth1", status), status
+    assert "route 10.10.2.0/24 via 10.10.12.2" in status
+    shown = lab("exec", "r2", "--", "vtysh", "-c", "show ip ospf neighbor").stdout
+    assert shown.count("Full/") == 2, shown  # r1 and r3
+    assert "10.10.2.0/24" in lab("exec", "r1", "--", "vtysh", "-c", "show ip route").stdout
+
+
+def test_node_down_takes_every_link_and_routing_goes_around(campus):
+    lab("node", "r2", "down")
+    assert next_hop("r1", "10.10.2.11") == "10.10.13.2"
+    assert ping_rtts("h1", "10.10.2.11", 2)
+    lab("node", "r2", "up")
+    assert next_hop("r1", "10.10.2.11") == "10.10.12.2"
+
+
+@pytest.mark.guest
+def test_bgp_prefers_the_shorter_as_path_and_moves_when_it_fails():
+    done = lab("up", "wan", timeout=120)
+    try:
+        assert "routing: FRR daemons started on 5 routers" in done.stdout, done.stdout
+        best = lab("exec", "r2", "--", "vtysh", "-c", "show bgp ipv4 unicast 10.3.1.0/24").stdout
+        assert "65003" in best and next_hop("r2", "10.3.1.11") == "172.16.13.2"
+        direct = median_rtt("h1", "10.3.1.11")
+        lab("link", "P13", "down")
+        assert next_hop("r2", "10.3.1.11") == "172.16.12.2"  # through AS 65002
+        assert next_hop("r4", "10.1.1.11") == "172.16.23.1"  # and back the same way
+        transit = median_rtt("h1", "10.3.1.11")
+        assert 35 < direct < 60 and 115 < transit < 140, (direct, transit)
+        lab("link", "P13", "up")
+        assert next_hop("r2", "10.3.1.11") == "172.16.13.2"
+    finally:
+        lab("down", "wan")
+    assert_gone(WAN)
+    assert not frr_processes("wan")
+
+
+def test_static_and_ospf_portfolio_take_the_same_paths():
+    """Theory along the routes OSPF installed equals theory along the static file's."""
+    static = topology.load("portfolio")
+    lab("up", "portfolio-ospf", timeout=120)
+    try:
+        ospf = topology.load("portfolio-ospf")
+        nodes = [n.name for n in ospf.nodes.values() if n.kind != "switch"]
+        routed = tables.installed(ospf, tables.read(nodes))
+        for source in static.hosts():
+            for target in static.hosts():
+                if source == target:
+                    continue
+                by_file = [(link.name, node) for link, node in
+                           theory.path(static, source, target).hops]
+                by_ospf = [(link.name, node) for link, node in
+                           theory.path(routed, source, target).hops]
+                assert by_file == by_ospf, (source, target)
+        assert ping_rtts("h1", "10.0.7.2", 2)  # and packets do go: h1 to h9
+    finally:
+        lab("down", "pf-ospf")
+
+
+def test_sigkill_of_the_lab_leaves_no_daemon_behind(tmp_path):
+    """Kill `lab up` while its daemons converge: the next `lab down` stops every one of them
+    (and removes their folder), because each was recorded before it ran."""
+    victim = subprocess.Popen(SIMPLEPERF + ["lab", "up", "campus"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(frr_processes("campus")) < 6:
+        time.sleep(0.01)
+    assert len(frr_processes("campus")) == 6  # zebra and ospfd on three routers
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    record = ownership.load("campus")
+    assert record is not None and record.state == "remains"
+    done = lab("down", "campus")
+    assert done.stdout.count("(zebra on r") == 3 and done.stdout.count("(ospfd on r") == 3
+    time.sleep(0.2)
+    assert not frr_processes("campus")
+    assert not (ownership.RECORD_DIR / "campus.frr").exists()
+    assert_gone(CAMPUS)
+
+
+def test_a_raw_frr_fragment_is_applied_and_a_bad_one_refused(tmp_path):
+    source = topology.load("campus").source.replace(
+        "r2 = {}", 'r2 = { frr = "ip route 10.99.0.0/24 blackhole\\n" }')
+    good = tmp_path / "fragment.toml"
+    good.write_text(source)
+    lab("up", str(good), timeout=120)
+    try:
+        assert "10.99.0.0/24" in in_node("r2", "ip", "route").stdout
+        assert "staticd on r2" in lab("status", "campus").stdout
+    finally:
+        lab("down", "campus")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(source.replace("ip route 10.99.0.0/24 blackhole", "ip rooute nowhere"))
+    done = lab("up", str(bad), check=False, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "node r2: its frr fragment was refused" in done.stderr
+    assert not CAMPUS & existing_namespaces()
+    assert not frr_processes("campus") and ownership.load("campus") is None
+
+
+def test_malformed_routing_creates_nothing(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text(topology.load("campus").source.replace("r1 = {}", "r1 = { asn = 1 }"))
+    done = lab("up", str(broken), check=False)
+    assert done.returncode == 1
+    assert done.stderr == ("simpleperf lab: error: node r1: asn is missing (when one router "
+                           "has an asn, every router needs one)\n").replace("r1: asn is",
+                                                                            "r2: asn is")
+    assert not CAMPUS & existing_namespaces()
+
+
+@pytest.mark.guest
+def test_link_set_and_down_up_on_a_running_pair():
+    """`lab link` on a lab without routing: the delay changes what ping sees (the delay
+    line reads its plan again, or netem's qdisc is replaced), loss drops packets, and a
+    link that is down passes nothing until it is up."""
+    lab("up", "pair", "--delay", "5ms", "--rate", "50M")
+    try:
+        assert 9 < median_rtt("h1", "10.0.0.2") < 14
+        said = lab("link", "h1-h2", "set", "--delay", "20ms").stdout
+        assert said.startswith("link h1-h2 set delay 20ms ("), said
+        assert 39 < median_rtt("h1", "10.0.0.2") < 46
+        assert "delay 20 ms one-way" in lab("status", "pair").stdout
+        lab("link", "h1-h2", "set", "--loss", "100%")
+        assert ping_rtts("h1", "10.0.0.2", 5) == []
+        lab("link", "h1-h2", "set", "--loss", "0")
+        lab("link", "h1-h2", "down")
+        assert ping_rtts("h1", "10.0.0.2", 3) == []
+        lab("link", "h1-h2", "up")
+        assert 39 < median_rtt("h1", "10.0.0.2") < 46
+        wrong = lab("link", "L9", "down", check=False)
+        assert wrong.returncode == 1 and "lab pair has no link L9 (links: h1-h2)" in wrong.stderr
+        usage = lab("link", "h1-h2", "down", "--delay", "5ms", check=False)
+        assert usage.returncode == 2 and "--delay goes with 'set'" in usage.stderr
+    finally:
+        lab("down", "pair")
+
+
+def test_frr_missing_is_one_line_before_anything_is_built(monkeypatch, tmp_path):
+    monkeypatch.setenv("SIMPLEPERF_FRR_DIR", str(tmp_path))
+    done = lab("up", "campus", check=False)
+    assert done.returncode == 1
+    assert done.stderr == ("simpleperf lab: error: routing = 'ospf' needs FRRouting's ospfd, "
+                           "zebra (Debian: apt-get install frr)\n")
+    assert not CAMPUS & existing_namespaces()
