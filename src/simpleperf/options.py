@@ -38,6 +38,10 @@ MAX_NUM_BYTES = 1 << 60
 MAX_RTT_COUNT = 10**6
 MIN_RTT_INTERVAL = 0.01  # 100 probes a second: more would load what it measures
 MIN_REPORT_INTERVAL = 0.01
+# The finest interval a native server keeps for the client (its rows come back with the
+# results): the client's -i, no finer than this, so a server's bookkeeping stays small.
+MIN_SERVER_SAMPLE = 0.05
+MAX_SERVER_SAMPLE = 60.0
 MAX_CLIENTS_LIMIT = 100_000
 # Open connections a server keeps at once, in all and from one address: a thread each. One
 # test may open 2 x 128 streams, a control and an echo connection from one address.

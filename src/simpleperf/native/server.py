@@ -49,7 +49,6 @@ HANDSHAKE_SECONDS = 10.0  # greeting to test description, however slowly it tric
 STREAMS_SECONDS = 10.0  # accepted to every stream connected
 BYE_SECONDS = 2.0
 CHALLENGE_BYTES = 16
-SERVER_STEP_SECONDS = 1.0  # the intervals a server keeps (sent to the client with results)
 
 
 @dataclass
@@ -248,7 +247,7 @@ class NativeService:
                 if stream.protocol == "tcp":
                     tcp_stream.apply_options(stream.sock, pending.spec)
                     tcp.set_wake_up(stream.sock)
-            measurement = Measurement(pending.spec, streams, SERVER_STEP_SECONDS)
+            measurement = Measurement(pending.spec, streams, pending.spec.sample)
             session = NativeSession(measurement, channel, self.policy.time_limit)
             channel.send(Start())
             session.begin(time.monotonic())

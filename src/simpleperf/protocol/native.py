@@ -29,16 +29,19 @@ from typing import Any
 from ..errors import ProtocolError
 from ..options import (
     AUTH_UDP_LENGTH,
+    DEFAULT_NATIVE_INTERVAL,
     DEFAULT_UDP_RATE,
     MAX_LENGTH,
     MAX_NUM_BYTES,
     MAX_OMIT,
     MAX_PARALLEL,
     MAX_RATE,
+    MAX_SERVER_SAMPLE,
     MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
     MAX_WINDOW,
     MIN_LENGTH,
+    MIN_SERVER_SAMPLE,
     MIN_UDP_LENGTH,
     MIN_WINDOW,
     ClientOptions,
@@ -181,6 +184,7 @@ class TestSpec:
     omit: float = 0.0
     zerocopy: bool = False  # TCP senders use sendfile
     tos: int = 0  # the IP TOS byte of every data packet, both ends (-S, --dscp)
+    sample: float = DEFAULT_NATIVE_INTERVAL  # seconds per interval the server keeps
 
     def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -204,6 +208,7 @@ class TestSpec:
             "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
             "zerocopy": lambda v: isinstance(v, bool),
             "tos": lambda v: is_int(v) and 0 <= v <= 255,
+            "sample": lambda v: is_number(v) and MIN_SERVER_SAMPLE <= v <= MAX_SERVER_SAMPLE,
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -232,7 +237,8 @@ class TestSpec:
             num_bytes=options.num_bytes, length=options.length, rate=rate,
             window=options.window, congestion=options.congestion, mss=options.mss,
             nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
-            tos=options.tos)
+            tos=options.tos, sample=min(max(options.rows_every or DEFAULT_NATIVE_INTERVAL,
+                                            MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE))
 
     @property
     def end(self) -> float | None:

@@ -22,7 +22,8 @@ from ...options import (
     is_congestion_name,
 )
 from ...units import parse_duration, parse_rate, parse_size
-from . import datafiles
+from . import datafiles, events
+from .events import Event
 from .topology import TopologyError
 
 DATA_DIR = Path(__file__).parents[1] / "data" / "experiments"
@@ -86,6 +87,7 @@ class Step:
     flows: tuple[Flow, ...]
     repeat: int = 1
     capture: tuple[str, ...] = ()  # links or NODE:IFACE captured while the step runs
+    events: tuple[Event, ...] = ()  # changes to the network while the flows run
 
 
 @dataclass(frozen=True)
@@ -319,7 +321,7 @@ def _step(raw: Any, index: int, everywhere: tuple[str, ...]) -> Step:
     name = datafiles.text(raw.get("name", f"step {index}"), f"step {index}: name",
                           ExperimentError)
     where = f"step {index} ({name})"
-    _only(raw, {"case", "name", "flows", "repeat", "capture"}, where)
+    _only(raw, {"case", "name", "flows", "repeat", "capture", "events"}, where)
     capture = tuple(dict.fromkeys(everywhere + _places(raw.get("capture", []),
                                                        f"{where}: capture")))
     flows = raw.get("flows")
@@ -329,7 +331,7 @@ def _step(raw: Any, index: int, everywhere: tuple[str, ...]) -> Step:
     case = datafiles.text(raw.get("case", index), f"{where}: case", ExperimentError)
     return Step(case, name,
                 tuple(_flow(f, f"{where} flow {i}") for i, f in enumerate(flows, start=1)),
-                repeat, capture)
+                repeat, capture, events.parse(raw.get("events", []), where, ExperimentError))
 
 
 def _flow(raw: Any, where: str) -> Flow:
@@ -445,9 +447,18 @@ def _application(raw: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
     return values
 
 
-def check_against(experiment: Experiment, nodes: set[str]) -> None:
-    """Every flow's nodes exist in the topology (checked before the lab is built)."""
+def check_against(experiment: Experiment, nodes: set[str], links: set[str] | None = None
+                  ) -> None:
+    """Every flow's nodes, and every event's link or node, exist in the topology (checked
+    before the lab is built)."""
     for index, step in enumerate(experiment.steps, start=1):
+        for event in step.events:
+            known = nodes if event.on_node else (links or set())
+            if event.target not in known:
+                raise ExperimentError(
+                    f"step {index} ({step.name}): {event.describe()}: the topology "
+                    f"{experiment.topology} has no {'node' if event.on_node else 'link'} "
+                    f"{event.target}")
         for number, flow in enumerate(step.flows, start=1):
             for node in (flow.source, flow.target):
                 if node not in nodes:

@@ -62,6 +62,28 @@ class CaptureOutcome:
 
 
 @dataclass
+class EventFlow:
+    """What one event did to one flow."""
+
+    label: str
+    outage: float | None  # seconds without a probe reply (None: none came back)
+    dip: float | None  # share of the throughput lost at the worst interval, 0..1
+    recovery: float | None  # seconds until the throughput was back at 90 % of its new level
+
+
+@dataclass
+class EventOutcome:
+    description: str  # as the experiment says it: "at 10 s: link P13 down"
+    at: float  # seconds after the flows' start, as planned
+    applied: float | None = None  # when it was made, on the flows' clock (None: not made)
+    took: float | None = None  # seconds the change itself took
+    error: str | None = None
+    convergence: float | None = None  # seconds to the last route change after it
+    route_changes: int = 0
+    flows: list[EventFlow] = field(default_factory=list)
+
+
+@dataclass
 class StepOutcome:
     step: Step
     repetition: int
@@ -70,6 +92,7 @@ class StepOutcome:
     interrupted: bool = False
     sweep: tuple[str, str] | None = None  # (parameter, value) of a sweep point
     captures: list[CaptureOutcome] = field(default_factory=list)
+    events: list[EventOutcome] = field(default_factory=list)
 
     @property
     def fairness(self) -> float | None:

@@ -141,17 +141,49 @@ def _restore_static_routes(model: Topology, link: Link) -> None:
 
 def _set_shaping(record: ownership.LabRecord, model: Topology, link: Link,
                  fields: dict[str, Any]) -> None:
+    before = find_link(current(record, model), link.name)
+    _reshape(record, model, before, _reshaped(before, fields), fields)
+    changes = dict(record.link_changes)
+    changes[link.name] = {**changes.get(link.name, {}), **fields}
+    record.link_changes = changes
+
+
+def restore(record: ownership.LabRecord, model: Topology) -> list[str]:
+    """Every link as the topology built it: up, with its own shaping (after a step whose
+    events changed the network). What was restored, a name each."""
+    restored = []
+    for name in list(record.link_changes):
+        link = find_link(model, name)
+        _reshape(record, model, find_link(current(record, model), name), link,
+                 dict(record.link_changes[name]))
+        del record.link_changes[name]
+        restored.append(name)
+    for name in list(record.links_down):
+        _set_state(record, model, find_link(model, name), True)
+        restored.append(name)
+    record.save()
+    return sorted(set(restored))
+
+
+def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: Link,
+             fields: dict[str, Any]) -> None:
+    """Make the running link `before` into `after`; `fields` say what is set."""
+    link = find_link(model, before.name)
     now = current(record, model)
-    before = find_link(now, link.name)
-    after = _reshaped(before, fields)
     ports = build.wire_ports(model, link)
     if ports is None:  # a link to a switch: only a rate at each end's egress
         if any(k in fields for k in ("delay", "jitter", "loss")):
             raise ChangeError(f"link {link.name} joins a switch: only its bw and "
                               "max_queue_size can be set")
-        for end, shaping in ((link.a, after.a_to_b), (link.b, after.b_to_a)):
-            if model.nodes[end.node].kind != "switch" and shaping.rate is not None:
-                _replace_rate(end.node, end.interface, shaping)
+        for end, old, new in ((link.a, before.a_to_b, after.a_to_b),
+                              (link.b, before.b_to_a, after.b_to_a)):
+            if model.nodes[end.node].kind == "switch":
+                continue
+            if new.rate is not None:
+                _replace_rate(end.node, end.interface, new)
+            elif old.rate is not None:
+                run(["ip", "netns", "exec", end.node, "tc", "qdisc", "del", "dev", end.interface,
+                     "root"])
     else:
         wire = build.wire_namespace(model.name)
         port_a, port_b = ports
@@ -160,14 +192,13 @@ def _set_shaping(record: ownership.LabRecord, model: Topology, link: Link,
         for ingress, egress, old, new in directions:
             if new.rate is not None and (new.rate, new.queue) != (old.rate, old.queue):
                 _replace_rate(wire, egress, new)
+            elif new.rate is None and old.rate is not None:
+                run(["ip", "netns", "exec", wire, "tc", "qdisc", "del", "dev", egress, "root"])
             if record.backend == "netem":
                 _replace_netem(wire, ingress, new)
         if record.backend != "netem":
             _own_shaper(record, replace(now, links=tuple(
-                after if x.name == link.name else x for x in now.links)), link, before, after)
-    changes = dict(record.link_changes)
-    changes[link.name] = {**changes.get(link.name, {}), **fields}
-    record.link_changes = changes
+                after if x.name == link.name else x for x in now.links)), link, after)
 
 
 def _replace_rate(namespace: str, device: str, shaping: Shaping) -> None:
@@ -192,13 +223,13 @@ def _replace_netem(wire: str, ingress: str, shaping: Shaping) -> None:
     run(["ip", "netns", "exec", wire, "sh", "-c", script])
 
 
-def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, before: Link,
-                after: Link) -> None:
+def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, after: Link
+                ) -> None:
     """Loss: the wire's raw table anew. Delay and jitter: the delay lines read their plan
     again (SIGHUP); a direction built without a delay line cannot gain one."""
-    for old, new, side in ((before.a_to_b, after.a_to_b, "a_to_b"),
-                           (before.b_to_a, after.b_to_a, "b_to_a")):
-        if new.needs_delay_line and not old.needs_delay_line:
+    for built, new, side in ((link.a_to_b, after.a_to_b, "a_to_b"),
+                             (link.b_to_a, after.b_to_a, "b_to_a")):
+        if new.needs_delay_line and not built.needs_delay_line:
             raise ChangeError(f"link {link.name} {side} was built without delay: the own "
                               "shaper's delay lines are made at lab up, so give the link a "
                               "delay in the topology (even '0.1ms') to change it later")

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -36,6 +37,7 @@ from .system import (
 
 RECORD_DIR = Path(os.environ.get("SIMPLEPERF_LAB_DIR", "/run/simpleperf/labs"))
 RECORD_SUFFIX = ".record.json"
+_SAVING = threading.Lock()
 
 
 @dataclass
@@ -72,10 +74,13 @@ class LabRecord:
         return RECORD_DIR / f"{self.lab}{RECORD_SUFFIX}"
 
     def save(self) -> None:
-        RECORD_DIR.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(temporary, self.path)
+        # A step's events change the record from a thread while the runner records the
+        # processes it starts: one writer at a time.
+        with _SAVING:
+            RECORD_DIR.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(asdict(self), indent=1))
+            os.replace(temporary, self.path)
 
     def owner_alive(self) -> bool:
         return is_same_process(self.owner_pid, self.owner_start_time)

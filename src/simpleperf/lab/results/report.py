@@ -86,7 +86,7 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
             save(case, "throughput-vs-theory", _theory_figure(plt, case, transfers))
         for step in steps:
             timed = [f for f in step["flows"] if f["intervals"]]
-            if timed and len(step["flows"]) > 1:
+            if timed and (len(step["flows"]) > 1 or step.get("events")):
                 save(case, f"{step['name']}-throughput", _over_time_figure(plt, step, timed))
             seen = [(taken["place"], row) for taken in step.get("captures", [])
                     for row in taken["tcp"]
@@ -244,6 +244,12 @@ def _over_time_figure(plt, step: dict[str, Any], timed: list[dict[str, Any]]):
         starts = [i[0] for i in flow["intervals"]] + [flow["intervals"][-1][1]]
         rates = [i[2] / 1e6 for i in flow["intervals"]]
         axis.step(starts, rates + rates[-1:], where="post", label=flow["label"])
+    for event in step.get("events", []):
+        if event["applied"] is not None:
+            axis.axvline(event["applied"], color="0.3", linestyle="--", linewidth=1)
+            axis.annotate(event["description"].split(": ", 1)[-1], (event["applied"], 1),
+                          xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                          va="top", ha="right")
     axis.set_xlabel("s")
     axis.set_ylabel("Mbit/s")
     axis.set_title(f"{step['name']}: throughput over time")

@@ -59,6 +59,11 @@ CREATE TABLE capture_udp (capture_id INTEGER REFERENCES capture(id), flow_id INT
     TEXT, source_port INTEGER, destination TEXT, destination_port INTEGER, datagrams INTEGER,
     bytes INTEGER, gaps INTEGER, reordered INTEGER, duplicates INTEGER, jitter_ms REAL,
     one_way_min_ms REAL, one_way_avg_ms REAL, one_way_max_ms REAL);
+CREATE TABLE event (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), position
+    INTEGER, description TEXT, at REAL, applied REAL, took REAL, error TEXT,
+    convergence REAL, route_changes INTEGER);
+CREATE TABLE event_flow (event_id INTEGER REFERENCES event(id), label TEXT, outage REAL,
+    dip REAL, recovery REAL);
 """
 TCP_COLUMNS = ("source", "source_port", "destination", "destination_port", "packets",
                "data_segments", "bytes", "seconds", "retransmissions", "fast_retransmissions",
@@ -164,6 +169,13 @@ class Store:
                 for i, t in enumerate(flow.probe_trials, start=1)])
         assert step_id is not None
         self._add_captures(step_id, outcome, flow_ids)
+        for position, event in enumerate(outcome.events, start=1):
+            event_id = self.db.execute(
+                "INSERT INTO event VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (step_id, position, event.description, event.at, event.applied, event.took,
+                 event.error, event.convergence, event.route_changes)).lastrowid
+            self.db.executemany("INSERT INTO event_flow VALUES (?, ?, ?, ?, ?)", [
+                (event_id, f.label, f.outage, f.dip, f.recovery) for f in event.flows])
         self.db.commit()
 
     def _add_captures(self, step_id: int, outcome: StepOutcome, flow_ids: dict[int, int]
@@ -222,7 +234,12 @@ class Store:
                 ("capture_tcp", "SELECT c.place, c.path, t.* FROM capture_tcp t JOIN capture "
                                 "c ON c.id = t.capture_id"),
                 ("capture_udp", "SELECT c.place, c.path, u.* FROM capture_udp u JOIN capture "
-                                "c ON c.id = u.capture_id")):
+                                "c ON c.id = u.capture_id"),
+                ("events", "SELECT s.name AS step_name, e.description, e.at, e.applied, "
+                           "e.took, e.error, e.convergence, e.route_changes, f.label, "
+                           "f.outage, f.dip, f.recovery FROM event e JOIN step s ON "
+                           "s.id = e.step_id LEFT JOIN event_flow f ON f.event_id = e.id "
+                           "ORDER BY e.id")):
             cursor = self.db.execute(query)
             with open(self.folder / f"{table}.csv", "w", newline="") as out:
                 writer = csv.writer(out)
@@ -269,7 +286,8 @@ def _load(path: Path) -> dict[str, Any]:
                     "SELECT offered, received, lost_percent, queue_growth_ms, good FROM "
                     "rate_trial WHERE flow_id = ? ORDER BY trial", (flow["id"],))]
                 flows.append(item)
-            steps.append(dict(step) | {"flows": flows, "captures": _captures(db, step["id"])})
+            steps.append(dict(step) | {"flows": flows, "captures": _captures(db, step["id"]),
+                                       "events": _events(db, step["id"])})
         run["steps"] = steps
         return run
     finally:
@@ -289,6 +307,20 @@ def _captures(db: sqlite3.Connection, step_id: int) -> list[dict[str, Any]]:
             "SELECT * FROM capture_udp WHERE capture_id = ?", (row["id"],))]
         captures.append(item)
     return captures
+
+
+def _events(db: sqlite3.Connection, step_id: int) -> list[dict[str, Any]]:
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'event'").fetchone():
+        return []  # a run from before events existed
+    events = []
+    for row in db.execute("SELECT * FROM event WHERE step_id = ? ORDER BY position",
+                          (step_id,)):
+        item = dict(row)
+        item["flows"] = [dict(r) for r in db.execute(
+            "SELECT label, outage, dip, recovery FROM event_flow WHERE event_id = ?",
+            (row["id"],))]
+        events.append(item)
+    return events
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -118,6 +118,31 @@ def _step_block(step: dict[str, Any]) -> list[str]:
         notes.append(f"start spread {step['start_spread_ms']:.1f} ms")
     if notes:
         lines.append("    " + "; ".join(notes))
+    for event in step.get("events", []):
+        lines += ["    " + line for line in event_lines(event)]
+    return lines
+
+
+def event_lines(event: dict[str, Any]) -> list[str]:
+    """An event as the run's output and the report say it: when it was made, how long the
+    routers took to settle, and what each flow saw."""
+    if event["applied"] is None:
+        return [f"{event['description']}: not made (the flows had ended)"]
+    head = (f"{event['description']}: made at {event['applied']:.2f} s "
+            f"({(event['took'] or 0) * 1e3:.0f} ms)")
+    if event["error"]:
+        return [f"{head}: FAILED: {event['error']}"]
+    if event["convergence"] is not None:
+        head += (f"; routes converged {event['convergence']:.2f} s later "
+                 f"({event['route_changes']} route changes)")
+    lines = [head]
+    for flow in event["flows"]:
+        outage = ("no reply until the next event or the end" if flow["outage"] is None
+                  else f"outage {flow['outage']:.3f} s")
+        dip = "" if flow["dip"] is None else f", throughput dip {flow['dip'] * 100:.0f} %"
+        back = ("" if flow["recovery"] is None
+                else f", back to 90 % of its new level after {flow['recovery']:.1f} s")
+        lines.append(f"  {flow['label']}: {outage}{dip}{back}")
     return lines
 
 

@@ -15,7 +15,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,7 +26,7 @@ from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError
 from ..results.store import ResultsError, Store, load_run
-from ..results.tables import case_report, sweep_report
+from ..results.tables import case_report, event_lines, sweep_report
 from .applications import Applications, require_programs
 from .captures import StepCaptures
 from .step import Runner
@@ -202,7 +202,7 @@ def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRec
 def _preflight(plan: Experiment, model: topology.Topology) -> None:
     """What a run needs and can be known before it starts: the programs of its application
     flows, and capture points that exist (one line each, nothing built)."""
-    experiments.check_against(plan, set(model.nodes))
+    experiments.check_against(plan, set(model.nodes), {link.name for link in model.links})
     try:
         require_programs({flow.kind for step in plan.steps for flow in step.flows})
         if plan.captures():
@@ -231,7 +231,7 @@ def _report(store: Store, plan: Experiment, say: Callable[[str], None]) -> None:
                            f"{error.strerror or error} (the run is marked incomplete)") from None
     store.complete()
     say(f"\nresults: {folder} (results.sqlite, flows.csv, intervals.csv, probes.csv, "
-        f"rate_trials.csv, results.json, plots, {report.name})")
+        f"events.csv, rate_trials.csv, results.json, plots, {report.name})")
 
 
 def _progress(outcome: StepOutcome) -> list[str]:
@@ -254,6 +254,8 @@ def _progress(outcome: StepOutcome) -> list[str]:
         lines.append(", ".join(parts))
     if outcome.fairness is not None:
         lines.append(f"Jain's fairness index {outcome.fairness:.3f}")
+    for event in outcome.events:
+        lines += event_lines(asdict(event))
     for taken in outcome.captures:
         if taken.error and not taken.tcp and not taken.udp:
             lines.append(f"capture {taken.where}: FAILED: {taken.error}")

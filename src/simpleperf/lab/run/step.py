@@ -22,10 +22,11 @@ from ..model import theory
 from ..model.experiment import APPLICATIONS, FIRST_PORT, Flow, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
 from ..model.topology import Topology
-from ..net import ownership
+from ..net import lifecycle, ownership
 from ..net.system import system_congestion_control
 from .applications import Applications, read_application, wait_listening
 from .captures import StepCaptures
+from .events import EVENT_INTERVAL, StepEvents
 from .launch import START_MARK
 
 PYTHON = sys.executable
@@ -41,8 +42,10 @@ class Runner:
     def __init__(self, model: Topology, record: ownership.LabRecord, timing: Timing,
                  say=print, applications: Applications | None = None,
                  captures: StepCaptures | None = None) -> None:
+        self.built = model  # as the topology file says; self.model: as routed now
         self.model = model
         self.record = record
+        self._events: StepEvents | None = None
         self.timing = timing
         self.say = say
         self.applications = applications
@@ -71,18 +74,24 @@ class Runner:
         return out or "", err or "", process.returncode
 
     def stop_all(self) -> None:
-        """Ctrl-C: end whatever this step started."""
+        """Ctrl-C: end whatever this step started (and undo its events' changes)."""
+        if self._events is not None:
+            self._events.cancel()
         for process in list(self._running):
             _signal_group(process, signal.SIGKILL)
             self._finish(process, 5)
         if self.captures is not None:
             self.captures.stop()
+        if self._events is not None:
+            self._events.restore(self.say)
+            self._events = None
 
     # ------------------------------------------------------------------ a step
 
     def run_step(self, step: Step, repetition: int, number: int | None = None
                  ) -> StepOutcome:
         """Run one step; `number` (the run's count of steps so far) names its captures."""
+        self.model = lifecycle.routed(self.record, self.built)  # theory follows real routes
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
         theory.predict(self.model, outcomes, system_congestion_control())
@@ -109,10 +118,16 @@ class Runner:
             if outcome.flow.kind == "udp" and outcome.flow.rate == "probe":
                 self._probe_rate(outcome, str(FIRST_PORT + index))
         start_at = time.monotonic() + START_DELAY
+        if step.events:
+            self._events = StepEvents(self.record, self.built, step.events, self._start,
+                                      self._finish)
+            self._events.begin(start_at, outcomes, [PYTHON, "-m", "simpleperf.lab.run.launch"],
+                               lambda outcome: self._duration(outcome.flow))
         clients, pingers = {}, {}
         for index, outcome in enumerate(outcomes):
             flow = outcome.flow
-            command = self._client_command(outcome, str(FIRST_PORT + index))
+            command = self._client_command(outcome, str(FIRST_PORT + index),
+                                           EVENT_INTERVAL if step.events else 1.0)
             timed = ["--timed"] if flow.kind in APPLICATIONS else []
             clients[index] = self._start(flow.source, [PYTHON, "-m", "simpleperf.lab.run.launch",
                                                        f"{start_at:.6f}", *timed, "--",
@@ -135,6 +150,11 @@ class Runner:
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = _ping_times(out)
+        played = []
+        if self._events is not None:
+            played = self._events.end(outcomes)
+            self._events.restore(self.say)
+            self._events = None
         captured = self.captures.stop() if self.captures is not None else []
         for index, process in servers.items():
             # Both ends' view came with the client's JSON. A simpleperf server stops cleanly
@@ -149,7 +169,7 @@ class Runner:
         if spread is not None and spread > SPREAD_WARNING:
             self.say(f"  warning: the flows of this step started {spread * 1e3:.1f} ms apart "
                      f"(more than {SPREAD_WARNING * 1e3:.0f} ms)")
-        return StepOutcome(step, repetition, outcomes, spread, captures=captured)
+        return StepOutcome(step, repetition, outcomes, spread, captures=captured, events=played)
 
     def _application_server(self, outcome: FlowOutcome, port: str
                             ) -> subprocess.Popen | None:
@@ -177,7 +197,8 @@ class Runner:
             return count * (flow.interval or self.timing.ping_interval) + 2
         return flow.duration or self.timing.duration
 
-    def _client_command(self, outcome: FlowOutcome, port: str) -> list[str]:
+    def _client_command(self, outcome: FlowOutcome, port: str, every: float) -> list[str]:
+        """`every`: seconds per throughput sample."""
         flow = outcome.flow
         if flow.kind in APPLICATIONS:
             assert self.applications is not None
@@ -188,7 +209,7 @@ class Runner:
         duration = f"{self._duration(flow):g}"
         # Every flow runs as a native test: both ends' view comes back as one JSON document.
         common = [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
-                  duration, "-i", "1", "-J", "--no-latency"]
+                  duration, "-i", f"{every:g}", "-J", "--no-latency"]
         if flow.kind == "tcp":
             extra = (["-w", str(flow.window)] if flow.window else []) + (
                 ["-l", str(flow.length)] if flow.length else []) + (
