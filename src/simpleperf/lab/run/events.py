@@ -120,15 +120,17 @@ class StepEvents:
             if outcome.applied is None:
                 continue
             until = following if following is not None else max(last, outcome.applied + 1)
+            # The change holds from when its command returned (a few milliseconds on).
+            done = outcome.applied + (outcome.took or 0.0)
             within = [t for t in route_changes if outcome.applied <= t < until]
             outcome.route_changes = len(within)
             outcome.convergence = analysis.convergence(route_changes, outcome.applied, until)
             for index, flow in enumerate(flows):
                 if index not in replies:
                     continue
-                dip, recovery = analysis.throughput_dip(flow.intervals, outcome.applied, until)
+                dip, recovery = analysis.throughput_dip(flow.intervals, done, until)
                 outcome.flows.append(EventFlow(
-                    flow.flow.label, analysis.outage(replies[index], outcome.applied, until,
+                    flow.flow.label, analysis.outage(replies[index], done, until,
                                                      PROBE_INTERVAL), dip, recovery))
         return self.outcomes
 

@@ -292,8 +292,12 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
     received = result.get("server_intervals") or result["intervals"]
-    outcome.intervals = [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
-                         for i in received]
+    # On the flows' clock (0 = the step's agreed start), as events are: the test measures
+    # from after its handshakes, which take several round trips.
+    began = end.get("measurement_start", {}).get("monotonic")
+    shift = began - outcome.started if began is not None and outcome.started else 0.0
+    outcome.intervals = [(i["sum"]["start"] + shift, i["sum"]["end"] + shift,
+                          i["sum"]["bits_per_second"]) for i in received]
     outcome.ok = "error" not in result
 
 
