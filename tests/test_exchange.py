@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simpleperf.cli import parse_args
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import events, iperf3
 from simpleperf.protocol.exchange import (
@@ -131,3 +132,17 @@ def test_an_iperf3_server_out_of_order_is_a_protocol_error(states):
             order.advance(state)
         assert order.position == position  # nothing advanced
         return
+
+
+def test_the_server_keeps_intervals_at_the_clients_sample_within_bounds():
+    """`sample` asks the server for its intervals at the client's -i (0.05 to 60 s); an
+    older client that sends none gets seconds."""
+    fine = Spec.from_options(parse_args(["-c", "-i", "0.1", "--native"]))
+    assert fine.sample == 0.1 and Spec.from_message(fine.to_message()).sample == 0.1
+    finest = Spec.from_options(parse_args(["-c", "-i", "0.01", "--native"]))
+    assert finest.sample == 0.05
+    old = {k: v for k, v in Spec().to_message().items() if k != "sample"}
+    assert Spec.from_message(old).sample == 1.0
+    for wrong in (0.01, 61, "1", True):
+        with pytest.raises(ProtocolError):
+            Spec.from_message({**Spec().to_message(), "sample": wrong})

@@ -141,6 +141,9 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM cleans up the way Ctrl-C 
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    # Started in the background by a shell (`lab run ... &`), SIGINT comes ignored, and
+    # every server the run starts would inherit that and ignore the SIGINT that stops it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         args = _parser().parse_args(argv)
         return _dispatch(args)
