@@ -124,3 +124,12 @@ def test_events_happen_on_time_and_their_effects_are_measured(tmp_path: Path):
     assert len(tcp["intervals"]) >= 50  # 0.1 s samples while events happen
     assert (folder / "events.csv").read_text().count("\n") == 7  # a header, 3 x 2 flows
     assert "DOWN" not in lab("status", check=False).stdout
+
+
+def test_a_quick_run_keeps_the_events_in_their_place():
+    from simpleperf.lab.run.runner import _quick_events
+
+    failover = experiment.load("failover")
+    step = failover.steps[0]
+    assert [e.at for e in _quick_events(step, failover, quick=False).events] == [8.0, 16.0]
+    assert [e.at for e in _quick_events(step, failover, quick=True).events] == [1.667, 3.333]

@@ -82,7 +82,8 @@ def _change_parsers(commands: Any) -> None:
     link = commands.add_parser("link", help="take a link of a running lab down or up, or set "
                                "its shaping: link L2 down, link L2 set --delay 30ms")
     link.add_argument("name", help="the link's name (simpleperf lab status lists them)")
-    link.add_argument("action", choices=("down", "up", "set"))
+    link.add_argument("action", choices=("down", "up", "set"),
+                      help="down: carrier lost at both ends; up; set: new shaping (below)")
     shaping = link.add_argument_group("set (each direction; what is not given stays)")
     shaping.add_argument("--rate", help="link rate, e.g. 10M")
     shaping.add_argument("--delay", help="one-way delay, e.g. 30ms")
@@ -93,7 +94,7 @@ def _change_parsers(commands: Any) -> None:
     node = commands.add_parser("node", help="take every link of a node down or up: node r2 "
                                "down")
     node.add_argument("name", help="a node of the lab (h1, r2, ...)")
-    node.add_argument("action", choices=("down", "up"))
+    node.add_argument("action", choices=("down", "up"), help="every link of the node")
     node.add_argument("--lab", help="which lab (default: the only one up)")
 
 

@@ -30,6 +30,7 @@ from .events import EVENT_INTERVAL, StepEvents
 from .launch import START_MARK
 
 PYTHON = sys.executable
+LAUNCH = [PYTHON, "-m", "simpleperf.lab.run.launch"]  # a command, started at an instant
 PROBE_TRIAL_SECONDS = 2.0
 START_DELAY = 1.0  # seconds between launching the clients and their common start
 SPREAD_WARNING = 0.010
@@ -95,6 +96,45 @@ class Runner:
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
         theory.predict(self.model, outcomes, system_congestion_control())
+        servers = self._start_servers(outcomes)
+        self.steps_run += 1
+        if self.captures is not None and step.capture:
+            self.captures.start(step.capture, number or self.steps_run)
+        for index, outcome in enumerate(outcomes):
+            if outcome.flow.kind == "udp" and outcome.flow.rate == "probe":
+                self._probe_rate(outcome, str(FIRST_PORT + index))
+        start_at = time.monotonic() + START_DELAY
+        if step.events:
+            self._events = StepEvents(self.record, self.built, step.events, self._start,
+                                      self._finish)
+            self._events.begin(start_at, outcomes, LAUNCH,
+                               lambda outcome: self._duration(outcome.flow))
+        clients, pingers = self._start_clients(outcomes, start_at,
+                                               EVENT_INTERVAL if step.events else 1.0)
+        longest = max(self._duration(o.flow) for o in outcomes)
+        for index, process in clients.items():
+            out, err, code = self._finish(process, longest + 60)
+            moved = (self.applications.bytes_moved(outcomes[index].flow)
+                     if self.applications else None)
+            _read_client(outcomes[index], out, err, code, moved)
+        for index, process in pingers.items():
+            out, _, _ = self._finish(process, 30)
+            outcomes[index].rtts = _ping_times(out)
+        played = []
+        if self._events is not None:
+            played = self._events.end(outcomes)
+            self._events.restore(self.say)
+            self._events = None
+        captured = self.captures.stop() if self.captures is not None else []
+        self._stop_servers(servers, outcomes)
+        starts = [o.started for o in outcomes if o.started is not None]
+        spread = max(starts) - min(starts) if len(starts) > 1 else None
+        if spread is not None and spread > SPREAD_WARNING:
+            self.say(f"  warning: the flows of this step started {spread * 1e3:.1f} ms apart "
+                     f"(more than {SPREAD_WARNING * 1e3:.0f} ms)")
+        return StepOutcome(step, repetition, outcomes, spread, captures=captured, events=played)
+
+    def _start_servers(self, outcomes: list[FlowOutcome]) -> dict[int, subprocess.Popen]:
         servers = {}
         for index, outcome in enumerate(outcomes):
             port = str(FIRST_PORT + index)
@@ -111,26 +151,19 @@ class Runner:
                 servers[index] = server
         if servers:
             time.sleep(0.5)  # let them listen; the clients also wait START_DELAY
-        self.steps_run += 1
-        if self.captures is not None and step.capture:
-            self.captures.start(step.capture, number or self.steps_run)
-        for index, outcome in enumerate(outcomes):
-            if outcome.flow.kind == "udp" and outcome.flow.rate == "probe":
-                self._probe_rate(outcome, str(FIRST_PORT + index))
-        start_at = time.monotonic() + START_DELAY
-        if step.events:
-            self._events = StepEvents(self.record, self.built, step.events, self._start,
-                                      self._finish)
-            self._events.begin(start_at, outcomes, [PYTHON, "-m", "simpleperf.lab.run.launch"],
-                               lambda outcome: self._duration(outcome.flow))
+        return servers
+
+    def _start_clients(self, outcomes: list[FlowOutcome], start_at: float, every: float
+                       ) -> tuple[dict[int, subprocess.Popen], dict[int, subprocess.Popen]]:
+        """Every flow's client, launched for `start_at`, and the pings beside the flows that
+        measure RTT under load; `every`: seconds per throughput sample."""
         clients, pingers = {}, {}
         for index, outcome in enumerate(outcomes):
             flow = outcome.flow
-            command = self._client_command(outcome, str(FIRST_PORT + index),
-                                           EVENT_INTERVAL if step.events else 1.0)
+            command = client_command(outcome, str(FIRST_PORT + index), every,
+                                     self._duration(flow), self.timing, self.applications)
             timed = ["--timed"] if flow.kind in APPLICATIONS else []
-            clients[index] = self._start(flow.source, [PYTHON, "-m", "simpleperf.lab.run.launch",
-                                                       f"{start_at:.6f}", *timed, "--",
+            clients[index] = self._start(flow.source, [*LAUNCH, f"{start_at:.6f}", *timed, "--",
                                                        *command],
                                          f"{flow.kind} client in {flow.source}")
             if flow.rtt_under_load:
@@ -138,24 +171,13 @@ class Runner:
                 interval = min(self.timing.ping_interval, 1.0)
                 count = max(3, int((duration - 1.0) / interval))
                 pingers[index] = self._start(flow.source, [
-                    PYTHON, "-m", "simpleperf.lab.run.launch", f"{start_at + 1.0:.6f}", "--",
+                    *LAUNCH, f"{start_at + 1.0:.6f}", "--",
                     "ping", "-n", "-c", str(count), "-i", str(interval), outcome.address],
                     f"ping in {flow.source}")
-        longest = max(self._duration(o.flow) for o in outcomes)
-        for index, process in clients.items():
-            out, err, code = self._finish(process, longest + 60)
-            moved = (self.applications.bytes_moved(outcomes[index].flow)
-                     if self.applications else None)
-            _read_client(outcomes[index], out, err, code, moved)
-        for index, process in pingers.items():
-            out, _, _ = self._finish(process, 30)
-            outcomes[index].rtts = _ping_times(out)
-        played = []
-        if self._events is not None:
-            played = self._events.end(outcomes)
-            self._events.restore(self.say)
-            self._events = None
-        captured = self.captures.stop() if self.captures is not None else []
+        return clients, pingers
+
+    def _stop_servers(self, servers: dict[int, subprocess.Popen],
+                      outcomes: list[FlowOutcome]) -> None:
         for index, process in servers.items():
             # Both ends' view came with the client's JSON. A simpleperf server stops cleanly
             # on SIGINT; an application's on SIGTERM, which a shell's background jobs do not
@@ -164,12 +186,6 @@ class Runner:
             _signal_group(process, signal.SIGTERM if application else signal.SIGINT)
             self._finish(process, 15)
             _signal_group(process, signal.SIGKILL)
-        starts = [o.started for o in outcomes if o.started is not None]
-        spread = max(starts) - min(starts) if len(starts) > 1 else None
-        if spread is not None and spread > SPREAD_WARNING:
-            self.say(f"  warning: the flows of this step started {spread * 1e3:.1f} ms apart "
-                     f"(more than {SPREAD_WARNING * 1e3:.0f} ms)")
-        return StepOutcome(step, repetition, outcomes, spread, captures=captured, events=played)
 
     def _application_server(self, outcome: FlowOutcome, port: str
                             ) -> subprocess.Popen | None:
@@ -196,29 +212,6 @@ class Runner:
             count = flow.count or self.timing.ping_count
             return count * (flow.interval or self.timing.ping_interval) + 2
         return flow.duration or self.timing.duration
-
-    def _client_command(self, outcome: FlowOutcome, port: str, every: float) -> list[str]:
-        """`every`: seconds per throughput sample."""
-        flow = outcome.flow
-        if flow.kind in APPLICATIONS:
-            assert self.applications is not None
-            return self.applications.client(flow, outcome.address, port)
-        if flow.kind == "ping":
-            return ["ping", "-n", "-c", str(flow.count or self.timing.ping_count), "-i",
-                    str(flow.interval or self.timing.ping_interval), outcome.address]
-        duration = f"{self._duration(flow):g}"
-        # Every flow runs as a native test: both ends' view comes back as one JSON document.
-        common = [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
-                  duration, "-i", f"{every:g}", "-J", "--no-latency"]
-        if flow.kind == "tcp":
-            extra = (["-w", str(flow.window)] if flow.window else []) + (
-                ["-l", str(flow.length)] if flow.length else []) + (
-                ["-C", flow.congestion] if flow.congestion else [])
-            return [*common, "--native", "-P", str(flow.parallel), *extra]
-        if outcome.rate is None:
-            outcome.rate = FALLBACK_UDP_RATE
-        return [*common, "-u", "-b", str(int(outcome.rate)), "-l",
-                str(theory.datagram_bytes(flow.length))]
 
     def _probe_rate(self, outcome: FlowOutcome, port: str) -> None:
         """Find the rate by measurement alone: simpleperf --probe, before the flow runs."""
@@ -247,6 +240,30 @@ class Runner:
                  f"({len(outcome.probe_trials)} trials)")
 
     # ------------------------------------------------------------------ parsing
+
+def client_command(outcome: FlowOutcome, port: str, every: float, duration: float,
+                   timing: Timing, applications: Applications | None) -> list[str]:
+    """The command a flow's client runs; `every`: seconds per throughput sample."""
+    flow = outcome.flow
+    if flow.kind in APPLICATIONS:
+        assert applications is not None
+        return applications.client(flow, outcome.address, port)
+    if flow.kind == "ping":
+        return ["ping", "-n", "-c", str(flow.count or timing.ping_count), "-i",
+                str(flow.interval or timing.ping_interval), outcome.address]
+    # Every flow runs as a native test: both ends' view comes back as one JSON document.
+    common = [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
+              f"{duration:g}", "-i", f"{every:g}", "-J", "--no-latency"]
+    if flow.kind == "tcp":
+        extra = (["-w", str(flow.window)] if flow.window else []) + (
+            ["-l", str(flow.length)] if flow.length else []) + (
+            ["-C", flow.congestion] if flow.congestion else [])
+        return [*common, "--native", "-P", str(flow.parallel), *extra]
+    if outcome.rate is None:
+        outcome.rate = FALLBACK_UDP_RATE
+    return [*common, "-u", "-b", str(int(outcome.rate)), "-l",
+            str(theory.datagram_bytes(flow.length))]
+
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
     """Every process the runner starts leads a session of its own (start_new_session)."""
