@@ -92,7 +92,7 @@ def test_throughput_dip_and_recovery_to_a_new_level():
     assert analysis.throughput_dip(intervals, 0.5, 10.0) == (None, None)  # nothing before
 
 
-@pytest.mark.guest
+@pytest.mark.timing
 @needs_lab[0]
 @needs_lab[1]
 def test_events_happen_on_time_and_their_effects_are_measured(tmp_path: Path):

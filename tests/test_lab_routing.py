@@ -78,11 +78,13 @@ def test_ospf_converges_and_fails_over_to_the_backup_link_and_back(campus):
     assert re.search(r"routing: converged [\d.]+ s after the change", down.stdout), down.stdout
     assert next_hop("r1", "10.10.2.11") == "10.10.13.2"
     backup = median_rtt("h1", "10.10.2.11")
-    assert primary < 8 and 9 < backup < 20, (primary, backup)  # 2 x (1+1) ms, then 2 x 5 ms
+    # 2 x (1+1) ms, then 2 x 5 ms: what the machine adds (more in an emulated guest) is
+    # the same on both paths.
+    assert 4 < backup - primary < 8, (primary, backup)
     assert "C2" in lab("status", "campus").stdout.split("DOWN")[0].splitlines()[-1]
     lab("link", "C2", "up")
     assert next_hop("r1", "10.10.2.11") == "10.10.12.2"
-    assert median_rtt("h1", "10.10.2.11") < 8
+    assert median_rtt("h1", "10.10.2.11") < backup - 4
 
 
 def test_status_and_vtysh_show_what_the_daemons_know(campus):
@@ -115,7 +117,7 @@ def test_bgp_prefers_the_shorter_as_path_and_moves_when_it_fails():
         assert next_hop("r2", "10.3.1.11") == "172.16.12.2"  # through AS 65002
         assert next_hop("r4", "10.1.1.11") == "172.16.23.1"  # and back the same way
         transit = median_rtt("h1", "10.3.1.11")
-        assert 35 < direct < 60 and 115 < transit < 140, (direct, transit)
+        assert 70 < transit - direct < 90, (direct, transit)  # 2 x 20 ms, then 2 x 60 ms
         lab("link", "P13", "up")
         assert next_hop("r2", "10.3.1.11") == "172.16.13.2"
     finally:
@@ -205,10 +207,11 @@ def test_link_set_and_down_up_on_a_running_pair():
     link that is down passes nothing until it is up."""
     lab("up", "pair", "--delay", "5ms", "--rate", "50M")
     try:
-        assert 9 < median_rtt("h1", "10.0.0.2") < 14
+        before = median_rtt("h1", "10.0.0.2")  # 2 x 5 ms
         said = lab("link", "h1-h2", "set", "--delay", "20ms").stdout
         assert said.startswith("link h1-h2 set delay 20ms ("), said
-        assert 39 < median_rtt("h1", "10.0.0.2") < 46
+        after = median_rtt("h1", "10.0.0.2")  # 2 x 20 ms
+        assert 26 < after - before < 34, (before, after)
         assert "delay 20 ms one-way" in lab("status", "pair").stdout
         lab("link", "h1-h2", "set", "--loss", "100%")
         assert ping_rtts("h1", "10.0.0.2", 5) == []
@@ -216,7 +219,7 @@ def test_link_set_and_down_up_on_a_running_pair():
         lab("link", "h1-h2", "down")
         assert ping_rtts("h1", "10.0.0.2", 3) == []
         lab("link", "h1-h2", "up")
-        assert 39 < median_rtt("h1", "10.0.0.2") < 46
+        assert abs(median_rtt("h1", "10.0.0.2") - after) < 4
         wrong = lab("link", "L9", "down", check=False)
         assert wrong.returncode == 1 and "lab pair has no link L9 (links: h1-h2)" in wrong.stderr
         usage = lab("link", "h1-h2", "down", "--delay", "5ms", check=False)
@@ -232,3 +235,21 @@ def test_frr_missing_is_one_line_before_anything_is_built(monkeypatch, tmp_path)
     assert done.stderr == ("simpleperf lab: error: routing = 'ospf' needs FRRouting's ospfd, "
                            "zebra (Debian: apt-get install frr)\n")
     assert not CAMPUS & existing_namespaces()
+
+
+def test_bfd_runs_beside_ospf_when_asked(tmp_path):
+    """timers = { bfd = true }: bfdd on every router, and a BFD session up beside each OSPF
+    adjacency (what would notice a silent failure in 3 x bfd_interval)."""
+    source = topology.load("campus").source.replace(
+        'routing = "ospf"', 'routing = "ospf"\ntimers = { bfd = true, bfd_interval = "50ms" }')
+    path = tmp_path / "campus-bfd.toml"
+    path.write_text(source)
+    done = lab("up", str(path), timeout=120)
+    try:
+        assert "BFD every 50 ms, down after 3 missed" in done.stdout, done.stdout
+        peers = lab("exec", "r1", "--", "vtysh", "-c", "show bfd peers brief").stdout
+        assert peers.count(" up ") == 2, peers  # r2 over C1, r3 over B1
+        assert "bfdd on r2" in lab("status", "campus").stdout
+    finally:
+        lab("down", "campus")
+    assert not frr_processes("campus")

@@ -386,7 +386,7 @@ def _flow(raw: Any, where: str) -> Flow:
         window = raw["window"]
         try:
             values["window"] = parse_size(window) if isinstance(window, str) else int(window)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ExperimentError(f"{where}: window = {window!r} is not a size such as '64K'"
                                   ) from None
         if not MIN_WINDOW <= values["window"] <= MAX_WINDOW:

@@ -155,7 +155,7 @@ def _start_routing(record: ownership.LabRecord, model: topology.Topology,
     done = convergence.wait(record.lab, model, CONVERGENCE_BOUND, reachable=True)
     say(f"routing: FRR daemons started on {len(model.routers())} routers in {running:.2f} s; "
         f"converged {done.settled:.2f} s later (every adjacency up, routes unchanged "
-        f"for {convergence.QUIET_SECONDS:g} s)")
+        f"for {convergence.QUIET_SECONDS:g} s); timers: {model.routing.timers.describe()}")
 
 
 def routed(record: ownership.LabRecord, model: topology.Topology) -> topology.Topology:

@@ -18,6 +18,7 @@ from .tables import (
     capture_report,
     capture_witness,
     case_report,
+    routing_note,
     sweep_points,
     sweep_report,
     udp_witness,
@@ -317,6 +318,9 @@ def write_report(folder: Path, run: dict[str, Any], titles: dict[str, str]) -> P
     parts.append("<table class='meta'>" + "".join(
         f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
         + "</table>")
+    routing = routing_note(run)
+    if routing is not None:
+        parts.append(f"<p>{html.escape(routing)}</p>")
     if any(step.get("sweep_value") is not None for step in run["steps"]):
         table = sweep_report(run).strip()
         heading, _, body = table.partition("\n")

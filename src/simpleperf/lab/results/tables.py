@@ -123,6 +123,23 @@ def _step_block(step: dict[str, Any]) -> list[str]:
     return lines
 
 
+def routing_note(run: dict[str, Any]) -> str | None:
+    """How the run's topology routes, with the timers its events' outages stand beside."""
+    from ..model import topology
+
+    try:
+        model = topology.parse(run["topology_toml"])
+    except (ValueError, KeyError, TypeError):
+        return None  # a pair, or a file this version cannot read
+    if not model.routing.dynamic:
+        return None
+    with_bgp = any(model.nodes[r].asn for r in model.routers())
+    return (f"routing: {model.routing.protocol}" + (" inside each AS, BGP between them"
+                                                    if with_bgp else "")
+            + f" (FRR); timers: {model.routing.timers.describe()}; a link that fails loses "
+            "carrier at both ends, so routers notice it at once")
+
+
 def event_lines(event: dict[str, Any]) -> list[str]:
     """An event as the run's output and the report say it: when it was made, how long the
     routers took to settle, and what each flow saw."""
