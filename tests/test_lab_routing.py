@@ -247,9 +247,35 @@ def test_bfd_runs_beside_ospf_when_asked(tmp_path):
     done = lab("up", str(path), timeout=120)
     try:
         assert "BFD every 50 ms, down after 3 missed" in done.stdout, done.stdout
-        peers = lab("exec", "r1", "--", "vtysh", "-c", "show bfd peers brief").stdout
+        deadline = time.monotonic() + 10  # sessions start once OSPF's neighbours are Full
+        while True:
+            peers = lab("exec", "r1", "--", "vtysh", "-c", "show bfd peers brief").stdout
+            if peers.count(" up ") == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert peers.count(" up ") == 2, peers  # r2 over C1, r3 over B1
         assert "bfdd on r2" in lab("status", "campus").stdout
     finally:
         lab("down", "campus")
     assert not frr_processes("campus")
+
+
+def test_equal_costs_install_multipath_and_the_kernel_spreads_flows(tmp_path):
+    """With the backup link at the primary path's cost, OSPF installs both next hops and
+    the kernel hashes each flow's addresses and ports onto one: over 20 source ports both
+    paths are taken (all on one would happen once in 500,000)."""
+    source = topology.load("campus").source.replace("cost = 30", "cost = 20")
+    path = tmp_path / "campus-ecmp.toml"
+    path.write_text(source)
+    lab("up", str(path), timeout=120)
+    try:
+        model = topology.parse(source)
+        routes = {str(r.destination): r for r in tables.read(["r1"])["r1"]}
+        assert sorted(map(str, routes["10.10.2.0/24"].gateways)) == ["10.10.12.2",
+                                                                       "10.10.13.2"]
+        taken = {" ".join(tables.flow_path(model, "h1", ("10.10.1.11", port, "10.10.2.11",
+                                                          5201, "tcp")))
+                 for port in range(40000, 40020)}
+        assert taken == {"h1 r1 r2 r3 h4", "h1 r1 r3 h4"}
+    finally:
+        lab("down", "campus")

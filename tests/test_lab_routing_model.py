@@ -112,7 +112,7 @@ def test_wan_configuration_peers_ebgp_across_ases_and_ibgp_inside():
 def test_campus_configuration_costs_passive_lans_and_timers():
     model = topology.load("campus")
     ospf = config.configs(model, "r1")["ospfd"]
-    assert " passive-interface r1-eth0" in ospf  # the client LAN: announced, no hellos
+    assert "interface r1-eth0\n ip ospf area 0\n ip ospf passive" in ospf  # announced, no hellos
     assert "interface r1-eth2\n ip ospf area 0\n ip ospf hello-interval 1\n" \
            " ip ospf dead-interval 4" in ospf
     assert " ip ospf network point-to-point\n ip ospf cost 30" in ospf  # B1
@@ -121,7 +121,7 @@ def test_campus_configuration_costs_passive_lans_and_timers():
                                               'timers = { bfd = true, bfd_interval = "50ms" }'))
     assert "bfdd" in config.daemons(bfd, "r1")
     assert "  receive-interval 50" in config.configs(bfd, "r1")["bfdd"]
-    assert " ip ospf bfd profile lab" in config.configs(bfd, "r1")["ospfd"]
+    assert " ip ospf bfd\n ip ospf bfd profile lab" in config.configs(bfd, "r1")["ospfd"]
 
 
 def test_kernel_routes_are_read_as_the_kernel_uses_them():

@@ -4,6 +4,7 @@ analyze."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -156,6 +157,9 @@ def main(argv: list[str]) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `lab status | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -36,6 +36,11 @@ class FlowOutcome:
     seconds: float | None = None  # scp, http, command: start to exit
     exit_status: int | None = None  # scp, http, command
     output: str | None = None  # command: what the client printed (cut at OUTPUT_CHARS)
+    # tcp, udp: each connection's (local address, port, remote address, port), and in a
+    # routed lab the nodes its packets crossed ("h1 r1 r2 r3 h4"), asked of the kernels
+    sockets: list[tuple[str, int, str, int]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    theory_path: str | None = None  # the nodes theory's prediction assumed
 
     @property
     def loss_percent(self) -> float | None:

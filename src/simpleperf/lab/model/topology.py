@@ -266,7 +266,7 @@ def _links(raw_links: Any, nodes: dict[str, Node], routing_plan: Routing) -> lis
         ends = []
         for side in ("a", "b"):
             node = spec.get(side)
-            if node not in nodes:
+            if not isinstance(node, str) or node not in nodes:
                 raise TopologyError(f"{where}: {side} = {node!r} is not a declared node")
             ends.append(node)
         if ends[0] == ends[1]:

@@ -74,6 +74,15 @@ PROXY_ARP_SYSCTLS = ("net.ipv4.conf.{port}.proxy_arp=1", "net.ipv4.neigh.{port}.
 LINK_LOCAL_MULTICAST = "224.0.0.0/24"
 
 
+# The wire gives back the hop its routing takes from the TTL. A packet that arrives with 255
+# (the most there is: BFD and other GTSM protocols send it and accept nothing less) cannot
+# go up by one, so it is marked and set back to 255 on its way out.
+FULL_TTL_MARK = 0x255
+TTL_RESTORE = [f"-A PREROUTING -m ttl --ttl-eq 255 -j MARK --set-mark {FULL_TTL_MARK}",
+               "-A PREROUTING -j TTL --ttl-inc 1",
+               f"-A POSTROUTING -m mark --mark {FULL_TTL_MARK} -j TTL --ttl-set 255"]
+
+
 @dataclass
 class NamespacePlan:
     sysctls: list[str] = field(default_factory=list)
@@ -96,7 +105,7 @@ class NamespacePlan:
             if self.iptables:
                 tables += ["*raw", *self.iptables, "COMMIT"]
             if self.ttl_restore:
-                tables += ["*mangle", "-A PREROUTING -j TTL --ttl-inc 1", "COMMIT"]
+                tables += ["*mangle", *TTL_RESTORE, "COMMIT"]
             lines.append(_heredoc("iptables-restore", tables))
         if self.tc:
             lines.append(_heredoc("tc -batch -", self.tc))

@@ -40,7 +40,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     predicted REAL, base_rtt_ms REAL, full_queue_rtt_ms REAL, rtt_min REAL, rtt_avg REAL,
     rtt_median REAL, rtt_max REAL, rtt_mdev REAL, jitter_ms REAL, lost INTEGER,
     packets INTEGER, loss_percent REAL, rate REAL, connections TEXT, window_bound REAL,
-    mathis_bound REAL, retransmits INTEGER, seconds REAL, exit_status INTEGER, output TEXT);
+    mathis_bound REAL, retransmits INTEGER, seconds REAL, exit_status INTEGER, output TEXT,
+    paths TEXT, theory_path TEXT);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -147,7 +148,7 @@ class Store:
                           if k not in ("source", "target", "label", "kind")}
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -156,7 +157,7 @@ class Store:
                  flow.jitter_ms, flow.lost, flow.packets, flow.loss_percent, flow.rate,
                  json.dumps(flow.connection_throughputs), flow.window_bound,
                  flow.mathis_bound, flow.retransmits, flow.seconds, flow.exit_status,
-                 flow.output)).lastrowid
+                 flow.output, json.dumps(flow.paths), flow.theory_path)).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
@@ -277,6 +278,7 @@ def _load(path: Path) -> dict[str, Any]:
                 item = dict(flow)
                 item["parameters"] = json.loads(item["parameters"])
                 item["connections"] = json.loads(item["connections"])
+                item["paths"] = json.loads(item.get("paths") or "[]")  # older runs: none
                 item["intervals"] = [list(r) for r in db.execute(
                     "SELECT start, \"end\", bits_per_second FROM interval WHERE flow_id = ?",
                     (flow["id"],))]

@@ -3,7 +3,7 @@ the input is a stored run (store.load_run), the output is text."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from ...stats import mean_confidence
@@ -118,9 +118,24 @@ def _step_block(step: dict[str, Any]) -> list[str]:
         notes.append(f"start spread {step['start_spread_ms']:.1f} ms")
     if notes:
         lines.append("    " + "; ".join(notes))
+    lines += ["    " + line for flow in step["flows"] for line in path_lines(flow)]
     for event in step.get("events", []):
         lines += ["    " + line for line in event_lines(event)]
     return lines
+
+
+def path_lines(flow: dict[str, Any]) -> list[str]:
+    """The nodes a routed flow's connections crossed, and theory's where it differs."""
+    paths = flow.get("paths") or []
+    if not paths:
+        return []
+    counted = Counter(paths)
+    taken = "; ".join(path + (f" ({n} connections)" if n > 1 else "")
+                      for path, n in counted.items())
+    line = f"{flow['label']} took {taken}"
+    if flow.get("theory_path") and set(counted) != {flow["theory_path"]}:
+        line += f" (theory assumed {flow['theory_path']})"
+    return [line]
 
 
 def routing_note(run: dict[str, Any]) -> str | None:

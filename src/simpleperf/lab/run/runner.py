@@ -26,7 +26,7 @@ from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError
 from ..results.store import ResultsError, Store, load_run
-from ..results.tables import case_report, event_lines, sweep_report
+from ..results.tables import case_report, event_lines, path_lines, sweep_report
 from .applications import Applications, require_programs
 from .captures import StepCaptures
 from .step import Runner
@@ -264,6 +264,9 @@ def _progress(outcome: StepOutcome) -> list[str]:
         lines.append(", ".join(parts))
     if outcome.fairness is not None:
         lines.append(f"Jain's fairness index {outcome.fairness:.3f}")
+    for flow in outcome.flows:
+        lines += path_lines({"label": flow.flow.label, "paths": flow.paths,
+                             "theory_path": flow.theory_path})
     for event in outcome.events:
         lines += event_lines(asdict(event))
     for taken in outcome.captures:

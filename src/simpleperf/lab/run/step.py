@@ -23,6 +23,7 @@ from ..model.experiment import APPLICATIONS, FIRST_PORT, Flow, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
 from ..model.topology import Topology
 from ..net import lifecycle, ownership
+from ..net.routing import tables
 from ..net.system import system_congestion_control
 from .applications import Applications, read_application, wait_listening
 from .captures import StepCaptures
@@ -108,10 +109,10 @@ class Runner:
             self._events = StepEvents(self.record, self.built, step.events, self._start,
                                       self._finish)
             self._events.begin(start_at, outcomes, LAUNCH,
-                               lambda outcome: self._duration(outcome.flow))
+                               lambda outcome: flow_duration(outcome.flow, self.timing))
         clients, pingers = self._start_clients(outcomes, start_at,
                                                EVENT_INTERVAL if step.events else 1.0)
-        longest = max(self._duration(o.flow) for o in outcomes)
+        longest = max(flow_duration(o.flow, self.timing) for o in outcomes)
         for index, process in clients.items():
             out, err, code = self._finish(process, longest + 60)
             moved = (self.applications.bytes_moved(outcomes[index].flow)
@@ -120,6 +121,9 @@ class Runner:
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = _ping_times(out)
+        if self.built.runs_daemons:
+            for outcome in outcomes:
+                _trace(self.model, outcome)
         played = []
         if self._events is not None:
             played = self._events.end(outcomes)
@@ -161,7 +165,8 @@ class Runner:
         for index, outcome in enumerate(outcomes):
             flow = outcome.flow
             command = client_command(outcome, str(FIRST_PORT + index), every,
-                                     self._duration(flow), self.timing, self.applications)
+                                     flow_duration(flow, self.timing), self.timing,
+                                     self.applications)
             timed = ["--timed"] if flow.kind in APPLICATIONS else []
             clients[index] = self._start(flow.source, [*LAUNCH, f"{start_at:.6f}", *timed, "--",
                                                        *command],
@@ -205,19 +210,11 @@ class Runner:
             self.say(f"  warning: the {flow.kind} server in {flow.target} did not start")
         return process
 
-    def _duration(self, flow: Flow) -> float:
-        if flow.kind in APPLICATIONS:
-            return flow.duration or APPLICATION_TIMEOUT
-        if flow.kind == "ping":
-            count = flow.count or self.timing.ping_count
-            return count * (flow.interval or self.timing.ping_interval) + 2
-        return flow.duration or self.timing.duration
-
     def _probe_rate(self, outcome: FlowOutcome, port: str) -> None:
         """Find the rate by measurement alone: simpleperf --probe, before the flow runs."""
         flow = outcome.flow
         # Trials of 2 s, shorter in quick runs: a fifth of the flow's duration.
-        trial = min(PROBE_TRIAL_SECONDS, max(0.5, self._duration(flow) / 5))
+        trial = min(PROBE_TRIAL_SECONDS, max(0.5, flow_duration(flow, self.timing) / 5))
         process = self._start(flow.source, [
             PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-u",
             "--probe", "-t", f"{trial:g}", "-l", str(theory.datagram_bytes(flow.length)), "-J"],
@@ -241,6 +238,16 @@ class Runner:
 
     # ------------------------------------------------------------------ parsing
 
+def flow_duration(flow: Flow, timing: Timing) -> float:
+    """Seconds a flow runs (an application: at most this long)."""
+    if flow.kind in APPLICATIONS:
+        return flow.duration or APPLICATION_TIMEOUT
+    if flow.kind == "ping":
+        count = flow.count or timing.ping_count
+        return count * (flow.interval or timing.ping_interval) + 2
+    return flow.duration or timing.duration
+
+
 def client_command(outcome: FlowOutcome, port: str, every: float, duration: float,
                    timing: Timing, applications: Applications | None) -> list[str]:
     """The command a flow's client runs; `every`: seconds per throughput sample."""
@@ -263,6 +270,19 @@ def client_command(outcome: FlowOutcome, port: str, every: float, duration: floa
         outcome.rate = FALLBACK_UDP_RATE
     return [*common, "-u", "-b", str(int(outcome.rate)), "-l",
             str(theory.datagram_bytes(flow.length))]
+
+
+def _trace(model: Topology, outcome: FlowOutcome) -> None:
+    """Which nodes each connection of a flow crossed, and which theory assumed: where
+    routing spreads flows over equal-cost paths, they can differ."""
+    protocol = outcome.flow.kind
+    outcome.paths = [" ".join(tables.flow_path(model, outcome.flow.source,
+                                               (*socket, protocol)))
+                     for socket in outcome.sockets if protocol in ("tcp", "udp")]
+    with contextlib.suppress(ValueError):
+        hops = theory.path(model, outcome.flow.source, outcome.address).hops
+        nodes = [outcome.flow.source] + [link.other(node).node for link, node in hops]
+        outcome.theory_path = " ".join(n for n in nodes if model.nodes[n].kind != "switch")
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
@@ -308,6 +328,8 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     if outcome.flow.kind == "udp":
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
+    outcome.sockets = [(c["local_host"], c["local_port"], c["remote_host"], c["remote_port"])
+                       for c in result.get("start", {}).get("connected", [])]
     received = result.get("server_intervals") or result["intervals"]
     # On the flows' clock (0 = the step's agreed start), as events are: the test measures
     # from after its handshakes, which take several round trips.

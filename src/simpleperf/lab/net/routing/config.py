@@ -107,13 +107,12 @@ def configs(topology: Topology, router: str) -> dict[str, str]:
 def _ospf(topology: Topology, router: str) -> list[str]:
     timers = topology.routing.timers
     lines = []
-    passive = []
     for interface in interfaces(topology, router):
         if interface.ospf is None:
             continue
         lines += [f"interface {interface.end.interface}", " ip ospf area 0"]
         if interface.ospf == "passive":
-            passive.append(interface.end.interface)
+            lines.append(" ip ospf passive")
         else:
             lines += [f" ip ospf hello-interval {timers.ospf_hello}",
                       f" ip ospf dead-interval {timers.ospf_dead}",
@@ -121,13 +120,12 @@ def _ospf(topology: Topology, router: str) -> list[str]:
             if interface.ospf == "point-to-point":
                 lines.append(" ip ospf network point-to-point")
             if timers.bfd:
-                lines.append(f" ip ospf bfd profile {BFD_PROFILE}")
+                lines += [" ip ospf bfd", f" ip ospf bfd profile {BFD_PROFILE}"]
         if interface.cost is not None:
             lines.append(f" ip ospf cost {interface.cost}")
         lines.append("exit")
     lines += ["router ospf", f" ospf router-id {router_id(topology, router)}", f" {SPF_THROTTLE}",
               *(f" {timer}" for timer in LSA_TIMERS)]
-    lines += [f" passive-interface {name}" for name in passive]
     return lines + ["exit"]
 
 

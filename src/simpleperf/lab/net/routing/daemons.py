@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import time
@@ -28,6 +29,7 @@ FRR_USER = "frr"  # Debian's frr package runs its daemons as this user
 VTYSH = "vtysh"
 START_SECONDS = 10.0  # for every daemon of every router to open its sockets
 POLL_SECONDS = 0.02
+LOG_LINE = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d")  # FRR's log lines begin so
 
 
 def folder(lab: str, router: str) -> Path:
@@ -97,6 +99,10 @@ def _wait_for_sockets(started: list[tuple[subprocess.Popen, Path, str]]) -> None
     while waiting:
         for process, socket, what in list(waiting):
             if socket.exists():
+                refused = _refused_lines(socket)
+                if refused:  # our configuration is wrong: never run half-configured
+                    raise CommandError(f"{what} refused a line of its configuration: "
+                                       f"{refused[0][:200]}")
                 waiting.remove((process, socket, what))
             elif process.poll() is not None:
                 raise CommandError(f"{what} stopped at start: {_last_words(socket)}")
@@ -104,6 +110,17 @@ def _wait_for_sockets(started: list[tuple[subprocess.Popen, Path, str]]) -> None
             raise CommandError(f"{waiting[0][2]} did not start within {START_SECONDS:g} s: "
                                f"{_last_words(waiting[0][1])}")
         time.sleep(POLL_SECONDS)
+
+
+def _refused_lines(socket: Path) -> list[str]:
+    """What a daemon printed about its configuration file: it reads the file before it
+    listens, and prints each line it refuses, without the timestamp its log lines carry."""
+    try:
+        text = socket.with_name(f"{socket.stem}.out").read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines()
+            if line.strip() and not LOG_LINE.match(line)]
 
 
 def _last_words(socket: Path) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from ...model import theory
 from ...model.topology import Route, Topology, TopologyError
 
+MAX_HOPS = 32  # a path longer than this is a routing loop
+
 
 @dataclass(frozen=True)
 class Installed:
@@ -89,3 +91,39 @@ def unreachable(topology: Topology) -> list[tuple[str, str]]:
             except TopologyError:
                 missing.append((source, target))
     return missing
+
+
+def flow_path(topology: Topology, source: str, five_tuple: tuple[str, int, str, int, str]
+              ) -> list[str]:
+    """The nodes that forward one flow from `source`, asked of each node's kernel with the
+    flow's addresses and ports (`ip route get ... ipproto P sport S dport D`, arriving on
+    the interface the previous hop sent it to): where equal-cost paths split, the kernel
+    hashes these, so this is the path the flow's packets took. Ends at the destination's
+    owner, or where a node has no route."""
+    local, local_port, remote, remote_port, protocol = five_tuple
+    owner = topology.owner_of(ipaddress.IPv4Address(remote))
+    flow = ["ipproto", protocol, "sport", str(local_port), "dport", str(remote_port)]
+    node, arrived_on = source, None
+    path = [source]
+    for _ in range(MAX_HOPS):
+        command = ["ip", "-n", node, "-json", "route", "get", remote, "from", local]
+        command += ["iif", arrived_on] if arrived_on else []
+        done = subprocess.run(command + flow, capture_output=True, text=True)
+        try:
+            route = json.loads(done.stdout)[0] if done.returncode == 0 else {}
+        except (ValueError, IndexError):
+            route = {}
+        gateway = route.get("gateway")
+        next_node = topology.owner_of(ipaddress.IPv4Address(gateway or remote))
+        if not route or next_node is None:
+            return path
+        if gateway is None:  # on a subnet of this node: delivered
+            return path + [owner] if owner and owner != path[-1] else path
+        arrived_on = next((end.interface for link in topology.links for end in (link.a, link.b)
+                           if end.node == next_node and end.address is not None
+                           and str(end.address.ip) == gateway), None)
+        node = next_node
+        path.append(node)
+        if node == owner:
+            return path
+    return path
