@@ -4,12 +4,20 @@ them, and the kernel's routes read back (no namespaces, no root)."""
 from __future__ import annotations
 
 import ipaddress
+import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simpleperf.lab.model import theory, topology
+from simpleperf.lab.model import routing, theory, topology
 from simpleperf.lab.model.topology import TopologyError
 from simpleperf.lab.net.routing import config, tables
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 TWO_ROUTERS = """
 routing = "ospf"
@@ -158,3 +166,33 @@ def test_theory_follows_installed_routes_not_the_file():
     assert [link.name for link, _ in backup.hops if link.is_shaped] == ["B1"]
     assert primary.bottleneck == 100e6 and backup.bottleneck == 50e6
     assert tables.unreachable(tables.installed(model, {})) != []  # no routes: r1 is stuck
+
+
+_values = st.one_of(st.none(), st.integers(-5, 2**33), st.text(max_size=12),
+                    st.floats(allow_nan=True), st.booleans(),
+                    st.lists(st.text(max_size=8), max_size=3),
+                    st.dictionaries(st.text(max_size=8), st.integers(0, 9), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["routing", "timers", "asn", "frr", "cost", "timer"]),
+       st.sampled_from(sorted(routing.TIMER_FIELDS)), _values)
+def test_any_routing_value_is_a_topology_or_a_one_line_error(field, timer, value):
+    """Whatever a routing field holds: a topology whose routing makes sense, or one line."""
+    data = tomllib.loads(topology.load("wan").source)
+    if field in ("routing", "timers"):
+        data[field] = value
+    elif field == "timer":
+        data["timers"] = {timer: value}
+    elif field == "cost":
+        data["links"][3]["cost"] = value
+    else:
+        data["routers"]["r2"][field] = value
+    try:
+        model = topology.from_dict(data)
+    except TopologyError as error:
+        assert "\n" not in str(error) and len(str(error)) <= 300
+        return
+    assert model.routing.protocol in routing.PROTOCOLS
+    for router in model.routers():
+        assert config.configs(model, router)["zebra"].startswith(f"hostname {router}\n")
