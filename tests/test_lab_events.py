@@ -115,6 +115,7 @@ def test_events_happen_on_time_and_their_effects_are_measured(tmp_path: Path):
     for event in events:
         assert event["error"] is None
         assert abs(event["applied"] - event["at"]) < 0.1, event
+    assert all(f["base_rtt_ms"] == pytest.approx(50.0) for f in events[0]["flows"])  # 2 x 25
     down, up = events[1]["flows"], events[2]["flows"]
     assert {f["label"] for f in down} == {"tcp", "udp"}
     assert all(f["outage"] is None for f in down)  # nothing came back before the link did

@@ -7,6 +7,7 @@ milliseconds, a shared machine's noise is far below that.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -279,3 +280,24 @@ def test_equal_costs_install_multipath_and_the_kernel_spreads_flows(tmp_path):
         assert taken == {"h1 r1 r2 r3 h4", "h1 r1 r3 h4"}
     finally:
         lab("down", "campus")
+
+
+def test_a_failover_run_measures_each_event_and_theory_follows_the_new_path(tmp_path):
+    """`lab run failover --quick`: when P13 fails both flows move to the transit path
+    (theory after the event: base RTT 120 ms, 20 Mbit/s to share) with an outage under a
+    second, and come back to the direct path (40 ms) when it returns; each connection's path
+    is recorded."""
+    done = lab("run", "failover", "--quick", "--results", str(tmp_path), timeout=240)
+    (folder,) = tmp_path.iterdir()
+    step = json.loads((folder / "results.json").read_text())["steps"][0]
+    down, up = step["events"]
+    assert [f["label"] for f in down["flows"]] == ["tcp", "udp"]
+    for flow in down["flows"]:
+        assert flow["outage"] is not None and flow["outage"] < 1.0, down
+        assert flow["base_rtt_ms"] == pytest.approx(120.0), down
+    assert sum(f["predicted"] for f in down["flows"]) < 20e6
+    assert all(f["base_rtt_ms"] == pytest.approx(40.0) for f in up["flows"]), up
+    assert down["convergence"] is not None and down["route_changes"] > 0
+    tcp = next(f for f in step["flows"] if f["label"] == "tcp")
+    assert tcp["paths"] == ["h1 r1 r2 r4 r5 h3"]  # at the end: P13 is back
+    assert "tcp took h1 r1 r2 r4 r5 h3" in done.stdout

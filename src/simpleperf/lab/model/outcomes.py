@@ -74,6 +74,8 @@ class EventFlow:
     outage: float | None  # seconds without a probe reply (None: none came back)
     dip: float | None  # share of the throughput lost at the worst interval, 0..1
     recovery: float | None  # seconds until the throughput was back at 90 % of its new level
+    predicted: float | None = None  # theory's goodput along the network the event made
+    base_rtt_ms: float | None = None  # the same, base RTT
 
 
 @dataclass
@@ -86,6 +88,8 @@ class EventOutcome:
     convergence: float | None = None  # seconds to the last route change after it
     route_changes: int = 0
     flows: list[EventFlow] = field(default_factory=list)
+    # Theory after the event (label: goodput bit/s, base RTT ms), read as routing settled.
+    theory: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 @dataclass

@@ -64,7 +64,7 @@ CREATE TABLE event (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id),
     INTEGER, description TEXT, at REAL, applied REAL, took REAL, error TEXT,
     convergence REAL, route_changes INTEGER);
 CREATE TABLE event_flow (event_id INTEGER REFERENCES event(id), label TEXT, outage REAL,
-    dip REAL, recovery REAL);
+    dip REAL, recovery REAL, predicted REAL, base_rtt_ms REAL);
 """
 TCP_COLUMNS = ("source", "source_port", "destination", "destination_port", "packets",
                "data_segments", "bytes", "seconds", "retransmissions", "fast_retransmissions",
@@ -175,8 +175,9 @@ class Store:
                 "INSERT INTO event VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, event.description, event.at, event.applied, event.took,
                  event.error, event.convergence, event.route_changes)).lastrowid
-            self.db.executemany("INSERT INTO event_flow VALUES (?, ?, ?, ?, ?)", [
-                (event_id, f.label, f.outage, f.dip, f.recovery) for f in event.flows])
+            self.db.executemany("INSERT INTO event_flow VALUES (?, ?, ?, ?, ?, ?, ?)", [
+                (event_id, f.label, f.outage, f.dip, f.recovery, f.predicted, f.base_rtt_ms)
+                for f in event.flows])
         self.db.commit()
 
     def _add_captures(self, step_id: int, outcome: StepOutcome, flow_ids: dict[int, int]
@@ -238,7 +239,8 @@ class Store:
                                 "c ON c.id = u.capture_id"),
                 ("events", "SELECT s.name AS step_name, e.description, e.at, e.applied, "
                            "e.took, e.error, e.convergence, e.route_changes, f.label, "
-                           "f.outage, f.dip, f.recovery FROM event e JOIN step s ON "
+                           "f.outage, f.dip, f.recovery, f.predicted, f.base_rtt_ms FROM event e "
+                           "JOIN step s ON "
                            "s.id = e.step_id LEFT JOIN event_flow f ON f.event_id = e.id "
                            "ORDER BY e.id")):
             cursor = self.db.execute(query)
@@ -319,7 +321,7 @@ def _events(db: sqlite3.Connection, step_id: int) -> list[dict[str, Any]]:
                           (step_id,)):
         item = dict(row)
         item["flows"] = [dict(r) for r in db.execute(
-            "SELECT label, outage, dip, recovery FROM event_flow WHERE event_id = ?",
+            "SELECT * FROM event_flow WHERE event_id = ?",
             (row["id"],))]
         events.append(item)
     return events

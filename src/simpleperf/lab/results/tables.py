@@ -174,7 +174,11 @@ def event_lines(event: dict[str, Any]) -> list[str]:
         dip = "" if flow["dip"] is None else f", throughput dip {flow['dip'] * 100:.0f} %"
         back = ("" if flow["recovery"] is None
                 else f", back to 90 % of its new level after {flow['recovery']:.1f} s")
-        lines.append(f"  {flow['label']}: {outage}{dip}{back}")
+        after = ""
+        if flow.get("predicted") is not None:
+            after = (f"; theory after it: {flow['predicted'] / 1e6:.2f} Mbit/s, base RTT "
+                     f"{flow['base_rtt_ms']:.1f} ms")
+        lines.append(f"  {flow['label']}: {outage}{dip}{back}{after}")
     return lines
 
 

@@ -19,14 +19,16 @@ from datetime import datetime
 from pathlib import Path
 
 from ..analysis import events as analysis
+from ..model import theory
 from ..model.events import Event
 from ..model.outcomes import EventFlow, EventOutcome, FlowOutcome
 from ..model.topology import Topology
 from ..net import changes, ownership
-from ..net.routing import convergence
-from ..net.system import CommandError
+from ..net.routing import convergence, tables
+from ..net.system import CommandError, system_congestion_control
 
 PROBE_INTERVAL = 0.01  # seconds between probe pings: the outage's resolution
+THEORY_SETTLE = 2.0  # seconds after an event at which theory reads the routes again
 EVENT_INTERVAL = 0.1  # seconds per throughput sample while events happen (else 1 s)
 RESTORE_BOUND = 30.0  # seconds for routing to converge again after a step's events
 _MONITOR_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\dT[\d:.]+)\]")
@@ -49,6 +51,7 @@ class StepEvents:
         self._cancel = threading.Event()
         self._player: threading.Thread | None = None
         self._start_at = 0.0
+        self._flows: list[FlowOutcome] = []
         self._folder = Path()
 
     def begin(self, start_at: float, flows: list[FlowOutcome], launcher: list[str],
@@ -56,6 +59,7 @@ class StepEvents:
         """Before the flows start: watch the routers, probe beside each flow from its
         start, and play the events from `start_at` (monotonic) on."""
         self._start_at = start_at
+        self._flows = flows
         self._folder = Path(tempfile.mkdtemp(prefix=f"simpleperf-{self.record.lab}-events-"))
         with ownership.locked(self.record.lab):
             ownership.add_folder(self.record, self._folder)
@@ -76,7 +80,9 @@ class StepEvents:
         self._player.start()
 
     def _play(self) -> None:
-        for event, outcome in zip(self.events, self.outcomes, strict=True):
+        upcoming = [event.at for event in self.events[1:]] + [None]
+        for event, outcome, following in zip(self.events, self.outcomes, upcoming,
+                                             strict=True):
             wait = self._start_at + event.at - time.monotonic()
             if self._cancel.wait(max(0.0, wait)):
                 return
@@ -88,6 +94,23 @@ class StepEvents:
             except (CommandError, ValueError) as error:
                 outcome.error = str(error)[:200]
             outcome.took = time.monotonic() - began
+            # Theory for the network the event made: once routing has had time to settle,
+            # or just before the next event.
+            settle = THEORY_SETTLE if following is None else min(
+                THEORY_SETTLE, self._start_at + following - time.monotonic() - 0.05)
+            if self._cancel.wait(max(0.0, settle)):
+                return
+            self._theory_now(outcome)
+
+    def _theory_now(self, outcome: EventOutcome) -> None:
+        """What theory predicts for each flow along the routes and links as they are now."""
+        model = changes.current(self.record, self.model)
+        if model.runs_daemons:
+            nodes = [n.name for n in model.nodes.values() if n.kind != "switch"]
+            model = tables.installed(model, tables.read(nodes))
+        fresh = [FlowOutcome(flow.flow, flow.address) for flow in self._flows]
+        theory.predict(model, fresh, system_congestion_control())
+        outcome.theory = {flow.flow.label: (flow.predicted, flow.base_rtt) for flow in fresh}
 
     def cancel(self) -> None:
         """No more changes (Ctrl-C, or the flows have ended)."""
@@ -129,9 +152,11 @@ class StepEvents:
                 if index not in replies:
                     continue
                 dip, recovery = analysis.throughput_dip(flow.intervals, done, until)
+                predicted, base_rtt = outcome.theory.get(flow.flow.label, (None, None))
                 outcome.flows.append(EventFlow(
                     flow.flow.label, analysis.outage(replies[index], done, until,
-                                                     PROBE_INTERVAL), dip, recovery))
+                                                     PROBE_INTERVAL), dip, recovery,
+                    predicted, base_rtt))
         return self.outcomes
 
     def restore(self, say: Callable[[str], None]) -> None:
