@@ -17,6 +17,7 @@ from .model import theory, topology
 from .model.datafiles import DataFileError
 from .net import changes, lifecycle, ownership
 from .net.capture import CaptureError
+from .net.routing import tables
 from .net.shaping.probe import SHAPER_ENV, SHAPERS
 from .net.system import is_running
 from .results.errors import ResultsError
@@ -283,7 +284,7 @@ def describe(record: ownership.LabRecord) -> str:
         state = "DOWN  " if link.name in record.links_down else ""
         lines.append(f"  {link.name:<6} {ends:<42} {state}{shaping}")
     if model.runs_daemons and record.state == "up":
-        model = lifecycle.routed(record, model)
+        model = tables.routed(model)
         lines += routing_lines(record, model)
     hosts = model.hosts()
     lines.append("expected base RTT between hosts, ms (2 x one-way delays on the path"

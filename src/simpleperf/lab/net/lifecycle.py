@@ -18,7 +18,7 @@ import simpleperf
 
 from ..model import topology
 from . import build, changes, ownership
-from .routing import convergence, daemons, tables
+from .routing import convergence, daemons
 from .shaping.probe import Capabilities, probe
 from .system import CommandError, existing_namespaces, require_tools
 
@@ -156,14 +156,6 @@ def _start_routing(record: ownership.LabRecord, model: topology.Topology,
     say(f"routing: FRR daemons started on {len(model.routers())} routers in {running:.2f} s; "
         f"converged {done.settled:.2f} s later (every adjacency up, routes unchanged "
         f"for {convergence.QUIET_SECONDS:g} s); timers: {model.routing.timers.describe()}")
-
-
-def routed(record: ownership.LabRecord, model: topology.Topology) -> topology.Topology:
-    """The model with the routes every node's kernel holds now (theory follows them)."""
-    if not model.runs_daemons:
-        return model
-    nodes = [n.name for n in model.nodes.values() if n.kind != "switch"]
-    return tables.installed(model, tables.read(nodes))
 
 
 def _clear_the_way(lab: str, namespaces: list[str], say: Callable[[str], None]) -> None:

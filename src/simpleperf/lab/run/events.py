@@ -104,10 +104,7 @@ class StepEvents:
 
     def _theory_now(self, outcome: EventOutcome) -> None:
         """What theory predicts for each flow along the routes and links as they are now."""
-        model = changes.current(self.record, self.model)
-        if model.runs_daemons:
-            nodes = [n.name for n in model.nodes.values() if n.kind != "switch"]
-            model = tables.installed(model, tables.read(nodes))
+        model = tables.routed(changes.current(self.record, self.model))
         fresh = [FlowOutcome(flow.flow, flow.address) for flow in self._flows]
         theory.predict(model, fresh, system_congestion_control())
         outcome.theory = {flow.flow.label: (flow.predicted, flow.base_rtt) for flow in fresh}

@@ -22,7 +22,7 @@ from ..model import theory
 from ..model.experiment import APPLICATIONS, FIRST_PORT, Flow, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
 from ..model.topology import Topology
-from ..net import lifecycle, ownership
+from ..net import ownership
 from ..net.routing import tables
 from ..net.system import system_congestion_control
 from .applications import Applications, read_application, wait_listening
@@ -93,7 +93,7 @@ class Runner:
     def run_step(self, step: Step, repetition: int, number: int | None = None
                  ) -> StepOutcome:
         """Run one step; `number` (the run's count of steps so far) names its captures."""
-        self.model = lifecycle.routed(self.record, self.built)  # theory follows real routes
+        self.model = tables.routed(self.built)  # theory follows the routes installed now
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
         theory.predict(self.model, outcomes, system_congestion_control())

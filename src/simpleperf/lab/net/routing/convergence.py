@@ -76,7 +76,7 @@ def wait(lab: str, topology: Topology, bound: float, down: set[str] | None = Non
     past `bound`, one line saying what is still missing."""
     down = down or set()
     started = time.monotonic()
-    nodes = [n.name for n in topology.nodes.values() if n.kind != "switch"]
+    nodes = tables.forwarding_nodes(topology)
     last_tables: dict | None = None
     changed = started
     reachable_at: float | None = None

@@ -78,6 +78,19 @@ def installed(topology: Topology, tables: dict[str, list[Installed]]) -> Topolog
     return replace(topology, nodes=nodes)
 
 
+def forwarding_nodes(topology: Topology) -> list[str]:
+    """The nodes with routing tables: hosts and routers (a switch only bridges)."""
+    return [n.name for n in topology.nodes.values() if n.kind != "switch"]
+
+
+def routed(topology: Topology) -> Topology:
+    """The topology with the routes every node's kernel holds now, where daemons route it
+    (theory follows them); as it is where the file's static routes are all there is."""
+    if not topology.runs_daemons:
+        return topology
+    return installed(topology, read(forwarding_nodes(topology)))
+
+
 def unreachable(topology: Topology) -> list[tuple[str, str]]:
     """Host pairs whose packets do not arrive along the topology's routes."""
     hosts = topology.hosts()
