@@ -95,6 +95,13 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     udp = flows["h7-h9"]
     assert udp[2] == 1 and udp[8] is not None and udp[9] > 0
     assert 0 <= udp[10] < 100 and udp[4] > 0
+    # What arrived is what was not lost: the receiver's intervals hold exactly the bytes of
+    # the datagrams that were not counted lost (1000 bytes each).
+    received = db.execute("SELECT SUM((\"end\" - start) * bits_per_second / 8) FROM interval"
+                          " WHERE flow_id = (SELECT id FROM flow WHERE label = 'h7-h9')"
+                          ).fetchone()[0]
+    lost = db.execute("SELECT lost FROM flow WHERE label = 'h7-h9'").fetchone()[0]
+    assert received == pytest.approx((udp[9] - lost) * 1000, rel=1e-4)
     failed = flows["nowhere"]
     assert failed[2] == 0 and re.search(r"unreachable|refused|no answer", failed[3])
     assert flows["h2-h5"][2] == 1
@@ -123,14 +130,10 @@ def test_the_run_measures_what_theory_predicts(mixed_run):
     tcp = db.execute("SELECT throughput, predicted FROM flow WHERE label = 'h1-h4'"
                      " AND kind = 'tcp'").fetchone()
     assert tcp[0] > 0.3 * tcp[1]  # 3 s with slow start: a loose bound, but a real transfer
-    throughput, _, _, loss = flows["h7-h9"]
-    # 625 datagrams a second for the quick step's 5 s, less what the shared queue dropped.
+    # 625 datagrams a second for the quick step's 3 s, less what the shared queue dropped:
+    # it shares r2-r3 with the TCP flow, whose start fills that queue (7-13 % lost here).
     assert db.execute("SELECT packets FROM flow WHERE label = 'h7-h9'").fetchone()[0] > 1000
-    # It shares r2-r3 with the TCP flow, whose start fills that queue: some of the 5 Mbit/s
-    # is lost (7-12 % in 3 s here, once 32 %), and what arrived is what was not lost.
-    assert loss < 60
-    assert abs(throughput - 5e6 * (1 - loss / 100)) <= 0.1 * 5e6
-
+    assert flows["h7-h9"][3] < 60
 
 
 @pytest.mark.guest
