@@ -17,12 +17,12 @@ import time
 
 import pytest
 from helpers import SIMPLEPERF
-from lab_helpers import assert_gone, in_node, lab, needs_lab, ping_rtts
+from lab_helpers import Ready, assert_gone, in_node, lab, needs_lab, ping_rtts
 
 from simpleperf.lab.model import theory, topology
-from simpleperf.lab.net import ownership
+from simpleperf.lab.net import lifecycle, ownership
 from simpleperf.lab.net.routing import tables
-from simpleperf.lab.net.system import existing_namespaces
+from simpleperf.lab.net.system import existing_namespaces, is_running
 
 pytestmark = needs_lab
 
@@ -274,12 +274,61 @@ def test_equal_costs_install_multipath_and_the_kernel_spreads_flows(tmp_path):
         routes = {str(r.destination): r for r in tables.read(["r1"])["r1"]}
         assert sorted(map(str, routes["10.10.2.0/24"].gateways)) == ["10.10.12.2",
                                                                        "10.10.13.2"]
-        taken = {" ".join(tables.flow_path(model, "h1", ("10.10.1.11", port, "10.10.2.11",
-                                                          5201, "tcp")))
+        taken = {" + ".join(" ".join(path) for path in tables.flow_paths(
+                     model, "h1", ("10.10.1.11", port, "10.10.2.11", 5201, "tcp")))
                  for port in range(40000, 40020)}
         assert taken == {"h1 r1 r2 r3 h4", "h1 r1 r3 h4"}
     finally:
         lab("down", "campus")
+
+
+def tx_packets(node: str, interface: str) -> int:
+    shown = json.loads(in_node(node, "ip", "-json", "-stats", "link", "show", "dev",
+                               interface).stdout)
+    return int(shown[0]["stats64"]["tx"]["packets"])
+
+
+def test_per_packet_multipath_alternates_paths_and_reorders(tmp_path):
+    """multipath = "per-packet" on equal costs: r1 sends one UDP flow's datagrams over both
+    paths in turn (about half each), and since one path is 3 ms longer, datagrams arrive
+    out of order and with jitter of milliseconds. When one path fails, its share goes to the
+    other at once (no datagram of a ping lost), and the followers end with the lab."""
+    source = topology.load("campus").source.replace("cost = 30", "cost = 20").replace(
+        'routing = "ospf"', 'routing = "ospf"\nmultipath = "per-packet"')
+    path = tmp_path / "campus-spray.toml"
+    path.write_text(source)
+    model = topology.parse(source)
+    ports = {link.name: next(end.interface for end in (link.a, link.b) if end.node == "r1")
+             for link in model.links if link.name in ("C1", "B1")}
+    lab("up", str(path), timeout=120)
+    try:
+        record = lifecycle.find("campus")
+        followers = [p for p in record.processes if p.what.startswith("per-packet")]
+        assert len(followers) == 3
+        assert "ospf, equal-cost paths taken packet by packet (FRR;" in lab("status").stdout
+        paths = tables.flow_paths(model, "h1", ("10.10.1.11", 40000, "10.10.2.11", 5201,
+                                                "udp"))
+        assert [" ".join(p) for p in paths] == ["h1 r1 r2 r3 h4", "h1 r1 r3 h4"]
+        before = {name: tx_packets("r1", port) for name, port in ports.items()}
+        server = Ready("h4", *SIMPLEPERF, "-s", "-p", "5201", ready="listening")
+        try:
+            done = in_node("h1", *SIMPLEPERF, "-c", "10.10.2.11", "-p", "5201", "-u", "-b",
+                           "5M", "-l", "1000", "-t", "2", "-J")
+        finally:
+            server.stop()
+        result = json.loads(done.stdout)
+        udp = result["end"]["streams"][0]["udp"]
+        carried = {name: tx_packets("r1", port) - before[name] for name, port in ports.items()}
+        assert min(carried.values()) > 0.4 * udp["packets"], (carried, udp)
+        assert udp["out_of_order"] > 0 and udp["jitter_ms"] > 1.0, udp
+        lab("link", "C1", "down")
+        rtts = ping_rtts("h1", "10.10.2.11", 20, interval=0.01)
+        assert len(rtts) == 20
+        copied = in_node("r1", "ip", "route", "show", "table", "all").stdout
+        assert "via 10.10.12.2" not in copied, copied  # every copy follows OSPF's new route
+    finally:
+        lab("down", "campus")
+    assert not any(is_running(p.pid, p.start_time) for p in followers)
 
 
 def test_a_failover_run_measures_each_event_and_theory_follows_the_new_path(tmp_path):

@@ -51,6 +51,12 @@ def two_routers(r1: str = "", r2: str = "", link: str = "", top: str = "") -> st
     return top + TWO_ROUTERS.format(r1=r1, r2=r2, link=link)
 
 
+def test_multipath_is_per_flow_unless_asked_per_packet():
+    assert topology.parse(two_routers()).routing.multipath == "per-flow"
+    model = topology.parse(two_routers(top='multipath = "per-packet"\n'))
+    assert model.routing.per_packet
+
+
 @pytest.mark.parametrize("text, message", [
     (two_routers().replace('"ospf"', '"rip"'),
      "routing = 'rip' must be one of: 'static', 'ospf'"),
@@ -75,6 +81,11 @@ def two_routers(r1: str = "", r2: str = "", link: str = "", top: str = "") -> st
     (two_routers(r1="frr = 5"), "node r1: frr must be text of FRR configuration commands"),
     (two_routers(r1="ospf = true"), "node r1: unknown field 'ospf'"),
     (two_routers().replace("h1 = {}", "h1 = { asn = 1 }"), "node h1: unknown field 'asn'"),
+    (two_routers(top='multipath = "per-byte"\n'),
+     "multipath = 'per-byte' must be one of: 'per-flow', 'per-packet'"),
+    (two_routers(top='multipath = "per-packet"\n').replace('routing = "ospf"', ""),
+     "multipath = 'per-packet' spreads the equal-cost routes of routing daemons: it needs "
+     "routing = 'ospf'"),
 ])
 def test_malformed_routing_fields_are_one_line_errors(text, message):
     with pytest.raises(TopologyError) as caught:
@@ -175,12 +186,12 @@ _values = st.one_of(st.none(), st.integers(-5, 2**33), st.text(max_size=12),
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(["routing", "timers", "asn", "frr", "cost", "timer"]),
+@given(st.sampled_from(["routing", "timers", "asn", "frr", "cost", "timer", "multipath"]),
        st.sampled_from(sorted(routing.TIMER_FIELDS)), _values)
 def test_any_routing_value_is_a_topology_or_a_one_line_error(field, timer, value):
     """Whatever a routing field holds: a topology whose routing makes sense, or one line."""
     data = tomllib.loads(topology.load("wan").source)
-    if field in ("routing", "timers"):
+    if field in ("routing", "timers", "multipath"):
         data[field] = value
     elif field == "timer":
         data["timers"] = {timer: value}
@@ -194,5 +205,6 @@ def test_any_routing_value_is_a_topology_or_a_one_line_error(field, timer, value
         assert "\n" not in str(error) and len(str(error)) <= 300
         return
     assert model.routing.protocol in routing.PROTOCOLS
+    assert model.routing.multipath in routing.MULTIPATH_MODES
     for router in model.routers():
         assert config.configs(model, router)["zebra"].startswith(f"hostname {router}\n")

@@ -308,10 +308,7 @@ def routing_lines(record: ownership.LabRecord, model: topology.Topology) -> list
     """Each router's neighbours (from its daemons) and the routes its kernel forwards by."""
     from .net.routing import daemons
 
-    lines = [f"routing: {model.routing.protocol}"
-             + (" inside each AS, BGP between them" if any(
-                 model.nodes[r].asn for r in model.routers()) else "")
-             + f" (FRR; {model.routing.timers.describe()})"]
+    lines = [f"routing: {model.routing_summary} (FRR; {model.routing.timers.describe()})"]
     for router in model.routers():
         asn = model.nodes[router].asn
         lines.append(f"  {router}" + (f" (AS {asn})" if asn else ""))

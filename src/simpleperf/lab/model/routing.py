@@ -18,6 +18,10 @@ from . import datafiles
 from .errors import TopologyError
 
 PROTOCOLS = ("static", "ospf")
+# How a router spreads packets over equal-cost paths: each flow on one path, chosen by a hash
+# of its addresses and ports (the kernel's and most routers' default), or packet by packet in
+# turn (what shows what reordering across paths of different delay does to jitter and TCP).
+MULTIPATH_MODES = ("per-flow", "per-packet")
 TIMER_FIELDS = {"ospf_hello", "ospf_dead", "bgp_keepalive", "bgp_hold", "bfd",
                 "bfd_interval"}
 MAX_COST = 65535  # OSPF's interface cost is 16 bits
@@ -51,6 +55,11 @@ class Timers:
 class Routing:
     protocol: str = "static"
     timers: Timers = field(default_factory=Timers)
+    multipath: str = "per-flow"
+
+    @property
+    def per_packet(self) -> bool:
+        return self.multipath == "per-packet"
 
     @property
     def dynamic(self) -> bool:
@@ -58,11 +67,9 @@ class Routing:
 
 
 def parse(data: dict[str, Any]) -> Routing:
-    """The topology's top-level `routing` and `[timers]`."""
-    protocol = data.get("routing", "static")
-    if protocol not in PROTOCOLS:
-        raise TopologyError(f"routing = {protocol!r} must be one of: "
-                            + ", ".join(f"'{p}'" for p in PROTOCOLS))
+    """The topology's top-level `routing`, `multipath` and `[timers]`."""
+    protocol = _one_of(data.get("routing", "static"), PROTOCOLS, "routing")
+    multipath = _one_of(data.get("multipath", "per-flow"), MULTIPATH_MODES, "multipath")
     raw = data.get("timers", {})
     if not isinstance(raw, dict):
         raise TopologyError("[timers] must be a table, e.g. timers = { ospf_hello = 1 }")
@@ -86,7 +93,14 @@ def parse(data: dict[str, Any]) -> Routing:
     if timers.bgp_hold < 3 * timers.bgp_keepalive:
         raise TopologyError(f"timers: bgp_hold ({timers.bgp_hold} s) must be at least 3 x "
                             f"bgp_keepalive ({timers.bgp_keepalive} s)")
-    return Routing(protocol, timers)
+    return Routing(protocol, timers, multipath)
+
+
+def _one_of(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise TopologyError(f"{where} = {value!r} must be one of: "
+                            + ", ".join(f"'{c}'" for c in choices))
+    return str(value)
 
 
 def _seconds(value: Any, where: str) -> int:

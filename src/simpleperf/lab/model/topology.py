@@ -130,6 +130,15 @@ class Topology:
     def routers(self) -> list[str]:
         return [n.name for n in self.nodes.values() if n.kind == "router"]
 
+    @property
+    def routing_summary(self) -> str:
+        """How its routers route, in a few words: "ospf inside each AS, BGP between them"."""
+        return (self.routing.protocol
+                + (" inside each AS, BGP between them"
+                   if any(self.nodes[r].asn for r in self.routers()) else "")
+                + (", equal-cost paths taken packet by packet" if self.routing.per_packet
+                   else ""))
+
     def adjacent_routers(self) -> list[tuple[str, str]]:
         """Pairs of routers that share a subnet (one link, or switches between them)."""
         pairs = []
@@ -185,8 +194,8 @@ def parse(text: str, default_name: str = "lab", origin: Path | None = None) -> T
 
 
 def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "") -> Topology:
-    _only(data, {"name", "description", *NODE_KINDS, "links", "routing", "timers"},
-          "topology")
+    _only(data, {"name", "description", *NODE_KINDS, "links", "routing", "multipath",
+                 "timers"}, "topology")
     routing_plan = routing.parse(data)
     name = datafiles.name(data.get("name", default_name), LAB_NAME, "topology name",
                           "1-10 lowercase letters, digits or '-', starting with a letter",
@@ -220,6 +229,10 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
              for n, node in nodes.items()}
     topology = replace(topology, nodes=nodes)
     _check_addresses(topology)
+    if routing_plan.per_packet and not topology.runs_daemons:
+        raise TopologyError("multipath = 'per-packet' spreads the equal-cost routes of routing "
+                            "daemons: it needs routing = 'ospf' (static routes have one "
+                            "gateway each)")
     if routing_plan.dynamic:
         topology = replace(topology, nodes=_default_gateways(topology))
         routing.check_autonomous_systems({r: nodes[r].asn for r in topology.routers()},

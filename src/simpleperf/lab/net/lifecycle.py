@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from pathlib import Path
 from typing import Any
-
-import simpleperf
 
 from ..model import topology
 from . import build, changes, ownership
-from .routing import convergence, daemons
+from .routing import convergence, daemons, perpacket
 from .shaping.probe import Capabilities, probe
-from .system import CommandError, existing_namespaces, require_tools
+from .system import CommandError, await_ready, existing_namespaces, module_command, require_tools
 
 REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl", "unshare")
 CONVERGENCE_BOUND = 30.0  # seconds for routing daemons to give every host a path to every other
@@ -151,6 +146,8 @@ def _start_routing(record: ownership.LabRecord, model: topology.Topology,
                    say: Callable[[str], None]) -> None:
     started = time.monotonic()
     daemons.start(record, model)
+    if model.routing.per_packet:
+        perpacket.start(record, model)
     running = time.monotonic() - started
     done = convergence.wait(record.lab, model, CONVERGENCE_BOUND, reachable=True)
     say(f"routing: FRR daemons started on {len(model.routers())} routers in {running:.2f} s; "
@@ -193,31 +190,20 @@ def _start_delay_lines(record: ownership.LabRecord, queues: list[dict[str, Any]]
     releasing process: one process for everything serialises a link's data and its
     acknowledgements on one core."""
     workers = min(len(queues), os.cpu_count() or 1)
-    package_root = str(Path(simpleperf.__file__).resolve().parents[1])
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root,
-                                                              environment.get("PYTHONPATH")]))
+    command, environment = module_command(DELAY_LINE_MODULE)
     started = []
     for number in range(1, workers + 1):
         config = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.json"
         config.write_text(json.dumps(queues[number - 1::workers]))
         log_path = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.log"
         with open(log_path, "w") as log:
-            daemon = subprocess.Popen([sys.executable, "-m", DELAY_LINE_MODULE, str(config)],
-                                      stdout=subprocess.PIPE, stderr=log,
-                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                      env=environment)
+            daemon = subprocess.Popen([*command, str(config)], stdout=subprocess.PIPE,
+                                      stderr=log, stdin=subprocess.DEVNULL,
+                                      start_new_session=True, env=environment)
         ownership.add_process(record, daemon.pid, f"delay line {number}")
         started.append((daemon, log_path))
     for daemon, log_path in started:
-        assert daemon.stdout is not None
-        ready, _, _ = select.select([daemon.stdout], [], [], 10)
-        line = daemon.stdout.readline() if ready else b""
-        daemon.stdout.close()
-        if line.strip() != b"ready":
-            reason = log_path.read_text().strip().splitlines()
-            raise CommandError("the delay line did not start: "
-                               + (reason[-1] if reason else "no answer within 10 s"))
+        await_ready(daemon, log_path, "the delay line")
 
 
 def find(name: str | None) -> ownership.LabRecord:

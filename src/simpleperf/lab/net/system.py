@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ...transport import tcp
 
@@ -98,3 +101,25 @@ def processes_in_namespaces(inodes: set[int]) -> dict[int, str]:
 def system_congestion_control() -> str:
     """What TCP uses unless told otherwise; new network namespaces inherit it."""
     return tcp.system_congestion() or "unknown"
+
+
+def module_command(module: str, *arguments: str) -> tuple[list[str], dict[str, str]]:
+    """`python -m module` as a command and the environment it needs: the lab's helper
+    processes import this very package, wherever it was installed or run from."""
+    package_root = str(Path(__file__).resolve().parents[3])
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root,
+                                                              environment.get("PYTHONPATH")]))
+    return [sys.executable, "-m", module, *arguments], environment
+
+
+def await_ready(process: subprocess.Popen, log: Path, what: str, seconds: float = 10) -> None:
+    """Wait for a helper's "ready" line; if it does not come, its log's last line says why."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], seconds)
+    line = process.stdout.readline() if ready else b""
+    process.stdout.close()
+    if line.strip() not in (b"ready", "ready"):
+        reason = log.read_text().strip().splitlines()
+        raise CommandError(f"{what} did not start: "
+                           + (reason[-1] if reason else f"no answer within {seconds:g} s"))

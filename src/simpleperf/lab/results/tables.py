@@ -148,11 +148,9 @@ def routing_note(run: dict[str, Any]) -> str | None:
         return None  # a pair, or a file this version cannot read
     if not model.routing.dynamic:
         return None
-    with_bgp = any(model.nodes[r].asn for r in model.routers())
-    return (f"routing: {model.routing.protocol}" + (" inside each AS, BGP between them"
-                                                    if with_bgp else "")
-            + f" (FRR); timers: {model.routing.timers.describe()}; a link that fails loses "
-            "carrier at both ends, so routers notice it at once")
+    return (f"routing: {model.routing_summary} (FRR); timers: "
+            f"{model.routing.timers.describe()}; a link that fails loses carrier at both ends, "
+            "so routers notice it at once")
 
 
 def event_lines(event: dict[str, Any]) -> list[str]:

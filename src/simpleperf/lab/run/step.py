@@ -276,8 +276,9 @@ def _trace(model: Topology, outcome: FlowOutcome) -> None:
     """Which nodes each connection of a flow crossed, and which theory assumed: where
     routing spreads flows over equal-cost paths, they can differ."""
     protocol = outcome.flow.kind
-    outcome.paths = [" ".join(tables.flow_path(model, outcome.flow.source,
-                                               (*socket, protocol)))
+    # A connection spread packet by packet over several paths: "A + B".
+    outcome.paths = [" + ".join(" ".join(path) for path in tables.flow_paths(
+                         model, outcome.flow.source, (*socket, protocol)))
                      for socket in outcome.sockets if protocol in ("tcp", "udp")]
     with contextlib.suppress(ValueError):
         hops = theory.path(model, outcome.flow.source, outcome.address).hops

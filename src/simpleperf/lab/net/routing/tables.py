@@ -14,8 +14,10 @@ from dataclasses import dataclass, replace
 
 from ...model import theory
 from ...model.topology import Route, Topology, TopologyError
+from . import perpacket
 
 MAX_HOPS = 32  # a path longer than this is a routing loop
+MAX_PATHS = 16  # of one flow spread packet by packet: enough to show, bounded in a grid
 
 
 @dataclass(frozen=True)
@@ -106,37 +108,59 @@ def unreachable(topology: Topology) -> list[tuple[str, str]]:
     return missing
 
 
-def flow_path(topology: Topology, source: str, five_tuple: tuple[str, int, str, int, str]
-              ) -> list[str]:
+def flow_paths(topology: Topology, source: str, five_tuple: tuple[str, int, str, int, str]
+               ) -> list[list[str]]:
     """The nodes that forward one flow from `source`, asked of each node's kernel with the
     flow's addresses and ports (`ip route get ... ipproto P sport S dport D`, arriving on
     the interface the previous hop sent it to): where equal-cost paths split, the kernel
-    hashes these, so this is the path the flow's packets took. Ends at the destination's
-    owner, or where a node has no route."""
+    hashes these, so this is the path the flow's packets took; where a router spreads
+    packets in turn (multipath = "per-packet"), every path its marks lead to. Each ends at
+    the destination's owner, or where a node has no route."""
     local, local_port, remote, remote_port, protocol = five_tuple
     owner = topology.owner_of(ipaddress.IPv4Address(remote))
-    flow = ["ipproto", protocol, "sport", str(local_port), "dport", str(remote_port)]
-    node, arrived_on = source, None
-    path = [source]
-    for _ in range(MAX_HOPS):
-        command = ["ip", "-n", node, "-json", "route", "get", remote, "from", local]
-        command += ["iif", arrived_on] if arrived_on else []
-        done = subprocess.run(command + flow, capture_output=True, text=True)
-        try:
-            route = json.loads(done.stdout)[0] if done.returncode == 0 else {}
-        except (ValueError, IndexError):
-            route = {}
-        gateway = route.get("gateway")
-        next_node = topology.owner_of(ipaddress.IPv4Address(gateway or remote))
-        if not route or next_node is None:
-            return path
-        if gateway is None:  # on a subnet of this node: delivered
-            return path + [owner] if owner and owner != path[-1] else path
-        arrived_on = next((end.interface for link in topology.links for end in (link.a, link.b)
-                           if end.node == next_node and end.address is not None
-                           and str(end.address.ip) == gateway), None)
-        node = next_node
-        path.append(node)
-        if node == owner:
-            return path
-    return path
+    query = [remote, "from", local, "ipproto", protocol, "sport", str(local_port), "dport",
+             str(remote_port)]
+    found: list[list[str]] = []
+    pending: list[tuple[list[str], str | None]] = [([source], None)]
+    while pending and len(found) < MAX_PATHS:
+        path, arrived_on = pending.pop()
+        node = path[-1]
+        per_packet = (topology.routing.per_packet and topology.nodes[node].kind == "router")
+        marks = range(1, perpacket.WAYS + 1) if per_packet else [None]
+        hops = dict.fromkeys(_next_hop(topology, node, arrived_on, query, mark)
+                             for mark in marks)
+        for next_node, interface in hops:
+            if next_node is None or len(path) > MAX_HOPS:  # no route, or a loop
+                found.append(path)
+            elif interface is None:  # on a subnet of this node: delivered
+                found.append(path + [next_node] if next_node != node else path)
+            elif next_node == owner:
+                found.append(path + [next_node])
+            else:
+                pending.append((path + [next_node], interface))
+    return sorted(found)
+
+
+def _next_hop(topology: Topology, node: str, arrived_on: str | None, query: list[str],
+              mark: int | None) -> tuple[str | None, str | None]:
+    """Where `node` sends the flow: the next node and the interface it arrives on there;
+    (the destination's owner, None) when it is on this node's subnet; (None, None) when
+    the node has no route."""
+    command = ["ip", "-n", node, "-json", "route", "get", *query]
+    command += ["iif", arrived_on] if arrived_on else []
+    command += ["mark", str(mark)] if mark is not None else []
+    done = subprocess.run(command, capture_output=True, text=True)
+    try:
+        route = json.loads(done.stdout)[0] if done.returncode == 0 else {}
+    except (ValueError, IndexError):
+        route = {}
+    gateway = route.get("gateway")
+    next_node = topology.owner_of(ipaddress.IPv4Address(gateway or query[0]))
+    if not route or next_node is None:
+        return None, None
+    if gateway is None:
+        return next_node, None
+    return next_node, next((end.interface for link in topology.links
+                            for end in (link.a, link.b)
+                            if end.node == next_node and end.address is not None
+                            and str(end.address.ip) == gateway), None)
