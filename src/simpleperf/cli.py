@@ -146,7 +146,15 @@ def _build_parser() -> argparse.ArgumentParser:
     common.add_argument("--auth-secret-file", metavar="FILE", help="shared secret for "
                         "authentication (challenge and HMAC; the secret never crosses the "
                         "wire); also read from $SIMPLEPERF_SECRET")
+    common.add_argument("-J", "--json", action="store_true", help="client: one JSON "
+                        "document; server: one per test (its own view), and no text")
+    common.add_argument("--logfile", metavar="FILE", help="append all output, errors too, to "
+                        "FILE instead of the terminal")
     server = parser.add_argument_group("server")
+    server.add_argument("-D", "--daemon", action="store_true", help="once listening, go on "
+                        "in the background (output to --logfile, else nowhere)")
+    server.add_argument("--pidfile", metavar="FILE", help="write the server's process id to "
+                        "FILE while it runs (removed when it ends)")
     server.add_argument("--bind", help="address to listen on (default: all interfaces)")
     server.add_argument("--max-duration", help="refuse tests longer than this many seconds "
                         "and end any test that runs longer")
@@ -196,7 +204,6 @@ def _add_native_options(native) -> None:
                         help="kernel TCP statistics: retransmits, cwnd, RTT")
     native.add_argument("-V", "--verbose", action="store_true",
                         help="more detail, as iperf3's -V: the kernel statistics of -e")
-    native.add_argument("-J", "--json", action="store_true", help="one JSON document")
     native.add_argument("--json-stream", action="store_true",
                         help="one JSON object per line, as the test runs")
     native.add_argument("-M", "--mss", help="TCP maximum segment size, 88..32767")
@@ -222,6 +229,7 @@ def _add_native_options(native) -> None:
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
+                "daemon": "-D/--daemon", "pidfile": "--pidfile",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host"}
@@ -230,7 +238,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--n
                 "blockcount": "-k/--blockcount", "title": "-T/--title", "tos": "-S/--tos",
                 "dscp": "--dscp", "parallel": "-P/--parallel", "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
-                "extended": "-e/--extended", "verbose": "-V/--verbose", "json": "-J/--json",
+                "extended": "-e/--extended", "verbose": "-V/--verbose",
                 "json_stream": "--json-stream", "mss": "-M/--mss", "no_delay": "-N/--no-delay",
                 "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
@@ -307,7 +315,9 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         max_connections_per_host=_int_in_range(
             "--max-connections-per-host", args.max_connections_per_host,
             DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT),
-        one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps))
+        one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps),
+        json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
+        logfile=_path("--logfile", args.logfile))
 
 
 def _client_options(args: argparse.Namespace) -> ClientOptions:
@@ -350,6 +360,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         local=_ip_address("-B/--bind-address", args.bind_address)
         if args.bind_address is not None else None,
         family=_family(args), secret=_secret(args.auth_secret_file),
+        logfile=_path("--logfile", args.logfile),
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
     if options.interval == 0 and not options.needs_native:
@@ -404,6 +415,15 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
         local_family = 6 if ":" in options.local else 4
         if (local_family == 6) != (options.family == socket.AF_INET6):
             raise UsageError("-B/--bind-address is of the other address family than -4/-6")
+
+
+def _path(flag: str, text: str | None) -> str | None:
+    """A file to write: given, and a name (the file is opened when the run starts)."""
+    if text is None:
+        return None
+    if not text.strip() or "\0" in text:
+        raise UsageError(f"{flag} needs a file name, not '{text}'")
+    return text
 
 
 def _family(args) -> int:

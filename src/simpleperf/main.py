@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 
+from . import service
 from .cli import NO_MODE_MESSAGE, parse_args
 from .errors import (
     EXIT_INTERRUPTED,
@@ -97,14 +98,19 @@ def main(argv: list[str] | None = None) -> int:
             _json_error(str(error))
         return EXIT_USAGE
     try:
+        with service.output_to(options.logfile):
+            return _run(options)
+    except SimpleperfError as error:  # the log file could not be opened
+        _error(str(error))
+        return error.exit_status
+
+
+def _run(options: ClientOptions | ServerOptions) -> int:
+    try:
         if isinstance(options, ClientOptions):
             _run_client(options)
         else:
-            from .server import Server
-
-            server = Server(options, _printer(options))
-            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a server stops
-                server.serve_forever()
+            _serve(options)
     except Interrupted:
         return EXIT_INTERRUPTED
     except SimpleperfError as error:
@@ -118,3 +124,21 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     return EXIT_OK
 
+
+def _serve(options: ServerOptions) -> None:
+    """Listen (a failure is still said on the terminal), then with -D go on in the
+    background, write the pid file, and serve until stopped."""
+    from .server import Server
+
+    server = Server(options, _printer(options))
+    tell = service.detach() if options.daemon else None
+    try:
+        with service.pid_file(options.pidfile):
+            if tell is not None:
+                tell(service.READY)
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a server stops
+                server.serve_forever()
+    except SimpleperfError as error:
+        if tell is not None:
+            tell(str(error).encode())
+        raise

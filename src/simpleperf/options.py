@@ -103,6 +103,10 @@ class ServerOptions:
     max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
     one_off: bool = False  # -1: serve one test, then exit
     timestamps: str | None = None  # --timestamps: strftime format before every line
+    json: bool = False  # -J: one JSON document per test, no text
+    daemon: bool = False  # -D: in the background once listening
+    pidfile: str | None = None
+    logfile: str | None = None  # --logfile: all output appended here
 
     @property
     def test_time_limit(self) -> float | None:
@@ -154,6 +158,7 @@ class ClientOptions:
     secret: bytes | None = None
     length_given: bool = False
     duration_given: bool = False
+    logfile: str | None = None  # --logfile: all output appended here
 
     @property
     def rows_every(self) -> float | None:

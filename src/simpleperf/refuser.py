@@ -33,6 +33,10 @@ class Refuser:
         self._refused = 0
         self._last_log = 0.0
         self._thread = threading.Thread(target=self._loop, name="refuser", daemon=True)
+
+    def start(self) -> None:
+        """Not at construction: a server may go to the background (fork) in between, and
+        a forked process keeps no threads."""
         self._thread.start()
 
     def refuse(self, conn: socket.socket, peer: str, reason: str) -> None:

@@ -7,6 +7,7 @@ others, and its thread and socket are gone when it ends.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ from .protocol import iperf3, native
 from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
 from .refuser import Refuser
 from .report import classic as table
+from .report import server_json
 from .transport import tcp
 
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
@@ -46,16 +48,27 @@ class Server:
                                     self.native.udp_socket_for
                                     if self.native.udp_listener is not None else None)
         self.native.on_foreign_datagram = self._iperf3_datagram
+        self.native.document = self.iperf3.document = self.document
         self._accepted = 0
 
     def say(self, *lines: str) -> None:
+        """Text output: with -J there is none, only documents."""
+        if self.options.json:
+            return
         with self._print_lock:
             for line in lines:
                 self._out(line)
 
+    def document(self, value: dict[str, Any]) -> None:
+        """With -J, one JSON document for each test (nothing without)."""
+        if self.options.json:
+            with self._print_lock:
+                self._out(json.dumps(value, indent=2))
+
     def serve_forever(self) -> None:
         """Accept until stop() or Ctrl-C; then end every connection and close."""
         tcp.set_wake_up(self.listener)
+        self.refuser.start()
         self.native.start()  # before the banner: a server that says it listens, does
         self.say(table.server_banner(self.options.port))
         try:
@@ -127,6 +140,9 @@ class Server:
                          table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
                                    self.options.unit,
                                    f"incomplete: {result.problem}" if result.problem else ""))
+                self.document(server_json.classic_document(
+                    peer, tcp.endpoint(conn.getsockname()), result.seconds,
+                    result.payload_bytes, result.problem))
         except (OSError, ProtocolError):
             pass  # the peer vanished or spoke nonsense before a test began: nothing to report
         finally:

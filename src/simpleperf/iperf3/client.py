@@ -227,14 +227,6 @@ class _Iperf3Test:
             view = theirs.get(stream_id)
             if view is None:
                 continue
-            entry = {"stream": number, "bytes": int(view.get("bytes", 0)),
-                     "seconds": float(view.get("end_time", 0.0))}
-            if self.spec.protocol == "udp":
-                entry["packets"] = int(view.get("packets", 0))
-                if self.spec.client_sends(number):  # the server received: its loss, jitter
-                    entry["lost"] = int(view.get("errors", 0))
-                    entry["jitter_ms"] = float(view.get("jitter", 0.0)) * 1000
-            elif "retransmits" in view and not self.spec.client_sends(number):
-                entry["retransmits"] = int(view["retransmits"])
-            remote[number] = entry
+            remote[number] = iperf3.result_view(view, number, self.spec.protocol,
+                                                self.spec.client_sends(number))
         return remote

@@ -20,6 +20,7 @@ from ..policy import Limit, ServerPolicy
 from ..protocol import iperf3
 from ..protocol.native import TestSpec
 from ..report import native as table
+from ..report import server_json
 from ..transport import tcp, udp
 from .control import Iperf3Control
 
@@ -60,6 +61,7 @@ class Iperf3Service:
         self.options = options
         self.policy = policy
         self.say = say
+        self.document: Callable[[dict[str, Any]], None] = lambda _: None  # -J, by the server
         self.stopping = stopping
         self.udp_socket_for = udp_socket_for
         self._tests: dict[bytes, _Iperf3Test] = {}
@@ -133,15 +135,20 @@ class Iperf3Service:
                 test.params = params
                 test.accepting = True
             conn.sendall(iperf3.state(iperf3.CREATE_STREAMS))
+            started_wall = time.time()
             streams = self._await_streams(control, test)
             measurement = self._run(control, params, streams)
-            lines = self._report(peer, params, measurement)
-            self._exchange_results(control, params, measurement, lines)
+            lines = _text_report(peer, params, measurement, self.options.unit)
+            theirs = self._exchange_results(control, params, measurement, lines)
             self.say(*lines)
+            self.document(server_json.test_document(
+                _spec(params), peer, measurement, _by_number(measurement, theirs),
+                started_wall, f"iperf3 {params.client_version or 'client'}"))
         except (ProtocolError, OSError) as error:
             reason = str(error) if isinstance(error, ProtocolError) else (
                 error.strerror or str(error)).lower()
             self.say(f"iperf3 test from {peer} ended: {reason}")
+            self.document(server_json.error_document(peer, reason))
         finally:
             if measurement is not None:
                 measurement.close()
@@ -225,16 +232,10 @@ class Iperf3Service:
         measurement.close()
         return measurement
 
-    def _report(self, peer: str, params: iperf3.Parameters,
-                measurement: Measurement) -> list[str]:
-        title = (f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
-                 f"{params.protocol.upper()}, {params.direction}, {params.parallel} stream"
-                 f"{'s' if params.parallel > 1 else ''}")
-        return table.test_report(title, params.protocol, measurement.streams,
-                                 measurement.finish(time.monotonic()), self.options.unit)
-
     def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
-                          measurement: Measurement, lines: list[str]) -> None:
+                          measurement: Measurement, lines: list[str]
+                          ) -> dict[int, dict[str, Any]]:
+        """Both ends' results crossed; the client's, by iperf3 stream id."""
         conn = control.conn
         conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
         theirs = iperf3.parse_results(control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS))
@@ -248,6 +249,16 @@ class Iperf3Service:
         if len(theirs) != len(measurement.streams):
             raise ProtocolError(f"the client reported {len(theirs)} streams, not "
                                 f"{len(measurement.streams)}")
+        return theirs
+
+
+def _text_report(peer: str, params: iperf3.Parameters, measurement: Measurement,
+                 unit: str) -> list[str]:
+    title = (f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
+             f"{params.protocol.upper()}, {params.direction}, {params.parallel} stream"
+             f"{'s' if params.parallel > 1 else ''}")
+    return table.test_report(title, params.protocol, measurement.streams,
+                             measurement.finish(time.monotonic()), unit)
 
 
 def _streams(params: iperf3.Parameters, ordered: list[socket.socket]) -> list[Stream]:
@@ -290,6 +301,14 @@ def _spec(params: iperf3.Parameters) -> TestSpec:
                     length=params.length, rate=params.rate, window=params.window,
                     congestion=params.congestion, nodelay=params.nodelay, omit=params.omit,
                     zerocopy=params.zerocopy, tos=params.tos)
+
+
+def _by_number(measurement: Measurement, theirs: dict[int, dict[str, Any]]
+               ) -> dict[int, dict[str, Any]]:
+    """The client's results in our terms (our streams carry iperf3's ids): it received
+    what we sent."""
+    return {s.number: iperf3.result_view(theirs[s.number], s.number, s.protocol, s.sending)
+            for s in measurement.streams if s.number in theirs}
 
 
 def _results(params: iperf3.Parameters, measurement: Measurement) -> dict[str, Any]:

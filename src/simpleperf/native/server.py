@@ -40,6 +40,7 @@ from ..protocol.native import (
     udp_data_key,
 )
 from ..report import native as table
+from ..report import server_json
 from ..transport import tcp, udp
 from .control import ControlChannel
 from .echo import EchoService
@@ -80,6 +81,7 @@ class NativeService:
         self.policy = policy
         self.echo = EchoService(options.secret, stopping, say, options.idle_limit)
         self.on_foreign_datagram: Callable[[bytes, tuple], None] | None = None
+        self.document: Callable[[dict[str, Any]], None] = lambda _: None  # -J, by the server
         self._tests: dict[bytes, PendingTest] = {}
         self._lock = threading.Lock()
         family = listener.family
@@ -192,14 +194,14 @@ class NativeService:
             self._run(channel, pending, peer)
         except _Refusal as refusal:
             _tell(channel, str(refusal))
-            self.say(f"Refused {peer}: {refusal}")
+            self._failed(peer, f"Refused {peer}: {refusal}", f"refused: {refusal}")
         except (ProtocolError, PeerRefused) as error:
             if not isinstance(error, PeerGone):
                 _tell(channel, f"protocol error: {error}")
-            self.say(f"Test from {peer} ended: {error}")
+            self._failed(peer, f"Test from {peer} ended: {error}", str(error))
         except SimpleperfError as error:
             _tell(channel, str(error))
-            self.say(f"Test from {peer} failed: {error}")
+            self._failed(peer, f"Test from {peer} failed: {error}", str(error))
         finally:
             if token is not None:
                 with self._lock:
@@ -250,21 +252,30 @@ class NativeService:
             measurement = Measurement(pending.spec, streams, pending.spec.sample)
             session = NativeSession(measurement, channel, self.policy.time_limit)
             channel.send(Start())
+            started_wall = time.time()
             session.begin(time.monotonic())
             try:
                 session.run()
                 _await_bye(channel)
             finally:
                 measurement.close()
-            self._report(pending.spec, measurement, peer)
+            self.say(*_text_report(pending.spec, peer, measurement, self.options.unit))
+            self.document(server_json.test_document(pending.spec, peer, measurement,
+                                                    session.peer_view, started_wall, "native"))
         finally:
             self.policy.release()
 
-    def _report(self, spec: TestSpec, measurement: Measurement, peer: str) -> None:
-        title = (f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
-                 f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
-        self.say(*table.test_report(title, spec.protocol, measurement.streams,
-                                    measurement.local_results(), self.options.unit))
+    def _failed(self, peer: str, line: str, reason: str) -> None:
+        """A test that did not run to its end: a line of text, or (-J) a document."""
+        self.say(line)
+        self.document(server_json.error_document(peer, reason))
+
+
+def _text_report(spec: TestSpec, peer: str, measurement: Measurement, unit: str) -> list[str]:
+    title = (f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
+             f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
+    return table.test_report(title, spec.protocol, measurement.streams,
+                             measurement.local_results(), unit)
 
 
 class _Refusal(Exception):

@@ -300,6 +300,23 @@ RESULT_NUMBERS = ("bytes", "retransmits", "jitter", "errors", "omitted_errors", 
                   "omitted_packets", "start_time", "end_time")
 
 
+def result_view(view: dict[str, Any], number: int, protocol: str, received: bool
+                ) -> dict[str, Any]:
+    """One stream's result from an iperf3 peer in our measurement's terms; `received`: the
+    peer was that stream's receiver (UDP loss and jitter are then its to tell; a sender's
+    are TCP retransmits)."""
+    entry = {"stream": number, "bytes": int(view.get("bytes", 0)),
+             "seconds": float(view.get("end_time", 0.0))}
+    if protocol == "udp":
+        entry["packets"] = int(view.get("packets", 0))
+        if received:
+            entry["lost"] = int(view.get("errors", 0))
+            entry["jitter_ms"] = float(view.get("jitter", 0.0)) * 1000
+    elif "retransmits" in view and not received:
+        entry["retransmits"] = int(view["retransmits"])
+    return entry
+
+
 def parse_results(value: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """The peer's per-stream results by stream id. iperf3 3.12 may send -1 as
     18446744073709551615 (an unsigned -1): read as 'not known'."""

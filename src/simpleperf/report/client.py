@@ -4,12 +4,10 @@ the banner, interval rows or JSON intervals as they close, then both ends' view.
 from __future__ import annotations
 
 import json
-import platform
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import __version__
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord, Stream
 from ..options import ClientOptions
@@ -83,9 +81,7 @@ class TestOutput:
         end = json_report.end_section(self.spec.protocol, numbers, self.spec.client_sends,
                                       local, remote)
         end["latency"] = json_report.latency_section(idle, loaded)
-        user, system = measurement.cpu_percent()
-        end["cpu_utilization_percent"] = {"host_total": user + system, "host_user": user,
-                                          "host_system": system}
+        end["cpu_utilization_percent"] = json_report.cpu_section(*measurement.cpu_percent())
         if self.spec.protocol == "tcp":
             end["sender_tcp_congestion"] = congestion
         end["measurement_start"] = _measurement_start(measurement.start + self.spec.omit)
@@ -108,31 +104,17 @@ class TestOutput:
     def _start_section(self) -> dict[str, Any]:
         options = self.options
         return {
-            "version": f"simpleperf {__version__}",
-            "system_info": " ".join(platform.uname()),
-            "timestamp": {"time": time.strftime("%a, %d %b %Y %H:%M:%S GMT",
-                                                time.gmtime(self.started_wall)),
-                          "timesecs": int(self.started_wall)},
+            **json_report.identity(self.started_wall),
             "connecting_to": {"host": options.host, "port": options.port},
             "connected": [_connected(s, options) for s in self.streams],
-            "test_start": {"protocol": self.spec.protocol.upper(),
-                           "num_streams": self.spec.parallel, "blksize": self.spec.length,
-                           "omit": self.spec.omit, "duration": self.spec.duration or 0,
-                           "bytes": self.spec.num_bytes or 0, "blocks": 0,
-                           "reverse": int(self.spec.direction == "reverse"),
-                           "bidir": int(self.spec.direction == "bidir"),
-                           "target_bitrate": self.spec.rate},
+            "test_start": json_report.test_start(self.spec),
             "protocol": self.protocol_name,
         }
 
     def _peer_interval_entries(self, peer_intervals: Sequence[IntervalRecord]
                                ) -> list[dict[str, Any]]:
-        by_end: dict[float, list[IntervalRecord]] = {}
-        for record in peer_intervals:
-            by_end.setdefault(record.end, []).append(record)
-        return [json_report.interval_entry(records, self.spec.protocol,
-                                           self.spec.client_sends, False)
-                for _, records in sorted(by_end.items())]
+        return json_report.interval_entries(peer_intervals, self.spec.protocol,
+                                            self.spec.client_sends, False)
 
     def _summary(self, local: dict[int, dict[str, Any]], remote: dict[int, dict[str, Any]],
                  end: dict[str, Any]) -> None:

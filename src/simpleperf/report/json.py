@@ -4,10 +4,46 @@ new keys. docs/json-output.md is the schema."""
 
 from __future__ import annotations
 
+import platform
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import __version__
+from ..protocol.native import TestSpec
 from ..stats import RttSummary, lost_percent
+
+
+def identity(started_wall: float) -> dict[str, Any]:
+    """Which program wrote the document, on what system, when the test began."""
+    return {"version": f"simpleperf {__version__}",
+            "system_info": " ".join(platform.uname()),
+            "timestamp": {"time": time.strftime("%a, %d %b %Y %H:%M:%S GMT",
+                                                time.gmtime(started_wall)),
+                          "timesecs": int(started_wall)}}
+
+
+def test_start(spec: TestSpec) -> dict[str, Any]:
+    """iperf3's start.test_start: what the test was asked to do."""
+    return {"protocol": spec.protocol.upper(), "num_streams": spec.parallel,
+            "blksize": spec.length, "omit": spec.omit, "duration": spec.duration or 0,
+            "bytes": spec.num_bytes or 0, "blocks": 0,
+            "reverse": int(spec.direction == "reverse"),
+            "bidir": int(spec.direction == "bidir"), "target_bitrate": spec.rate}
+
+
+def interval_entries(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
+                     we_are_client: bool) -> list[dict[str, Any]]:
+    """Interval objects from records of several intervals, in time order."""
+    by_end: dict[float, list] = {}
+    for record in records:
+        by_end.setdefault(record.end, []).append(record)
+    return [interval_entry(group, protocol, client_sends, we_are_client)
+            for _, group in sorted(by_end.items())]
+
+
+def cpu_section(user: float, system: float) -> dict[str, float]:
+    return {"host_total": user + system, "host_user": user, "host_system": system}
 
 
 def interval_entry(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
