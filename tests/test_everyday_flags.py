@@ -113,3 +113,27 @@ def test_tos_is_on_the_wire_in_both_directions(server, tmp_path, flags, tos):
     from_server = {byte for source, byte in data if source == port}
     from_client = {byte for source, byte in data if source != port}
     assert from_server == {tos} and from_client == {tos}, (from_server, from_client)
+
+
+@pytest.mark.parametrize("protocol", [[], ["-u"]])
+def test_cport_gives_each_data_stream_its_port_in_turn(server, protocol):
+    """--cport P: data stream n leaves from port P + n - 1 (TCP or UDP; --bidir's four)."""
+    _, port = server
+    first = free_port()
+    while first > 65000:
+        first = free_port()
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-P", "2", "--bidir",
+                          "--cport", str(first), "-J", *protocol)
+    assert done.returncode == 0, done.stderr
+    connected = json.loads(done.stdout)["start"]["connected"]
+    assert [c["local_port"] for c in connected] == [first, first + 1, first + 2, first + 3]
+
+
+def test_cport_that_is_taken_or_too_high_is_one_line(server):
+    _, port = server
+    taken = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--cport", str(port))
+    assert taken.returncode == 1
+    assert taken.stderr == (f"simpleperf: error: cannot bind to local port {port}: address "
+                            "already in use\n")
+    high = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-P", "3", "--cport", "65534")
+    assert high.returncode == 2 and "leaves no port for stream 3" in high.stderr

@@ -4,13 +4,21 @@ servers, operator limits, authentication, and peers that misbehave or vanish."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import threading
 import time
 
 import pytest
-from helpers import LiveProcess, free_port, proc_status, run_simpleperf, start_server
+from helpers import (
+    IPERF3_321,
+    LiveProcess,
+    free_port,
+    proc_status,
+    run_simpleperf,
+    start_server,
+)
 
 from simpleperf.engine.records import Stream
 from simpleperf.engine.streams import run_stream
@@ -85,6 +93,8 @@ def test_features_a_classic_server_lacks_fail_clearly(classic_server):
 @pytest.mark.parametrize("limit,args,message", [
     (["--max-parallel", "2"], ["-P", "3", "--native", "-t", "1"], "at most 2 (--max-parallel)"),
     (["--max-duration", "2"], ["-t", "5", "--native"], "at most 2 s (--max-duration)"),
+    (["--server-bitrate-limit", "100M"], ["-u", "-b", "60M", "-P", "2", "-t", "1"],
+     "120 Mbits/sec in all asked, this server allows at most 100 Mbits/sec"),
 ])
 def test_limits_refuse_with_a_clear_message(limit, args, message):
     live, port = start_server(*limit)
@@ -95,6 +105,29 @@ def test_limits_refuse_with_a_clear_message(limit, args, message):
         live.wait_for(lambda lines: any(line.startswith("Refused") for line in lines))
         ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
         assert ok.returncode == 0, ok.stderr
+    finally:
+        live.close()
+
+
+def test_a_test_faster_than_the_servers_rate_limit_is_ended_within_a_window():
+    """--server-bitrate-limit 100M/2: unlimited TCP runs at gigabits, so the server ends it
+    once a second has passed (the average over what has passed); iperf3 3.21's client is
+    told in its own words. A test within the limit runs to its end."""
+    live, port = start_server("--server-bitrate-limit", "100M/2")
+    try:
+        started = time.monotonic()
+        done = run_simpleperf("-c", "-p", str(port), "--native", "-t", "10", timeout=30)
+        assert done.returncode == 1 and time.monotonic() - started < 5
+        assert re.fullmatch(r"simpleperf: error: the server ended the test: the test ran at "
+                            r"[\d.]+ [MG]bits/sec over 1\.\d s, more than this server's limit "
+                            r"of 100 Mbits/sec \(--server-bitrate-limit\)\n", done.stderr)
+        by_iperf3 = subprocess.run([IPERF3_321, "-c", "127.0.0.1", "-p", str(port), "-t", "10"],
+                                   capture_output=True, text=True, timeout=30)
+        assert "total required bandwidth is larger than server limit" in (
+            by_iperf3.stdout + by_iperf3.stderr)
+        within = run_simpleperf("-c", "-p", str(port), "-u", "-b", "20M", "-t", "3",
+                                timeout=30)
+        assert within.returncode == 0, within.stderr
     finally:
         live.close()
 

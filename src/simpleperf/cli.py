@@ -27,6 +27,7 @@ from .options import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
     DEFAULT_PORT,
+    DEFAULT_RATE_WINDOW,
     DEFAULT_RTT_INTERVAL,
     DEFAULT_SERVER_IP,
     DEFAULT_TIMESTAMP_FORMAT,
@@ -39,6 +40,7 @@ from .options import (
     MAX_PARALLEL,
     MAX_PORT,
     MAX_RATE,
+    MAX_RATE_WINDOW,
     MAX_RTT_COUNT,
     MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
@@ -46,6 +48,7 @@ from .options import (
     MIN_LENGTH,
     MIN_MSS,
     MIN_PORT,
+    MIN_RATE_WINDOW,
     MIN_REPORT_INTERVAL,
     MIN_RTT_INTERVAL,
     MIN_UDP_LENGTH,
@@ -162,6 +165,9 @@ def _build_parser() -> argparse.ArgumentParser:
     server.add_argument("-1", "--one-off", action="store_true",
                         help="serve one test, then exit (as iperf3 -s -1)")
     server.add_argument("--max-parallel", help="streams one test may open")
+    server.add_argument("--server-bitrate-limit", metavar="RATE[/SECONDS]", help="refuse a "
+                        "test that asks more than RATE in all, and end one that runs faster, "
+                        f"averaged over SECONDS (default {DEFAULT_RATE_WINDOW:g})")
     server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
                         "brings less than 1 KB, or an echo connection less than a probe, in "
                         f"this many milliseconds (default {DEFAULT_IDLE_SECONDS * 1000:g})")
@@ -185,6 +191,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "AF11..AF43, CS0..CS7, VA, LE), at both ends")
     client.add_argument("-k", "--blockcount", help="send this many blocks of -l bytes "
                         "(datagrams with -u), instead of -t or -n")
+    client.add_argument("--cport", metavar="PORT", help="our port for the data streams, TCP "
+                        "or UDP (stream n from PORT + n - 1; default: any)")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
                         f"(a classic server takes at most {CLASSIC_MAX_PARALLEL})")
     _add_native_options(parser.add_argument_group(
@@ -229,11 +237,13 @@ def _add_native_options(native) -> None:
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
+                "server_bitrate_limit": "--server-bitrate-limit",
                 "daemon": "-D/--daemon", "pidfile": "--pidfile",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host"}
-_CLIENT_ONLY = {"serverip": "-I/--serverip", "time": "-t/--time", "num": "-n/--num",
+_CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "time": "-t/--time",
+                "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
                 "blockcount": "-k/--blockcount", "title": "-T/--title", "tos": "-S/--tos",
                 "dscp": "--dscp", "parallel": "-P/--parallel", "bitrate": "--bitrate",
@@ -317,7 +327,8 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
             DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT),
         one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps),
         json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
-        logfile=_path("--logfile", args.logfile))
+        logfile=_path("--logfile", args.logfile),
+        **_rate_limit(args.server_bitrate_limit))
 
 
 def _client_options(args: argparse.Namespace) -> ClientOptions:
@@ -361,6 +372,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         if args.bind_address is not None else None,
         family=_family(args), secret=_secret(args.auth_secret_file),
         logfile=_path("--logfile", args.logfile),
+        cport=_optional_int("--cport", args.cport, 1, 65535),
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
     if options.interval == 0 and not options.needs_native:
@@ -411,6 +423,9 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
         raise UsageError("--iperf3 and --native cannot be used together")
     if args.count is not None and not options.rtt:
         raise UsageError("--count is an --rtt option")
+    if options.cport and options.cport + options.stream_count - 1 > 65535:
+        raise UsageError(f"--cport {options.cport} leaves no port for stream "
+                         f"{options.stream_count} (ports go up to 65535)")
     if options.local is not None and options.family:
         local_family = 6 if ":" in options.local else 4
         if (local_family == 6) != (options.family == socket.AF_INET6):
@@ -460,6 +475,23 @@ def _rate(text: str) -> float:
         raise UsageError(f"-b/--bitrate must be a rate in bits/s with an optional K, M or G "
                          f"(e.g. 100M; 0 = unlimited), not '{text}'")
     return value
+
+
+def _rate_limit(text: str | None) -> dict[str, float]:
+    """--server-bitrate-limit RATE[/SECONDS], as ServerOptions' fields."""
+    if text is None:
+        return {}
+    rate_text, slash, window_text = text.partition("/")
+    try:
+        rate = parse_rate(rate_text)
+        window = float(window_text) if slash else DEFAULT_RATE_WINDOW
+    except ValueError:
+        rate = window = -1.0
+    if not 0 < rate <= MAX_RATE or not MIN_RATE_WINDOW <= window <= MAX_RATE_WINDOW:
+        raise UsageError(f"--server-bitrate-limit must be a rate with an optional K, M or G, "
+                         f"and optionally /SECONDS from {MIN_RATE_WINDOW:g} to "
+                         f"{MAX_RATE_WINDOW:g} (e.g. 100M or 100M/2), not '{text}'")
+    return {"rate_limit": rate, "rate_window": window}
 
 
 def _omit(text: str | None) -> float:

@@ -32,5 +32,9 @@ class PeerRefused(Exception):
     """The peer answered with an error message; str() is its explanation."""
 
 
+class PeerEnded(PeerRefused):
+    """The peer's error message came while the test ran: it ended the test, not refused it."""
+
+
 class Interrupted(Exception):
     """Ctrl-C ended a test; what was measured has been printed."""

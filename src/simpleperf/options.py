@@ -54,6 +54,10 @@ RESULTS_WAIT_SECONDS = 30.0  # after the test's end, for the peer's results
 # these bounds. At least a few doubling retransmission timeouts (0.2 + 0.4 + 0.8 + 1.6 s),
 # so heavy loss is not taken for a server that stopped reading; a -n test, whose length is
 # not known, gets the most.
+# --server-bitrate-limit: a test's rate, both directions, averaged over this many seconds
+# (iperf3's default), or over what has passed of it, but never less than a second.
+DEFAULT_RATE_WINDOW = 5.0
+MIN_RATE_WINDOW, MAX_RATE_WINDOW = 1.0, 3600.0
 STALL_SECONDS_MIN = 3.0
 STALL_SECONDS_MAX = 30.0
 
@@ -107,6 +111,8 @@ class ServerOptions:
     daemon: bool = False  # -D: in the background once listening
     pidfile: str | None = None
     logfile: str | None = None  # --logfile: all output appended here
+    rate_limit: float | None = None  # --server-bitrate-limit: bits/s, a test's total
+    rate_window: float = DEFAULT_RATE_WINDOW  # ... averaged over this many seconds
 
     @property
     def test_time_limit(self) -> float | None:
@@ -159,6 +165,7 @@ class ClientOptions:
     length_given: bool = False
     duration_given: bool = False
     logfile: str | None = None  # --logfile: all output appended here
+    cport: int | None = None  # --cport: data stream n from this port + n - 1
 
     @property
     def rows_every(self) -> float | None:
@@ -179,3 +186,8 @@ class ClientOptions:
     @property
     def direction(self) -> str:
         return "bidir" if self.bidir else "reverse" if self.reverse else "forward"
+
+    @property
+    def stream_count(self) -> int:
+        """Data streams the test opens: -P, twice over with --bidir."""
+        return self.parallel * (2 if self.bidir else 1)

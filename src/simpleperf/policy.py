@@ -5,10 +5,12 @@ and only phrase the answer in their protocol."""
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from .options import ServerOptions
+from .options import MIN_RATE_WINDOW, ServerOptions
+from .units import format_rate
 
 
 class Limit(Enum):
@@ -17,6 +19,7 @@ class Limit(Enum):
     UDP = "udp"
     BUSY = "busy"
     CONNECTIONS = "connections"
+    RATE = "rate"
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,22 @@ class ServerPolicy:
     def time_limit(self) -> float | None:
         return self.options.test_time_limit
 
+    def rate_guard(self) -> RateGuard | None:
+        """A running test's watch on --server-bitrate-limit (None: no limit)."""
+        if self.options.rate_limit is None:
+            return None
+        return RateGuard(self.options.rate_limit, self.options.rate_window)
+
     def refusal(self, protocol: str, parallel: int, duration: float | None,
-                omit: float) -> Refusal | None:
+                omit: float, total_rate: float = 0.0) -> Refusal | None:
         """Why a test of this shape is refused; None if it is allowed. `duration`: None for
-        a test of an amount of data."""
+        a test of an amount of data; `total_rate`: the rate asked of all its streams
+        together, 0 for as fast as they go."""
         options = self.options
+        if options.rate_limit is not None and total_rate > options.rate_limit:
+            return Refusal(Limit.RATE, f"{format_rate(total_rate)} in all asked, this server "
+                           f"allows at most {format_rate(options.rate_limit)} "
+                           "(--server-bitrate-limit)")
         if options.max_parallel is not None and parallel > options.max_parallel:
             return Refusal(Limit.PARALLEL, f"{parallel} parallel streams asked, this server "
                            f"allows at most {options.max_parallel} (--max-parallel)")
@@ -102,9 +116,9 @@ class ServerPolicy:
         return None
 
     def admit(self, protocol: str, parallel: int, duration: float | None,
-              omit: float) -> Refusal | None:
+              omit: float, total_rate: float = 0.0) -> Refusal | None:
         """refusal(), and if allowed, a slot taken (give it back with release())."""
-        refusal = self.refusal(protocol, parallel, duration, omit)
+        refusal = self.refusal(protocol, parallel, duration, omit, total_rate)
         if refusal is not None:
             return refusal
         if not self.slots.acquire():
@@ -115,3 +129,34 @@ class ServerPolicy:
 
     def release(self) -> None:
         self.slots.release()
+
+
+class RateGuard:
+    """--server-bitrate-limit while a test runs, as iperf3's server keeps it: the bytes of
+    all the test's streams, both directions, over the last `window` seconds (over what has
+    passed, at the start, once a second has), against the limit."""
+
+    SAMPLE_SECONDS = 0.1
+
+    def __init__(self, limit: float, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def exceeded(self, now: float, total_bytes: int) -> str | None:
+        """Why the test must end now; None while it keeps within the limit."""
+        samples = self._samples
+        if samples and now - samples[-1][0] < self.SAMPLE_SECONDS:
+            return None
+        samples.append((now, total_bytes))
+        while len(samples) > 2 and now - samples[1][0] >= self.window:
+            samples.popleft()
+        began, before = samples[0]
+        seconds = now - began
+        if seconds < MIN_RATE_WINDOW:
+            return None
+        rate = (total_bytes - before) * 8 / seconds
+        if rate <= self.limit:
+            return None
+        return (f"the test ran at {format_rate(rate)} over {seconds:.1f} s, more than this "
+                f"server's limit of {format_rate(self.limit)} (--server-bitrate-limit)")

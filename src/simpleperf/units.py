@@ -108,3 +108,8 @@ def format_iperf3_rate(num_bytes: float, seconds: float, unit: str) -> str:
         return f"{_three_digits(value)} {_BYTE_NAMES[index]}/sec"
     value, index = _scaled(per_second * 8, 1000.0, fixed)
     return f"{_three_digits(value)} {_BIT_NAMES[index]}/sec"
+
+
+def format_rate(bits_per_second: float) -> str:
+    """A rate in bits/s, scaled as iperf3 prints one: '10.0 Mbits/sec'."""
+    return format_iperf3_rate(bits_per_second / 8, 1.0, "a")

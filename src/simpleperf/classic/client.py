@@ -56,7 +56,7 @@ def run(options: ClientOptions, out: Callable[[str], None],
     on it (the native client's greeting, which a classic server counts as payload)."""
     probed_at = None
     if first is None:
-        sock = tcp.connect_to_server(options, stream=True)
+        sock = tcp.connect_to_server(options, stream=1)
         try:
             iperf3_answered, probed_at = _probe(sock, options)
         except BaseException:
@@ -109,7 +109,7 @@ def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
                                      started=probed_at))
     try:
         for _ in range(options.parallel - len(streams)):
-            sock = tcp.connect_to_server(options, stream=True)
+            sock = tcp.connect_to_server(options, stream=len(streams) + 1)
             streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname())))
     except BaseException:
         for stream in streams:

@@ -61,6 +61,10 @@ class Measurement:
             self._threads.append(thread)
             thread.start()
 
+    def total_bytes(self) -> int:
+        """Every stream's bytes so far, both directions."""
+        return sum(stream.num_bytes for stream in self.streams)
+
     def next_mark_at(self) -> float:
         """Monotonic time at which the next interval closes."""
         return self.start + self.clock.mark(self._mark_index)

@@ -114,23 +114,24 @@ class _Iperf3Test:
         for number in range(1, self.spec.stream_count() + 1):
             sending = self.spec.client_sends(number)
             if self.spec.protocol == "tcp":
-                sock = tcp.connect_to_server(options, stream=True)
+                sock = tcp.connect_to_server(options, stream=number)
                 self.streams.append(Stream(number, sending, "tcp", sock,
                                            tcp.endpoint(sock.getsockname())))
                 sock.sendall(self.cookie)
                 tcp_stream.apply_options(sock, self.spec)
             else:
-                sock = self._open_udp(sending)
+                sock = self._open_udp(number, sending)
                 self.streams.append(Stream(number, sending, "udp", sock,
                                            tcp.endpoint(sock.getsockname()), header=header))
             tcp.set_wake_up(sock)
 
-    def _open_udp(self, sending: bool) -> socket.socket:
+    def _open_udp(self, number: int, sending: bool) -> socket.socket:
         options = self.options
         return udp.open_greeted(options.host, options.port, options.family, options.local,
                                 iperf3.UDP_CONNECT_MSG, (iperf3.UDP_CONNECT_REPLY,
                                                          iperf3.UDP_CONNECT_REPLY_LEGACY),
-                                not sending, options.window, tries=UDP_GREETING_TRIES)
+                                not sending, options.window, tries=UDP_GREETING_TRIES,
+                                local_port=tcp.stream_port(options, number))
 
     # The test --------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ RESULTS_SECONDS = 10.0
 SERVER_STEP_SECONDS = 1.0
 # iperf3's error numbers for the limits an iperf3 client can be told about.
 REFUSAL_ERRORS = {Limit.PARALLEL: iperf3.IENUMSTREAMS, Limit.DURATION: iperf3.IEDURATION,
-                  Limit.UDP: iperf3.IEUNIMP}
+                  Limit.UDP: iperf3.IEUNIMP, Limit.RATE: iperf3.IETOTALRATE}
 
 
 @dataclass
@@ -177,7 +177,7 @@ class Iperf3Service:
             return (iperf3.server_error(params.refused),
                     f"option '{params.refused_option}' is not supported")
         refusal = self.policy.admit(params.protocol, params.parallel, params.timed_duration,
-                                    params.omit)
+                                    params.omit, params.rate * params.stream_count())
         if refusal is None:
             return None, ""
         if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
@@ -208,6 +208,7 @@ class Iperf3Service:
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
         measurement.begin(time.monotonic())
         limit = test_deadline(params.timed_duration, params.omit, self.policy.time_limit)
+        guard = self.policy.rate_guard()
         while True:
             now = time.monotonic()
             measurement.tick(now)
@@ -215,6 +216,10 @@ class Iperf3Service:
                 with contextlib.suppress(OSError):
                     control.conn.sendall(iperf3.state(iperf3.SERVER_TERMINATE))
                 raise ProtocolError(f"the test ran past {limit:g} s")
+            if guard is not None and (reason := guard.exceeded(now, measurement.total_bytes())):
+                with contextlib.suppress(OSError):  # as iperf3's server ends such a test
+                    control.conn.sendall(iperf3.server_error(iperf3.IETOTALRATE))
+                raise ProtocolError(reason)
             message = control.read_state(0.05)
             if message is None:
                 continue

@@ -17,7 +17,7 @@ from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
-from ..errors import Interrupted, PeerGone, PeerRefused, ProtocolError, SimpleperfError
+from ..errors import Interrupted, PeerEnded, PeerGone, PeerRefused, ProtocolError, SimpleperfError
 from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf3
 from ..protocol.events import Accepted, Auth, Authenticated, Bye, Error, Hello, Start, Test, Welcome
@@ -80,6 +80,8 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
             return
         udp_key = _authenticate(channel, welcome, options)
         _NativeTest(options, channel, out, udp_key).run()
+    except PeerEnded as ended:
+        raise SimpleperfError(f"the server ended the test: {ended}") from None
     except PeerRefused as refusal:
         raise SimpleperfError(f"the server refused the test: {refusal}") from None
     except PeerGone as gone:
@@ -227,7 +229,7 @@ class _NativeTest:
 
     def _open_tcp(self, token: bytes, number: int) -> socket.socket:
         options = self.options
-        sock = tcp.connect_to_server(options, stream=True)
+        sock = tcp.connect_to_server(options, stream=number)
         try:
             sock.sendall(data_preface(token, number))
             tcp_stream.apply_options(sock, self.spec)
@@ -242,7 +244,8 @@ class _NativeTest:
         sock = udp.open_greeted(options.host, options.port, options.family, options.local,
                                 data_preface(token, number, UDP_HELLO),
                                 (data_preface(token, number, UDP_ACK),), not sending,
-                                options.window, tries=UDP_HELLO_TRIES)
+                                options.window, tries=UDP_HELLO_TRIES,
+                                local_port=tcp.stream_port(options, number))
         tcp.set_wake_up(sock)
         return sock
 

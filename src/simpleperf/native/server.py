@@ -236,7 +236,8 @@ class NativeService:
                 spec.length < AUTH_DATAGRAM_HEADER.size:
             raise _Refusal(f"with a shared secret, UDP datagrams need at least "
                            f"{AUTH_DATAGRAM_HEADER.size} bytes")
-        refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit)
+        refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit,
+                                    spec.rate * spec.stream_count())
         if refusal is not None:
             raise _Refusal(str(refusal))
         return spec, udp_key
@@ -250,7 +251,8 @@ class NativeService:
                     tcp_stream.apply_options(stream.sock, pending.spec)
                     tcp.set_wake_up(stream.sock)
             measurement = Measurement(pending.spec, streams, pending.spec.sample)
-            session = NativeSession(measurement, channel, self.policy.time_limit)
+            session = NativeSession(measurement, channel, self.policy.time_limit,
+                                    self.policy.rate_guard())
             channel.send(Start())
             started_wall = time.time()
             session.begin(time.monotonic())

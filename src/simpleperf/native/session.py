@@ -9,8 +9,9 @@ from typing import Any
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord
 from ..engine.udp_stream import QUIET_SECONDS as UDP_QUIET_MIN
-from ..errors import PeerRefused, SimpleperfError
+from ..errors import PeerEnded, SimpleperfError
 from ..options import test_deadline
+from ..policy import RateGuard
 from ..protocol.events import Error, Event, Finished, Results
 from ..protocol.native import MAX_PEER_INTERVALS
 from ..transport import tcpinfo
@@ -22,9 +23,10 @@ POLL_MIN, POLL_MAX = 0.002, 0.05
 
 class NativeSession:
     def __init__(self, measurement: Measurement, channel: ControlChannel,
-                 time_limit: float | None = None) -> None:
+                 time_limit: float | None = None, guard: RateGuard | None = None) -> None:
         self.measurement = measurement
         self.channel = channel
+        self.guard = guard  # a server's --server-bitrate-limit
         spec = measurement.spec
         self.time_limit = test_deadline(spec.duration, spec.omit, time_limit)
         self.peer_finished = False
@@ -68,11 +70,14 @@ class NativeSession:
             if now - measurement.start > self.time_limit:
                 raise SimpleperfError(f"the test ran past its time limit of "
                                       f"{self.time_limit:g} s")
+            if self.guard is not None and (
+                    reason := self.guard.exceeded(now, measurement.total_bytes())):
+                raise SimpleperfError(reason)
 
     def _handle(self, event: Event) -> None:
         """The exchange has already checked the order: while running, only these come."""
         if isinstance(event, Error):
-            raise PeerRefused(event.message)
+            raise PeerEnded(event.message)
         if isinstance(event, Results):
             self.peer_results = event
         self.peer_finished = True

@@ -50,7 +50,9 @@ IEAUTHTEST = 142
 IERECVPARAMS = 114
 IENUMSTREAMS = 6
 IEDURATION = 5
+IETOTALRATE = 27
 ERROR_TEXTS = {
+    IETOTALRATE: "total required bandwidth is larger than server limit",
     IEDURATION: "test duration too long",
     IENUMSTREAMS: "number of parallel streams too large",
     IEUNIMP: "an option you are trying to set is not implemented yet",

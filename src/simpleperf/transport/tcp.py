@@ -122,22 +122,29 @@ def set_tos(sock: socket.socket, tos: int) -> None:
                                       f"{(error.strerror or str(error)).lower()}") from None
 
 
-def connect_to_server(options: ClientOptions, stream: bool = False) -> socket.socket:
+def connect_to_server(options: ClientOptions, stream: int | None = None) -> socket.socket:
     """A client's connection to its server, as its options say (--connect-timeout, -4/-6,
-    -B); a stream's also with its socket options (-w, -C, -M)."""
-    if not stream:
+    -B); data stream number `stream`'s also with its socket options (-w, -C, -M) and, with
+    --cport, from that port plus the stream's number less one."""
+    if stream is None:
         return connect(options.host, options.port, options.connect_timeout,
                        family=options.family, local=options.local)
     return connect(options.host, options.port, options.connect_timeout, window=options.window,
                    congestion=options.congestion, family=options.family, local=options.local,
-                   mss=options.mss)
+                   mss=options.mss, local_port=stream_port(options, stream))
+
+
+def stream_port(options: ClientOptions, stream: int) -> int:
+    """Our end's port for data stream `stream` (1, 2, ...): --cport's, or any (0)."""
+    return options.cport + stream - 1 if options.cport else 0
 
 
 def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             window: int | None = None, congestion: str | None = None,
             family: int = socket.AF_UNSPEC, local: str | None = None,
-            mss: int | None = None) -> socket.socket:
-    """A connected socket, trying each address of `host` in turn; `local` binds our end."""
+            mss: int | None = None, local_port: int = 0) -> socket.socket:
+    """A connected socket, trying each address of `host` in turn; `local` and `local_port`
+    bind our end."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
     except socket.gaierror:
@@ -150,8 +157,8 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             set_congestion(sock, congestion)
             if mss is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
-            if local is not None:
-                bind_local(sock, local)
+            if local is not None or local_port:
+                bind_local(sock, local, local_port)
             sock.settimeout(timeout)
             sock.connect(address)
         except SimpleperfError:
@@ -175,12 +182,16 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
                           f"{reason or last_error.strerror or last_error}")
 
 
-def bind_local(sock: socket.socket, local: str) -> None:
-    """Bind our end to `local` (an address of this host), any port."""
+def bind_local(sock: socket.socket, local: str | None, port: int = 0) -> None:
+    """Bind our end to `local` (an address of this host, or any) and `port` (or any)."""
+    if port:  # a port a previous test's connection left in TIME_WAIT is free to take
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((local, 0))
+        sock.bind((local or "", port))
     except OSError as error:
-        raise SimpleperfError(f"cannot bind to local address {local}: "
+        what = " ".join(filter(None, [f"address {local}" if local else "",
+                                      f"port {port}" if port else ""]))
+        raise SimpleperfError(f"cannot bind to local {what}: "
                               f"{(error.strerror or str(error)).lower()}") from None
 
 

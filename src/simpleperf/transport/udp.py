@@ -86,15 +86,21 @@ def open_connected(family: int, local: tuple | None, remote: tuple[Any, ...],
 
 def open_greeted(host: str, port: int, family: int, local: str | None, greeting: bytes,
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
-                 tries: int = 15, wait: float = 0.2) -> socket.socket:
-    """A UDP socket connected to the server's port, once the server answered `greeting`
-    (sent again every `wait` seconds, `tries` times) with one of `answers`."""
+                 tries: int = 15, wait: float = 0.2, local_port: int = 0) -> socket.socket:
+    """A UDP socket connected to the server's port (from `local_port`, or any), once the
+    server answered `greeting` (sent again every `wait` seconds, `tries` times) with one
+    of `answers`."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
     except socket.gaierror:
         raise SimpleperfError(f"cannot resolve server name '{host}'") from None
     remote_family, _, _, _, remote = infos[0]
-    sock = open_connected(remote_family, (local, 0) if local else None, remote)
+    try:
+        sock = open_connected(remote_family, (local or "", local_port)
+                              if local or local_port else None, remote)
+    except OSError as error:
+        raise SimpleperfError(f"cannot open a UDP socket from port {local_port}: "
+                              f"{(error.strerror or str(error)).lower()}") from None
     try:
         if receiving:
             enable_receive_offload(sock)
