@@ -153,28 +153,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "document; server: one per test (its own view), and no text")
     common.add_argument("--logfile", metavar="FILE", help="append all output, errors too, to "
                         "FILE instead of the terminal")
-    server = parser.add_argument_group("server")
-    server.add_argument("-D", "--daemon", action="store_true", help="once listening, go on "
-                        "in the background (output to --logfile, else nowhere)")
-    server.add_argument("--pidfile", metavar="FILE", help="write the server's process id to "
-                        "FILE while it runs (removed when it ends)")
-    server.add_argument("--bind", help="address to listen on (default: all interfaces)")
-    server.add_argument("--max-duration", help="refuse tests longer than this many seconds "
-                        "and end any test that runs longer")
-    server.add_argument("--max-clients", help="tests served at the same time")
-    server.add_argument("-1", "--one-off", action="store_true",
-                        help="serve one test, then exit (as iperf3 -s -1)")
-    server.add_argument("--max-parallel", help="streams one test may open")
-    server.add_argument("--server-bitrate-limit", metavar="RATE[/SECONDS]", help="refuse a "
-                        "test that asks more than RATE in all, and end one that runs faster, "
-                        f"averaged over SECONDS (default {DEFAULT_RATE_WINDOW:g})")
-    server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
-                        "brings less than 1 KB, or an echo connection less than a probe, in "
-                        f"this many milliseconds (default {DEFAULT_IDLE_SECONDS * 1000:g})")
-    server.add_argument("--max-connections", help="connections open at once, in all "
-                        f"(default {DEFAULT_MAX_CONNECTIONS})")
-    server.add_argument("--max-connections-per-host", help="connections open at once from "
-                        f"one address (default {DEFAULT_MAX_CONNECTIONS_PER_HOST})")
+    _add_server_options(parser.add_argument_group("server"))
     client = parser.add_argument_group("client")
     client.add_argument("-I", "--serverip", help=f"server address (default {DEFAULT_SERVER_IP})")
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
@@ -200,6 +179,30 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--version", action=_Version, nargs=0,
                         help="the version and the kernel features the tests use")
     return parser
+
+
+def _add_server_options(server) -> None:
+    server.add_argument("-D", "--daemon", action="store_true", help="once listening, go on "
+                        "in the background (output to --logfile, else nowhere)")
+    server.add_argument("--pidfile", metavar="FILE", help="write the server's process id to "
+                        "FILE while it runs (removed when it ends)")
+    server.add_argument("--bind", help="address to listen on (default: all interfaces)")
+    server.add_argument("--max-duration", help="refuse tests longer than this many seconds "
+                        "and end any test that runs longer")
+    server.add_argument("--max-clients", help="tests served at the same time")
+    server.add_argument("-1", "--one-off", action="store_true",
+                        help="serve one test, then exit (as iperf3 -s -1)")
+    server.add_argument("--max-parallel", help="streams one test may open")
+    server.add_argument("--server-bitrate-limit", metavar="RATE[/SECONDS]", help="refuse a "
+                        "test that asks more than RATE in all, and end one that runs faster, "
+                        f"averaged over SECONDS (default {DEFAULT_RATE_WINDOW:g})")
+    server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
+                        "brings less than 1 KB, or an echo connection less than a probe, in "
+                        f"this many milliseconds (default {DEFAULT_IDLE_SECONDS * 1000:g})")
+    server.add_argument("--max-connections", help="connections open at once, in all "
+                        f"(default {DEFAULT_MAX_CONNECTIONS})")
+    server.add_argument("--max-connections-per-host", help="connections open at once from "
+                        f"one address (default {DEFAULT_MAX_CONNECTIONS_PER_HOST})")
 
 
 def _add_native_options(native) -> None:

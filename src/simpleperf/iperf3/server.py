@@ -16,7 +16,7 @@ from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import ProtocolError
 from ..options import ServerOptions, test_deadline
-from ..policy import Limit, ServerPolicy
+from ..policy import Limit, RateGuard, ServerPolicy
 from ..protocol import iperf3
 from ..protocol.native import TestSpec
 from ..report import native as table
@@ -212,14 +212,7 @@ class Iperf3Service:
         while True:
             now = time.monotonic()
             measurement.tick(now)
-            if now - measurement.start > limit:
-                with contextlib.suppress(OSError):
-                    control.conn.sendall(iperf3.state(iperf3.SERVER_TERMINATE))
-                raise ProtocolError(f"the test ran past {limit:g} s")
-            if guard is not None and (reason := guard.exceeded(now, measurement.total_bytes())):
-                with contextlib.suppress(OSError):  # as iperf3's server ends such a test
-                    control.conn.sendall(iperf3.server_error(iperf3.IETOTALRATE))
-                raise ProtocolError(reason)
+            _keep_limits(control, measurement, now, limit, guard)
             message = control.read_state(0.05)
             if message is None:
                 continue
@@ -255,6 +248,20 @@ class Iperf3Service:
             raise ProtocolError(f"the client reported {len(theirs)} streams, not "
                                 f"{len(measurement.streams)}")
         return theirs
+
+
+def _keep_limits(control: Iperf3Control, measurement: Measurement, now: float, limit: float,
+                 guard: RateGuard | None) -> None:
+    """End the test, telling the client in iperf3's words, once it runs past the server's
+    time limit or faster than its rate limit."""
+    if now - measurement.start > limit:
+        with contextlib.suppress(OSError):
+            control.conn.sendall(iperf3.state(iperf3.SERVER_TERMINATE))
+        raise ProtocolError(f"the test ran past {limit:g} s")
+    if guard is not None and (reason := guard.exceeded(now, measurement.total_bytes())):
+        with contextlib.suppress(OSError):
+            control.conn.sendall(iperf3.server_error(iperf3.IETOTALRATE))
+        raise ProtocolError(reason)
 
 
 def _text_report(peer: str, params: iperf3.Parameters, measurement: Measurement,
