@@ -118,7 +118,9 @@ def test_bgp_prefers_the_shorter_as_path_and_moves_when_it_fails():
         assert next_hop("r2", "10.3.1.11") == "172.16.12.2"  # through AS 65002
         assert next_hop("r4", "10.1.1.11") == "172.16.23.1"  # and back the same way
         transit = median_rtt("h1", "10.3.1.11")
-        assert 70 < transit - direct < 90, (direct, transit)  # 2 x 20 ms, then 2 x 60 ms
+        # 2 x 20 ms, then 2 x 60 ms: traffic crosses the transit links. A busy machine only
+        # adds (the emulated netem guest once measured 258 ms), so the bound is the lower one.
+        assert transit - direct > 70, (direct, transit)
         lab("link", "P13", "up")
         assert next_hop("r2", "10.3.1.11") == "172.16.13.2"
     finally:
