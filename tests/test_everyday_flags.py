@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
 import time
 
 import pytest
-from helpers import SIMPLEPERF, free_port, run_simpleperf
+from helpers import SIMPLEPERF, free_port, run_simpleperf, start_iperf3_server
 
 pytestmark = pytest.mark.loopback
 
@@ -77,10 +78,9 @@ def test_title_and_timestamps_begin_every_line_of_text(server):
     assert bad.returncode == 2 and "-T/--title must be one line" in bad.stderr
 
 
-def _capture_on_loopback(port: int, pcap, run) -> list[tuple[int, int, int]]:
-    """(source port, TOS byte, payload length) of every TCP segment with payload to or from
-    `port` while `run()` runs: dumpcap on lo (root), read back by tshark."""
-    grab = subprocess.Popen(["dumpcap", "-q", "-i", "lo", "-f", f"tcp port {port}", "-s", "96",
+def _dumpcap(pcap, capture_filter: str, run, *options: str) -> None:
+    """Capture on lo (root) into `pcap` while `run()` runs."""
+    grab = subprocess.Popen(["dumpcap", "-q", *options, "-i", "lo", "-f", capture_filter,
                              "-w", str(pcap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -91,6 +91,12 @@ def _capture_on_loopback(port: int, pcap, run) -> list[tuple[int, int, int]]:
     finally:
         grab.terminate()
         grab.wait(10)
+
+
+def _capture_on_loopback(port: int, pcap, run) -> list[tuple[int, int, int]]:
+    """(source port, TOS byte, payload length) of every TCP segment with payload to or from
+    `port` while `run()` runs, read back by tshark."""
+    _dumpcap(pcap, f"tcp port {port}", run, "-s", "96")
     fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", "tcp.len > 0", "-T", "fields",
                              "-e", "tcp.srcport", "-e", "ip.dsfield", "-e", "tcp.len"],
                             capture_output=True, text=True, check=True).stdout
@@ -137,3 +143,108 @@ def test_cport_that_is_taken_or_too_high_is_one_line(server):
                             "already in use\n")
     high = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-P", "3", "--cport", "65534")
     assert high.returncode == 2 and "leaves no port for stream 3" in high.stderr
+
+
+def _payloads_on_loopback(port: int, pcap, run) -> list[bytes]:
+    """The first bytes of every large TCP segment's or UDP datagram's payload to or from
+    `port` while `run()` runs (dumpcap on lo, read back raw: no dissector guesses what a
+    port carries)."""
+    import dpkt
+
+    _dumpcap(pcap, f"port {port}", run, "-P", "-s", "200")
+    found = []
+    with open(pcap, "rb") as capture:
+        for _, frame in dpkt.pcap.Reader(capture):
+            packet = dpkt.ethernet.Ethernet(frame).data
+            if not isinstance(packet, dpkt.ip.IP):
+                continue
+            segment = packet.data
+            if isinstance(segment, dpkt.tcp.TCP | dpkt.udp.UDP) and packet.len - 4 * packet.hl \
+                    > 1000:
+                found.append(bytes(segment.data))
+    return found
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("flags", [["-R"], ["-u", "-b", "10M", "-l", "1000"]])
+def test_repeating_payload_is_on_the_wire(server, tmp_path, flags):
+    """--repeating-payload: what goes out is iperf3's '0123456789...' (both ends: with -R the
+    server sends it), where it is zeros without."""
+    _, port = server
+
+    def test(*extra: str) -> None:
+        done = run_simpleperf("-c", "-p", str(port), "-t", "1", "--no-latency", *flags,
+                              *extra)
+        assert done.returncode == 0, done.stderr
+
+    def cyclic(payload: bytes) -> bool:
+        return all(b - a in (1, -9) for a, b in zip(payload, payload[1:], strict=False))
+
+    patterned = _payloads_on_loopback(port, tmp_path / "on.pcap",
+                                      lambda: test("--repeating-payload"))
+    skip = 32 if "-u" in flags else 0  # a datagram begins with its header
+    wrong = [p[:140] for p in patterned if not (
+        len(p) >= skip + 100 and cyclic(p[skip:skip + 100])
+        and set(p[skip:skip + 100]) <= set(b"0123456789"))]
+    assert len(patterned) > 10 and not wrong, (len(patterned), wrong[:2])
+    plain = _payloads_on_loopback(port, tmp_path / "off.pcap", test)
+    assert plain and all(set(p[skip:skip + 100]) == {0} for p in plain)
+
+
+@pytest.mark.root
+def test_affinity_puts_the_client_and_the_tests_server_streams_on_their_cpus(server):
+    """-A 0,1: the client runs on CPU 0 (all of it), the server's threads of this test's two
+    streams on CPU 1, its others where they were."""
+    live, port = server
+    client = subprocess.Popen(SIMPLEPERF + ["-c", "-p", str(port), "-t", "3", "-P", "2", "-A",
+                                            "0,1", "-i", "0"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert _cpus_of(client.pid) == ["0"]
+        server_threads = [_cpus_of(int(task), live.process.pid)
+                          for task in os.listdir(f"/proc/{live.process.pid}/task")]
+        assert server_threads.count(["1"]) >= 2, server_threads
+    finally:
+        out, err = client.communicate(timeout=30)
+    assert client.returncode == 0, err
+    bad = run_simpleperf("-c", "-p", str(port), "-A", "4096")
+    assert bad.returncode == 2 and bad.stderr.startswith("simpleperf: error: -A/--affinity 4096:")
+    far = run_simpleperf("-c", "-p", str(port), "-t", "1", "-A", "0,4095")
+    assert far.returncode == 1 and "CPU 4095 is not one this server has" in far.stderr
+
+
+def _cpus_of(task: int, process: int | None = None) -> list[str]:
+    path = f"/proc/{process}/task/{task}/status" if process else f"/proc/{task}/status"
+    with open(path) as status:
+        line = next(line for line in status if line.startswith("Cpus_allowed_list"))
+    return line.split()[1].split(",")
+
+
+@pytest.mark.iperf3
+@pytest.mark.parametrize("server_kind", ["simpleperf", "iperf3 3.21"])
+def test_verbose_and_json_give_both_ends_cpu(server, server_kind):
+    """-V prints iperf3's CPU line for both ends; -J has host_* and remote_* (the server
+    reports its own CPU with its results, as iperf3's does)."""
+    if server_kind == "simpleperf":
+        _, port = server
+        process = None
+    else:
+        process, port = start_iperf3_server("3.21")
+    try:
+        text = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-V", "-R")
+        assert text.returncode == 0, text.stderr
+        line = next(x for x in text.stdout.splitlines() if x.startswith("CPU Utilization"))
+        assert re.fullmatch(r"CPU Utilization: local/receiver [\d.]+% \([\d.]+%u/[\d.]+%s\), "
+                            r"remote/sender [\d.]+% \([\d.]+%u/[\d.]+%s\)", line), line
+        document = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-J")
+        cpu = json.loads(document.stdout)["end"]["cpu_utilization_percent"]
+        assert set(cpu) == {"host_total", "host_user", "host_system", "remote_total",
+                            "remote_user", "remote_system"}
+        # A sender at full speed on loopback keeps a core busy: neither end is idle.
+        assert cpu["host_total"] > 1 and cpu["remote_total"] > 1, cpu
+        assert cpu["remote_total"] == pytest.approx(cpu["remote_user"] + cpu["remote_system"])
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait(10)

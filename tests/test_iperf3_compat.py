@@ -53,7 +53,16 @@ def our_server():
 def test_iperf3_tcp_clients_get_correct_results(our_server, args):
     _, port = our_server
     end = iperf3_json(port, *args)["end"]
-    assert agree(end["sum_sent"]["bytes"], end["sum_received"]["bytes"]), end["sum_sent"]
+    if "-R" in args:
+        # We send; iperf3 3.12's client stops reading at TEST_END, and what its kernel had
+        # acknowledged but it had not read is counted sent by us, not read by it: at most a
+        # full receive buffer per stream (46 MB of 2.85 GB seen with -P 2, 32 MB buffers).
+        sent, read = end["sum_sent"]["bytes"], end["sum_received"]["bytes"]
+        streams = len(end["streams"])
+        assert read > 0 and abs(sent - read) <= max(0.01 * sent,
+                                                    streams * max_receive_buffer()), end
+    else:
+        assert agree(end["sum_sent"]["bytes"], end["sum_received"]["bytes"]), end["sum_sent"]
     if "--bidir" in args:
         # The half we send: iperf3 3.12's client is one thread doing both directions, and it
         # stops reading when it says TEST_END; what sat unread in its receive buffer is
@@ -223,3 +232,53 @@ def test_a_cookie_and_then_nothing_holds_no_test_slot():
         for sock in quiet:
             sock.close()
         live.close()
+
+
+def key_paths(value, prefix: str = "") -> set[str]:
+    """Every key of a JSON document as a path: /end/streams[]/sender/max_rtt."""
+    found = set()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found |= {f"{prefix}/{key}"} | key_paths(item, f"{prefix}/{key}")
+    elif isinstance(value, list):
+        for item in value:
+            found |= key_paths(item, f"{prefix}[]")
+    return found
+
+
+@pytest.mark.parametrize("args", [[], ["-R"], ["-P", "2", "--bidir"], ["-u", "-b", "10M"],
+                                  ["-u", "-b", "10M", "-R"]])
+def test_json_has_every_key_iperf3_3_12_writes(our_server, args):
+    """The same test, written by iperf3 3.12 against its own server and by simpleperf against
+    its own, in this run: every key path of iperf3's document is in ours (cookie,
+    tcp_mss_default, sock_bufsize, sndbuf_actual, rcvbuf_actual, tos, snd_wnd, pmtu, min_rtt,
+    max_rtt, max_snd_wnd, receiver_tcp_congestion, cpu_utilization_percent, ...)."""
+    process = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port := free_port())],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not subprocess.run(
+                ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout:
+            time.sleep(0.05)
+        theirs = iperf3_json(port, "-t", "1", *args)
+    finally:
+        process.kill()
+        process.wait(10)
+    _, our_port = our_server
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(our_port), "-t", "1", "-J", *args)
+    assert done.returncode == 0, done.stderr
+    ours = json.loads(done.stdout)
+    assert theirs["start"]["version"].startswith("iperf 3.12")
+    assert sorted(key_paths(theirs) - key_paths(ours)) == []
+    start = ours["start"]
+    assert start["cookie"] and start["sock_bufsize"] == 0 and start["sndbuf_actual"] > 0
+    assert start["rcvbuf_actual"] > 0 and start["test_start"]["tos"] == 0
+    cpu = ours["end"]["cpu_utilization_percent"]
+    assert cpu["remote_total"] == pytest.approx(cpu["remote_user"] + cpu["remote_system"])
+    if "-u" not in args:
+        assert 0 < start["tcp_mss_default"] <= 65535
+        sender = ours["end"]["streams"][0]["sender"]
+        assert 0 < sender["min_rtt"] <= sender["mean_rtt"] <= sender["max_rtt"]
+        assert sender["max_snd_wnd"] > 0
+        assert ours["end"]["receiver_tcp_congestion"] == ours["end"]["sender_tcp_congestion"]
+        assert ours["intervals"][0]["streams"][0]["pmtu"] == 65535  # loopback's MTU, less 1

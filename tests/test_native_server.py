@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -13,6 +14,7 @@ import time
 import pytest
 from helpers import (
     IPERF3_321,
+    SIMPLEPERF,
     LiveProcess,
     free_port,
     proc_status,
@@ -129,6 +131,32 @@ def test_a_test_faster_than_the_servers_rate_limit_is_ended_within_a_window():
                                 timeout=30)
         assert within.returncode == 0, within.stderr
     finally:
+        live.close()
+
+
+@pytest.mark.parametrize("client", ["simpleperf", "iperf3 3.21"])
+def test_idle_timeout_frees_the_place_of_a_client_that_stopped(client):
+    """--max-clients 1 --idle-timeout 2: a client stopped (SIGSTOP) mid-test holds the only
+    place until its data has stood still 2 s, then the server ends that test and the next
+    client is served, long before the stopped test's own end (30 s)."""
+    live, port = start_server("--max-clients", "1", "--idle-timeout", "2")
+    command = (SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "--native"]
+               if client == "simpleperf" else [IPERF3_321, "-c", "127.0.0.1", "-p", str(port)])
+    stopped = subprocess.Popen(command + ["-t", "30"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        stopped.send_signal(signal.SIGSTOP)
+        began = time.monotonic()
+        live.wait_for(lambda lines: any("--idle-timeout" in line for line in lines), 15)
+        assert time.monotonic() - began < 8
+        assert re.search(r"nothing moved for [\d.]+ s, this server's limit is 2 s "
+                         r"\(--idle-timeout\)", "\n".join(live.lines))
+        served = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--native")
+        assert served.returncode == 0, served.stderr
+    finally:
+        stopped.kill()
+        stopped.wait(10)
         live.close()
 
 

@@ -77,6 +77,7 @@ def test_a_daemon_listens_when_the_command_returns_and_logs_one_document_per_tes
     assert tcp["end"]["sum_received"]["bytes"] == client_end["sum_received"]["bytes"]
     assert tcp["end"]["sum_sent"]["bytes"] == client_end["sum_sent"]["bytes"]
     assert tcp["intervals"] and tcp["end"]["cpu_utilization_percent"]["host_total"] >= 0
+    assert "remote_total" in tcp["end"]["cpu_utilization_percent"]  # the client's, it said
     assert old["end"]["sum_received"]["bytes"] > 0 and "error" not in old
     # iperf3 -R: the server sent UDP; the iperf3 client received and counted loss.
     assert udp["end"]["sum_sent"]["bytes"] > 0 and udp["end"]["sum_sent"]["sender"]

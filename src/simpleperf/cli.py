@@ -33,6 +33,7 @@ from .options import (
     DEFAULT_TIMESTAMP_FORMAT,
     DEFAULT_UDP_LENGTH,
     MAX_CLIENTS_LIMIT,
+    MAX_CPU,
     MAX_LENGTH,
     MAX_MSS,
     MAX_NUM_BYTES,
@@ -151,6 +152,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "wire); also read from $SIMPLEPERF_SECRET")
     common.add_argument("-J", "--json", action="store_true", help="client: one JSON "
                         "document; server: one per test (its own view), and no text")
+    common.add_argument("-A", "--affinity", metavar="N[,M]", help="run on CPU N; a client's "
+                        ",M: the server runs this test's streams on its CPU M")
     common.add_argument("--logfile", metavar="FILE", help="append all output, errors too, to "
                         "FILE instead of the terminal")
     _add_server_options(parser.add_argument_group("server"))
@@ -170,6 +173,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "AF11..AF43, CS0..CS7, VA, LE), at both ends")
     client.add_argument("-k", "--blockcount", help="send this many blocks of -l bytes "
                         "(datagrams with -u), instead of -t or -n")
+    client.add_argument("--snd-timeout", metavar="MS", help="end the test when data stays "
+                        "unacknowledged this long (TCP_USER_TIMEOUT; default: the kernel's, "
+                        "about 15 minutes)")
     client.add_argument("--cport", metavar="PORT", help="our port for the data streams, TCP "
                         "or UDP (stream n from PORT + n - 1; default: any)")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
@@ -196,6 +202,9 @@ def _add_server_options(server) -> None:
     server.add_argument("--server-bitrate-limit", metavar="RATE[/SECONDS]", help="refuse a "
                         "test that asks more than RATE in all, and end one that runs faster, "
                         f"averaged over SECONDS (default {DEFAULT_RATE_WINDOW:g})")
+    server.add_argument("--idle-timeout", metavar="SECONDS", help="end a test whose data "
+                        "stands still this long (a client stopped or gone without a word), "
+                        "freeing its place (default: at the test's own end plus 30 s)")
     server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
                         "brings less than 1 KB, or an echo connection less than a probe, in "
                         f"this many milliseconds (default {DEFAULT_IDLE_SECONDS * 1000:g})")
@@ -214,7 +223,8 @@ def _add_native_options(native) -> None:
     native.add_argument("-e", "--extended", action="store_true",
                         help="kernel TCP statistics: retransmits, cwnd, RTT")
     native.add_argument("-V", "--verbose", action="store_true",
-                        help="more detail, as iperf3's -V: the kernel statistics of -e")
+                        help="more detail, as iperf3's -V: the kernel statistics of -e, and both "
+                             "ends' CPU")
     native.add_argument("--json-stream", action="store_true",
                         help="one JSON object per line, as the test runs")
     native.add_argument("-M", "--mss", help="TCP maximum segment size, 88..32767")
@@ -222,6 +232,11 @@ def _add_native_options(native) -> None:
     native.add_argument("-Z", "--zerocopy", action="store_true",
                         help="TCP senders use sendfile: the kernel sends without copying "
                              "our buffer (both ends, with -R or --bidir)")
+    native.add_argument("--repeating-payload", action="store_true", help="payload "
+                        "'0123456789...' (as iperf3's) instead of zeros, both ends")
+    native.add_argument("--dont-fragment", action="store_true", help="UDP: never split a "
+                        "datagram into IP fragments (one larger than the path's MTU is an "
+                        "error)")
     native.add_argument("-O", "--omit", help="leave the first this many seconds out")
     native.add_argument("--iperf3", action="store_true",
                         help="the server is an iperf3 server (found out by itself otherwise)")
@@ -240,13 +255,13 @@ def _add_native_options(native) -> None:
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
-                "server_bitrate_limit": "--server-bitrate-limit",
+                "server_bitrate_limit": "--server-bitrate-limit", "idle_timeout": "--idle-timeout",
                 "daemon": "-D/--daemon", "pidfile": "--pidfile",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host"}
-_CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "time": "-t/--time",
-                "num": "-n/--num",
+_CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
+                "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
                 "blockcount": "-k/--blockcount", "title": "-T/--title", "tos": "-S/--tos",
                 "dscp": "--dscp", "parallel": "-P/--parallel", "bitrate": "--bitrate",
@@ -254,6 +269,8 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "time": "-t/--t
                 "extended": "-e/--extended", "verbose": "-V/--verbose",
                 "json_stream": "--json-stream", "mss": "-M/--mss", "no_delay": "-N/--no-delay",
                 "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
+                "repeating_payload": "--repeating-payload",
+                "dont_fragment": "--dont-fragment",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
                 "probe": "--probe", "loss_threshold": "--loss-threshold"}
@@ -331,7 +348,10 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps),
         json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
         logfile=_path("--logfile", args.logfile),
-        **_rate_limit(args.server_bitrate_limit))
+        **_rate_limit(args.server_bitrate_limit),
+        affinity=_affinity(args.affinity, server=True)[0],
+        idle_timeout=_positive_seconds("--idle-timeout", args.idle_timeout, None,
+                                       high=MAX_TEST_SECONDS))
 
 
 def _client_options(args: argparse.Namespace) -> ClientOptions:
@@ -376,6 +396,11 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         family=_family(args), secret=_secret(args.auth_secret_file),
         logfile=_path("--logfile", args.logfile),
         cport=_optional_int("--cport", args.cport, 1, 65535),
+        affinity=_affinity(args.affinity)[0], server_affinity=_affinity(args.affinity)[1],
+        repeating_payload=args.repeating_payload, dont_fragment=args.dont_fragment,
+        verbose=args.verbose,
+        snd_timeout=None if args.snd_timeout is None else _int_in_range(
+            "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
     if options.interval == 0 and not options.needs_native:
@@ -426,6 +451,8 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
         raise UsageError("--iperf3 and --native cannot be used together")
     if args.count is not None and not options.rtt:
         raise UsageError("--count is an --rtt option")
+    if options.dont_fragment and not options.udp:
+        raise UsageError("--dont-fragment is for UDP (-u): TCP sizes its segments to the path")
     if options.cport and options.cport + options.stream_count - 1 > 65535:
         raise UsageError(f"--cport {options.cport} leaves no port for stream "
                          f"{options.stream_count} (ports go up to 65535)")
@@ -478,6 +505,29 @@ def _rate(text: str) -> float:
         raise UsageError(f"-b/--bitrate must be a rate in bits/s with an optional K, M or G "
                          f"(e.g. 100M; 0 = unlimited), not '{text}'")
     return value
+
+
+def _affinity(text: str | None, server: bool = False) -> tuple[int | None, int | None]:
+    """-A N[,M]: our CPU (one this process may run on) and, for a client, the server's."""
+    if text is None:
+        return None, None
+    ours, comma, theirs = text.partition(",")
+    shape = "N" if server else "N or N,M"
+    try:
+        cpu, server_cpu = int(ours), int(theirs) if comma else None
+    except ValueError:
+        raise UsageError(f"-A/--affinity must be a CPU number ({shape}), not '{text}'") from None
+    if server and comma:
+        raise UsageError("-A/--affinity on a server is its own CPU only (N): a client's ,M "
+                         "chooses the server's CPU for its test")
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpu not in allowed:
+        raise UsageError(f"-A/--affinity {cpu}: this process may run on CPUs "
+                         f"{', '.join(map(str, allowed))}")
+    if server_cpu is not None and not 0 <= server_cpu <= MAX_CPU:
+        raise UsageError(f"-A/--affinity: the server's CPU must be 0 to {MAX_CPU}, not "
+                         f"'{theirs}'")
+    return cpu, server_cpu
 
 
 def _rate_limit(text: str | None) -> dict[str, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(options: ClientOptions | ServerOptions) -> int:
+    if options.affinity is not None:  # -A: before any thread starts (they inherit it)
+        os.sched_setaffinity(0, {options.affinity})
     try:
         if isinstance(options, ClientOptions):
             _run_client(options)

@@ -23,6 +23,7 @@ DEFAULT_NATIVE_INTERVAL = 1.0  # seconds per row of a native test, as iperf3 pri
 DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
 
 MIN_PORT, MAX_PORT = 1024, 65535
+MAX_CPU = 4095  # -A/--affinity: a CPU number as Linux counts them (CONFIG_NR_CPUS)
 MIN_LENGTH, MAX_LENGTH = 1, 64 * 1024 * 1024
 MIN_UDP_LENGTH = 16  # a datagram's header: send time and packet number
 AUTH_UDP_LENGTH = 24  # the header and, with a shared secret, the test's 8-byte key
@@ -113,6 +114,8 @@ class ServerOptions:
     logfile: str | None = None  # --logfile: all output appended here
     rate_limit: float | None = None  # --server-bitrate-limit: bits/s, a test's total
     rate_window: float = DEFAULT_RATE_WINDOW  # ... averaged over this many seconds
+    affinity: int | None = None  # -A n: the CPU the server runs on
+    idle_timeout: float | None = None  # --idle-timeout: a test whose bytes stand still ends
 
     @property
     def test_time_limit(self) -> float | None:
@@ -166,6 +169,12 @@ class ClientOptions:
     duration_given: bool = False
     logfile: str | None = None  # --logfile: all output appended here
     cport: int | None = None  # --cport: data stream n from this port + n - 1
+    affinity: int | None = None  # -A n: the CPU this client runs on
+    server_affinity: int | None = None  # -A n,m: the CPU the server runs the test's streams on
+    repeating_payload: bool = False  # --repeating-payload: '0123456789...' instead of zeros
+    dont_fragment: bool = False  # UDP: a datagram beyond the path's MTU is an error
+    snd_timeout: float | None = None  # --snd-timeout: TCP data unacknowledged this long fails
+    verbose: bool = False  # -V: also both ends' CPU, as iperf3 prints it
 
     @property
     def rows_every(self) -> float | None:
@@ -180,7 +189,7 @@ class ClientOptions:
         return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
-                    self.tos,
+                    self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.secret is not None))
 
     @property

@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
+from .engine.measurement import cpus
 from .options import MIN_RATE_WINDOW, ServerOptions
 from .units import format_rate
 
@@ -20,6 +21,8 @@ class Limit(Enum):
     BUSY = "busy"
     CONNECTIONS = "connections"
     RATE = "rate"
+    CPU = "cpu"
+    IDLE = "idle"
 
 
 @dataclass(frozen=True)
@@ -88,18 +91,24 @@ class ServerPolicy:
     def time_limit(self) -> float | None:
         return self.options.test_time_limit
 
-    def rate_guard(self) -> RateGuard | None:
-        """A running test's watch on --server-bitrate-limit (None: no limit)."""
-        if self.options.rate_limit is None:
+    def test_watch(self) -> TestWatch | None:
+        """A running test's watch on --server-bitrate-limit and --idle-timeout (None when
+        the server has neither)."""
+        options = self.options
+        if options.rate_limit is None and options.idle_timeout is None:
             return None
-        return RateGuard(self.options.rate_limit, self.options.rate_window)
+        return TestWatch(options.rate_limit, options.rate_window, options.idle_timeout)
 
     def refusal(self, protocol: str, parallel: int, duration: float | None,
-                omit: float, total_rate: float = 0.0) -> Refusal | None:
+                omit: float, total_rate: float = 0.0, cpu: int | None = None
+                ) -> Refusal | None:
         """Why a test of this shape is refused; None if it is allowed. `duration`: None for
         a test of an amount of data; `total_rate`: the rate asked of all its streams
-        together, 0 for as fast as they go."""
+        together, 0 for as fast as they go; `cpu`: where the client wants its streams run."""
         options = self.options
+        if cpu is not None and cpu not in cpus():
+            return Refusal(Limit.CPU, f"CPU {cpu} is not one this server has (CPUs 0 to "
+                           f"{cpus()[-1]})")
         if options.rate_limit is not None and total_rate > options.rate_limit:
             return Refusal(Limit.RATE, f"{format_rate(total_rate)} in all asked, this server "
                            f"allows at most {format_rate(options.rate_limit)} "
@@ -116,9 +125,10 @@ class ServerPolicy:
         return None
 
     def admit(self, protocol: str, parallel: int, duration: float | None,
-              omit: float, total_rate: float = 0.0) -> Refusal | None:
+              omit: float, total_rate: float = 0.0, cpu: int | None = None
+              ) -> Refusal | None:
         """refusal(), and if allowed, a slot taken (give it back with release())."""
-        refusal = self.refusal(protocol, parallel, duration, omit, total_rate)
+        refusal = self.refusal(protocol, parallel, duration, omit, total_rate, cpu)
         if refusal is not None:
             return refusal
         if not self.slots.acquire():
@@ -131,20 +141,33 @@ class ServerPolicy:
         self.slots.release()
 
 
-class RateGuard:
-    """--server-bitrate-limit while a test runs, as iperf3's server keeps it: the bytes of
-    all the test's streams, both directions, over the last `window` seconds (over what has
-    passed, at the start, once a second has), against the limit."""
+class TestWatch:
+    """What a server watches while a test runs. --server-bitrate-limit, as iperf3's server
+    keeps it: the bytes of all the test's streams, both directions, over the last `window`
+    seconds (over what has passed, at the start, once a second has), against the limit.
+    --idle-timeout: how long those bytes may stand still (a client stopped, or gone without
+    a word) before the test is ended and its place freed."""
 
     SAMPLE_SECONDS = 0.1
 
-    def __init__(self, limit: float, window: float) -> None:
-        self.limit = limit
+    def __init__(self, rate_limit: float | None, window: float, idle: float | None) -> None:
+        self.rate_limit = rate_limit
         self.window = window
+        self.idle = idle
         self._samples: deque[tuple[float, int]] = deque()
+        self._moved: tuple[float, int] | None = None  # when the bytes last changed, and to
 
-    def exceeded(self, now: float, total_bytes: int) -> str | None:
-        """Why the test must end now; None while it keeps within the limit."""
+    def breach(self, now: float, total_bytes: int) -> Refusal | None:
+        """Which limit the test broke, and how; None while it keeps within them."""
+        if self.idle is not None:
+            if self._moved is None or total_bytes != self._moved[1]:
+                self._moved = (now, total_bytes)
+            elif now - self._moved[0] >= self.idle:
+                return Refusal(Limit.IDLE, f"nothing moved for {now - self._moved[0]:.1f} s, "
+                               f"this server's limit is {self.idle:g} s (--idle-timeout)")
+        return self._over_rate(now, total_bytes) if self.rate_limit is not None else None
+
+    def _over_rate(self, now: float, total_bytes: int) -> Refusal | None:
         samples = self._samples
         if samples and now - samples[-1][0] < self.SAMPLE_SECONDS:
             return None
@@ -156,7 +179,9 @@ class RateGuard:
         if seconds < MIN_RATE_WINDOW:
             return None
         rate = (total_bytes - before) * 8 / seconds
-        if rate <= self.limit:
+        assert self.rate_limit is not None
+        if rate <= self.rate_limit:
             return None
-        return (f"the test ran at {format_rate(rate)} over {seconds:.1f} s, more than this "
-                f"server's limit of {format_rate(self.limit)} (--server-bitrate-limit)")
+        return Refusal(Limit.RATE, f"the test ran at {format_rate(rate)} over {seconds:.1f} "
+                       f"s, more than this server's limit of {format_rate(self.rate_limit)} "
+                       "(--server-bitrate-limit)")

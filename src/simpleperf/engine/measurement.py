@@ -25,8 +25,10 @@ class Measurement:
     """Our end's view of `streams` once they are all connected."""
 
     def __init__(self, spec: TestSpec, streams: list[Stream], step: float,
-                 on_interval: Callable[[list[IntervalRecord]], None] | None = None) -> None:
+                 on_interval: Callable[[list[IntervalRecord]], None] | None = None,
+                 cpu: int | None = None) -> None:
         self.spec = spec
+        self.cpu = cpu  # the stream threads run on this CPU (a server's share of -A n,m)
         self.streams = streams
         self.on_interval = on_interval
         self.clock = IntervalClock(step, spec.omit, spec.end)
@@ -55,8 +57,9 @@ class Measurement:
         self.cpu_before = os.times()
         for stream in self.streams:
             stop = self.stop_sending if stream.sending else self.stop
-            thread = threading.Thread(target=run_stream,
-                                      args=(stream, self.spec, start, stop),
+            thread = threading.Thread(target=_on_cpu,
+                                      args=(self.cpu, run_stream, stream, self.spec, start,
+                                            stop),
                                       name=f"stream {stream.number}", daemon=True)
             self._threads.append(thread)
             thread.start()
@@ -180,3 +183,22 @@ class Measurement:
 
     def errors(self) -> list[str]:
         return [s.error for s in self.streams if s.error]
+
+
+def cpus() -> list[int]:
+    """The CPUs a test's streams may be put on (whatever CPU the process itself was put on
+    with -A: a thread's own affinity may differ)."""
+    return list(range(os.cpu_count() or 1))
+
+
+def _on_cpu(cpu: int | None, body: Callable[..., None], stream: Stream,
+            *arguments: Any) -> None:
+    """A stream thread's body, run on `cpu` (Linux pins the calling thread alone)."""
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError as error:  # e.g. a CPU this container's cpuset leaves out
+            stream.error = f"cannot run on CPU {cpu}: {(error.strerror or str(error)).lower()}"
+            stream.done.set()
+            return
+    body(stream, *arguments)

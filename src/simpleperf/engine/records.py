@@ -40,6 +40,8 @@ class IntervalRecord:
     snd_cwnd: int | None = None
     rtt_us: int | None = None
     rttvar_us: int | None = None
+    snd_wnd: int | None = None  # the receiver's advertised window, bytes
+    pmtu: int | None = None
 
 
 @dataclass

@@ -22,7 +22,7 @@ ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
     sock = stream.sock
-    payload = buffers.aligned(spec.length)
+    payload = buffers.aligned(spec.length, spec.repeating_payload)
     sender = buffers.FileSender(payload, sock) if spec.zerocopy else None
     send: Callable[[memoryview], int] = sender.send if sender is not None else sock.send
     amount = spec.num_bytes
@@ -96,6 +96,7 @@ def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,
     record.retransmits = now.retransmits - before.retransmits
     record.snd_cwnd = info.snd_cwnd * info.snd_mss
     record.rtt_us, record.rttvar_us = info.rtt_us, info.rttvar_us
+    record.snd_wnd, record.pmtu = info.snd_wnd, info.pmtu
 
 
 def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
@@ -108,6 +109,11 @@ def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
     if samples:
         entry["max_snd_cwnd"] = max(s.snd_cwnd * s.snd_mss for s in samples)
         entry["mean_rtt_us"] = int(sum(s.rtt_us for s in samples) / len(samples))
+        entry["min_rtt_us"] = min(s.rtt_us for s in samples)
+        entry["max_rtt_us"] = max(s.rtt_us for s in samples)
+        windows = [s.snd_wnd for s in samples if s.snd_wnd is not None]
+        if windows:
+            entry["max_snd_wnd"] = max(windows)
 
 
 def drained(stream: Stream, quiet: float) -> bool:

@@ -3,6 +3,7 @@ stream reports (datagrams, loss, jitter, reordering)."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import threading
 import time
@@ -26,7 +27,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     sock = stream.sock
     size = spec.length
     batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
-    buffer = aligned(size * batch)
+    buffer = aligned(size * batch, spec.repeating_payload)
     pack_into: Callable[..., None] = stream.header.pack_into
     if stream.key is not None:
         pack_into = functools.partial(_pack_keyed, AUTH_DATAGRAM_HEADER.pack_into, stream.key)
@@ -68,6 +69,13 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
         except ConnectionRefusedError:
             raise SimpleperfError("the receiver's UDP port is closed (ICMP port "
                                   "unreachable)") from None
+        except OSError as error:
+            if error.errno not in (errno.EMSGSIZE, errno.EINVAL) or \
+                    (mtu := udp.path_mtu(sock)) is None or size + udp.IP_UDP_HEADERS <= mtu:
+                raise
+            raise SimpleperfError(f"a {size}-byte datagram does not fit the path's MTU of "
+                                  f"{mtu} bytes, and --dont-fragment forbids splitting it: "
+                                  f"-l {mtu - udp.IP_UDP_HEADERS} or less fits") from None
         if pacer is not None:
             pacer.done += count
         stream.packets_sent = number

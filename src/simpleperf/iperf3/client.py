@@ -14,7 +14,7 @@ from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
-from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
+from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
 from ..protocol import iperf3
 from ..protocol.exchange import Iperf3Order
 from ..protocol.native import TestSpec
@@ -56,6 +56,8 @@ class _Iperf3Test:
         self.cookie = control[1] if control is not None else iperf3.make_cookie()
         self.order = Iperf3Order()
         self.streams: list[Stream] = []
+        self.remote_cpu: tuple[float, float] | None = None  # the server's, from its results
+        self.remote_congestion: str | None = None
 
     def run(self) -> None:
         options = self.options
@@ -131,13 +133,15 @@ class _Iperf3Test:
                                 iperf3.UDP_CONNECT_MSG, (iperf3.UDP_CONNECT_REPLY,
                                                          iperf3.UDP_CONNECT_REPLY_LEGACY),
                                 not sending, options.window, tries=UDP_GREETING_TRIES,
-                                local_port=tcp.stream_port(options, number))
+                                local_port=tcp.stream_port(options, number),
+                                dont_fragment=options.dont_fragment)
 
     # The test --------------------------------------------------------------------------------
 
     def _measure(self) -> None:
         options = self.options
-        output = TestOutput(options, self.spec, self.streams, self.out, "iperf3")
+        output = TestOutput(options, self.spec, self.streams, self.out, "iperf3",
+                            self.cookie.rstrip(b"\0").decode())
         measurement = Measurement(self._local_spec(), self.streams,
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
@@ -160,7 +164,8 @@ class _Iperf3Test:
             output.end(measurement, {}, None, None, congestion, interrupted=True)
             raise Interrupted() from None
         measurement.close()
-        output.end(measurement, remote, None, None, congestion)
+        output.end(measurement, remote, None, None, congestion, remote_cpu=self.remote_cpu,
+                   peer_congestion=self.remote_congestion)
         errors = measurement.errors()
         if errors:
             raise SimpleperfError(errors[0])
@@ -218,8 +223,11 @@ class _Iperf3Test:
         self.control.conn.sendall(iperf3.encode_json(iperf3.results_message(
             measurement.finish(time.monotonic()), ids, measurement.cpu_percent(),
             1 if any(s.sending for s in self.streams) else -1)))
-        theirs = iperf3.parse_results(self.control.read_json(iperf3.MAX_RESULTS,
-                                                             STATE_SECONDS))
+        value = self.control.read_json(iperf3.MAX_RESULTS, STATE_SECONDS)
+        theirs = iperf3.parse_results(value)
+        self.remote_cpu = iperf3.parse_cpu(value)
+        used = value.get("congestion_used")
+        self.remote_congestion = used if is_congestion_name(used) else None
         self._expect()  # DISPLAY_RESULTS
         with contextlib.suppress(OSError):
             self.control.conn.sendall(iperf3.state(iperf3.IPERF_DONE))

@@ -16,7 +16,7 @@ from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import ProtocolError
 from ..options import ServerOptions, test_deadline
-from ..policy import Limit, RateGuard, ServerPolicy
+from ..policy import Limit, ServerPolicy, TestWatch
 from ..protocol import iperf3
 from ..protocol.native import TestSpec
 from ..report import native as table
@@ -30,7 +30,8 @@ RESULTS_SECONDS = 10.0
 SERVER_STEP_SECONDS = 1.0
 # iperf3's error numbers for the limits an iperf3 client can be told about.
 REFUSAL_ERRORS = {Limit.PARALLEL: iperf3.IENUMSTREAMS, Limit.DURATION: iperf3.IEDURATION,
-                  Limit.UDP: iperf3.IEUNIMP, Limit.RATE: iperf3.IETOTALRATE}
+                  Limit.UDP: iperf3.IEUNIMP, Limit.RATE: iperf3.IETOTALRATE,
+                  Limit.CPU: iperf3.IEAFFINITY}
 
 
 @dataclass
@@ -139,11 +140,11 @@ class Iperf3Service:
             streams = self._await_streams(control, test)
             measurement = self._run(control, params, streams)
             lines = _text_report(peer, params, measurement, self.options.unit)
-            theirs = self._exchange_results(control, params, measurement, lines)
+            theirs, their_cpu = self._exchange_results(control, params, measurement, lines)
             self.say(*lines)
             self.document(server_json.test_document(
                 _spec(params), peer, measurement, _by_number(measurement, theirs),
-                started_wall, f"iperf3 {params.client_version or 'client'}"))
+                started_wall, f"iperf3 {params.client_version or 'client'}", their_cpu))
         except (ProtocolError, OSError) as error:
             reason = str(error) if isinstance(error, ProtocolError) else (
                 error.strerror or str(error)).lower()
@@ -177,7 +178,8 @@ class Iperf3Service:
             return (iperf3.server_error(params.refused),
                     f"option '{params.refused_option}' is not supported")
         refusal = self.policy.admit(params.protocol, params.parallel, params.timed_duration,
-                                    params.omit, params.rate * params.stream_count())
+                                    params.omit, params.rate * params.stream_count(),
+                                    params.server_affinity)
         if refusal is None:
             return None, ""
         if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
@@ -204,15 +206,16 @@ class Iperf3Service:
     def _run(self, control: Iperf3Control, params: iperf3.Parameters,
              streams: list[Stream]) -> Measurement:
         spec = _spec(params)
-        measurement = Measurement(spec, streams, SERVER_STEP_SECONDS)
+        measurement = Measurement(spec, streams, SERVER_STEP_SECONDS,
+                                  cpu=params.server_affinity)
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
         measurement.begin(time.monotonic())
         limit = test_deadline(params.timed_duration, params.omit, self.policy.time_limit)
-        guard = self.policy.rate_guard()
+        watch = self.policy.test_watch()
         while True:
             now = time.monotonic()
             measurement.tick(now)
-            _keep_limits(control, measurement, now, limit, guard)
+            _keep_limits(control, measurement, now, limit, watch)
             message = control.read_state(0.05)
             if message is None:
                 continue
@@ -232,11 +235,12 @@ class Iperf3Service:
 
     def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
                           measurement: Measurement, lines: list[str]
-                          ) -> dict[int, dict[str, Any]]:
-        """Both ends' results crossed; the client's, by iperf3 stream id."""
+                          ) -> tuple[dict[int, dict[str, Any]], tuple[float, float] | None]:
+        """Both ends' results crossed; the client's by iperf3 stream id, and its CPU."""
         conn = control.conn
         conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
-        theirs = iperf3.parse_results(control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS))
+        value = control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS)
+        theirs = iperf3.parse_results(value)
         ours = _results(params, measurement)
         if params.get_server_output:
             ours["server_output_text"] = "\n".join(lines) + "\n"
@@ -247,21 +251,23 @@ class Iperf3Service:
         if len(theirs) != len(measurement.streams):
             raise ProtocolError(f"the client reported {len(theirs)} streams, not "
                                 f"{len(measurement.streams)}")
-        return theirs
+        return theirs, iperf3.parse_cpu(value)
 
 
 def _keep_limits(control: Iperf3Control, measurement: Measurement, now: float, limit: float,
-                 guard: RateGuard | None) -> None:
+                 watch: TestWatch | None) -> None:
     """End the test, telling the client in iperf3's words, once it runs past the server's
-    time limit or faster than its rate limit."""
+    time limit, faster than its rate limit or idle longer than its idle limit."""
     if now - measurement.start > limit:
         with contextlib.suppress(OSError):
             control.conn.sendall(iperf3.state(iperf3.SERVER_TERMINATE))
         raise ProtocolError(f"the test ran past {limit:g} s")
-    if guard is not None and (reason := guard.exceeded(now, measurement.total_bytes())):
+    if watch is not None and (broken := watch.breach(now, measurement.total_bytes())):
         with contextlib.suppress(OSError):
-            control.conn.sendall(iperf3.server_error(iperf3.IETOTALRATE))
-        raise ProtocolError(reason)
+            control.conn.sendall(iperf3.server_error(iperf3.IETOTALRATE)
+                                 if broken.limit is Limit.RATE
+                                 else iperf3.state(iperf3.SERVER_TERMINATE))
+        raise ProtocolError(str(broken))
 
 
 def _text_report(peer: str, params: iperf3.Parameters, measurement: Measurement,
@@ -312,7 +318,8 @@ def _spec(params: iperf3.Parameters) -> TestSpec:
                     parallel=params.parallel, duration=None, num_bytes=share,
                     length=params.length, rate=params.rate, window=params.window,
                     congestion=params.congestion, nodelay=params.nodelay, omit=params.omit,
-                    zerocopy=params.zerocopy, tos=params.tos)
+                    zerocopy=params.zerocopy, tos=params.tos,
+                    repeating_payload=params.repeating_payload)
 
 
 def _by_number(measurement: Measurement, theirs: dict[int, dict[str, Any]]

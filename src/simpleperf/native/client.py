@@ -136,6 +136,8 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
         ("--bidir", options.bidir), ("-e", options.extended), ("-J", options.json),
         ("--json-stream", options.json_stream), ("-O", options.omit > 0),
         ("-Z", options.zerocopy), ("-S/--dscp", options.tos),
+        ("-A N,M", options.server_affinity is not None),
+        ("--repeating-payload", options.repeating_payload),
         ("--rtt", options.rtt), ("--probe", options.probe)) if used]
     if unsupported:
         control.close()
@@ -183,7 +185,7 @@ class _NativeTest:
             self._open_streams(accepted.token)
             self.channel.expect(DECISION_SECONDS, Start)
             output = TestOutput(options, self.spec, self.streams, self.out,
-                                "simpleperf-native/1")
+                                "simpleperf-native/1", accepted.token.hex())
             measurement = Measurement(self.spec, self.streams,
                                       options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                       output.interval)
@@ -205,7 +207,8 @@ class _NativeTest:
                 self.channel.send(Bye())
             measurement.close()
             output.end(measurement, session.peer_view, idle, summarise_rtt(loaded_samples),
-                       congestion, peer_intervals=session.peer_intervals)
+                       congestion, peer_intervals=session.peer_intervals,
+                       remote_cpu=session.peer_cpu, peer_congestion=session.peer_congestion)
             errors = measurement.errors()
             if errors:
                 raise SimpleperfError(errors[0])
@@ -245,7 +248,8 @@ class _NativeTest:
                                 data_preface(token, number, UDP_HELLO),
                                 (data_preface(token, number, UDP_ACK),), not sending,
                                 options.window, tries=UDP_HELLO_TRIES,
-                                local_port=tcp.stream_port(options, number))
+                                local_port=tcp.stream_port(options, number),
+                                dont_fragment=options.dont_fragment)
         tcp.set_wake_up(sock)
         return sock
 

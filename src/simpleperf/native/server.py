@@ -237,7 +237,7 @@ class NativeService:
             raise _Refusal(f"with a shared secret, UDP datagrams need at least "
                            f"{AUTH_DATAGRAM_HEADER.size} bytes")
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit,
-                                    spec.rate * spec.stream_count())
+                                    spec.rate * spec.stream_count(), spec.affinity)
         if refusal is not None:
             raise _Refusal(str(refusal))
         return spec, udp_key
@@ -245,14 +245,10 @@ class NativeService:
     def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
         try:
             _await_streams(channel, pending)
-            streams = [pending.streams[n] for n in sorted(pending.streams)]
-            for stream in streams:
-                if stream.protocol == "tcp":
-                    tcp_stream.apply_options(stream.sock, pending.spec)
-                    tcp.set_wake_up(stream.sock)
-            measurement = Measurement(pending.spec, streams, pending.spec.sample)
+            measurement = Measurement(pending.spec, _ready(pending), pending.spec.sample,
+                                      cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
-                                    self.policy.rate_guard())
+                                    self.policy.test_watch())
             channel.send(Start())
             started_wall = time.time()
             session.begin(time.monotonic())
@@ -263,7 +259,8 @@ class NativeService:
                 measurement.close()
             self.say(*_text_report(pending.spec, peer, measurement, self.options.unit))
             self.document(server_json.test_document(pending.spec, peer, measurement,
-                                                    session.peer_view, started_wall, "native"))
+                                                    session.peer_view, started_wall, "native",
+                                                    session.peer_cpu))
         finally:
             self.policy.release()
 
@@ -271,6 +268,16 @@ class NativeService:
         """A test that did not run to its end: a line of text, or (-J) a document."""
         self.say(line)
         self.document(server_json.error_document(peer, reason))
+
+
+def _ready(pending: PendingTest) -> list[Stream]:
+    """A test's streams in order, TCP ones with the test's socket options."""
+    streams = [pending.streams[n] for n in sorted(pending.streams)]
+    for stream in streams:
+        if stream.protocol == "tcp":
+            tcp_stream.apply_options(stream.sock, pending.spec)
+            tcp.set_wake_up(stream.sock)
+    return streams
 
 
 def _text_report(spec: TestSpec, peer: str, measurement: Measurement, unit: str) -> list[str]:

@@ -11,7 +11,7 @@ from ..engine.records import IntervalRecord
 from ..engine.udp_stream import QUIET_SECONDS as UDP_QUIET_MIN
 from ..errors import PeerEnded, SimpleperfError
 from ..options import test_deadline
-from ..policy import RateGuard
+from ..policy import TestWatch
 from ..protocol.events import Error, Event, Finished, Results
 from ..protocol.native import MAX_PEER_INTERVALS
 from ..transport import tcpinfo
@@ -23,10 +23,10 @@ POLL_MIN, POLL_MAX = 0.002, 0.05
 
 class NativeSession:
     def __init__(self, measurement: Measurement, channel: ControlChannel,
-                 time_limit: float | None = None, guard: RateGuard | None = None) -> None:
+                 time_limit: float | None = None, watch: TestWatch | None = None) -> None:
         self.measurement = measurement
         self.channel = channel
-        self.guard = guard  # a server's --server-bitrate-limit
+        self.watch = watch  # a server's --server-bitrate-limit and --idle-timeout
         spec = measurement.spec
         self.time_limit = test_deadline(spec.duration, spec.omit, time_limit)
         self.peer_finished = False
@@ -38,6 +38,14 @@ class NativeSession:
     @property
     def peer_view(self) -> dict[int, dict[str, Any]]:
         return self.peer_results.by_stream if self.peer_results is not None else {}
+
+    @property
+    def peer_cpu(self) -> tuple[float, float] | None:
+        return self.peer_results.cpu if self.peer_results is not None else None
+
+    @property
+    def peer_congestion(self) -> str | None:
+        return self.peer_results.congestion if self.peer_results is not None else None
 
     @property
     def peer_intervals(self) -> list[IntervalRecord]:
@@ -67,12 +75,14 @@ class NativeSession:
             event = self.channel.receive(wait)
             if event is not None:
                 self._handle(event)
+            if errors := measurement.errors():  # a stream that failed ends the test now
+                raise SimpleperfError(errors[0])
             if now - measurement.start > self.time_limit:
                 raise SimpleperfError(f"the test ran past its time limit of "
                                       f"{self.time_limit:g} s")
-            if self.guard is not None and (
-                    reason := self.guard.exceeded(now, measurement.total_bytes())):
-                raise SimpleperfError(reason)
+            if self.watch is not None and (
+                    broken := self.watch.breach(now, measurement.total_bytes())):
+                raise SimpleperfError(str(broken))
 
     def _handle(self, event: Event) -> None:
         """The exchange has already checked the order: while running, only these come."""
@@ -94,7 +104,10 @@ class NativeSession:
             final = measurement.finish(now)
             rows = tuple((r.stream, round(r.start, 6), round(r.end, 6), r.num_bytes, r.packets,
                           r.lost, r.jitter_ms) for r in measurement.intervals if not r.omitted)
+            tcp_socks = [s.sock for s in measurement.streams if s.protocol == "tcp"]
             self.channel.send(Results(tuple(final),
-                                      rows if len(rows) <= MAX_PEER_INTERVALS else None))
+                                      rows if len(rows) <= MAX_PEER_INTERVALS else None,
+                                      measurement.cpu_percent(),
+                                      tcpinfo.congestion(tcp_socks[0]) if tcp_socks else None))
             self._sent_results = True
 

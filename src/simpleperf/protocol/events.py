@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import ProtocolError
+from ..options import is_congestion_name
 from .native import (
     MAX_PEER_INTERVALS,
     TOKEN_SIZE,
@@ -18,12 +19,14 @@ from .native import (
     IntervalRow,
     TestSpec,
     is_int,
+    is_number,
     parse_intervals,
     parse_results,
 )
 
 MAX_TEXT = 300  # characters of a peer's free text (software, error) we keep
 MAX_CHALLENGE = 128
+MAX_CPU_PERCENT = 100.0 * 4096  # every core of the largest machine, busy
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,8 @@ class Results(Event):
     TYPE: ClassVar[str] = "results"
     streams: tuple[dict[str, Any], ...] = ()
     intervals: tuple[IntervalRow, ...] | None = None
+    cpu: tuple[float, float] | None = None  # the end's user and system CPU, percent of a core
+    congestion: str | None = None  # the congestion control its TCP streams ran
 
     @property
     def by_stream(self) -> dict[int, dict[str, Any]]:
@@ -169,11 +174,22 @@ class Results(Event):
         message: dict[str, Any] = {"type": self.TYPE, "streams": list(self.streams)}
         if self.intervals is not None and len(self.intervals) <= MAX_PEER_INTERVALS:
             message["intervals"] = [list(row) for row in self.intervals]
+        if self.cpu is not None:
+            message["cpu"] = list(self.cpu)
+        if self.congestion is not None:
+            message["congestion"] = self.congestion
         return message
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Results:
-        return cls(tuple(parse_results(message).values()), tuple(parse_intervals(message)))
+        cpu = message.get("cpu")
+        ours: tuple[float, float] | None = None
+        if (isinstance(cpu, list) and len(cpu) == 2
+                and all(is_number(v) and 0 <= v <= MAX_CPU_PERCENT for v in cpu)):
+            ours = (float(cpu[0]), float(cpu[1]))
+        congestion = message.get("congestion")
+        return cls(tuple(parse_results(message).values()), tuple(parse_intervals(message)),
+                   ours, congestion if is_congestion_name(congestion) else None)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from ..errors import ProtocolError
 from ..options import (
     DEFAULT_UDP_LENGTH,
     DEFAULT_UDP_RATE,
+    MAX_CPU,
     MAX_LENGTH,
     MAX_OMIT,
     MAX_PARALLEL,
@@ -51,7 +52,9 @@ IERECVPARAMS = 114
 IENUMSTREAMS = 6
 IEDURATION = 5
 IETOTALRATE = 27
+IEAFFINITY = 132
 ERROR_TEXTS = {
+    IEAFFINITY: "unable to set CPU affinity",
     IETOTALRATE: "total required bandwidth is larger than server limit",
     IEDURATION: "test duration too long",
     IENUMSTREAMS: "number of parallel streams too large",
@@ -156,6 +159,8 @@ class Parameters:
     get_server_output: bool = False
     udp_counters_64bit: bool = False
     client_version: str = ""
+    server_affinity: int | None = None  # the client's -A n,m
+    repeating_payload: bool = False
     refused: int | None = None  # an iperf3 error number when an option is unsupported
     refused_option: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -245,6 +250,9 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
         get_server_output=flag("get_server_output"),
         udp_counters_64bit=flag("udp_counters_64bit"),
         client_version=version[:40] if isinstance(version, str) else "",
+        server_affinity=(None if value.get("server_affinity", -1) == -1
+                         else integer("server_affinity", 0, 0, MAX_CPU)),
+        repeating_payload=flag("repeating_payload"),
         refused=refused, refused_option=option)
 
 
@@ -273,6 +281,10 @@ def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:
         value["TOS"] = spec.tos
     if spec.congestion:
         value["congestion"] = spec.congestion
+    if spec.affinity is not None:
+        value["server_affinity"] = spec.affinity
+    if spec.repeating_payload:
+        value["repeating_payload"] = 1
     if spec.protocol == "udp":
         value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
     return value
@@ -317,6 +329,15 @@ def result_view(view: dict[str, Any], number: int, protocol: str, received: bool
     elif "retransmits" in view and not received:
         entry["retransmits"] = int(view["retransmits"])
     return entry
+
+
+def parse_cpu(value: dict[str, Any]) -> tuple[float, float] | None:
+    """The peer's user and system CPU percent from its results (None when it sent none)."""
+    numbers = [value.get("cpu_util_user"), value.get("cpu_util_system")]
+    if all(isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n < 1e6
+           for n in numbers):
+        return float(numbers[0]), float(numbers[1])  # type: ignore[arg-type]
+    return None
 
 
 def parse_results(value: dict[str, Any]) -> dict[int, dict[str, Any]]:

@@ -31,6 +31,7 @@ from ..options import (
     AUTH_UDP_LENGTH,
     DEFAULT_NATIVE_INTERVAL,
     DEFAULT_UDP_RATE,
+    MAX_CPU,
     MAX_LENGTH,
     MAX_NUM_BYTES,
     MAX_OMIT,
@@ -185,6 +186,8 @@ class TestSpec:
     zerocopy: bool = False  # TCP senders use sendfile
     tos: int = 0  # the IP TOS byte of every data packet, both ends (-S, --dscp)
     sample: float = DEFAULT_NATIVE_INTERVAL  # seconds per interval the server keeps
+    repeating_payload: bool = False  # payload '0123456789...' rather than zeros, both ends
+    affinity: int | None = None  # the CPU the server's streams of this test run on (-A n,m)
 
     def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -209,6 +212,8 @@ class TestSpec:
             "zerocopy": lambda v: isinstance(v, bool),
             "tos": lambda v: is_int(v) and 0 <= v <= 255,
             "sample": lambda v: is_number(v) and MIN_SERVER_SAMPLE <= v <= MAX_SERVER_SAMPLE,
+            "repeating_payload": lambda v: isinstance(v, bool),
+            "affinity": lambda v: v is None or (is_int(v) and 0 <= v <= MAX_CPU),
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -238,7 +243,8 @@ class TestSpec:
             window=options.window, congestion=options.congestion, mss=options.mss,
             nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
             tos=options.tos, sample=min(max(options.rows_every or DEFAULT_NATIVE_INTERVAL,
-                                            MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE))
+                                            MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE),
+            repeating_payload=options.repeating_payload, affinity=options.server_affinity)
 
     @property
     def end(self) -> float | None:
@@ -269,7 +275,8 @@ def is_number(value: object) -> bool:
 # Fields of each per-stream result a peer reports at the end; anything else is ignored.
 RESULT_FIELDS = {"stream": int, "bytes": int, "seconds": float, "packets": int, "lost": int,
                  "out_of_order": int, "jitter_ms": float, "retransmits": int,
-                 "max_snd_cwnd": int, "mean_rtt_us": int, "queue_growth_ms": float}
+                 "max_snd_cwnd": int, "mean_rtt_us": int, "queue_growth_ms": float,
+                 "min_rtt_us": int, "max_rtt_us": int, "max_snd_wnd": int}
 SIGNED_RESULT_FIELDS = {"queue_growth_ms"}
 
 

@@ -20,8 +20,12 @@ from . import native as table
 
 class TestOutput:
     def __init__(self, options: ClientOptions, spec: TestSpec, streams: list[Stream],
-                 out: Callable[[str], None], protocol_name: str) -> None:
+                 out: Callable[[str], None], protocol_name: str, cookie: str = "") -> None:
         self.options = options
+        self.cookie = cookie  # what names the test on the server (iperf3's cookie)
+        # Read now: by the end of the test, when -J writes it, the sockets are closed.
+        self.sockets = json_report.socket_section(streams[0].sock if streams else None,
+                                                  options.window)
         self.spec = spec
         self.streams = streams
         self.out = out
@@ -73,17 +77,24 @@ class TestOutput:
 
     def end(self, measurement: Measurement, remote: dict[int, dict[str, Any]],
             idle: RttSummary | None, loaded: RttSummary | None, congestion: str | None,
-            interrupted: bool = False, peer_intervals: Sequence[IntervalRecord] = ()) -> None:
+            interrupted: bool = False, peer_intervals: Sequence[IntervalRecord] = (),
+            remote_cpu: tuple[float, float] | None = None,
+            peer_congestion: str | None = None) -> None:
         """`remote`: the server's view, result entries by our stream number;
-        `peer_intervals`: the server's own interval rows, when it sent them."""
+        `peer_intervals`: the server's own interval rows, when it sent them; `remote_cpu`,
+        `peer_congestion`: the server's user and system CPU percent and its TCP's
+        congestion control, when it said."""
         local = {entry["stream"]: entry for entry in measurement.local_results()}
         numbers = [s.number for s in self.streams]
         end = json_report.end_section(self.spec.protocol, numbers, self.spec.client_sends,
                                       local, remote)
         end["latency"] = json_report.latency_section(idle, loaded)
-        end["cpu_utilization_percent"] = json_report.cpu_section(*measurement.cpu_percent())
+        end["cpu_utilization_percent"] = json_report.cpu_section(measurement.cpu_percent(),
+                                                                 remote_cpu)
         if self.spec.protocol == "tcp":
-            end["sender_tcp_congestion"] = congestion
+            ours_send = self.spec.direction != "reverse"
+            end["sender_tcp_congestion"] = congestion if ours_send else peer_congestion
+            end["receiver_tcp_congestion"] = peer_congestion if ours_send else congestion
         end["measurement_start"] = _measurement_start(measurement.start + self.spec.omit)
         if not self.text:
             document = {"start": self._start_section(), "intervals": self.json_intervals,
@@ -100,12 +111,18 @@ class TestOutput:
         self._summary(local, remote, end)
         for line in table.latency_lines(idle, loaded):
             self.out(line)
+        if self.options.verbose:
+            self.out(table.cpu_line(end["cpu_utilization_percent"],
+                                    self.spec.direction != "reverse"))
 
     def _start_section(self) -> dict[str, Any]:
         options = self.options
         return {
             **json_report.identity(self.started_wall),
             "connecting_to": {"host": options.host, "port": options.port},
+            "cookie": self.cookie,
+            **self.sockets,
+            "target_bitrate": self.spec.rate,
             "connected": [_connected(s, options) for s in self.streams],
             "test_start": json_report.test_start(self.spec),
             "protocol": self.protocol_name,

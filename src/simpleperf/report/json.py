@@ -4,7 +4,9 @@ new keys. docs/json-output.md is the schema."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,8 +30,23 @@ def test_start(spec: TestSpec) -> dict[str, Any]:
     return {"protocol": spec.protocol.upper(), "num_streams": spec.parallel,
             "blksize": spec.length, "omit": spec.omit, "duration": spec.duration or 0,
             "bytes": spec.num_bytes or 0, "blocks": 0,
-            "reverse": int(spec.direction == "reverse"),
+            "reverse": int(spec.direction == "reverse"), "tos": spec.tos,
             "bidir": int(spec.direction == "bidir"), "target_bitrate": spec.rate}
+
+
+def socket_section(sock: socket.socket | None, window: int | None) -> dict[str, Any]:
+    """iperf3's start keys about a data socket: the buffer asked for (-w, 0 for the
+    kernel's), the buffers the kernel gave, and TCP's default segment size."""
+    section: dict[str, Any] = {"sock_bufsize": window or 0}
+    if sock is None:
+        return section
+    with contextlib.suppress(OSError):
+        section["sndbuf_actual"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        section["rcvbuf_actual"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        if sock.type == socket.SOCK_STREAM:
+            section["tcp_mss_default"] = sock.getsockopt(socket.IPPROTO_TCP,
+                                                         socket.TCP_MAXSEG)
+    return section
 
 
 def interval_entries(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
@@ -42,8 +59,15 @@ def interval_entries(records: Sequence, protocol: str, client_sends: Callable[[i
             for _, group in sorted(by_end.items())]
 
 
-def cpu_section(user: float, system: float) -> dict[str, float]:
-    return {"host_total": user + system, "host_user": user, "host_system": system}
+def cpu_section(ours: tuple[float, float], theirs: tuple[float, float] | None = None
+                ) -> dict[str, float]:
+    """iperf3's cpu_utilization_percent: this end's (host) and the peer's (remote) user and
+    system CPU, in percent of one core, over the test."""
+    section = {"host_total": sum(ours), "host_user": ours[0], "host_system": ours[1]}
+    if theirs is not None:
+        section.update(remote_total=sum(theirs), remote_user=theirs[0],
+                       remote_system=theirs[1])
+    return section
 
 
 def interval_entry(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
@@ -74,7 +98,8 @@ def _interval_stream(record, protocol: str) -> dict[str, Any]:
                          out_of_order=record.out_of_order)
     elif record.retransmits is not None or record.snd_cwnd is not None:
         entry.update(retransmits=record.retransmits, snd_cwnd=record.snd_cwnd,
-                     rtt=record.rtt_us, rttvar=record.rttvar_us)
+                     snd_wnd=record.snd_wnd, rtt=record.rtt_us, rttvar=record.rttvar_us,
+                     pmtu=record.pmtu)
     return entry
 
 
@@ -93,6 +118,8 @@ def _sum(streams: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
             entry.update(jitter_ms=_mean(s.get("jitter_ms", 0.0) for s in streams),
                          lost_packets=lost, lost_percent=lost_percent(lost, entry["packets"]),
                          out_of_order=sum(s.get("out_of_order") or 0 for s in streams))
+        elif entry["sender"]:  # as iperf3's sender reports its side: it sees no loss
+            entry.update(jitter_ms=0.0, lost_packets=0, lost_percent=0.0)
         growth = [s["queue_growth_ms"] for s in streams if "queue_growth_ms" in s]
         if growth:
             entry["queue_growth_ms"] = max(growth)
@@ -176,8 +203,10 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
     else:
         if "retransmits" in view and sender:
             entry["retransmits"] = view["retransmits"]
-        if "max_snd_cwnd" in view and sender:
-            entry["max_snd_cwnd"] = view["max_snd_cwnd"]
+        for ours, theirs in (("max_snd_cwnd", "max_snd_cwnd"), ("max_snd_wnd", "max_snd_wnd"),
+                             ("max_rtt_us", "max_rtt"), ("min_rtt_us", "min_rtt")):
+            if ours in view and sender:
+                entry[theirs] = view[ours]
         if "mean_rtt_us" in view:
             entry["mean_rtt"] = view["mean_rtt_us"]
     return entry

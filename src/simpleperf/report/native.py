@@ -89,6 +89,18 @@ def rule() -> str:
     return INTERVAL_RULE
 
 
+def cpu_line(cpu: dict[str, float], we_send: bool) -> str:
+    """iperf3's -V line: both ends' CPU, named by their part in the test."""
+    local, remote = ("local/sender", "remote/receiver") if we_send else (
+        "local/receiver", "remote/sender")
+    line = (f"CPU Utilization: {local} {cpu['host_total']:.1f}% ({cpu['host_user']:.1f}%u/"
+            f"{cpu['host_system']:.1f}%s)")
+    if "remote_total" in cpu:
+        line += (f", {remote} {cpu['remote_total']:.1f}% ({cpu['remote_user']:.1f}%u/"
+                 f"{cpu['remote_system']:.1f}%s)")
+    return line
+
+
 def latency_lines(idle: RttSummary | None, loaded: RttSummary | None) -> list[str]:
     if idle is None and loaded is None:
         return []

@@ -14,14 +14,16 @@ from . import json as json_report
 
 def test_document(spec: TestSpec, peer: str, measurement: Measurement,
                   client_view: dict[int, dict[str, Any]], started_wall: float,
-                  protocol_name: str) -> dict[str, Any]:
+                  protocol_name: str, client_cpu: tuple[float, float] | None = None
+                  ) -> dict[str, Any]:
     """`client_view`: the client's results by stream number (empty if it sent none)."""
     ours = {entry["stream"]: entry for entry in measurement.local_results()}
     numbers = [stream.number for stream in measurement.streams]
     # By what each stream does here: an iperf3 client's streams carry its ids (1, 3, 4, ...).
     client_sends = {s.number: not s.sending for s in measurement.streams}.__getitem__
     end = json_report.end_section(spec.protocol, numbers, client_sends, client_view, ours)
-    end["cpu_utilization_percent"] = json_report.cpu_section(*measurement.cpu_percent())
+    end["cpu_utilization_percent"] = json_report.cpu_section(measurement.cpu_percent(),
+                                                             client_cpu)
     return {
         "start": {**json_report.identity(started_wall),
                   "accepted_connection": _endpoint(peer),

@@ -15,10 +15,17 @@ import mmap
 import os
 import socket
 
+REPEATING = b"0123456789"  # iperf3's --repeating-payload: '0' to '9', again and again
 
-def aligned(size: int) -> memoryview:
-    """`size` writable zero bytes starting on a page boundary."""
-    return memoryview(mmap.mmap(-1, max(size, 1)))
+
+def aligned(size: int, repeating: bool = False) -> memoryview:
+    """`size` writable bytes starting on a page boundary: zeros, or iperf3's repeating
+    pattern (what a link that compresses would see of text rather than of zeros)."""
+    view = memoryview(mmap.mmap(-1, max(size, 1)))
+    if repeating:
+        whole = REPEATING * (len(view) // len(REPEATING) + 1)
+        view[:] = whole[:len(view)]
+    return view
 
 
 class FileSender:

@@ -129,9 +129,13 @@ def connect_to_server(options: ClientOptions, stream: int | None = None) -> sock
     if stream is None:
         return connect(options.host, options.port, options.connect_timeout,
                        family=options.family, local=options.local)
-    return connect(options.host, options.port, options.connect_timeout, window=options.window,
+    sock = connect(options.host, options.port, options.connect_timeout, window=options.window,
                    congestion=options.congestion, family=options.family, local=options.local,
                    mss=options.mss, local_port=stream_port(options, stream))
+    if options.snd_timeout is not None:  # data unacknowledged this long ends the test
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                        int(options.snd_timeout * 1000))
+    return sock
 
 
 def stream_port(options: ClientOptions, stream: int) -> int:

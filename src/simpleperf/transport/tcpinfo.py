@@ -5,11 +5,12 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 TCP_INFO = getattr(socket, "TCP_INFO", 11)
 # Offsets in struct tcp_info (linux/tcp.h); fields only ever get appended, so a shorter
 # answer from an older kernel simply lacks the later ones.
-_FIELDS = {"rtt_us": 68, "rttvar_us": 72, "snd_cwnd": 80, "snd_mss": 16,
+_FIELDS = {"rtt_us": 68, "rttvar_us": 72, "snd_cwnd": 80, "snd_mss": 16, "pmtu": 60,
            "total_retrans": 100, "snd_wnd": 228}
 
 
@@ -21,6 +22,7 @@ class TcpInfo:
     snd_mss: int
     total_retrans: int
     snd_wnd: int | None  # the peer's advertised window; None before Linux 5.4
+    pmtu: int  # the path MTU TCP uses
 
 
 def read(sock: socket.socket) -> TcpInfo | None:
@@ -31,11 +33,22 @@ def read(sock: socket.socket) -> TcpInfo | None:
         return None
     if _FIELDS["total_retrans"] + 4 > len(raw):
         return None  # a kernel too old to report retransmits: no TCP_INFO worth reading
-    return TcpInfo(**{name: struct.unpack_from("I", raw, offset)[0]
-                      for name, offset in _FIELDS.items()})
+    values: dict[str, Any] = {name: struct.unpack_from("I", raw, offset)[0]
+                              if offset + 4 <= len(raw) else None
+                              for name, offset in _FIELDS.items()}
+    return TcpInfo(**values)
 
 
 def rtt_seconds(sock: socket.socket) -> float:
     """The kernel's smoothed RTT of a connection in seconds; 0.0 where it is unknown."""
     info = read(sock)
     return info.rtt_us / 1e6 if info else 0.0
+
+
+def congestion(sock: socket.socket) -> str | None:
+    """The congestion control a TCP connection runs (TCP_CONGESTION), or None."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    except (OSError, AttributeError):
+        return None
+    return raw.split(b"\0", 1)[0].decode(errors="replace") or None

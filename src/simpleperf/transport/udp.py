@@ -84,9 +84,31 @@ def open_connected(family: int, local: tuple | None, remote: tuple[Any, ...],
     return sock
 
 
+# <linux/in.h>, <linux/in6.h>: path MTU discovery, and the MTU a connected socket found
+IP_MTU_DISCOVER, IP_PMTUDISC_DO, IP_MTU = 10, 2, 14
+IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = 23, 2
+IP_UDP_HEADERS = 28  # what IPv4 and UDP add to a datagram's payload
+
+
+def forbid_fragments(sock: socket.socket) -> None:
+    """--dont-fragment: a datagram larger than the path's MTU is refused (EMSGSIZE) rather
+    than split into IP fragments."""
+    sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+    if sock.family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO)
+
+
+def path_mtu(sock: socket.socket) -> int | None:
+    try:
+        return sock.getsockopt(socket.IPPROTO_IP, IP_MTU)
+    except OSError:
+        return None
+
+
 def open_greeted(host: str, port: int, family: int, local: str | None, greeting: bytes,
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
-                 tries: int = 15, wait: float = 0.2, local_port: int = 0) -> socket.socket:
+                 tries: int = 15, wait: float = 0.2, local_port: int = 0,
+                 dont_fragment: bool = False) -> socket.socket:
     """A UDP socket connected to the server's port (from `local_port`, or any), once the
     server answered `greeting` (sent again every `wait` seconds, `tries` times) with one
     of `answers`."""
@@ -102,6 +124,8 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
         raise SimpleperfError(f"cannot open a UDP socket from port {local_port}: "
                               f"{(error.strerror or str(error)).lower()}") from None
     try:
+        if dont_fragment:
+            forbid_fragments(sock)
         if receiving:
             enable_receive_offload(sock)
         if window:
