@@ -248,3 +248,25 @@ def test_verbose_and_json_give_both_ends_cpu(server, server_kind):
         if process is not None:
             process.kill()
             process.wait(10)
+
+
+def test_file_sends_its_bytes_and_reverse_writes_what_arrives(server, tmp_path):
+    """-F FILE: the test sends exactly the file (all of it, without -t or -n); with -R, what
+    the server sent lands in FILE; a missing file or -F with -P 2 is one line."""
+    _, port = server
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(3_000_000))
+    sent = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-F", str(source), "-J")
+    assert sent.returncode == 0, sent.stderr
+    end = json.loads(sent.stdout)["end"]
+    assert end["sum_sent"]["bytes"] == end["sum_received"]["bytes"] == 3_000_000
+    kept = tmp_path / "kept.bin"
+    received = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-F", str(kept), "-R", "-n",
+                              "2MB", "-J")
+    assert received.returncode == 0, received.stderr
+    assert kept.stat().st_size == json.loads(received.stdout)["end"]["sum_received"]["bytes"]
+    assert kept.stat().st_size >= 2_000_000
+    missing = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-F", str(tmp_path / "none"))
+    assert missing.returncode == 2 and "not a readable file" in missing.stderr
+    parallel = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-F", str(source), "-P", "2")
+    assert parallel.returncode == 2 and "one TCP stream" in parallel.stderr

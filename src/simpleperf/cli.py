@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import re
@@ -234,6 +235,9 @@ def _add_native_options(native) -> None:
                              "our buffer (both ends, with -R or --bidir)")
     native.add_argument("--repeating-payload", action="store_true", help="payload "
                         "'0123456789...' (as iperf3's) instead of zeros, both ends")
+    native.add_argument("-F", "--file", metavar="FILE", help="TCP, one stream: send FILE's "
+                        "bytes (all of it unless -t or -n says less); with -R, write what "
+                        "arrives into FILE")
     native.add_argument("--dont-fragment", action="store_true", help="UDP: never split a "
                         "datagram into IP fragments (one larger than the path's MTU is an "
                         "error)")
@@ -270,7 +274,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "json_stream": "--json-stream", "mss": "-M/--mss", "no_delay": "-N/--no-delay",
                 "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
                 "repeating_payload": "--repeating-payload",
-                "dont_fragment": "--dont-fragment",
+                "dont_fragment": "--dont-fragment", "file": "-F/--file",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
                 "probe": "--probe", "loss_threshold": "--loss-threshold"}
@@ -398,15 +402,36 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         cport=_optional_int("--cport", args.cport, 1, 65535),
         affinity=_affinity(args.affinity)[0], server_affinity=_affinity(args.affinity)[1],
         repeating_payload=args.repeating_payload, dont_fragment=args.dont_fragment,
-        verbose=args.verbose,
+        verbose=args.verbose, file=_path("-F/--file", args.file),
         snd_timeout=None if args.snd_timeout is None else _int_in_range(
             "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
+    options = _with_file(options, args)
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "
                          f"that need more than classic), not '{args.interval}'")
+    return options
+
+
+def _with_file(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
+    """-F: one TCP stream; a file to send is read whole unless -t or -n says less."""
+    if options.file is None:
+        return options
+    if options.udp or options.parallel > 1 or options.bidir:
+        raise UsageError("-F/--file sends or keeps one TCP stream: it cannot be used with -u, "
+                         "-P above 1 or --bidir")
+    if options.reverse:
+        return options  # written when the test starts (created, or emptied)
+    try:
+        size = os.stat(options.file).st_size if os.access(options.file, os.R_OK) else -1
+    except OSError:
+        size = -1
+    if size <= 0:
+        raise UsageError(f"-F/--file {options.file}: not a readable file with bytes in it")
+    if options.num_bytes is None and args.time is None:
+        return dataclasses.replace(options, num_bytes=size)
     return options
 
 

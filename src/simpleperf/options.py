@@ -175,6 +175,7 @@ class ClientOptions:
     dont_fragment: bool = False  # UDP: a datagram beyond the path's MTU is an error
     snd_timeout: float | None = None  # --snd-timeout: TCP data unacknowledged this long fails
     verbose: bool = False  # -V: also both ends' CPU, as iperf3 prints it
+    file: str | None = None  # -F: send this file's bytes (with -R: write what arrives)
 
     @property
     def rows_every(self) -> float | None:
@@ -190,6 +191,7 @@ class ClientOptions:
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.tos, self.server_affinity is not None, self.repeating_payload,
+                    self.file is not None,
                     self.secret is not None))
 
     @property

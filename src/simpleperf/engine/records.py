@@ -7,6 +7,7 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from ..protocol.native import DATAGRAM_HEADER
 from ..stats import UdpReceiveAccount
@@ -60,6 +61,7 @@ class Stream:
     last: float | None = None  # monotonic: last byte written or read
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    file: BinaryIO | None = None  # -F: a sender sends its bytes, a receiver writes into it
     header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 peers use their own layout
     tcp_samples: list[tcpinfo.TcpInfo] = field(default_factory=list)
     key: bytes | None = None  # UDP with a shared secret: the test's key in every datagram

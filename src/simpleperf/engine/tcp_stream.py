@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import SimpleperfError
 from ..protocol.native import TestSpec
 from ..transport import buffers, tcp, tcpinfo, udp
 from .pacing import wait_until
@@ -23,9 +25,15 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
     sock = stream.sock
     payload = buffers.aligned(spec.length, spec.repeating_payload)
-    sender = buffers.FileSender(payload, sock) if spec.zerocopy else None
-    send: Callable[[memoryview], int] = sender.send if sender is not None else sock.send
+    sender: buffers.FileSender | buffers.DiskFileSender | None = None
     amount = spec.num_bytes
+    if stream.file is not None:  # -F: the file's bytes, and no more than it holds
+        sender = buffers.DiskFileSender(stream.file, sock)
+        size = os.fstat(stream.file.fileno()).st_size
+        amount = size if amount is None else min(amount, size)
+    elif spec.zerocopy:
+        sender = buffers.FileSender(payload, sock)
+    send: Callable[[memoryview], int] = sender.send if sender is not None else sock.send
     pacer = None
     wait_until(start, stop)
     stream.first = time.monotonic()
@@ -67,6 +75,7 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     recv_into = stream.sock.recv_into
     clock = time.monotonic
     received = 0
+    keep = stream.file.write if stream.file is not None else None  # -F: what arrives
     while not stop.is_set():
         try:
             count = recv_into(buffer)
@@ -74,6 +83,8 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
             continue
         if count == 0:
             return
+        if keep is not None:
+            keep(buffer[:count])
         if stream.first is None:
             stream.first = clock()
         received += count
@@ -130,3 +141,22 @@ def apply_options(sock: socket.socket, spec: TestSpec) -> None:
     if spec.nodelay:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tcp.set_congestion(sock, spec.congestion)
+
+
+def attach_file(streams: list[Stream], path: str | None) -> None:
+    """-F: the test's one stream sends the file's bytes, or (the server sending) writes
+    what arrives into it."""
+    if path is None or not streams:
+        return
+    stream = streams[0]
+    try:
+        stream.file = open(path, "rb" if stream.sending else "wb")  # noqa: SIM115
+    except OSError as error:
+        raise SimpleperfError(f"-F/--file {path}: {(error.strerror or str(error)).lower()}"
+                              ) from None
+
+
+def close_files(streams: list[Stream]) -> None:
+    for stream in streams:
+        if stream.file is not None:
+            stream.file.close()

@@ -73,6 +73,7 @@ class _Iperf3Test:
                 self.spec, f"simpleperf-{__version__}")))
             self._expect()  # CREATE_STREAMS
             self._open_streams()
+            tcp_stream.attach_file(self.streams, options.file)
             self._expect()  # TEST_START
             self._expect()  # TEST_RUNNING
             self._measure()
@@ -80,6 +81,7 @@ class _Iperf3Test:
             raise SimpleperfError(f"iperf3 protocol error: {error}") from None
         finally:
             control.close()
+            tcp_stream.close_files(self.streams)
             for stream in self.streams:
                 stream.sock.close()
 

@@ -137,7 +137,7 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
         ("--json-stream", options.json_stream), ("-O", options.omit > 0),
         ("-Z", options.zerocopy), ("-S/--dscp", options.tos),
         ("-A N,M", options.server_affinity is not None),
-        ("--repeating-payload", options.repeating_payload),
+        ("--repeating-payload", options.repeating_payload), ("-F", options.file is not None),
         ("--rtt", options.rtt), ("--probe", options.probe)) if used]
     if unsupported:
         control.close()
@@ -183,6 +183,7 @@ class _NativeTest:
         accepted = self.channel.expect(DECISION_SECONDS, Accepted)
         try:
             self._open_streams(accepted.token)
+            tcp_stream.attach_file(self.streams, options.file)
             self.channel.expect(DECISION_SECONDS, Start)
             output = TestOutput(options, self.spec, self.streams, self.out,
                                 "simpleperf-native/1", accepted.token.hex())
@@ -215,6 +216,7 @@ class _NativeTest:
         finally:
             if self.prober is not None:
                 self.prober.close()
+            tcp_stream.close_files(self.streams)
             for stream in self.streams:
                 stream.sock.close()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import socket
+from typing import BinaryIO
 
 REPEATING = b"0123456789"  # iperf3's --repeating-payload: '0' to '9', again and again
 
@@ -44,3 +45,20 @@ class FileSender:
 
     def close(self) -> None:
         self._file.close()
+
+
+class DiskFileSender:
+    """Sends a file's bytes in turn with sendfile (-F): each call the next part, as many as
+    the chunk is long; 0 once the file has been sent whole."""
+
+    def __init__(self, source: BinaryIO, sock: socket.socket) -> None:
+        self._out, self._source = sock.fileno(), source.fileno()
+        self._offset = 0
+
+    def send(self, chunk: memoryview) -> int:
+        sent = os.sendfile(self._out, self._source, self._offset, len(chunk))
+        self._offset += sent
+        return sent
+
+    def close(self) -> None:
+        """The file is its opener's to close."""
