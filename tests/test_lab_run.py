@@ -241,7 +241,7 @@ rate = "50M"
 queue = 100
 [sweep]
 parameter = "delay"
-values = ["5ms", "20ms"]
+values = ["20ms", "40ms"]  # the window (64K) binds, at 12.8 and 6.4 Mbit/s
 repeat = 2
 [quick]
 duration = "3s"
@@ -262,7 +262,7 @@ def test_a_link_sweep_rebuilds_the_link_and_follows_the_window_bound(tmp_path):
     db = sqlite3.connect(folder / "results.sqlite")
     rows = db.execute("SELECT s.sweep_value, f.throughput, f.window_bound, f.base_rtt_ms FROM "
                       "flow f JOIN step s ON s.id = f.step_id ORDER BY s.position").fetchall()
-    assert [r[0] for r in rows] == ["5ms", "5ms", "20ms", "20ms"]
+    assert [r[0] for r in rows] == ["20ms", "20ms", "40ms", "40ms"]
     for value, throughput, bound, rtt in rows:
         assert rtt == pytest.approx(2 * float(value[:-2]))  # the link was rebuilt per value
         assert bound == pytest.approx(64_000 * 8 / (rtt / 1e3))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +38,21 @@ def test_queue_growth_follows_the_one_way_delay():
     account = UdpReceiveAccount()
     for number in range(1, 321):  # delay grows 0.1 ms per packet: 32 ms over 320 packets
         account.feed(number, number * 0.001, number * 0.001 + number * 0.0001)
-    assert 0.027 < account.queue_growth < 0.033
+    # the least delay of the last 0.1 s (from packet 225 on) against the first packet's
+    assert account.queue_growth == pytest.approx(0.0224, abs=1e-4)
+
+
+def test_a_burst_that_drains_is_no_standing_queue():
+    """A sender stalled near the end, then catching up: its last packets wait 4 to 8 ms in
+    a queue that is draining, not growing; the least delay of the last 0.1 s is where it
+    started."""
+    account = UdpReceiveAccount()
+    for number in range(1, 1001):  # 1 ms apart, 5 ms base delay
+        sent = number * 0.001
+        backlog = 0.008 - 0.1 * (sent - 0.96) if sent >= 0.96 else 0.0
+        account.feed(number, sent, sent + 0.005 + backlog)
+    growth = account.queue_growth
+    assert growth is not None and abs(growth) < 1e-9
 
 
 runs = st.lists(st.tuples(st.integers(1, 300), st.integers(1, 70),
@@ -51,8 +66,8 @@ def test_a_batch_at_once_equals_packet_by_packet(batches):
     for first, count, sent, delay in batches:
         fast.feed_run(first, count, sent, sent + delay)
         slow.feed_many([(first + i, sent) for i in range(count)], sent + delay)
-    for name in ("highest", "lost", "out_of_order", "received", "first_block_min",
-                 "last_block_min"):
+    for name in ("highest", "lost", "out_of_order", "received", "first_window_min",
+                 "last_window_min"):
         assert getattr(fast, name) == getattr(slow, name), name
     assert abs(fast.jitter - slow.jitter) < 1e-9
 
@@ -73,7 +88,7 @@ def test_a_batch_stamped_in_order_equals_packet_by_packet(batches):
         slow.feed_many([(first + i, sent + i * spacing) for i in range(count)], last + delay)
     for name in ("highest", "lost", "out_of_order", "received"):
         assert getattr(fast, name) == getattr(slow, name), name
-    for name in ("first_block_min", "last_block_min"):
+    for name in ("first_window_min", "last_window_min"):
         a, b = getattr(fast, name), getattr(slow, name)
         assert (a is None and b is None) or abs(a - b) < 1e-9, name
     assert abs(fast.jitter - slow.jitter) < 1e-9
@@ -104,6 +119,24 @@ def test_rate_search_converges_just_under_a_path_it_does_not_know():
     assert found is not None and 0.95 * capacity <= found.offered <= capacity
     assert len(trials) <= 16
     assert best(search(lambda rate: (0.0, 100.0, None), threshold=1.0)) is None
+
+
+def test_one_unlucky_trial_below_the_path_rate_does_not_settle_the_search_low():
+    from simpleperf.native.rate_probe import best, search
+
+    capacity, unlucky = 19.4e6, [True]
+
+    def path(rate: float) -> tuple[float, float, float]:
+        if rate < capacity and rate > 0.8 * capacity and unlucky:  # a busy moment, once
+            unlucky.clear()
+            return 0.85 * rate, 5.0, 20.0
+        excess = max(0.0, rate - capacity)
+        return min(rate, capacity), 100 * excess / rate, 700 * excess / capacity
+
+    trials = search(path, threshold=1.0)
+    found = best(trials)
+    assert not unlucky and found is not None and 0.95 * capacity <= found.offered < capacity
+    assert [t.offered for t in trials].count(trials[-1].offered) <= 2
 
 
 def _fed(numbers):

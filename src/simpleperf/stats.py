@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -78,10 +79,14 @@ class UdpReceiveAccount:
     """
 
     BLOCK = 32  # packets per block of the queue-growth estimate
+    # A queue is standing when even the least delay over this long has grown (CoDel's
+    # interval): a sender's burst after a stall fills the queue for a few blocks, then drains.
+    GROWTH_WINDOW = 0.1  # seconds
     JUMP_LIMIT = 1000
 
     __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "bad", "_transit",
-                 "first_block_min", "last_block_min", "_block_min", "_block_count", "_undo")
+                 "first_window_min", "_first_window_end", "_recent_blocks", "_block_min",
+                 "_block_count", "_undo")
 
     def __init__(self) -> None:
         self.highest = 0
@@ -93,10 +98,12 @@ class UdpReceiveAccount:
         # A far jump not yet confirmed: the highest and lost before it, and its number.
         self._undo: tuple[int, int, int] | None = None
         self._transit: float | None = None
-        # Smallest transit time of the first and of the latest whole block of packets: their
-        # difference is how much the path's queues grew (the clock offset cancels out).
-        self.first_block_min: float | None = None
-        self.last_block_min: float | None = None
+        # Smallest transit time over the first GROWTH_WINDOW of whole blocks, and (arrival,
+        # smallest transit) of the blocks of the latest GROWTH_WINDOW: the difference is how
+        # much the path's standing queue grew (the clock offset cancels out).
+        self.first_window_min: float | None = None
+        self._first_window_end = 0.0
+        self._recent_blocks: deque[tuple[float, float]] = deque()
         self._block_min = float("inf")
         self._block_count = 0
 
@@ -142,9 +149,7 @@ class UdpReceiveAccount:
                 block_min = now_transit
             block_count += 1
             if block_count == block:
-                if self.first_block_min is None:
-                    self.first_block_min = block_min
-                self.last_block_min = block_min
+                self._close_block(block_min, arrival)
                 block_min, block_count = float("inf"), 0
         self.highest, self.lost, self.out_of_order, self.jitter, self._transit = (
             highest, lost, ooo, jitter, transit)
@@ -181,19 +186,33 @@ class UdpReceiveAccount:
             remaining -= take
             done += take
             if self._block_count == self.BLOCK:
-                if self.first_block_min is None:
-                    self.first_block_min = self._block_min
-                self.last_block_min = self._block_min
+                self._close_block(self._block_min, arrival)
                 self._block_min, self._block_count = float("inf"), 0
         self.received += count
 
+    def _close_block(self, least: float, arrival: float) -> None:
+        if self.first_window_min is None:
+            self.first_window_min, self._first_window_end = least, arrival + self.GROWTH_WINDOW
+        elif arrival <= self._first_window_end:
+            self.first_window_min = min(self.first_window_min, least)
+        recent = self._recent_blocks
+        recent.append((arrival, least))
+        while recent[0][0] < arrival - self.GROWTH_WINDOW:
+            recent.popleft()
+
+    @property
+    def last_window_min(self) -> float | None:
+        return min(least for _, least in self._recent_blocks) if self._recent_blocks else None
+
     @property
     def queue_growth(self) -> float | None:
-        """Seconds the one-way delay grew from the first to the latest block of packets: a
-        sender faster than the path fills its queue long before it loses anything."""
-        if self.first_block_min is None or self.last_block_min is None:
+        """Seconds the one-way delay grew from the first to the latest GROWTH_WINDOW of
+        packets: a sender faster than the path fills its queue long before it loses
+        anything, while a burst that drains again leaves the least delay where it was."""
+        last = self.last_window_min
+        if self.first_window_min is None or last is None:
             return None
-        return self.last_block_min - self.first_block_min
+        return last - self.first_window_min
 
     @property
     def packets(self) -> int:

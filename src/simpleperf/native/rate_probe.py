@@ -6,7 +6,13 @@ A trial is good when the receiver lost at most the threshold, received at least
 GOOD_DELIVERY of the offered rate (a sender or host that cannot reach the rate is no
 proof that the path carries it), and the one-way delay did not grow by more than
 QUEUE_GROWTH_MS: a rate just above the bottleneck fills the queue for seconds before the
-first loss, so loss alone overestimates by up to a queue's worth per trial."""
+first loss, so loss alone overestimates by up to a queue's worth per trial.
+
+A failed trial is run once more before its rate counts as bad: a shared path (or an
+emulated one on a busy host) loses a few packets now and then below its rate, and one such
+accident would leave the search settled low for good. Nothing makes a path carry more than
+it can, so a good trial is never repeated; nor is one whose receiver got less than
+CLEARLY_OVER of the offered rate."""
 
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ MAX_TRIALS = 16
 TRIAL_SECONDS = 2.0
 GOOD_DELIVERY = 0.9
 QUEUE_GROWTH_MS = 5.0
+CLEARLY_OVER = 0.5  # received / offered below which a failure needs no second trial
 
 
 @dataclass(frozen=True)
@@ -45,12 +52,18 @@ def search(run_trial: Callable[[float], tuple[float, float, float | None]],
     in ms or None)`."""
     trials: list[Trial] = []
 
-    def attempt(rate: float) -> bool:
+    def trial(rate: float) -> Trial:
         received, lost, growth = run_trial(rate)
         good = (lost <= threshold and received >= GOOD_DELIVERY * rate
                 and (growth is None or growth <= QUEUE_GROWTH_MS))
         trials.append(Trial(rate, received, lost, growth, good))
-        return good
+        return trials[-1]
+
+    def attempt(rate: float) -> bool:
+        first = trial(rate)
+        if first.good or first.received < CLEARLY_OVER * rate or len(trials) >= max_trials:
+            return first.good
+        return trial(rate).good
 
     good_rate, bad_rate = None, None
     rate = start
