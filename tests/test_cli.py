@@ -172,10 +172,10 @@ def test_a_negative_value_gets_its_own_range_error(args, message):
 
 
 def test_parallel_help_and_error_name_the_same_range():
-    from simpleperf.cli import _build_parser
+    from simpleperf.cli import build_parser
     from simpleperf.options import MAX_PARALLEL
 
-    help_text = " ".join(_build_parser().format_help().split())
+    help_text = " ".join(build_parser().format_help().split())
     assert f"parallel connections, 1..{MAX_PARALLEL}" in help_text
     with pytest.raises(UsageError, match=f"from 1 to {MAX_PARALLEL}"):
         parse_args(["-c", "-P", str(MAX_PARALLEL + 1)])
@@ -211,9 +211,9 @@ def test_the_package_says_who_and_what_it_is():
 
 
 def test_help_names_the_lab_with_examples():
-    from simpleperf.cli import _build_parser
+    from simpleperf.cli import build_parser
 
-    text = _build_parser().format_help()
+    text = build_parser().format_help()
     assert "examples:" in text and "simpleperf lab run portfolio" in text
     assert "simpleperf lab list" in text
 
@@ -221,9 +221,9 @@ def test_help_names_the_lab_with_examples():
 def test_every_lab_command_and_option_says_what_it_does():
     import argparse
 
-    from simpleperf.lab.commands import _parser
+    from simpleperf.lab.commands import build_parser
 
-    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     described = {choice.dest for choice in commands._choices_actions if choice.help}
     assert described == set(commands.choices)
     for name, sub in commands.choices.items():

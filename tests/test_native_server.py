@@ -105,7 +105,9 @@ def test_limits_refuse_with_a_clear_message(limit, args, message):
         assert done.returncode == 1
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
         live.wait_for(lambda lines: any(line.startswith("Refused") for line in lines))
-        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        # within every limit above (a rate limit ends an unpaced test that overruns)
+        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", "-b", "50M",
+                            timeout=30)
         assert ok.returncode == 0, ok.stderr
     finally:
         live.close()
@@ -142,9 +144,10 @@ def test_idle_timeout_frees_the_place_of_a_client_that_stopped(client):
     live, port = start_server("--max-clients", "1", "--idle-timeout", "2")
     command = (SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "--native"]
                if client == "simpleperf" else [IPERF3_321, "-c", "127.0.0.1", "-p", str(port)])
-    stopped = subprocess.Popen(command + ["-t", "30"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    stopped = None
     try:
+        stopped = subprocess.Popen(command + ["-t", "30"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
         time.sleep(1.5)
         stopped.send_signal(signal.SIGSTOP)
         began = time.monotonic()
@@ -155,8 +158,9 @@ def test_idle_timeout_frees_the_place_of_a_client_that_stopped(client):
         served = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--native")
         assert served.returncode == 0, served.stderr
     finally:
-        stopped.kill()
-        stopped.wait(10)
+        if stopped is not None:
+            stopped.kill()
+            stopped.wait(10)
         live.close()
 
 
@@ -301,7 +305,9 @@ def test_a_client_that_vanishes_mid_test_frees_everything():
         while proc_status(live.process.pid) != baseline and time.monotonic() < deadline:
             time.sleep(0.2)
         assert proc_status(live.process.pid) == baseline
-        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        # within every limit above (a rate limit ends an unpaced test that overruns)
+        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", "-b", "50M",
+                            timeout=30)
         assert ok.returncode == 0, ok.stderr
     finally:
         live.close()

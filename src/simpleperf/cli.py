@@ -101,7 +101,7 @@ def _takes_value() -> set[str]:
     """The options that take exactly one value (from argparse's own list of the parser's
     actions; -c's host is optional, so `-c -4` stays two options)."""
     if not _VALUE_FLAGS:
-        _VALUE_FLAGS.update(flag for action in _build_parser()._actions
+        _VALUE_FLAGS.update(flag for action in build_parser()._actions
                             if action.nargs is None and action.option_strings
                             for flag in action.option_strings)
     return _VALUE_FLAGS
@@ -118,7 +118,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="simpleperf",
         description="Measure network throughput (classic Simpleperf and extensions).",
@@ -300,7 +300,7 @@ def _negative_values(argv: list[str]) -> list[str]:
 
 
 def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
-    args, extra = _build_parser().parse_known_args(_negative_values(argv))
+    args, extra = build_parser().parse_known_args(_negative_values(argv))
     if extra:
         word = extra[0]
         if word.startswith("-"):

@@ -35,7 +35,7 @@ def _shaper_option(parser: argparse.ArgumentParser) -> None:
                              f"delay line; {SHAPER_ENV} sets the default")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="simpleperf lab", description="Emulated networks on this machine "
                            "(root): topologies from TOML, experiments with theory beside every "
                            "number, captures.")
@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
     # every server the run starts would inherit that and ignore the SIGINT that stops it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
         return _dispatch(args)
     except UsageError as error:
         print(f"simpleperf lab: error: {error}", file=sys.stderr)

@@ -243,7 +243,10 @@ def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, afte
         queues = json.loads(config.read_text())
         updated = [wanted.get(queue["queue"], queue) for queue in queues]
         if updated != queues:
-            config.write_text(json.dumps(updated))
+            # replaced whole: the delay line may be reading the file for an earlier change
+            fresh = config.with_suffix(".new")
+            fresh.write_text(json.dumps(updated))
+            os.replace(fresh, config)
             _signal_delay_line(record, config.stem.rsplit("delayline", 1)[1])
 
 

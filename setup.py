@@ -1,0 +1,25 @@
+"""Builds the man pages and shell completions from the parsers (simpleperf.lab.manual) and
+installs them with the package; everything else is in pyproject.toml."""
+
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "src"))
+from simpleperf.lab import manual  # noqa: E402  (the package being built, from its source)
+
+MADE = Path("build") / "manual"  # relative: setuptools wants data files relative to here
+
+
+class BuildWithManual(build_py):
+    def run(self) -> None:
+        super().run()
+        manual.write(HERE / MADE)
+
+
+setup(cmdclass={"build_py": BuildWithManual},
+      data_files=[(directory, [str(MADE / directory / name) for name in names])
+                  for directory, names in manual.INSTALLED.items()])
