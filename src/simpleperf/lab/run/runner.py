@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from ..results.store import ResultsError, Store, load_run
 from ..results.tables import case_report, event_lines, path_lines, sweep_report
 from .applications import Applications, require_programs
 from .captures import StepCaptures
+from .progress import StepProgress
 from .step import Runner
 
 
@@ -92,6 +94,8 @@ def _say(line: str) -> None:
 def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str | None = None,
                    say=_say) -> Path:
     plan = experiments.load(name_or_path)
+    progress = StepProgress(sys.stdout) if say is _say else None  # drawn between our lines
+    say = progress.say if progress is not None else say
     first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
     _preflight(plan, first_model)
     lifecycle.require_root()
@@ -120,7 +124,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
             if runner is not None and runner.applications is not None:
                 runner.applications.remove()  # the lab is rebuilt: so are its servers' files
             runner = _runner(plan, model, lab.record, plan.quick if quick else plan.timing,
-                             say, folder)
+                             say, folder, progress)
             for round_number in range(1, rounds + 1):
                 for step in plan.steps:
                     here = _quick_events(_at_point(step, plan, value), plan, quick)
@@ -195,7 +199,8 @@ def _give_up(failure: ResultsError, store: Store | None) -> NoReturn:
 
 
 def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRecord,
-            timing: Timing, say: Callable[[str], None], folder: Path) -> Runner:
+            timing: Timing, say: Callable[[str], None], folder: Path,
+            progress: StepProgress | None) -> Runner:
     """A runner for one build of the lab. The applications' keys and files go in a folder
     the lab's record holds, so that even a killed run's `lab down` removes it."""
     captures = (StepCaptures(model, record, folder / "captures", plan.capture_limit)
@@ -206,7 +211,7 @@ def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRec
         with ownership.locked(record.lab):
             ownership.add_folder(record, made)
         applications = Applications(made)
-    return Runner(model, record, timing, say, applications, captures)
+    return Runner(model, record, timing, say, applications, captures, progress)
 
 
 def _preflight(plan: Experiment, model: topology.Topology) -> None:

@@ -29,6 +29,7 @@ from .applications import Applications, read_application, wait_listening
 from .captures import StepCaptures
 from .events import EVENT_INTERVAL, StepEvents
 from .launch import START_MARK
+from .progress import StepProgress
 
 PYTHON = sys.executable
 LAUNCH = [PYTHON, "-m", "simpleperf.lab.run.launch"]  # a command, started at an instant
@@ -43,7 +44,8 @@ SERVER_READY_SECONDS = 10.0
 class Runner:
     def __init__(self, model: Topology, record: ownership.LabRecord, timing: Timing,
                  say=print, applications: Applications | None = None,
-                 captures: StepCaptures | None = None) -> None:
+                 captures: StepCaptures | None = None,
+                 progress: StepProgress | None = None) -> None:
         self.built = model  # as the topology file says; self.model: as routed now
         self.model = model
         self.record = record
@@ -54,6 +56,7 @@ class Runner:
         self.captures = captures
         self.steps_run = 0
         self._running: list[subprocess.Popen] = []
+        self.progress = progress
 
     # ------------------------------------------------------------------ processes
 
@@ -77,6 +80,8 @@ class Runner:
 
     def stop_all(self) -> None:
         """Ctrl-C: end whatever this step started (and undo its events' changes)."""
+        if self.progress is not None:
+            self.progress.done()
         if self._events is not None:
             self._events.cancel()
         for process in list(self._running):
@@ -97,12 +102,14 @@ class Runner:
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
         theory.predict(self.model, outcomes, system_congestion_control())
+        self._phase("starting the servers")
         servers = self._start_servers(outcomes)
         self.steps_run += 1
         if self.captures is not None and step.capture:
             self.captures.start(step.capture, number or self.steps_run)
         for index, outcome in enumerate(outcomes):
             if outcome.flow.kind == "udp" and outcome.flow.rate == "probe":
+                self._phase(f"searching the UDP rate from {outcome.flow.source}")
                 self._probe_rate(outcome, str(FIRST_PORT + index))
         start_at = time.monotonic() + START_DELAY
         if step.events:
@@ -113,11 +120,15 @@ class Runner:
         clients, pingers = self._start_clients(outcomes, start_at,
                                                EVENT_INTERVAL if step.events else 1.0)
         longest = max(flow_duration(o.flow, self.timing) for o in outcomes)
+        if self.progress is not None:
+            self.progress.countdown(f"{len(outcomes)} flow{'s' * (len(outcomes) > 1)} "
+                                    "running", longest + START_DELAY)
         for index, process in clients.items():
             out, err, code = self._finish(process, longest + 60)
             moved = (self.applications.bytes_moved(outcomes[index].flow)
                      if self.applications else None)
             _read_client(outcomes[index], out, err, code, moved)
+        self._phase("collecting the results")
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = _ping_times(out)
@@ -130,7 +141,10 @@ class Runner:
             self._events.restore(self.say)
             self._events = None
         captured = self.captures.stop() if self.captures is not None else []
+        self._phase("stopping the servers")
         self._stop_servers(servers, outcomes)
+        if self.progress is not None:
+            self.progress.done()
         starts = [o.started for o in outcomes if o.started is not None]
         spread = max(starts) - min(starts) if len(starts) > 1 else None
         if spread is not None and spread > SPREAD_WARNING:
@@ -156,6 +170,10 @@ class Runner:
         if servers:
             time.sleep(0.5)  # let them listen; the clients also wait START_DELAY
         return servers
+
+    def _phase(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.phase(text)
 
     def _start_clients(self, outcomes: list[FlowOutcome], start_at: float, every: float
                        ) -> tuple[dict[int, subprocess.Popen], dict[int, subprocess.Popen]]:
@@ -219,24 +237,29 @@ class Runner:
             PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-u",
             "--probe", "-t", f"{trial:g}", "-l", str(theory.datagram_bytes(flow.length)), "-J"],
             f"udp rate probe in {flow.source}")
-        out, err, code = self._finish(process, 16 * (trial + 5))
-        try:
-            found = json.loads(out)["probe"]["result"]
-            outcome.probe_trials = json.loads(out)["probe"]["trials"]
-        except (ValueError, KeyError, TypeError):
-            found = None
-        if code != 0 or not found:
-            self.say(f"  warning: the UDP rate search from {flow.source} failed "
-                     f"({(err.strip().splitlines() or ['no rate kept loss low'])[-1][:120]});"
-                     f" using 1 Mbit/s")
-            outcome.rate = FALLBACK_UDP_RATE
-            return
-        outcome.rate = found["offered"]
-        self.say(f"  UDP rate search {flow.source} -> {outcome.address}: "
-                 f"{found['offered'] / 1e6:.2f} Mbit/s kept loss under 1 % "
-                 f"({len(outcome.probe_trials)} trials)")
+        _take_probe(outcome, *self._finish(process, 16 * (trial + 5)), self.say)
 
     # ------------------------------------------------------------------ parsing
+
+def _take_probe(outcome: FlowOutcome, out: str, err: str, code: int, say) -> None:
+    """The flow's rate from its search's JSON (1 Mbit/s, said, when the search failed)."""
+    flow = outcome.flow
+    try:
+        found = json.loads(out)["probe"]["result"]
+        outcome.probe_trials = json.loads(out)["probe"]["trials"]
+    except (ValueError, KeyError, TypeError):
+        found = None
+    if code != 0 or not found:
+        say(f"  warning: the UDP rate search from {flow.source} failed "
+            f"({(err.strip().splitlines() or ['no rate kept loss low'])[-1][:120]});"
+            f" using 1 Mbit/s")
+        outcome.rate = FALLBACK_UDP_RATE
+        return
+    outcome.rate = found["offered"]
+    say(f"  UDP rate search {flow.source} -> {outcome.address}: "
+        f"{found['offered'] / 1e6:.2f} Mbit/s kept loss under 1 % "
+        f"({len(outcome.probe_trials)} trials)")
+
 
 def flow_duration(flow: Flow, timing: Timing) -> float:
     """Seconds a flow runs (an application: at most this long)."""
