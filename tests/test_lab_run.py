@@ -73,6 +73,11 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     # piped, each step says what it is doing in plain lines (a terminal gets a bar)
     assert "    .. 2 flows running for 4 s\n" in done.stdout, done.stdout
     assert done.stdout.count("    .. stopping the servers\n") == 4
+    # the run ends with a verdict per case, the failed flow's case outside
+    verdicts = done.stdout.split("\nVerdicts (goodput 0.90 to 1.05 x theory;", 1)[1]
+    assert re.search(r"\n  case 3: outside: [12] of 2 flows \(nowhere tcp failed", verdicts)
+    assert [line.split(":")[0] for line in verdicts.splitlines() if line.startswith("  case")
+            ] == ["  case 1", "  case 2", "  case 3", "  case 4"]
     for name in ("results.sqlite", "flows.csv", "intervals.csv", "probes.csv",
                  "rate_trials.csv", "results.json", "report.html"):
         assert (folder / name).stat().st_size > 0, name
@@ -164,6 +169,33 @@ def test_the_report_renders_with_every_image_loaded(mixed_run):
     assert loaded, done.stdout[-500:]
     assert loaded.group(1) == loaded.group(2) and int(loaded.group(2)) >= 3
     assert "simpleperf lab run: mixed" in done.stdout
+    # the verdicts open the page, before any case's detail; the case with a failed flow
+    # is outside
+    assert done.stdout.index("<h2>Verdicts</h2>") < done.stdout.index("<h2>Test case")
+    assert re.search(r"<td class=\"outside\">outside: [12] of 2 flows \(nowhere tcp failed",
+                     done.stdout), done.stdout[:3000]
+
+
+def test_the_report_opens_with_its_verdicts_on_screen(mixed_run, tmp_path):
+    """A screenshot of the report's first screen in headless Chromium shows the verdict
+    table's coloured cells: what a reader sees first."""
+    from matplotlib import image
+
+    _, folder = mixed_run
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser is not None, "Debian's chromium is not installed: run bash scripts/test"
+    shot = tmp_path / "first-screen.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
+             f"--user-data-dir={profile}", "--window-size=1200,900", f"--screenshot={shot}",
+             (folder / "report.html").as_uri()], capture_output=True, timeout=120)
+    pixels = (image.imread(shot)[:, :, :3] * 255).round().astype(int)
+    assert pixels.shape[:2] == (900, 1200)
+    colours = {tuple(p) for p in pixels.reshape(-1, 3)}
+    assert (251, 227, 227) in colours  # an 'outside' cell: the case whose flow failed
+    assert len(colours) > 50  # text, not a blank page
 
 
 def test_a_malformed_experiment_is_rejected_before_anything_runs(tmp_path):

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from ..model.verdicts import TOLERANCE, case_verdicts
 from .tables import (
     capture_report,
     capture_witness,
@@ -30,6 +31,10 @@ h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 table.meta td { padding: 2px 12px 2px 0; } pre { background: #f6f6f6; padding: 1em;
 overflow-x: auto; } img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 .warn { color: #a00; }
+table.verdicts { border-collapse: collapse; } table.verdicts td, table.verdicts th {
+padding: 4px 12px; text-align: left; border-bottom: 1px solid #ddd; }
+td.within { background: #e3f4e6; color: #185c2a; } td.outside { background: #fbe3e3;
+color: #8a1010; } td.unjudged { color: #666; }
 """
 
 
@@ -221,20 +226,22 @@ def _sweep_figure(plt, points: list[dict[str, Any]]):
 
 
 def _theory_figure(plt, case: str, transfers: list[tuple[dict, dict[str, Any]]]):
-    """Each transfer's measured throughput beside its predicted fair share."""
-    figure, axis = plt.subplots(figsize=(9, 3.6))
-    names = [f"{f['label']}\n{s['name'][:22]}" if len(s["flows"]) > 1 else f["label"]
+    """Each transfer's measured throughput beside its predicted fair share: horizontal bars,
+    a row per transfer, so that no two labels can overlap however many there are."""
+    names = [f"{f['label']} ({s['name'][:28]})" if len(s["flows"]) > 1 else f["label"]
              for s, f in transfers]
-    positions = range(len(transfers))
-    axis.bar([p - 0.2 for p in positions], [(f["throughput"] or 0) / 1e6
-                                            for _, f in transfers], 0.4, label="measured")
-    axis.bar([p + 0.2 for p in positions], [(f["predicted"] or 0) / 1e6
-                                            for _, f in transfers], 0.4,
-             label="theory (max-min share, goodput)")
-    axis.set_xticks(list(positions), names, fontsize=7)
-    axis.set_ylabel("Mbit/s")
+    figure, axis = plt.subplots(figsize=(9, max(2.4, 0.42 * len(transfers) + 1.3)))
+    rows = range(len(transfers))
+    axis.barh([r - 0.2 for r in rows], [(f["throughput"] or 0) / 1e6 for _, f in transfers],
+              0.4, label="measured")
+    axis.barh([r + 0.2 for r in rows], [(f["predicted"] or 0) / 1e6 for _, f in transfers],
+              0.4, label="theory (max-min share, goodput)")
+    axis.set_yticks(list(rows), names, fontsize=8)
+    axis.invert_yaxis()  # in the order the steps ran, top down
+    axis.set_xlabel("Mbit/s")
     axis.set_title(f"Case {case}: measured vs predicted throughput")
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
     return figure
 
 
@@ -276,15 +283,26 @@ def _captured_figure(plt, step: dict[str, Any], seen: list[tuple[str, dict[str, 
 
 
 def _rtt_figure(plt, step: dict[str, Any], loaded: list[dict[str, Any]]):
-    """RTT probes taken while each flow ran, beside the idle RTT theory gives."""
-    figure, axis = plt.subplots(figsize=(9, 3.2))
+    """RTT probes taken while each flow ran: in time, and as a CDF (as Flent draws latency
+    under load), beside the idle RTT theory gives."""
+    figure, (in_time, cdf) = plt.subplots(1, 2, figsize=(10, 3.4))
     for flow in loaded:
-        axis.plot(range(1, len(flow["rtts"]) + 1), flow["rtts"], marker=".",
-                  label=f"{flow['label']} (idle theory {flow['base_rtt_ms']:.0f} ms)")
-    axis.set_xlabel("probe")
-    axis.set_ylabel("RTT ms")
-    axis.set_title(f"{step['name']}: RTT under load")
-    axis.legend(fontsize=8)
+        rtts = flow["rtts"]
+        line = in_time.plot(range(1, len(rtts) + 1), rtts, marker=".",
+                            label=f"{flow['label']} (idle theory {flow['base_rtt_ms']:.0f} ms)")
+        ordered = sorted(rtts)
+        cdf.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post",
+                 color=line[0].get_color(), label=flow["label"])
+        cdf.axvline(flow["base_rtt_ms"], color=line[0].get_color(), linestyle=":",
+                    linewidth=1)
+    in_time.set_xlabel("probe")
+    in_time.set_ylabel("RTT ms")
+    in_time.legend(fontsize=8)
+    cdf.set_xlabel("RTT ms (dotted: idle theory)")
+    cdf.set_ylabel("cumulative probability")
+    cdf.set_ylim(0, 1.02)
+    figure.suptitle(f"{step['name']}: RTT under load")
+    figure.tight_layout()
     return figure
 
 
@@ -297,6 +315,19 @@ def _fairness_figure(plt, case: str, fair: list[dict[str, Any]]):
     axis.set_title(f"Case {case}: fairness per step")
     axis.tick_params(axis="x", labelsize=7)
     return figure
+
+
+def _verdict_table(run: dict[str, Any], titles: dict[str, str]) -> str:
+    """Each case, measured against theory, before any detail."""
+    rows = []
+    for verdict in case_verdicts(run["steps"]):
+        kind = {True: "within", False: "outside", None: "unjudged"}[verdict.within]
+        rows.append(f"<tr><td>{html.escape(verdict.case)}</td>"
+                    f"<td>{html.escape(titles.get(verdict.case, ''))}</td>"
+                    f"<td class='{kind}'>{html.escape(verdict.summary())}</td></tr>")
+    return ("<h2>Verdicts</h2><table class='verdicts'><tr><th>case</th><th></th>"
+            "<th>measured against theory</th></tr>" + "".join(rows) + "</table>"
+            f"<p>Tolerance: {html.escape(TOLERANCE)}.</p>")
 
 
 def write_report(folder: Path, run: dict[str, Any], titles: dict[str, str]) -> Path:
@@ -315,6 +346,7 @@ def write_report(folder: Path, run: dict[str, Any], titles: dict[str, str]) -> P
                      "shown.</p>")
     if not plotting_available():
         parts.append(f"<p class='warn'>{html.escape(NO_PLOTS)}.</p>")
+    parts.append(_verdict_table(run, titles))
     parts.append("<table class='meta'>" + "".join(
         f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
         + "</table>")

@@ -24,6 +24,7 @@ from ..model import experiment as experiments
 from ..model import topology
 from ..model.experiment import APPLICATIONS, Experiment, Step, Timing
 from ..model.outcomes import StepOutcome, summarize_rtts
+from ..model.verdicts import TOLERANCE, case_verdicts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError
 from ..results.store import ResultsError, Store, load_run
@@ -234,6 +235,9 @@ def _report(store: Store, plan: Experiment, say: Callable[[str], None]) -> None:
     folder = store.folder
     run = load_run(folder)
     say(sweep_report(run) if plan.sweep else case_report(run, plan.cases))
+    say(f"\nVerdicts ({TOLERANCE}):")
+    for verdict in case_verdicts(run["steps"]):
+        say(f"  case {verdict.case}: {verdict.summary()}")
     from ..results.report import NO_PLOTS, plotting_available, write_report
 
     if not plotting_available():

@@ -259,7 +259,7 @@ class QueueReader:
         self.rng = random.Random()
 
     def read(self, queues: list[DirectionQueue], now: float) -> None:
-        offset = time.time() - now  # kernel stamps are wall-clock; ours is monotonic
+        offset = wall_minus_monotonic()  # kernel stamps are wall-clock; ours is monotonic
         for queue in queues:
             queue.last_read = now
             last_only = not (queue.reorder and queue.jitter > 0)
@@ -280,6 +280,20 @@ class QueueReader:
                                      now if stamp is None else min(now, stamp - offset)))
                 if arrivals:
                     queue.admit(arrivals, self.rng)
+
+
+def wall_minus_monotonic(samples: int = 3) -> float:
+    """The wall clock's lead over the monotonic one, from readings taken back to back (the
+    pair least apart): a VM stalled between two readings taken further apart would move
+    every arrival early by the stall, and release its packets that much too soon."""
+    best_span, best = float("inf"), 0.0
+    for _ in range(samples):
+        before = time.monotonic()
+        wall = time.time()
+        after = time.monotonic()
+        if after - before < best_span:
+            best_span, best = after - before, wall - (before + after) / 2
+    return best
 
 
 def timer_lateness(clock, samples: int = 15, sleep: float = 0.003) -> float:
