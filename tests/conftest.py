@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Tests that measure real processes on a shared machine: a neighbour taking the CPU for a
 # second turns a right rate into a wrong one. Each gets one more run before it fails (a
-# real fault fails both; -ra lists every rerun in the summary).
+# real fault fails both; the summary line counts the reruns).
 RERUN_MARKERS = ("loopback", "lab", "iperf3", "timing")
 
 
