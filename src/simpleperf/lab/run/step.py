@@ -245,8 +245,8 @@ def _take_probe(outcome: FlowOutcome, out: str, err: str, code: int, say) -> Non
     """The flow's rate from its search's JSON (1 Mbit/s, said, when the search failed)."""
     flow = outcome.flow
     try:
-        found = json.loads(out)["probe"]["result"]
-        outcome.probe_trials = json.loads(out)["probe"]["trials"]
+        search = json.loads(out)["probe"]
+        found, outcome.probe_trials = search["result"], search["trials"]
     except (ValueError, KeyError, TypeError):
         found = None
     if code != 0 or not found:
