@@ -110,6 +110,19 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
                           ).fetchone()[0]
     lost = db.execute("SELECT lost FROM flow WHERE label = 'h7-h9'").fetchone()[0]
     assert received == pytest.approx((udp[9] - lost) * 1000, rel=1e-4)
+    # Flows run with --trip-times (the namespaces share a clock): each receiver's one-way
+    # delay is at least its path's delays (30 ms one way for both), never below theory.
+    for label in ("h1-h4", "h7-h9"):
+        least, mean, p99, theory = db.execute(
+            "SELECT one_way_min_ms, one_way_mean_ms, one_way_p99_ms, base_one_way_ms FROM flow"
+            " WHERE label = ? AND kind != 'ping'", (label,)).fetchone()
+        assert theory == pytest.approx(30.0)
+        assert theory - 0.5 <= least <= mean <= p99, label
+    # a TCP write also waits in its sender's socket buffer (iperf2's write-to-read); UDP at
+    # 5 Mbit/s (the last read above) waits only in the queue it shares with the TCP flow
+    assert mean < 1000
+    assert re.search(r"one-way delay [\d.]+ ms \(min [\d.]+, p99 [\d.]+; theory at least "
+                     r"30\.0\)", done.stdout)
     failed = flows["nowhere"]
     assert failed[2] == 0 and re.search(r"unreachable|refused|no answer", failed[3])
     assert flows["h2-h5"][2] == 1

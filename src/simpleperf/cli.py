@@ -15,7 +15,7 @@ import re
 import socket
 from typing import TypeVar
 
-from . import __version__
+from . import __version__, latency_flags
 from .errors import UsageError
 from .options import (
     AUTH_UDP_LENGTH,
@@ -237,7 +237,8 @@ def _add_native_options(native) -> None:
                         "'0123456789...' (as iperf3's) instead of zeros, both ends")
     native.add_argument("-F", "--file", metavar="FILE", help="TCP, one stream: send FILE's "
                         "bytes (all of it unless -t or -n says less); with -R, write what "
-                        "arrives into FILE")
+                        "arrives into FILE; a server sends it to -R clients and writes what "
+                        "other one-stream TCP tests send into it")
     native.add_argument("--dont-fragment", action="store_true", help="UDP: never split a "
                         "datagram into IP fragments (one larger than the path's MTU is an "
                         "error)")
@@ -256,6 +257,7 @@ def _add_native_options(native) -> None:
     native.add_argument("--probe", action="store_true", help="UDP: search the highest rate "
                         "whose loss stays under --loss-threshold")
     native.add_argument("--loss-threshold", help="--probe: loss percent allowed (default 1)")
+    latency_flags.add_arguments(native)
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
@@ -274,10 +276,12 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "json_stream": "--json-stream", "mss": "-M/--mss", "no_delay": "-N/--no-delay",
                 "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
                 "repeating_payload": "--repeating-payload",
-                "dont_fragment": "--dont-fragment", "file": "-F/--file",
+                "dont_fragment": "--dont-fragment",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
-                "probe": "--probe", "loss_threshold": "--loss-threshold"}
+                "probe": "--probe", "loss_threshold": "--loss-threshold",
+                "trip_times": "--trip-times", "histograms": "--histograms",
+                "isochronous": "--isochronous"}
 
 
 def _negative_values(argv: list[str]) -> list[str]:
@@ -332,6 +336,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
     family = _family(args)
     if bind is None and family:  # -4 / -6 without an address: that family's wildcard
         bind = "0.0.0.0" if family == socket.AF_INET else "::"
+    rate_limit, rate_window = _rate_limit(args.server_bitrate_limit)
     return ServerOptions(
         bind=bind, port=_port(args.port), unit=_unit(args.format, CLASSIC_DEFAULT_UNIT),
         length=_length(args.len, DEFAULT_LENGTH), window=_window(args.window),
@@ -352,8 +357,8 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps),
         json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
         logfile=_path("--logfile", args.logfile),
-        **_rate_limit(args.server_bitrate_limit),
-        affinity=_affinity(args.affinity, server=True)[0],
+        rate_limit=rate_limit, rate_window=rate_window,
+        affinity=_affinity(args.affinity, server=True)[0], file=_path("-F/--file", args.file),
         idle_timeout=_positive_seconds("--idle-timeout", args.idle_timeout, None,
                                        high=MAX_TEST_SECONDS))
 
@@ -407,7 +412,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
             "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
-    options = _with_file(options, args)
+    options = latency_flags.apply(_with_file(options, args), args)
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "
@@ -555,10 +560,10 @@ def _affinity(text: str | None, server: bool = False) -> tuple[int | None, int |
     return cpu, server_cpu
 
 
-def _rate_limit(text: str | None) -> dict[str, float]:
-    """--server-bitrate-limit RATE[/SECONDS], as ServerOptions' fields."""
+def _rate_limit(text: str | None) -> tuple[float | None, float]:
+    """--server-bitrate-limit RATE[/SECONDS]: the rate (None: no limit) and its window."""
     if text is None:
-        return {}
+        return None, DEFAULT_RATE_WINDOW
     rate_text, slash, window_text = text.partition("/")
     try:
         rate = parse_rate(rate_text)
@@ -569,7 +574,7 @@ def _rate_limit(text: str | None) -> dict[str, float]:
         raise UsageError(f"--server-bitrate-limit must be a rate with an optional K, M or G, "
                          f"and optionally /SECONDS from {MIN_RATE_WINDOW:g} to "
                          f"{MAX_RATE_WINDOW:g} (e.g. 100M or 100M/2), not '{text}'")
-    return {"rate_limit": rate, "rate_window": window}
+    return rate, window
 
 
 def _omit(text: str | None) -> float:

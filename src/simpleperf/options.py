@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .delays import Binning
 
 DEFAULT_PORT = 8088
 DEFAULT_SERVER_IP = "127.0.0.1"
@@ -21,6 +25,19 @@ CONNECT_TIMEOUT_SECONDS = 10.0  # a connection's handshake, unless --connect-tim
 DEFAULT_TIMESTAMP_FORMAT = "%c "  # --timestamps without a format, as iperf3
 DEFAULT_NATIVE_INTERVAL = 1.0  # seconds per row of a native test, as iperf3 prints them
 DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
+# One-way delay histograms (--trip-times, --histograms), as iperf2 bins them: 100 us bins
+# over the first second; the printed line's confidence bins at 5 % and 95 %.
+DEFAULT_HISTOGRAM_BIN_WIDTH = 100e-6  # seconds
+DEFAULT_HISTOGRAM_BINS = 10000
+DEFAULT_HISTOGRAM_LOWER_CI, DEFAULT_HISTOGRAM_UPPER_CI = 5.0, 95.0
+MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH = 1e-6, 10.0
+MAX_HISTOGRAM_BINS = 100_000
+# Non-empty bins a peer may send per test in its results (a message holds at most 64 KB).
+MAX_PEER_HISTOGRAM_BINS = 2000
+# --isochronous FPS:MEAN,STDEV: iperf2's default is 60 frames a second at 20 Mbit/s.
+DEFAULT_FRAME_RATE = 60.0
+DEFAULT_FRAME_LOAD = 20e6  # bits/s
+MAX_FRAME_RATE = 10_000.0
 
 MIN_PORT, MAX_PORT = 1024, 65535
 MAX_CPU = 4095  # -A/--affinity: a CPU number as Linux counts them (CONFIG_NR_CPUS)
@@ -116,6 +133,7 @@ class ServerOptions:
     rate_window: float = DEFAULT_RATE_WINDOW  # ... averaged over this many seconds
     affinity: int | None = None  # -A n: the CPU the server runs on
     idle_timeout: float | None = None  # --idle-timeout: a test whose bytes stand still ends
+    file: str | None = None  # -F: a one-stream TCP test sends this file / writes into it
 
     @property
     def test_time_limit(self) -> float | None:
@@ -176,6 +194,20 @@ class ClientOptions:
     snd_timeout: float | None = None  # --snd-timeout: TCP data unacknowledged this long fails
     verbose: bool = False  # -V: also both ends' CPU, as iperf3 prints it
     file: str | None = None  # -F: send this file's bytes (with -R: write what arrives)
+    trip_times: bool = False  # --trip-times: one-way delay of every datagram or write
+    histograms: bool = False  # --histograms: print the delays' histograms (iperf2's lines)
+    histogram_bin_width: float = DEFAULT_HISTOGRAM_BIN_WIDTH  # seconds
+    histogram_bins: int = DEFAULT_HISTOGRAM_BINS
+    histogram_ci: tuple[float, float] = (DEFAULT_HISTOGRAM_LOWER_CI, DEFAULT_HISTOGRAM_UPPER_CI)
+    frame_rate: float = 0.0  # --isochronous: frames a second; 0 for a steady stream
+    frame_load: float = DEFAULT_FRAME_LOAD  # bits/s, the frames' mean
+    frame_stdev: float = 0.0  # bits/s
+
+    @property
+    def binning(self) -> Binning:
+        from .delays import Binning  # here: delays reads this module
+
+        return Binning(self.histogram_bin_width, self.histogram_bins, *self.histogram_ci)
 
     @property
     def rows_every(self) -> float | None:
@@ -191,7 +223,7 @@ class ClientOptions:
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.tos, self.server_affinity is not None, self.repeating_payload,
-                    self.file is not None,
+                    self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None))
 
     @property

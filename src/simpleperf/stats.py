@@ -6,6 +6,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .delays import DelayLog
+
 
 def jain_index(throughputs: Sequence[float]) -> float:
     """Jain's fairness index: (sum x)^2 / (n * sum x^2); 1.0 is perfectly fair."""
@@ -86,9 +88,10 @@ class UdpReceiveAccount:
 
     __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "bad", "_transit",
                  "first_window_min", "_first_window_end", "_recent_blocks", "_block_min",
-                 "_block_count", "_undo")
+                 "_block_count", "_undo", "delays")
 
-    def __init__(self) -> None:
+    def __init__(self, delays: DelayLog | None = None) -> None:
+        self.delays = delays  # --trip-times: every datagram's one-way delay
         self.highest = 0
         self.lost = 0
         self.out_of_order = 0
@@ -121,6 +124,7 @@ class UdpReceiveAccount:
                                                self.jitter, self._transit)
         block_min, block_count, block = self._block_min, self._block_count, self.BLOCK
         jump_limit, undo, bad = self.JUMP_LIMIT, self._undo, self.bad
+        delays = self.delays
         count = 0
         for number, sent, arrival in packets:
             count += 1
@@ -142,6 +146,8 @@ class UdpReceiveAccount:
                 if lost > 0:
                     lost -= 1
             now_transit = arrival - sent
+            if delays is not None:
+                delays.current.add(now_transit)
             if transit is not None:
                 jitter += (abs(now_transit - transit) - jitter) / 16.0
             transit = now_transit
@@ -171,6 +177,8 @@ class UdpReceiveAccount:
         self.lost += first - self.highest - 1
         self.highest = first + count - 1
         now_transit = arrival - sent
+        if self.delays is not None:
+            self.delays.current.add_run(now_transit, -step, count)
         if self._transit is not None:
             self.jitter += (abs(now_transit - self._transit) - self.jitter) / 16.0
         # Each of the other count - 1 packets differs from the one before by `step` in

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..delays import DelayLog, FrameAccount
 from ..protocol.native import TestSpec
 from .clock import IntervalClock
 from .records import IntervalRecord, Snapshot, Stream
@@ -30,6 +31,11 @@ class Measurement:
         self.spec = spec
         self.cpu = cpu  # the stream threads run on this CPU (a server's share of -A n,m)
         self.streams = streams
+        for stream in streams:
+            if not stream.sending and spec.writes_stamped:
+                stream.delays = DelayLog(spec.binning)
+                if spec.isochronous:
+                    stream.frames = FrameAccount(spec.binning)
         self.on_interval = on_interval
         self.clock = IntervalClock(step, spec.omit, spec.end)
         self.stop = threading.Event()  # receivers
@@ -131,6 +137,10 @@ class Measurement:
             record = IntervalRecord(stream.number, previous_mark - shift, mark - shift,
                                     now.num_bytes - before.num_bytes, stream.sending, omitted)
             transport_of(stream).fill_interval(stream, record, now, before)
+            if stream.delays is not None:
+                record.delays = stream.delays.close_interval()
+            if stream.frames is not None:
+                stream.frames.log.close_interval()
             self._previous[stream.number] = now
             if omitted and abs(mark - self.spec.omit) < 1e-9:
                 self._baseline[stream.number] = now
@@ -159,6 +169,7 @@ class Measurement:
                                  "seconds": round(max(0.0, end - begin), 6),
                                  "sender": stream.sending}
         transport_of(stream).fill_result(stream, entry, final, base)
+        _fill_delays(stream, entry, self.spec)
         if stream.error:
             entry["error"] = stream.error
         return entry
@@ -183,6 +194,17 @@ class Measurement:
 
     def errors(self) -> list[str]:
         return [s.error for s in self.streams if s.error]
+
+
+def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec) -> None:
+    """One-way delays (a receiver's, --trip-times) and frames (--isochronous)."""
+    if stream.delays is not None:
+        entry["delays"] = stream.delays.total()
+    if stream.frames is not None:
+        entry.update(frames=stream.frames.whole, frames_lost=stream.frames.lost,
+                     frame_delays=stream.frames.log.total())
+    elif stream.sending and spec.isochronous:
+        entry.update(frames=stream.frames_sent, frames_slipped=stream.frames_slipped)
 
 
 def cpus() -> list[int]:

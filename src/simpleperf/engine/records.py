@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from ..delays import DelayAccount, DelayLog, FrameAccount
 from ..protocol.native import DATAGRAM_HEADER
 from ..stats import UdpReceiveAccount
 from ..transport import tcpinfo
@@ -43,6 +44,7 @@ class IntervalRecord:
     rttvar_us: int | None = None
     snd_wnd: int | None = None  # the receiver's advertised window, bytes
     pmtu: int | None = None
+    delays: DelayAccount | None = None  # a receiver's one-way delays (--trip-times)
 
 
 @dataclass
@@ -65,6 +67,10 @@ class Stream:
     header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 peers use their own layout
     tcp_samples: list[tcpinfo.TcpInfo] = field(default_factory=list)
     key: bytes | None = None  # UDP with a shared secret: the test's key in every datagram
+    delays: DelayLog | None = None  # a receiver's one-way delays (--trip-times)
+    frames: FrameAccount | None = None  # an isochronous receiver's frames
+    frames_sent: int = 0  # an isochronous sender's
+    frames_slipped: int = 0
 
     @property
     def role(self) -> str:

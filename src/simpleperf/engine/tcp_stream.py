@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import SimpleperfError
 from ..protocol.native import TestSpec
 from ..transport import buffers, tcp, tcpinfo, udp
+from . import timed_writes
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -23,6 +24,9 @@ ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
+    if spec.writes_stamped and stream.file is None:
+        timed_writes.send(stream, spec, start, deadline, stop)
+        return
     sock = stream.sock
     payload = buffers.aligned(spec.length, spec.repeating_payload)
     sender: buffers.FileSender | buffers.DiskFileSender | None = None
@@ -76,6 +80,9 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     clock = time.monotonic
     received = 0
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
+    writes = timed_writes.WriteTimes(stream.delays, stream.frames) \
+        if stream.delays is not None and spec.writes_stamped else None
+    wall = time.time
     while not stop.is_set():
         try:
             count = recv_into(buffer)
@@ -85,6 +92,8 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
             return
         if keep is not None:
             keep(buffer[:count])
+        if writes is not None:
+            writes.feed(buffer[:count], wall())
         if stream.first is None:
             stream.first = clock()
         received += count

@@ -15,6 +15,7 @@ from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER, TestSpec
 from ..stats import UdpReceiveAccount
 from ..transport import udp
 from ..transport.buffers import aligned
+from . import frames
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -24,6 +25,9 @@ ENDS_WHEN_QUIET = True  # UDP has no end of stream: a receiver ends after a quie
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
+    if spec.isochronous:
+        frames.send(stream, spec, start, deadline, stop)
+        return
     sock = stream.sock
     size = spec.length
     batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
@@ -84,8 +88,11 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
+    if spec.isochronous:
+        frames.receive(stream, spec, stop)
+        return
     sock = stream.sock
-    account = stream.account = UdpReceiveAccount()
+    account = stream.account = UdpReceiveAccount(stream.delays)
     if stream.key is not None:
         _receive_keyed(stream, account, stream.key, stop)
         return

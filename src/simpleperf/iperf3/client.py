@@ -67,6 +67,11 @@ class _Iperf3Test:
             control.sendall(self.cookie)
         self.control = Iperf3Control(control, "server")
         try:
+            if options.trip_times or options.frame_rate > 0:
+                raise SimpleperfError(
+                    f"the server at {options.host} port {options.port} is an iperf3 server, "
+                    "which measures no one-way delay: --trip-times and --isochronous need a "
+                    "simpleperf server")
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._expect()  # PARAM_EXCHANGE
             control.sendall(iperf3.encode_json(iperf3.parameters_message(

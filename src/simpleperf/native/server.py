@@ -245,7 +245,9 @@ class NativeService:
     def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
         try:
             _await_streams(channel, pending)
-            measurement = Measurement(pending.spec, _ready(pending), pending.spec.sample,
+            streams = _ready(pending)
+            _attach_file(self.options.file, pending.spec, streams)
+            measurement = Measurement(pending.spec, streams, pending.spec.sample,
                                       cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
                                     self.policy.test_watch())
@@ -257,6 +259,7 @@ class NativeService:
                 _await_bye(channel)
             finally:
                 measurement.close()
+                tcp_stream.close_files(streams)
             self.say(*_text_report(pending.spec, peer, measurement, self.options.unit))
             self.document(server_json.test_document(pending.spec, peer, measurement,
                                                     session.peer_view, started_wall, "native",
@@ -278,6 +281,12 @@ def _ready(pending: PendingTest) -> list[Stream]:
             tcp_stream.apply_options(stream.sock, pending.spec)
             tcp.set_wake_up(stream.sock)
     return streams
+
+
+def _attach_file(path: str | None, spec: TestSpec, streams: list[Stream]) -> None:
+    """-F on a server: a one-stream TCP test's stream sends the file, or fills it."""
+    if path is not None and spec.protocol == "tcp" and len(streams) == 1:
+        tcp_stream.attach_file(streams, path)
 
 
 def _text_report(spec: TestSpec, peer: str, measurement: Measurement, unit: str) -> list[str]:

@@ -7,12 +7,16 @@ come when is exchange.py's business, not theirs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..delays import DelayAccount
 from ..errors import ProtocolError
-from ..options import is_congestion_name
+from ..options import MAX_PEER_HISTOGRAM_BINS, is_congestion_name
 from .native import (
+    DELAY_RESULT_FIELDS,
+    MAX_MESSAGE,
     MAX_PEER_INTERVALS,
     TOKEN_SIZE,
     VERSION,
@@ -171,13 +175,20 @@ class Results(Event):
         return {entry["stream"]: entry for entry in self.streams}
 
     def to_message(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"type": self.TYPE, "streams": list(self.streams)}
-        if self.intervals is not None and len(self.intervals) <= MAX_PEER_INTERVALS:
-            message["intervals"] = [list(row) for row in self.intervals]
-        if self.cpu is not None:
-            message["cpu"] = list(self.cpu)
-        if self.congestion is not None:
-            message["congestion"] = self.congestion
+        """The interval rows go along while the message stays within MAX_MESSAGE, then the
+        delay histograms' bins; the totals always do."""
+        for with_bins, with_intervals in ((True, True), (True, False), (False, False)):
+            message: dict[str, Any] = {"type": self.TYPE,
+                                       "streams": _wire_streams(self.streams, with_bins)}
+            if with_intervals and self.intervals is not None and \
+                    len(self.intervals) <= MAX_PEER_INTERVALS:
+                message["intervals"] = [list(row) for row in self.intervals]
+            if self.cpu is not None:
+                message["cpu"] = list(self.cpu)
+            if self.congestion is not None:
+                message["congestion"] = self.congestion
+            if len(json.dumps(message, separators=(",", ":"))) <= MAX_MESSAGE - 64:
+                break
         return message
 
     @classmethod
@@ -190,6 +201,17 @@ class Results(Event):
         congestion = message.get("congestion")
         return cls(tuple(parse_results(message).values()), tuple(parse_intervals(message)),
                    ours, congestion if is_congestion_name(congestion) else None)
+
+
+def _wire_streams(streams: tuple[dict[str, Any], ...], with_bins: bool
+                  ) -> list[dict[str, Any]]:
+    """Result entries as JSON: delay accounts with their histograms' bins while those fit
+    (MAX_PEER_HISTOGRAM_BINS in all), else with their moments and percentiles alone."""
+    accounts = [entry[name] for entry in streams for name in DELAY_RESULT_FIELDS
+                if isinstance(entry.get(name), DelayAccount)]
+    with_bins = with_bins and sum(len(a.bins) for a in accounts) <= MAX_PEER_HISTOGRAM_BINS
+    return [{name: value.to_result(with_bins) if isinstance(value, DelayAccount) else value
+             for name, value in entry.items()} for entry in streams]
 
 
 @dataclass(frozen=True)

@@ -26,21 +26,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..delays import Binning, DelayAccount
 from ..errors import ProtocolError
 from ..options import (
     AUTH_UDP_LENGTH,
+    DEFAULT_FRAME_LOAD,
+    DEFAULT_HISTOGRAM_BIN_WIDTH,
+    DEFAULT_HISTOGRAM_BINS,
     DEFAULT_NATIVE_INTERVAL,
     DEFAULT_UDP_RATE,
     MAX_CPU,
+    MAX_FRAME_RATE,
+    MAX_HISTOGRAM_BIN_WIDTH,
+    MAX_HISTOGRAM_BINS,
     MAX_LENGTH,
     MAX_NUM_BYTES,
     MAX_OMIT,
     MAX_PARALLEL,
+    MAX_PEER_HISTOGRAM_BINS,
     MAX_RATE,
     MAX_SERVER_SAMPLE,
     MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
     MAX_WINDOW,
+    MIN_HISTOGRAM_BIN_WIDTH,
     MIN_LENGTH,
     MIN_SERVER_SAMPLE,
     MIN_UDP_LENGTH,
@@ -67,6 +76,14 @@ assert DATAGRAM_HEADER.size == MIN_UDP_LENGTH
 UDP_KEY_SIZE = 8
 AUTH_DATAGRAM_HEADER = struct.Struct(f"!IIQ{UDP_KEY_SIZE}s")
 assert AUTH_DATAGRAM_HEADER.size == AUTH_UDP_LENGTH
+# --trip-times over TCP: every write of the sender opens with its send time (nanoseconds of
+# the sender's wall clock), its number from 1, and its length with this header, so that the
+# receiver finds each write's end in the byte stream and times it from write to read.
+WRITE_HEADER = struct.Struct("!QII")
+# --isochronous over UDP: after the datagram header (and the key, with a shared secret), the
+# frame's number from 1, how many datagrams it has, and this one's index among them from 0.
+FRAME_FIELDS = struct.Struct("!IHH")
+MAX_FRAME_DATAGRAMS = 65535
 MAX_MESSAGE = 64 * 1024
 _LENGTH = struct.Struct("!I")
 
@@ -188,6 +205,12 @@ class TestSpec:
     sample: float = DEFAULT_NATIVE_INTERVAL  # seconds per interval the server keeps
     repeating_payload: bool = False  # payload '0123456789...' rather than zeros, both ends
     affinity: int | None = None  # the CPU the server's streams of this test run on (-A n,m)
+    trip_times: bool = False  # receivers time every datagram or write from send to read
+    histogram_bin_width: float = DEFAULT_HISTOGRAM_BIN_WIDTH  # seconds, for those delays
+    histogram_bins: int = DEFAULT_HISTOGRAM_BINS
+    frame_rate: float = 0.0  # --isochronous: frames a second (0: a steady stream)
+    frame_load: float = DEFAULT_FRAME_LOAD  # ... their mean load, bits/s
+    frame_stdev: float = 0.0  # ... its standard deviation (log-normal frame sizes)
 
     def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -214,6 +237,13 @@ class TestSpec:
             "sample": lambda v: is_number(v) and MIN_SERVER_SAMPLE <= v <= MAX_SERVER_SAMPLE,
             "repeating_payload": lambda v: isinstance(v, bool),
             "affinity": lambda v: v is None or (is_int(v) and 0 <= v <= MAX_CPU),
+            "trip_times": lambda v: isinstance(v, bool),
+            "histogram_bin_width": lambda v: is_number(v) and
+            MIN_HISTOGRAM_BIN_WIDTH <= v <= MAX_HISTOGRAM_BIN_WIDTH,
+            "histogram_bins": lambda v: is_int(v) and 1 <= v <= MAX_HISTOGRAM_BINS,
+            "frame_rate": lambda v: is_number(v) and 0 <= v <= MAX_FRAME_RATE,
+            "frame_load": lambda v: is_number(v) and 0 < v <= MAX_RATE,
+            "frame_stdev": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -228,6 +258,12 @@ class TestSpec:
             raise ProtocolError(f"UDP datagrams need at least {MIN_UDP_LENGTH} bytes")
         if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
             raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
+        if spec.protocol == "tcp" and spec.writes_stamped and spec.length < WRITE_HEADER.size:
+            raise ProtocolError(f"timed TCP writes need at least {WRITE_HEADER.size} bytes")
+        if spec.isochronous and spec.protocol == "udp" and \
+                spec.length < AUTH_UDP_LENGTH + FRAME_FIELDS.size:
+            raise ProtocolError("isochronous UDP datagrams need at least "
+                                f"{AUTH_UDP_LENGTH + FRAME_FIELDS.size} bytes")
         return spec
 
     @classmethod
@@ -244,7 +280,24 @@ class TestSpec:
             nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
             tos=options.tos, sample=min(max(options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                             MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE),
-            repeating_payload=options.repeating_payload, affinity=options.server_affinity)
+            repeating_payload=options.repeating_payload, affinity=options.server_affinity,
+            trip_times=options.trip_times or options.frame_rate > 0,
+            histogram_bin_width=options.binning.width, histogram_bins=options.binning.count,
+            frame_rate=options.frame_rate, frame_load=options.frame_load,
+            frame_stdev=options.frame_stdev)
+
+    @property
+    def isochronous(self) -> bool:
+        return self.frame_rate > 0
+
+    @property
+    def writes_stamped(self) -> bool:
+        """TCP writes carry WRITE_HEADER (timed, or frames of varying size)."""
+        return self.trip_times or self.isochronous
+
+    @property
+    def binning(self) -> Binning:
+        return Binning(self.histogram_bin_width, self.histogram_bins)
 
     @property
     def end(self) -> float | None:
@@ -278,6 +331,10 @@ RESULT_FIELDS = {"stream": int, "bytes": int, "seconds": float, "packets": int, 
                  "max_snd_cwnd": int, "mean_rtt_us": int, "queue_growth_ms": float,
                  "min_rtt_us": int, "max_rtt_us": int, "max_snd_wnd": int}
 SIGNED_RESULT_FIELDS = {"queue_growth_ms"}
+# Frames of an isochronous test: sent and slipped (sender), complete and lost (receiver).
+RESULT_FIELDS.update(frames=int, frames_slipped=int, frames_lost=int)
+# Delay accounts (DelayAccount.to_result): each datagram's or write's, each frame's.
+DELAY_RESULT_FIELDS = ("delays", "frame_delays")
 
 
 def parse_results(message: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -286,6 +343,7 @@ def parse_results(message: dict[str, Any]) -> dict[int, dict[str, Any]]:
     if not isinstance(streams, list) or len(streams) > 2 * MAX_PARALLEL:
         raise ProtocolError("results need a list 'streams'")
     parsed = {}
+    budget = MAX_PEER_HISTOGRAM_BINS  # histogram bins in all streams' delay accounts
     for entry in streams:
         if not isinstance(entry, dict) or not is_int(entry.get("stream")):
             raise ProtocolError("each result needs an integer 'stream'")
@@ -298,6 +356,14 @@ def parse_results(message: dict[str, Any]) -> dict[int, dict[str, Any]]:
             if not ok or (value < 0 and name not in SIGNED_RESULT_FIELDS):
                 raise ProtocolError(f"result field '{name}' has an invalid value")
             clean[name] = value
+        for name in DELAY_RESULT_FIELDS:
+            if entry.get(name) is not None:
+                try:
+                    account = DelayAccount.from_result(entry[name], budget)
+                except ValueError as error:
+                    raise ProtocolError(f"result field '{name}': {error}") from None
+                budget -= len(account.bins)
+                clean[name] = account
         parsed[clean["stream"]] = clean
     return parsed
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..delays import pdf_line
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord, Stream
 from ..options import ClientOptions
@@ -62,12 +63,15 @@ class TestOutput:
                       "lost": record.lost, "jitter_ms": record.jitter_ms,
                       "out_of_order": record.out_of_order,
                       "retransmits": record.retransmits, "snd_cwnd": record.snd_cwnd,
-                      "rtt_us": record.rtt_us}
+                      "rtt_us": record.rtt_us, "delays": record.delays}
             notes = [n for n in ("omitted" if record.omitted else "",
                                  ("TX" if stream.sending else "RX") if bidir else "") if n]
             self.out(table.row(stream.label, max(0.0, record.start), record.end, values,
                                self.options.unit, self.spec.protocol, self.options.extended,
                                " ".join(notes)))
+            if self.options.histograms and record.delays is not None and record.delays.count:
+                self.out(f"{stream.label:<{table.COLUMN}}"
+                         f"{pdf_line(record.delays, 'T8', self.options.histogram_ci)}")
         for name in ("sum", "sum_bidir_reverse"):
             if name in entry and self.spec.parallel > 1:
                 total = entry[name]
@@ -151,6 +155,14 @@ class TestOutput:
                 out(table.row(stream.label, 0.0, view.get("seconds", 0.0),
                               _role_values(view, role), options.unit, self.spec.protocol,
                               options.extended or tcp, role))
+        for stream in self.streams:
+            ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
+            for view, role in ((ours, stream.role), (theirs or {}, "receiver" if stream.sending
+                                                      else "sender")):
+                for line in table.delay_lines(stream.label, role, view, self.spec.protocol,
+                                              options.histogram_ci if options.histograms
+                                              else None):
+                    out(line)
         if self.spec.parallel > 1 or self.spec.direction == "bidir":
             for key, role in (("sum_sent", "sender"), ("sum_received", "receiver"),
                               ("sum_sent_bidir_reverse", "sender, reverse"),
@@ -163,6 +175,7 @@ class TestOutput:
 
 def _role_values(view: dict[str, Any], role: str) -> dict[str, Any]:
     values = dict(view)
+    values.pop("delays", None)  # the delays' own lines follow the table
     if role == "receiver":
         values.pop("retransmits", None)
         values.pop("max_snd_cwnd", None)

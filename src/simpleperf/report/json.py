@@ -100,6 +100,8 @@ def _interval_stream(record, protocol: str) -> dict[str, Any]:
         entry.update(retransmits=record.retransmits, snd_cwnd=record.snd_cwnd,
                      snd_wnd=record.snd_wnd, rtt=record.rtt_us, rttvar=record.rttvar_us,
                      pmtu=record.pmtu)
+    if record.delays is not None:
+        entry["one_way_delay"] = record.delays.summary()
     return entry
 
 
@@ -192,6 +194,7 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
              "sender": sender}
     if "error" in view:
         entry["error"] = view["error"]
+    entry.update(delay_entries(view))
     if protocol == "udp":
         entry["packets"] = view.get("packets", 0)
         if "lost" in view:
@@ -209,6 +212,20 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
                 entry[theirs] = view[ours]
         if "mean_rtt_us" in view:
             entry["mean_rtt"] = view["mean_rtt_us"]
+    return entry
+
+
+def delay_entries(view: dict[str, Any]) -> dict[str, Any]:
+    """New in simpleperf, as iperf2 measures them: a receiver's one-way delays
+    (--trip-times) and an isochronous test's frames, milliseconds."""
+    entry: dict[str, Any] = {}
+    for ours, theirs in (("delays", "one_way_delay"), ("frame_delays", "frame_latency")):
+        account = view.get(ours)
+        if account is not None:
+            entry[theirs] = {**account.summary(), "histogram": account.histogram()}
+    for name in ("frames", "frames_lost", "frames_slipped"):
+        if name in view:
+            entry[name] = view[name]
     return entry
 
 

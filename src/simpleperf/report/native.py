@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..delays import REPORTED_PERCENTILES, DelayAccount, pdf_line
 from ..stats import RttSummary, lost_percent
 from ..units import (
     DISPLAY_UNITS,
@@ -49,6 +50,8 @@ def row(label: str, start: float, end: float, values: dict[str, Any], unit: str,
         cells += [_optional(values.get("retransmits")),
                   format_amount(cwnd, "KB") if cwnd is not None else "",
                   f"{rtt / 1000:.2f} ms" if rtt is not None else ""]
+    if values.get("delays") is not None:
+        cells.append(delay_cell(values["delays"]))
     if note:
         cells.append(note)
     return _line(cells).rstrip()
@@ -80,8 +83,9 @@ def test_report(title: str, protocol: str, streams, results: list[dict[str, Any]
     lines = [title, header(protocol, tcp)]
     for entry in results:
         stream = by_number[entry["stream"]]
-        lines.append(row(stream.label, 0.0, entry["seconds"], entry, unit, protocol, tcp,
-                         stream.role))
+        lines.append(row(stream.label, 0.0, entry["seconds"], {**entry, "delays": None}, unit,
+                         protocol, tcp, stream.role))
+        lines += delay_lines(stream.label, stream.role, entry, protocol, None)
     return lines
 
 
@@ -112,6 +116,43 @@ def latency_lines(idle: RttSummary | None, loaded: RttSummary | None) -> list[st
                      f"p99 {loaded.p99:.3f} ms ({loaded.count} probes)")
         parts.append(f"responsiveness {loaded.rpm:.0f} RPM")
     return ["RTT " + "; ".join(parts)]
+
+
+def delay_cell(account: DelayAccount | None) -> str:
+    """An interval's one-way delays, as iperf2's Latency column: avg/min/max/stdev."""
+    if account is None or account.count == 0:
+        return ""
+    return (f"latency {account.mean * 1e3:.3f}/{account.minimum * 1e3:.3f}/"
+            f"{account.maximum * 1e3:.3f}/{account.stdev * 1e3:.3f} ms")
+
+
+def delay_lines(label: str, role: str, view: dict[str, Any], protocol: str,
+                histograms: tuple[float, float] | None) -> list[str]:
+    """A receiver's one-way delays and frames at the end of a test (iperf2's --trip-times,
+    --isochronous), with iperf2's PDF lines (confidence bins at `histograms`' percentiles)
+    when --histograms asked for them."""
+    lines = []
+    what = "datagrams" if protocol == "udp" else "writes"
+    for name, kind, title in (("delays", "T8(f)", f"one-way delay of {what}"),
+                              ("frame_delays", "F8(f)", "frame latency")):
+        account = view.get(name)
+        if account is None or account.count == 0:
+            continue
+        p50, p90, p99 = (account.percentile(p) * 1e3 for p in REPORTED_PERCENTILES)
+        lines.append(f"{label:<{COLUMN}}{title} ({role}): avg/min/max/stdev "
+                     f"{account.mean * 1e3:.3f}/{account.minimum * 1e3:.3f}/"
+                     f"{account.maximum * 1e3:.3f}/{account.stdev * 1e3:.3f} ms, p50/p90/p99 "
+                     f"{p50:.3f}/{p90:.3f}/{p99:.3f} ms ({account.count})")
+        if histograms is not None:
+            lines.append(f"{label:<{COLUMN}}{pdf_line(account, kind, histograms)}")
+    if "frames" in view:
+        counts = [f"{view['frames']} frames"]
+        if "frames_lost" in view:
+            counts.append(f"{view['frames_lost']} lost")
+        if "frames_slipped" in view:
+            counts.append(f"{view['frames_slipped']} slipped")
+        lines.append(f"{label:<{COLUMN}}isochronous ({role}): {', '.join(counts)}")
+    return lines
 
 
 def rtt_probe_line(number: int, rtt_ms: float) -> str:

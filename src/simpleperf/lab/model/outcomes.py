@@ -41,6 +41,10 @@ class FlowOutcome:
     sockets: list[tuple[str, int, str, int]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     theory_path: str | None = None  # the nodes theory's prediction assumed
+    # tcp, udp (--trip-times): the receiver's one-way delays, ms: min, mean, p99; and
+    # theory's, the forward path's delays (a floor: queues and the machine only add)
+    one_way_ms: tuple[float, float, float] | None = None
+    base_one_way: float | None = None
 
     @property
     def loss_percent(self) -> float | None:

@@ -241,6 +241,7 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
     if flow.kind == "udp" and isinstance(flow.rate, float | int):
         outcome.rate = float(flow.rate)
     outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
+    outcome.base_one_way = forward.one_way_delay * 1e3
     queues = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in forward.shaping()
                  if s.rate is not None and s.queue is not None)
     outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3

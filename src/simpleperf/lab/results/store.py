@@ -41,7 +41,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     rtt_median REAL, rtt_max REAL, rtt_mdev REAL, jitter_ms REAL, lost INTEGER,
     packets INTEGER, loss_percent REAL, rate REAL, connections TEXT, window_bound REAL,
     mathis_bound REAL, retransmits INTEGER, seconds REAL, exit_status INTEGER, output TEXT,
-    paths TEXT, theory_path TEXT);
+    paths TEXT, theory_path TEXT, one_way_min_ms REAL, one_way_mean_ms REAL,
+    one_way_p99_ms REAL, base_one_way_ms REAL);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -148,7 +149,7 @@ class Store:
                           if k not in ("source", "target", "label", "kind")}
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -157,7 +158,8 @@ class Store:
                  flow.jitter_ms, flow.lost, flow.packets, flow.loss_percent, flow.rate,
                  json.dumps(flow.connection_throughputs), flow.window_bound,
                  flow.mathis_bound, flow.retransmits, flow.seconds, flow.exit_status,
-                 flow.output, json.dumps(flow.paths), flow.theory_path)).lastrowid
+                 flow.output, json.dumps(flow.paths), flow.theory_path,
+                 *(flow.one_way_ms or (None, None, None)), flow.base_one_way)).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",

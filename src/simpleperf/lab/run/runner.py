@@ -270,6 +270,10 @@ def _progress(outcome: StepOutcome) -> list[str]:
             parts.append(f"{flow.seconds:.2f} s, exit status {flow.exit_status}")
         if flow.loss_percent is not None:
             parts.append(f"jitter {flow.jitter_ms:.3f} ms, loss {flow.loss_percent:.3f} %")
+        if flow.one_way_ms is not None:
+            least, mean, p99 = flow.one_way_ms
+            parts.append(f"one-way delay {mean:.1f} ms (min {least:.1f}, p99 {p99:.1f}; "
+                         f"theory at least {flow.base_one_way or 0:.1f})")
         lines.append(", ".join(parts))
     if outcome.fairness is not None:
         lines.append(f"Jain's fairness index {outcome.fairness:.3f}")

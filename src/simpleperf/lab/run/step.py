@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from ...protocol.native import WRITE_HEADER
 from ..model import theory
 from ..model.experiment import APPLICATIONS, FIRST_PORT, Flow, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
@@ -282,8 +283,11 @@ def client_command(outcome: FlowOutcome, port: str, every: float, duration: floa
         return ["ping", "-n", "-c", str(flow.count or timing.ping_count), "-i",
                 str(flow.interval or timing.ping_interval), outcome.address]
     # Every flow runs as a native test: both ends' view comes back as one JSON document.
+    # The lab's namespaces share one clock, so one-way delays are true: --trip-times.
     common = [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
               f"{duration:g}", "-i", f"{every:g}", "-J", "--no-latency"]
+    if not flow.length or flow.length >= WRITE_HEADER.size:
+        common.append("--trip-times")
     if flow.kind == "tcp":
         extra = (["-w", str(flow.window)] if flow.window else []) + (
             ["-l", str(flow.length)] if flow.length else []) + (
@@ -352,6 +356,7 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     if outcome.flow.kind == "udp":
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
+    outcome.one_way_ms = _one_way(end["streams"])
     outcome.sockets = [(c["local_host"], c["local_port"], c["remote_host"], c["remote_port"])
                        for c in result.get("start", {}).get("connected", [])]
     received = result.get("server_intervals") or result["intervals"]
@@ -362,6 +367,19 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     outcome.intervals = [(i["sum"]["start"] + shift, i["sum"]["end"] + shift,
                           i["sum"]["bits_per_second"]) for i in received]
     outcome.ok = "error" not in result
+
+
+def _one_way(streams: list[dict[str, Any]]) -> tuple[float, float, float] | None:
+    """The receivers' one-way delays over all of a flow's connections: the least, the
+    mean (weighted by what each timed) and the largest 99th percentile, ms."""
+    delays = [s["receiver"]["one_way_delay"] for s in streams
+              if s["receiver"].get("one_way_delay", {}).get("count")]
+    if not delays:
+        return None
+    count = sum(d["count"] for d in delays)
+    return (min(d["min_ms"] for d in delays),
+            sum(d["mean_ms"] * d["count"] for d in delays) / count,
+            max(d["p99_ms"] for d in delays))
 
 
 def _ping_times(text: str) -> list[float]:

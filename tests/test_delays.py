@@ -1,0 +1,206 @@
+"""One-way delays, histograms and frames as pure values (delays.py), and the TCP write
+headers a receiver follows through its byte stream (engine/timed_writes.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpleperf.cli import parse_args
+from simpleperf.delays import Binning, DelayAccount, DelayLog, FrameAccount, pdf_line
+from simpleperf.engine.timed_writes import WriteTimes
+from simpleperf.errors import ProtocolError, SimpleperfError, UsageError
+from simpleperf.protocol.events import Results
+from simpleperf.protocol.native import WRITE_HEADER, parse_results
+
+delays = st.floats(min_value=-0.01, max_value=2.0, allow_nan=False)
+
+
+@given(st.lists(delays, min_size=1, max_size=200))
+def test_moments_are_exact_and_every_delay_is_binned_once(values):
+    account = DelayAccount()
+    for value in values:
+        account.add(value)
+    assert account.count == len(values)
+    assert sum(account.bins.values()) + account.below + account.above == len(values)
+    assert account.minimum == min(values) and account.maximum == max(values)
+    assert math.isclose(account.mean, sum(values) / len(values), abs_tol=1e-9)
+    assert account.below == sum(1 for v in values if v < 0)
+    assert account.above == sum(1 for v in values if v >= 1.0)  # 10000 bins of 100 us
+
+
+@given(st.floats(min_value=-0.005, max_value=1.2), st.floats(min_value=-2e-3, max_value=2e-3),
+       st.integers(min_value=1, max_value=300))
+def test_a_run_of_evenly_spaced_delays_counts_as_each_one_would(first, step, count):
+    run, each = DelayAccount(), DelayAccount()
+    run.add_run(first, step, count)
+    for i in range(count):
+        each.add(first + i * step)
+    assert run.count == each.count and run.minimum == pytest.approx(each.minimum)
+    assert run.mean == pytest.approx(each.mean, abs=1e-9)
+    assert run.stdev == pytest.approx(each.stdev, abs=1e-6)
+    assert (run.bins, run.below, run.above) == (each.bins, each.below, each.above)
+
+
+@given(st.lists(delays, max_size=100), st.lists(delays, max_size=100))
+def test_merging_two_accounts_is_adding_both(first, second):
+    a, b, both = DelayAccount(), DelayAccount(), DelayAccount()
+    for value in first:
+        a.add(value)
+        both.add(value)
+    for value in second:
+        b.add(value)
+        both.add(value)
+    a.merge(b)
+    assert a.count == both.count and a.bins == both.bins
+    assert (a.below, a.above) == (both.below, both.above)
+
+
+def test_percentiles_are_within_a_bin_of_the_truth():
+    account = DelayAccount(Binning(1e-4, 10000))
+    values = [0.010 + i * 1e-5 for i in range(1000)]  # 10 ms to 20 ms
+    for value in values:
+        account.add(value)
+    assert abs(account.percentile(50) - 0.015) <= 1e-4
+    assert abs(account.percentile(99) - 0.0199) <= 1e-4
+    assert account.percentile(100) <= account.maximum
+
+
+def test_a_log_closes_intervals_into_its_total():
+    log = DelayLog(Binning())
+    log.current.add(0.001)
+    first = log.close_interval()
+    log.current.add(0.003)
+    assert first.count == 1 and log.current.count == 1
+    assert log.total().count == 2 and log.total().maximum == 0.003
+
+
+def test_the_pdf_line_reads_as_iperf2s():
+    account = DelayAccount()
+    for value in [0.00005] * 850 + [0.00015]:
+        account.add(value)
+    line = pdf_line(account, "T8")
+    assert line.startswith("T8-PDF: bin(w=100us):cnt(851)=1:850,2:1 (5.00/95.00/99.7%=1/1/")
+    assert line.endswith("obl/obu=0/0)")
+    assert "(0.00/99.99/99.7%=1/2/1," in pdf_line(account, "T8", (0.0, 99.99))
+
+
+def test_a_peers_account_round_trips_and_a_malformed_one_is_refused():
+    account = DelayAccount()
+    for value in (0.01, 0.02, 0.03, -0.001, 5.0):
+        account.add(value)
+    back = DelayAccount.from_result(account.to_result(), 100)
+    assert back.summary() == account.summary() and back.bins == account.bins
+    without_bins = DelayAccount.from_result(account.to_result(with_bins=False), 100)
+    assert without_bins.summary() == pytest.approx(account.summary())
+    for broken in ({}, {**account.to_result(), "count": -1},
+                   {**account.to_result(), "bins": [[0, 1]]},
+                   {**account.to_result(), "bins": [[1, 1]] * 101},
+                   {**account.to_result(), "bin_width_ms": float("nan")},
+                   {**account.to_result(with_bins=False), "percentiles": "x"}):
+        with pytest.raises(ValueError):
+            DelayAccount.from_result(broken, 100)
+
+
+def test_results_carry_accounts_and_refuse_a_malformed_one():
+    account = DelayAccount()
+    account.add(0.004)
+    message = Results(({"stream": 1, "bytes": 10, "seconds": 1.0, "delays": account},)
+                      ).to_message()
+    parsed = parse_results(message)
+    assert parsed[1]["delays"].summary() == account.summary()
+    message["streams"][0]["delays"]["bins"] = "many"
+    with pytest.raises(ProtocolError, match="delays"):
+        parse_results(message)
+
+
+def test_results_stay_within_a_message_when_histograms_are_wide():
+    accounts = []
+    for stream in range(1, 9):
+        account = DelayAccount(Binning(1e-6, 100000))
+        for i in range(3000):
+            account.add(i * 3e-5)
+        accounts.append({"stream": stream, "bytes": 1, "seconds": 1.0, "delays": account})
+    message = Results(tuple(accounts)).to_message()
+    parsed = parse_results(message)
+    assert all(entry["delays"].count == 3000 for entry in parsed.values())
+    assert parsed[1]["delays"].percentile(50) == pytest.approx(accounts[0]["delays"]
+                                                              .percentile(50))
+
+
+def test_frames_whole_lost_and_forged():
+    frames = FrameAccount(Binning())
+    for index in range(3):
+        frames.feed(1, 3, index, 10.0, 10.004)
+    frames.feed(2, 3, 0, 10.1, 10.101)  # two of its datagrams never come
+    for index in range(2):
+        frames.feed(4, 2, index, 10.3, 10.302)  # frame 3 never comes at all
+    frames.feed(4, 2, 1, 10.3, 10.303)  # a duplicate of a whole frame
+    frames.feed(10**6, 1, 0, 10.4, 10.4)  # forged: far beyond the highest
+    frames.feed(5, 2, 2, 10.4, 10.4)  # index beyond its frame's datagrams
+    assert (frames.whole, frames.lost, frames.bad, frames.highest) == (2, 2, 2, 4)
+    assert frames.log.total().count == 2
+    assert frames.log.total().maximum == pytest.approx(0.004)
+
+
+def _stamped_stream(lengths: list[int], sent_ns: int) -> bytes:
+    stream = b""
+    for number, length in enumerate(lengths, 1):
+        stream += WRITE_HEADER.pack(sent_ns, number, length) + bytes(length - WRITE_HEADER.size)
+    return stream
+
+
+@settings(max_examples=60)
+@given(st.lists(st.integers(min_value=16, max_value=3000), min_size=1, max_size=20),
+       st.lists(st.integers(min_value=1, max_value=5000), max_size=30))
+def test_writes_are_followed_through_reads_split_anywhere(lengths, cuts):
+    data = _stamped_stream(lengths, 1_000_000_000)
+    log, frames = DelayLog(Binning()), FrameAccount(Binning())
+    follower = WriteTimes(log, frames)
+    position = 0
+    for cut in cuts + [len(data)]:
+        piece = data[position:position + cut]
+        follower.feed(memoryview(piece), 1.25)
+        position += len(piece)
+    assert log.total().count == len(lengths)
+    assert log.total().maximum == pytest.approx(0.25)
+    assert frames.whole == len(lengths) and frames.lost == 0
+
+
+def test_a_write_header_that_lies_ends_the_stream_with_one_line():
+    follower = WriteTimes(DelayLog(Binning()))
+    with pytest.raises(SimpleperfError, match="not a simpleperf sender"):
+        follower.feed(memoryview(WRITE_HEADER.pack(0, 1, 3)), 1.0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--histograms"], "add --trip-times or --isochronous"),
+    (["--trip-times", "--histograms=abc"], "--histograms must be"),
+    (["--trip-times", "--histograms=0u,10"], "bin width"),
+    (["--trip-times", "--histograms=1m,0"], "bins must be"),
+    (["--trip-times", "--histograms=1m,10,90,10"], "LOWER < UPPER"),
+    (["--isochronous=0:20M"], "frames a second"),
+    (["--isochronous=60:-5"], "--isochronous must be"),
+    (["--isochronous=60:20M", "-b", "5M"], "leave out -b"),
+    (["--isochronous", "-u", "-l", "20"], "at least 32 bytes"),
+    (["--trip-times", "-l", "8"], "at least 16 bytes"),
+    (["--trip-times", "--iperf3"], "need a simpleperf server"),
+    (["--trip-times", "-Z"], "cannot be combined with -Z"),
+])
+def test_latency_flags_refuse_what_cannot_be_done_in_one_line(argv, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(")):
+        parse_args(["-c", "127.0.0.1", *argv])
+
+
+def test_latency_flags_take_iperf2s_forms():
+    options = parse_args(["-c", "127.0.0.1", "--isochronous=30:10M,1M", "--histograms=1m,500"])
+    assert (options.frame_rate, options.frame_load, options.frame_stdev) == (30, 10e6, 1e6)
+    assert options.binning == Binning(1e-3, 500)
+    assert options.needs_native
+    default = parse_args(["-c", "127.0.0.1", "--isochronous"])
+    assert (default.frame_rate, default.frame_load) == (60, 20e6)
+    with pytest.raises(UsageError, match="is a client option"):
+        parse_args(["-s", "--trip-times"])

@@ -1,0 +1,134 @@
+"""--trip-times, --histograms, --isochronous and a server's -F between real simpleperf
+processes on loopback (one machine: the clocks agree), and against a real iperf3 server."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import free_port, run_simpleperf, start_iperf3_server, start_server
+
+pytestmark = pytest.mark.loopback
+
+
+def _receiver(document: dict, number: int = 0) -> dict:
+    return document["end"]["streams"][number]["receiver"]
+
+
+@pytest.mark.parametrize("direction", [[], ["-R"]])
+def test_udp_trip_times_time_every_datagram_both_ways(server, direction):
+    _, port = server
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "20M", "-t", "1.5",
+                          "--trip-times", "-J", "--no-latency", *direction)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    receiver = _receiver(document)
+    delay = receiver["one_way_delay"]
+    received = receiver["packets"] - receiver["lost_packets"]
+    assert delay["count"] == received > 2000
+    assert 0 < delay["min_ms"] <= delay["p50_ms"] <= delay["p99_ms"] <= delay["max_ms"] < 1000
+    assert sum(count for _, count in delay["histogram"]["bins"]) + \
+        delay["histogram"]["below"] + delay["histogram"]["above"] == delay["count"]
+    rows = [s for i in document["intervals"] for s in i["streams"] if "one_way_delay" in s]
+    assert rows == [] if not direction else len(rows) >= 1
+
+
+def test_tcp_trip_times_time_every_write_and_print_iperf2s_histograms(server):
+    _, port = server
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1.5", "-R", "-l", "64K",
+                          "--trip-times", "--histograms", "--no-latency")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum("T8-PDF: bin(w=100us)" in line for line in lines) >= 1  # per interval
+    final = [line for line in lines if "one-way delay of writes (receiver)" in line]
+    assert len(final) == 1 and "avg/min/max/stdev" in final[0]
+    assert any("T8(f)-PDF" in line for line in lines)
+    json_run = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-n", "10000000", "-l",
+                              "100000", "--trip-times", "-J", "--no-latency")
+    delay = _receiver(json.loads(json_run.stdout))["one_way_delay"]
+    assert delay["count"] == 100  # every write of the 10 MB, timed at the server
+    assert _receiver(json.loads(json_run.stdout))["bytes"] == 10_000_000
+
+
+@pytest.mark.parametrize("protocol", [["-u"], []])
+def test_isochronous_frames_arrive_whole_at_their_rate(server, protocol):
+    _, port = server
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), *protocol, "-t", "2",
+                          "--isochronous=30:8M,1M", "-J", "--no-latency")
+    assert done.returncode == 0, done.stderr
+    stream = json.loads(done.stdout)["end"]["streams"][0]
+    sent, received = stream["sender"], stream["receiver"]
+    assert 58 <= sent["frames"] <= 62  # 30 a second for 2 s
+    assert received["frames"] + received["frames_lost"] == sent["frames"]
+    assert received["frames_lost"] == 0 and sent["frames_slipped"] == 0
+    assert received["frame_latency"]["count"] == received["frames"]
+    assert 0 < received["frame_latency"]["max_ms"] < 1000
+    # 8 Mbit/s as frames: about 1 MB a second
+    assert 1.5e6 < sent["bytes"] < 2.6e6
+
+
+def test_a_server_sends_its_file_to_reverse_clients_and_keeps_what_others_send(tmp_path):
+    source = tmp_path / "served"
+    source.write_bytes(bytes(range(256)) * 4000)
+    live, port = start_server("-F", str(source))
+    try:
+        kept = tmp_path / "kept"
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-R", "-F", str(kept), "-t",
+                              "5", "--no-latency")
+        assert done.returncode == 0, done.stderr
+        assert kept.read_bytes() == source.read_bytes()
+    finally:
+        live.close()
+    target = tmp_path / "written"
+    live, port = start_server("-F", str(target))
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-F", str(source),
+                              "--no-latency")
+        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+                not target.exists() or target.stat().st_size < source.stat().st_size):
+            time.sleep(0.05)
+        assert target.read_bytes() == source.read_bytes()
+    finally:
+        live.close()
+
+
+@pytest.mark.iperf3
+@pytest.mark.parametrize("version", ["3.12", "3.21"])
+def test_trip_times_against_an_iperf3_server_is_one_line_within_a_second(version):
+    process, port = start_iperf3_server(version)
+    try:
+        began = time.monotonic()
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "2", "--trip-times")
+        assert time.monotonic() - began < 3
+        assert done.returncode == 1
+        assert done.stderr.strip().count("\n") == 0
+        assert "iperf3 server, which measures no one-way delay" in done.stderr
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_classic_server_refuses_trip_times_in_one_line():
+    import socket
+    import threading
+
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def drain() -> None:  # a classic server: reads and says nothing
+        conn, _ = listener.accept()
+        with conn:
+            while conn.recv(65536):
+                pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--trip-times",
+                              timeout=30)
+        assert done.returncode == 1
+        assert "speaks only classic simpleperf, which cannot do --trip-times" in done.stderr
+    finally:
+        listener.close()
