@@ -4,6 +4,7 @@ processes on loopback (one machine: the clocks agree), and against a real iperf3
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -68,6 +69,7 @@ def test_isochronous_frames_arrive_whole_at_their_rate(server, protocol):
     assert 1.5e6 < sent["bytes"] < 2.6e6
 
 
+@pytest.mark.iperf3
 def test_a_server_sends_its_file_to_reverse_clients_and_keeps_what_others_send(tmp_path):
     source = tmp_path / "served"
     source.write_bytes(bytes(range(256)) * 4000)
@@ -78,6 +80,13 @@ def test_a_server_sends_its_file_to_reverse_clients_and_keeps_what_others_send(t
                               "5", "--no-latency")
         assert done.returncode == 0, done.stderr
         assert kept.read_bytes() == source.read_bytes()
+        # an iperf3 client is served the file too, as iperf3's own server -F serves it
+        by_iperf3 = tmp_path / "by-iperf3"
+        iperf3 = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-R", "-F",
+                                 str(by_iperf3), "-t", "2"], capture_output=True, text=True,
+                                timeout=30)
+        assert iperf3.returncode == 0, iperf3.stdout + iperf3.stderr
+        assert by_iperf3.read_bytes() == source.read_bytes()
     finally:
         live.close()
     target = tmp_path / "written"

@@ -12,12 +12,11 @@ from typing import Any
 
 from ..errors import SimpleperfError
 from ..protocol.native import TestSpec
-from ..transport import buffers, tcp, tcpinfo, udp
+from ..transport import buffers, tcp, tcpinfo
 from . import timed_writes
-from .pacing import wait_until
+from .pacing import WriteTurns, wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
-SO_MAX_PACING_RATE = 47
 QUIET_SECONDS = 0.02  # a drained receiver: nothing unread, nothing new for this long
 ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
 
@@ -38,27 +37,17 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     elif spec.zerocopy:
         sender = buffers.FileSender(payload, sock)
     send: Callable[[memoryview], int] = sender.send if sender is not None else sock.send
-    pacer = None
     wait_until(start, stop)
     stream.first = time.monotonic()
-    if spec.rate > 0:
-        with contextlib.suppress(OSError):  # TCP paces itself at this rate, without fq too
-            sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
-                            min(int(spec.rate / 8), 2**32 - 1))
-        pacer = udp.Pacer(spec.rate, spec.length, stream.first)
+    turns = WriteTurns(sock, spec, deadline, amount, stream.first)
     clock = time.monotonic
     sent = 0
     while not stop.is_set():
-        now = clock()
-        if deadline is not None and now >= deadline:
+        turn = turns.take(clock(), sent)
+        if turn is None:
             break
-        if amount is not None and sent >= amount:
-            break
-        if pacer is not None:
-            if pacer.due(now) <= 0:
-                pacer.wait(now)
-                continue
-            pacer.done += 1
+        if not turn:
+            continue
         chunk = payload if amount is None or amount - sent >= len(payload) \
             else payload[:amount - sent]
         try:  # noqa: SIM105 - hot loop: a context manager per write costs throughput
@@ -163,6 +152,13 @@ def attach_file(streams: list[Stream], path: str | None) -> None:
     except OSError as error:
         raise SimpleperfError(f"-F/--file {path}: {(error.strerror or str(error)).lower()}"
                               ) from None
+
+
+def attach_server_file(path: str | None, protocol: str, streams: list[Stream]) -> None:
+    """A server's -F: a one-stream TCP test's stream sends the file, or fills it (as
+    iperf3's server does); tests of more streams, or UDP, run as without it."""
+    if path is not None and protocol == "tcp" and len(streams) == 1:
+        attach_file(streams, path)
 
 
 def close_files(streams: list[Stream]) -> None:

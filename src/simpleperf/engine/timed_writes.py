@@ -14,9 +14,9 @@ from ..delays import DelayLog, FrameAccount
 from ..errors import SimpleperfError
 from ..options import MAX_LENGTH
 from ..protocol.native import WRITE_HEADER, TestSpec
-from ..transport import buffers, udp
+from ..transport import buffers
 from .frames import FrameClock
-from .pacing import wait_until
+from .pacing import WriteTurns, wait_until
 from .records import Stream
 
 HEADER = WRITE_HEADER.size
@@ -34,29 +34,20 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     amount = spec.num_bytes
     wait_until(start, stop)
     stream.first = time.monotonic()
-    pacer = None
-    if spec.rate > 0 and frames is None:
-        pacer = udp.Pacer(spec.rate, spec.length, stream.first)
+    turns = WriteTurns(sock, spec, deadline, amount, stream.first)
     number = 0
     sent = 0
     clock = time.monotonic
     while not stop.is_set():
         now = clock()
-        if deadline is not None and now >= deadline:
+        turn = turns.take(now, sent)
+        if turn is None:
             break
-        if amount is not None and sent >= amount:
-            break
-        if frames is not None:
-            size = frames.next_size(now, stop)
-            if size is None:
-                continue
-        else:
-            if pacer is not None:
-                if pacer.due(now) <= 0:
-                    pacer.wait(now)
-                    continue
-                pacer.done += 1
-            size = spec.length
+        if not turn:
+            continue
+        size = spec.length if frames is None else frames.next_size(now, stop)
+        if size is None:
+            continue
         if amount is not None:
             left = amount - sent
             size = left if left - size < HEADER else min(size, left)

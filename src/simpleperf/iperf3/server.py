@@ -14,7 +14,7 @@ from typing import Any
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
-from ..errors import ProtocolError
+from ..errors import ProtocolError, SimpleperfError
 from ..options import ServerOptions, test_deadline
 from ..policy import Limit, ServerPolicy, TestWatch
 from ..protocol import iperf3
@@ -121,6 +121,7 @@ class Iperf3Service:
         with self._lock:
             self._tests[cookie] = test
         measurement: Measurement | None = None
+        streams: list[Stream] = []
         admitted = False
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -145,14 +146,15 @@ class Iperf3Service:
             self.document(server_json.test_document(
                 _spec(params), peer, measurement, _by_number(measurement, theirs),
                 started_wall, f"iperf3 {params.client_version or 'client'}", their_cpu))
-        except (ProtocolError, OSError) as error:
-            reason = str(error) if isinstance(error, ProtocolError) else (
-                error.strerror or str(error)).lower()
+        except (ProtocolError, SimpleperfError, OSError) as error:
+            reason = (error.strerror or str(error)).lower() if isinstance(error, OSError) \
+                else str(error)
             self.say(f"iperf3 test from {peer} ended: {reason}")
             self.document(server_json.error_document(peer, reason))
         finally:
             if measurement is not None:
                 measurement.close()
+            tcp_stream.close_files(streams)
             with self._lock:
                 self._tests.pop(cookie, None)
             with test.lock:
@@ -206,6 +208,7 @@ class Iperf3Service:
     def _run(self, control: Iperf3Control, params: iperf3.Parameters,
              streams: list[Stream]) -> Measurement:
         spec = _spec(params)
+        tcp_stream.attach_server_file(self.options.file, spec.protocol, streams)
         measurement = Measurement(spec, streams, SERVER_STEP_SECONDS,
                                   cpu=params.server_affinity)
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))

@@ -246,7 +246,7 @@ class NativeService:
         try:
             _await_streams(channel, pending)
             streams = _ready(pending)
-            _attach_file(self.options.file, pending.spec, streams)
+            tcp_stream.attach_server_file(self.options.file, pending.spec.protocol, streams)
             measurement = Measurement(pending.spec, streams, pending.spec.sample,
                                       cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
@@ -281,12 +281,6 @@ def _ready(pending: PendingTest) -> list[Stream]:
             tcp_stream.apply_options(stream.sock, pending.spec)
             tcp.set_wake_up(stream.sock)
     return streams
-
-
-def _attach_file(path: str | None, spec: TestSpec, streams: list[Stream]) -> None:
-    """-F on a server: a one-stream TCP test's stream sends the file, or fills it."""
-    if path is not None and spec.protocol == "tcp" and len(streams) == 1:
-        tcp_stream.attach_file(streams, path)
 
 
 def _text_report(spec: TestSpec, peer: str, measurement: Measurement, unit: str) -> list[str]:
