@@ -204,3 +204,26 @@ def test_latency_flags_take_iperf2s_forms():
     assert (default.frame_rate, default.frame_load) == (60, 20e6)
     with pytest.raises(UsageError, match="is a client option"):
         parse_args(["-s", "--trip-times"])
+
+
+def test_frame_sizes_are_log_normal_with_the_asked_mean_and_deviation():
+    import statistics
+    import threading
+
+    from simpleperf.engine.frames import FrameClock
+    from simpleperf.protocol.native import TestSpec
+
+    spec = TestSpec(protocol="udp", frame_rate=50.0, frame_load=20e6, frame_stdev=4e6)
+    clock = FrameClock(spec, start=0.0, seed=7)
+    sizes = [clock.size() for _ in range(20000)]
+    assert statistics.fmean(sizes) == pytest.approx(20e6 / 8 / 50, rel=0.03)
+    assert statistics.stdev(sizes) == pytest.approx(4e6 / 8 / 50, rel=0.1)
+    steady = FrameClock(TestSpec(protocol="udp", frame_rate=50.0, frame_load=20e6), 0.0)
+    assert {steady.size() for _ in range(10)} == {50000}
+    # slots every 20 ms: at 50 ms the slots of 20 and 40 ms have passed, so the frame goes
+    # in the latest (40 ms) and the one of 20 ms slips; frame numbers have no gaps
+    late = FrameClock(spec, start=0.0)
+    never = threading.Event()
+    assert late.next_size(0.0, never) is not None and late.sent == 1
+    assert late.next_size(0.05, never) is not None
+    assert (late.sent, late.slipped, late.slot) == (2, 1, 3)

@@ -411,3 +411,52 @@ def test_without_matplotlib_the_run_and_the_report_say_there_are_no_plots(tmp_pa
     (folder,) = (tmp_path / "runs").iterdir()
     assert "tables only, no plots" in (folder / "report.html").read_text()
     assert not (folder / "plots").exists() or not any((folder / "plots").iterdir())
+
+
+VIDEO = """
+name = "video"
+topology = "pair"
+[pair]
+rate = "20M"
+delay = "10ms"
+[timing]
+duration = "3s"
+[[steps]]
+name = "video frames"
+flows = [{ kind = "udp", from = "h1", to = "h2", frames = "30:4M,400k" }]
+"""
+
+
+def test_a_flow_of_video_frames_reports_frames_and_their_latency(tmp_path):
+    """frames = "FPS:MEAN,STDEV": iperf2's isochronous traffic as a lab flow; each frame's
+    latency (start at the sender to its last datagram) is at least the path's one-way
+    delay, and on an unloaded 20 Mbit/s link every frame arrives whole."""
+    plan = tmp_path / "video.toml"
+    plan.write_text(VIDEO)
+    done = lab("run", str(plan), "--results", str(tmp_path / "runs"), timeout=180)
+    db = sqlite3.connect(run_folder(tmp_path / "runs") / "results.sqlite")
+    frames, lost, mean, p99, rate, throughput, one_way = db.execute(
+        "SELECT frames, frames_lost, frame_latency_mean_ms, frame_latency_p99_ms, rate, "
+        "throughput, base_one_way_ms FROM flow").fetchone()
+    assert 80 <= frames <= 92 and lost == 0  # 30 a second for 3 s
+    assert one_way == pytest.approx(10.0)
+    assert one_way - 0.5 <= mean <= p99 < 1000
+    assert rate == 4e6 and 0.8 * rate < throughput < 1.2 * rate
+    assert re.search(r"frames \d+ whole, 0 lost, latency [\d.]+ ms \(p99 [\d.]+\)", done.stdout)
+    assert_gone({"h1", "h2", "pair-wire"})
+
+
+@pytest.mark.parametrize("flow, words", [
+    ('{ kind = "tcp", from = "h1", to = "h2", frames = "30:4M" }', "applies to udp flows"),
+    ('{ kind = "udp", from = "h1", to = "h2", frames = "30:4M", rate = "5M" }', "leave out"),
+    ('{ kind = "udp", from = "h1", to = "h2", frames = "0:4M" }', "frames a second"),
+    ('{ kind = "udp", from = "h1", to = "h2", frames = "30:4M", length = 20 }', "at least 32"),
+])
+def test_a_malformed_frames_flow_is_one_line_before_anything_runs(tmp_path, flow, words):
+    plan = tmp_path / "bad.toml"
+    plan.write_text(VIDEO.replace(
+        '{ kind = "udp", from = "h1", to = "h2", frames = "30:4M,400k" }', flow))
+    done = lab("run", str(plan), "--results", str(tmp_path / "runs"), check=False)
+    assert done.returncode == 1, done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+    assert "step 1 (video frames) flow 1: " in done.stderr

@@ -51,7 +51,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     if args.histograms is not None:
         changes.update(histograms=True, **_histograms(args.histograms))
     if args.isochronous is not None:
-        changes.update(_isochronous(args.isochronous))
+        changes.update(parse_isochronous(args.isochronous))
     options = dataclasses.replace(options, **changes)
     _check(options)
     return options
@@ -92,7 +92,8 @@ def _bin_width(text: str) -> float:
     return value
 
 
-def _isochronous(text: str) -> dict[str, float]:
+def parse_isochronous(text: str) -> dict[str, float]:
+    """FPS:MEAN,STDEV as ClientOptions' frame_rate, frame_load, frame_stdev; UsageError."""
     fps_text, colon, load_text = text.partition(":") if text else ("", "", "")
     mean_text, _, stdev_text = load_text.partition(",")
     try:

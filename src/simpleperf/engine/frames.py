@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import math
 import random
+import socket
 import threading
 import time
 
 from ..errors import SimpleperfError
 from ..options import MAX_LENGTH
-from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER, FRAME_FIELDS, TestSpec
+from ..protocol.native import (
+    AUTH_DATAGRAM_HEADER,
+    DATAGRAM_HEADER,
+    FRAME_FIELDS,
+    MAX_FRAME_DATAGRAMS,
+    TestSpec,
+)
 from ..stats import UdpReceiveAccount
 from ..transport import udp
 from ..transport.buffers import aligned
@@ -36,7 +43,8 @@ class FrameClock:
         self._sigma = math.sqrt(math.log1p((spread / mean) ** 2)) if spread > 0 else 0.0
         self._mu = math.log(mean) - self._sigma ** 2 / 2
         self._random = random.Random(seed)
-        self.number = 0  # frames handed out so far; the next is number + 1
+        self.slot = 0  # the frame slots passed so far, sent or slipped
+        self.sent = 0  # frames handed out: the latest one's number (numbers have no gaps)
         self.slipped = 0
 
     def size(self) -> int:
@@ -48,15 +56,14 @@ class FrameClock:
 
     def next_size(self, now: float, stop: threading.Event) -> int | None:
         """The next frame's size once it is due; None after waiting (check the deadline)."""
-        due = self.start + self.number * self.period
+        due = self.start + self.slot * self.period
         if now < due:
             wait_until(due, stop)
             return None
         missed = int((now - due) / self.period)
-        if missed:
-            self.slipped += missed
-            self.number += missed
-        self.number += 1
+        self.slipped += missed
+        self.slot += missed + 1
+        self.sent += 1
         return self.size()
 
 
@@ -67,8 +74,9 @@ def frame_offset(keyed: bool) -> int:
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
          stop: threading.Event) -> None:
-    """UDP frames: each a burst of -l byte datagrams at its tick, all stamped with the
-    frame's start, so the receiver times the frame from its start to its last datagram."""
+    """UDP frames: each a burst of -l byte datagrams at its tick (the last one shorter: a
+    frame's bytes are its size), all stamped with the frame's start, so the receiver times
+    the frame from its start to its last datagram."""
     sock = stream.sock
     size = spec.length
     frames = FrameClock(spec, start)
@@ -88,23 +96,25 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
         frame_bytes = frames.next_size(now, stop)
         if frame_bytes is None:
             continue
-        count = min(65535, max(1, -(-frame_bytes // size)))
+        count = min(MAX_FRAME_DATAGRAMS, max(1, -(-frame_bytes // size)))
+        # the last datagram takes what is left of the frame (at least the headers)
+        last = max(at + FRAME_FIELDS.size, min(size, frame_bytes - (count - 1) * size))
         stamp = time.time()
         seconds = int(stamp)
         micros = int((stamp - seconds) * 1e6)
         for index in range(count):
             number += 1
             DATAGRAM_HEADER.pack_into(buffer, 0, seconds, micros, number)
-            FRAME_FIELDS.pack_into(buffer, at, frames.number & 0xFFFFFFFF, count, index)
-            _send_datagram(sock, buffer)
+            FRAME_FIELDS.pack_into(buffer, at, frames.sent & 0xFFFFFFFF, count, index)
+            _send_datagram(sock, buffer if index < count - 1 else buffer[:last])
         stream.packets_sent = number
-        stream.num_bytes = number * size
-        stream.frames_sent = frames.number - frames.slipped
+        stream.num_bytes += (count - 1) * size + last
+        stream.frames_sent = frames.sent
     stream.frames_slipped = frames.slipped
     stream.last = time.monotonic()
 
 
-def _send_datagram(sock, buffer) -> None:
+def _send_datagram(sock: socket.socket, buffer: memoryview) -> None:
     while True:
         try:
             sock.send(buffer)

@@ -19,8 +19,6 @@ def wait_until(moment: float, stop: threading.Event) -> None:
         stop.wait(delay)
 
 
-
-
 class WriteTurns:
     """When a TCP sender may write its next block: never past the test's deadline or its
     amount of bytes, and with -b when the pacer says one is due (the kernel also paces the

@@ -10,7 +10,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...errors import UsageError
+from ...latency_flags import parse_isochronous
 from ...options import (
+    AUTH_UDP_LENGTH,
     MAX_LENGTH,
     MAX_PARALLEL,
     MAX_RATE,
@@ -21,6 +24,7 @@ from ...options import (
     MIN_WINDOW,
     is_congestion_name,
 )
+from ...protocol.native import FRAME_FIELDS
 from ...units import parse_duration, parse_rate, parse_size
 from . import datafiles, events
 from .events import Event
@@ -40,7 +44,7 @@ MAX_COMMAND = 2000  # characters of a command line
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
                "count", "interval", "rtt_under_load", "label", "window", "congestion",
-               "size", "objects", "content", "server", "client"}
+               "size", "objects", "content", "server", "client", "frames"}
 PAIR_FIELDS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
 LINK_SWEEPS = ("rate", "delay", "jitter", "loss", "queue")
 FLOW_SWEEPS = ("window", "length", "parallel")
@@ -74,6 +78,7 @@ class Flow:
     content: str = "random"  # scp, http: "random" bytes, or "sparse" (zeros, not stored)
     server: str | None = None  # command: run in the target node, from before the start
     client: str | None = None  # command: run in the source node at the start, timed
+    frames: str | None = None  # udp: video frames, iperf2's --isochronous FPS:MEAN,STDEV
 
     @property
     def one_tcp_connection(self) -> bool:
@@ -368,6 +373,8 @@ def _flow(raw: Any, where: str) -> Flow:
         values["rate"] = rate
     elif kind == "udp":
         values["rate"] = "auto"
+    if "frames" in raw:
+        values.update(_frames(raw, kind, where))
     if "length" in raw:
         if kind == "ping":
             raise ExperimentError(f"{where}: length applies to tcp and udp flows")
@@ -408,6 +415,25 @@ def _flow(raw: Any, where: str) -> Flow:
     if address is not None and not isinstance(address, str):
         raise ExperimentError(f"{where}: address must be a string")
     return Flow(kind, raw["from"], raw["to"], address, label, **values)
+
+
+def _frames(raw: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """A udp flow of video frames: its FPS:MEAN,STDEV, and MEAN as the flow's rate."""
+    text = raw["frames"]
+    if kind != "udp" or "rate" in raw:
+        raise ExperimentError(f"{where}: frames applies to udp flows, which then take their "
+                              "rate from it (leave out rate)")
+    if not isinstance(text, str) or not text:
+        raise ExperimentError(f"{where}: frames must be a string such as \"60:20M,2M\"")
+    least = AUTH_UDP_LENGTH + FRAME_FIELDS.size
+    if isinstance(raw.get("length"), int) and raw["length"] < least:
+        raise ExperimentError(f"{where}: frames need a length of at least {least} bytes")
+    try:
+        frames = parse_isochronous(text)
+    except UsageError as error:
+        raise ExperimentError(f"{where}: frames = {text!r}: "
+                              f"{str(error).removeprefix('--isochronous')}") from None
+    return {"frames": text, "rate": frames["frame_load"]}
 
 
 def _application(raw: dict[str, Any], kind: str, where: str) -> dict[str, Any]:

@@ -45,6 +45,8 @@ class FlowOutcome:
     # theory's, the forward path's delays (a floor: queues and the machine only add)
     one_way_ms: tuple[float, float, float] | None = None
     base_one_way: float | None = None
+    frames: tuple[int, int] | None = None  # udp with frames: whole, lost
+    frame_latency_ms: tuple[float | None, float | None] | None = None  # mean, p99
 
     @property
     def loss_percent(self) -> float | None:

@@ -42,7 +42,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     packets INTEGER, loss_percent REAL, rate REAL, connections TEXT, window_bound REAL,
     mathis_bound REAL, retransmits INTEGER, seconds REAL, exit_status INTEGER, output TEXT,
     paths TEXT, theory_path TEXT, one_way_min_ms REAL, one_way_mean_ms REAL,
-    one_way_p99_ms REAL, base_one_way_ms REAL);
+    one_way_p99_ms REAL, base_one_way_ms REAL, frames INTEGER, frames_lost INTEGER,
+    frame_latency_mean_ms REAL, frame_latency_p99_ms REAL);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -149,7 +150,8 @@ class Store:
                           if k not in ("source", "target", "label", "kind")}
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -159,7 +161,9 @@ class Store:
                  json.dumps(flow.connection_throughputs), flow.window_bound,
                  flow.mathis_bound, flow.retransmits, flow.seconds, flow.exit_status,
                  flow.output, json.dumps(flow.paths), flow.theory_path,
-                 *(flow.one_way_ms or (None, None, None)), flow.base_one_way)).lastrowid
+                 *(flow.one_way_ms or (None, None, None)), flow.base_one_way,
+                 *(flow.frames or (None, None)),
+                 *(flow.frame_latency_ms or (None, None)))).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",

@@ -61,7 +61,7 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
             udp |= flow["kind"] == "udp"
     header = ["pair", "RTT avg ms", "theory ms"]
     header += (["asked Mbit/s", "got Mbit/s", "theory", "jitter ms", "loss"] if udp
-               else ["throughput Mbit/s", "theory", "ratio"])
+               else ["throughput Mbit/s", "theory", "ratio"]) + [ONE_WAY_HEADER]
     table = []
     for label, row in rows.items():
         ping = row.get("ping")
@@ -69,9 +69,9 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
         cells = [label, rtt, _ms(row["base"])]
         flow = row.get("transfer")
         if flow is None:
-            cells += ["-"] * (5 if udp else 3)
+            cells += ["-"] * (6 if udp else 4)
         elif not flow["ok"]:
-            cells += [_failure(flow)] + [""] * (4 if udp else 2)
+            cells += [_failure(flow)] + [""] * (5 if udp else 3)
         elif udp:
             loss = "-" if flow["loss_percent"] is None else (
                 f"{flow['loss_percent']:.3f} % ({flow['lost']}/{flow['packets']})")
@@ -81,14 +81,31 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
             ratio = (f"{flow['throughput'] / flow['predicted']:.2f}"
                      if flow["throughput"] and flow["predicted"] else "-")
             cells += [_mbps(flow["throughput"]), _mbps(flow["predicted"]), ratio]
+        if flow is not None and flow["ok"]:
+            cells.append(_one_way(flow))
         table.append(cells)
     return _table(header, table)
+
+
+ONE_WAY_HEADER = "one-way ms: mean, p99 (theory)"
+
+
+def _one_way(flow: dict[str, Any]) -> str:
+    """The receiver's one-way delay (--trip-times) beside theory's floor, the forward
+    path's delays."""
+    if flow.get("one_way_mean_ms") is None:
+        return "-"
+    return (f"{flow['one_way_mean_ms']:.1f}, {flow['one_way_p99_ms']:.1f} "
+            f"({_ms(flow['base_one_way_ms'])})")
 
 
 def _udp_quality(flow: dict[str, Any]) -> str:
     if flow["kind"] != "udp" or flow["loss_percent"] is None:
         return "-"
-    return f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost"
+    frames = "" if flow.get("frames") is None else (
+        f"; frames {flow['frames']} whole, {flow['frames_lost']} lost, latency "
+        f"{_ms(flow['frame_latency_mean_ms'])} ms (p99 {_ms(flow['frame_latency_p99_ms'])})")
+    return f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost{frames}"
 
 
 def _step_block(step: dict[str, Any]) -> list[str]:
@@ -97,7 +114,7 @@ def _step_block(step: dict[str, Any]) -> list[str]:
     table = []
     for flow in step["flows"]:
         if not flow["ok"]:
-            table.append([flow["label"], _failure(flow), "", "", "", ""] + [""] * with_udp)
+            table.append([flow["label"], _failure(flow), "", "", "", "", ""] + [""] * with_udp)
             continue
         connections = flow["connections"]
         per = (" (" + " + ".join(f"{c / 1e6:.2f}" for c in connections) + ")"
@@ -106,11 +123,12 @@ def _step_block(step: dict[str, Any]) -> list[str]:
                       f"{_ms(flow['base_rtt_ms'])} .. {_ms(flow['full_queue_rtt_ms'])}",
                       _mbps(flow["throughput"]) + per, _mbps(flow["predicted"]),
                       f"{flow['throughput'] / flow['predicted']:.2f}"
-                      if flow["throughput"] and flow["predicted"] else "-"]
+                      if flow["throughput"] and flow["predicted"] else "-", _one_way(flow)]
                      + ([_udp_quality(flow)] if with_udp else []))
     lines += ["  " + line for line in _table(
         ["pair", "RTT under load ms", "theory: idle .. full queues", "throughput Mbit/s",
-         "max-min share", "ratio"] + (["UDP jitter, loss"] if with_udp else []), table)]
+         "max-min share", "ratio", ONE_WAY_HEADER]
+        + (["UDP jitter, loss"] if with_udp else []), table)]
     notes = []
     if step["fairness"] is not None:
         notes.append(f"Jain's fairness index {step['fairness']:.3f} (1 = perfectly fair)")

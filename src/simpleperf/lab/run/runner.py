@@ -274,6 +274,11 @@ def _progress(outcome: StepOutcome) -> list[str]:
             least, mean, p99 = flow.one_way_ms
             parts.append(f"one-way delay {mean:.1f} ms (min {least:.1f}, p99 {p99:.1f}; "
                          f"theory at least {flow.base_one_way or 0:.1f})")
+        if flow.frames is not None and flow.frame_latency_ms is not None:
+            whole, lost = flow.frames
+            frame_mean, frame_p99 = flow.frame_latency_ms
+            parts.append(f"frames {whole} whole, {lost} lost, latency {frame_mean or 0:.1f} ms "
+                         f"(p99 {frame_p99 or 0:.1f})")
         lines.append(", ".join(parts))
     if outcome.fairness is not None:
         lines.append(f"Jain's fairness index {outcome.fairness:.3f}")

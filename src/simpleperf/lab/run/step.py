@@ -293,10 +293,12 @@ def client_command(outcome: FlowOutcome, port: str, every: float, duration: floa
             ["-l", str(flow.length)] if flow.length else []) + (
             ["-C", flow.congestion] if flow.congestion else [])
         return [*common, "--native", "-P", str(flow.parallel), *extra]
+    length = ["-l", str(theory.datagram_bytes(flow.length))]
+    if flow.frames is not None:  # video frames set their own rate
+        return [*common, "-u", f"--isochronous={flow.frames}", *length]
     if outcome.rate is None:
         outcome.rate = FALLBACK_UDP_RATE
-    return [*common, "-u", "-b", str(int(outcome.rate)), "-l",
-            str(theory.datagram_bytes(flow.length))]
+    return [*common, "-u", "-b", str(int(outcome.rate)), *length]
 
 
 def _trace(model: Topology, outcome: FlowOutcome) -> None:
@@ -357,6 +359,11 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
     outcome.one_way_ms = _one_way(end["streams"])
+    receiver = end["streams"][0]["receiver"]
+    if "frame_latency" in receiver:
+        latency = receiver["frame_latency"]
+        outcome.frames = (receiver["frames"], receiver["frames_lost"])
+        outcome.frame_latency_ms = (latency.get("mean_ms"), latency.get("p99_ms"))
     outcome.sockets = [(c["local_host"], c["local_port"], c["remote_host"], c["remote_port"])
                        for c in result.get("start", {}).get("connected", [])]
     received = result.get("server_intervals") or result["intervals"]
