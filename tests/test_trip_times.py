@@ -17,22 +17,28 @@ def _receiver(document: dict, number: int = 0) -> dict:
     return document["end"]["streams"][number]["receiver"]
 
 
-@pytest.mark.parametrize("direction", [[], ["-R"]])
-def test_udp_trip_times_time_every_datagram_both_ways(server, direction):
+@pytest.mark.parametrize("direction", [[], ["-R"], ["--bidir"]])
+def test_udp_trip_times_time_every_datagram_in_each_direction(server, direction):
     _, port = server
     done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "20M", "-t", "1.5",
                           "--trip-times", "-J", "--no-latency", *direction)
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    receiver = _receiver(document)
-    delay = receiver["one_way_delay"]
-    received = receiver["packets"] - receiver["lost_packets"]
-    assert delay["count"] == received > 2000
-    assert 0 < delay["min_ms"] <= delay["p50_ms"] <= delay["p99_ms"] <= delay["max_ms"] < 1000
-    assert sum(count for _, count in delay["histogram"]["bins"]) + \
-        delay["histogram"]["below"] + delay["histogram"]["above"] == delay["count"]
+    streams = document["end"]["streams"]
+    assert len(streams) == (2 if direction == ["--bidir"] else 1)
+    for number in range(len(streams)):
+        receiver = _receiver(document, number)
+        delay = receiver["one_way_delay"]
+        received = receiver["packets"] - receiver["lost_packets"]
+        assert delay["count"] == received > 2000
+        assert 0 < delay["min_ms"] <= delay["p50_ms"] <= delay["p99_ms"] <= delay["max_ms"] \
+            < 1000
+        assert sum(count for _, count in delay["histogram"]["bins"]) + \
+            delay["histogram"]["below"] + delay["histogram"]["above"] == delay["count"]
+    # interval rows carry the delays where this end received: with -R and --bidir
     rows = [s for i in document["intervals"] for s in i["streams"] if "one_way_delay" in s]
-    assert rows == [] if not direction else len(rows) >= 1
+    assert (len(rows) >= 1) == bool(direction)
+    assert all(not row["sender"] for row in rows)
 
 
 def test_tcp_trip_times_time_every_write_and_print_iperf2s_histograms(server):
@@ -58,7 +64,10 @@ def test_isochronous_frames_arrive_whole_at_their_rate(server, protocol):
     done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), *protocol, "-t", "2",
                           "--isochronous=30:8M,1M", "-J", "--no-latency")
     assert done.returncode == 0, done.stderr
-    stream = json.loads(done.stdout)["end"]["streams"][0]
+    document = json.loads(done.stdout)
+    assert document["start"]["test_start"]["isochronous"]["frames_per_second"] == 30
+    assert document["start"]["test_start"]["trip_times"] is True
+    stream = document["end"]["streams"][0]
     sent, received = stream["sender"], stream["receiver"]
     assert 58 <= sent["frames"] <= 62  # 30 a second for 2 s
     assert received["frames"] + received["frames_lost"] == sent["frames"]

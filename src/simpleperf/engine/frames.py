@@ -122,8 +122,7 @@ def _send_datagram(sock: socket.socket, buffer: memoryview) -> None:
         except BlockingIOError:
             continue
         except ConnectionRefusedError:
-            raise SimpleperfError("the receiver's UDP port is closed (ICMP port "
-                                  "unreachable)") from None
+            raise SimpleperfError(udp.PORT_CLOSED) from None
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:

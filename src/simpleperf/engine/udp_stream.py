@@ -71,8 +71,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             number -= count
             continue
         except ConnectionRefusedError:
-            raise SimpleperfError("the receiver's UDP port is closed (ICMP port "
-                                  "unreachable)") from None
+            raise SimpleperfError(udp.PORT_CLOSED) from None
         except OSError as error:
             if error.errno not in (errno.EMSGSIZE, errno.EINVAL) or \
                     (mtu := udp.path_mtu(sock)) is None or size + udp.IP_UDP_HEADERS <= mtu:

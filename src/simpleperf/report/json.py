@@ -27,11 +27,19 @@ def identity(started_wall: float) -> dict[str, Any]:
 
 def test_start(spec: TestSpec) -> dict[str, Any]:
     """iperf3's start.test_start: what the test was asked to do."""
-    return {"protocol": spec.protocol.upper(), "num_streams": spec.parallel,
-            "blksize": spec.length, "omit": spec.omit, "duration": spec.duration or 0,
-            "bytes": spec.num_bytes or 0, "blocks": 0,
-            "reverse": int(spec.direction == "reverse"), "tos": spec.tos,
-            "bidir": int(spec.direction == "bidir"), "target_bitrate": spec.rate}
+    start = {"protocol": spec.protocol.upper(), "num_streams": spec.parallel,
+             "blksize": spec.length, "omit": spec.omit, "duration": spec.duration or 0,
+             "bytes": spec.num_bytes or 0, "blocks": 0,
+             "reverse": int(spec.direction == "reverse"), "tos": spec.tos,
+             "bidir": int(spec.direction == "bidir"), "target_bitrate": spec.rate}
+    if spec.trip_times:  # new in simpleperf, iperf2's: what the delays were binned by
+        start.update(trip_times=True, histogram_bin_width_ms=spec.histogram_bin_width * 1e3,
+                     histogram_bins=spec.histogram_bins)
+    if spec.isochronous:
+        start["isochronous"] = {"frames_per_second": spec.frame_rate,
+                                "mean_bits_per_second": spec.frame_load,
+                                "stdev_bits_per_second": spec.frame_stdev}
+    return start
 
 
 def socket_section(sock: socket.socket | None, window: int | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ SOL_UDP = 17
 UDP_SEGMENT = 103  # linux/udp.h: one send() becomes many datagrams of this size
 UDP_GRO = 104  # linux/udp.h: one recv() returns many datagrams of one size, coalesced
 SO_TIMESTAMPNS = 35
+PORT_CLOSED = "the receiver's UDP port is closed (ICMP port unreachable)"
 MAX_GSO_BYTES = 65000  # a GSO send stays below the 64 KiB IP payload limit
 MAX_GSO_SEGMENTS = 64
 RECEIVE_BUFFER = 4 * 1024 * 1024
