@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .delays import Binning
 
 DEFAULT_PORT = 8088
 DEFAULT_SERVER_IP = "127.0.0.1"
@@ -202,12 +198,6 @@ class ClientOptions:
     frame_rate: float = 0.0  # --isochronous: frames a second; 0 for a steady stream
     frame_load: float = DEFAULT_FRAME_LOAD  # bits/s, the frames' mean
     frame_stdev: float = 0.0  # bits/s
-
-    @property
-    def binning(self) -> Binning:
-        from .delays import Binning  # here: delays reads this module
-
-        return Binning(self.histogram_bin_width, self.histogram_bins, *self.histogram_ci)
 
     @property
     def rows_every(self) -> float | None:

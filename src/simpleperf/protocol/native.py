@@ -282,7 +282,8 @@ class TestSpec:
                                             MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE),
             repeating_payload=options.repeating_payload, affinity=options.server_affinity,
             trip_times=options.trip_times or options.frame_rate > 0,
-            histogram_bin_width=options.binning.width, histogram_bins=options.binning.count,
+            histogram_bin_width=options.histogram_bin_width,
+            histogram_bins=options.histogram_bins,
             frame_rate=options.frame_rate, frame_load=options.frame_load,
             frame_stdev=options.frame_stdev)
 
