@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from cpu_meter import CpuMeter
+
 SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
 ROW = re.compile(r"^\S+:\d+\s+[\d.]+ - [\d.]+\s+\d+ B\s+([\d.]+) Mbps", re.M)
 
@@ -57,6 +59,12 @@ def iperf3_run(binary: str, port: int, seconds: float, *options: str) -> float:
     return json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
 
 
+def _cost(samples: list[tuple[float, float]]) -> str:
+    client = statistics.median(c for c, _ in samples)
+    server = statistics.median(s for _, s in samples)
+    return f"{client:.3f} + {server:.3f} = {client + server:.3f}"
+
+
 CASES = {"P1": ("one stream", 1, ()), "P4": ("four streams", 4, ("-P", "4")),
          "Z": ("one stream, -Z", 1, ("-Z",))}
 
@@ -88,17 +96,21 @@ def main() -> int:
     try:
         for case in args.only or list(CASES):
             name, streams, options = CASES[case]
-            ours, theirs = [], []
+            ours, theirs, our_cpu, their_cpu = [], [], [], []
             for run in range(args.runs):
                 # Alternate which tool goes first so drift on a shared machine hits both alike.
                 order = ("simpleperf", "iperf3") if run % 2 == 0 else ("iperf3", "simpleperf")
                 for tool in order:
-                    if tool == "iperf3":
-                        theirs.append(iperf3_run(args.iperf3, args.port, args.seconds, *options))
-                    elif case == "Z":
-                        ours.append(simpleperf_zerocopy_run(args.port + 1, args.seconds))
-                    else:
-                        ours.append(simpleperf_run(args.port + 1, log, args.seconds, streams))
+                    with CpuMeter(servers[1 if tool == "simpleperf" else 0].pid) as meter:
+                        if tool == "iperf3":
+                            rate = iperf3_run(args.iperf3, args.port, args.seconds, *options)
+                        elif case == "Z":
+                            rate = simpleperf_zerocopy_run(args.port + 1, args.seconds)
+                        else:
+                            rate = simpleperf_run(args.port + 1, log, args.seconds, streams)
+                    (ours if tool == "simpleperf" else theirs).append(rate)
+                    (our_cpu if tool == "simpleperf" else their_cpu).append(
+                        meter.per_gb(rate * args.seconds / 8))
                 print(f"{name} run {run + 1}: simpleperf {ours[-1] / 1e9:6.2f} Gbit/s   "
                       f"iperf3 {theirs[-1] / 1e9:6.2f} Gbit/s", flush=True)
             ratio = statistics.median(ours) / statistics.median(theirs)
@@ -107,6 +119,8 @@ def main() -> int:
             print(f"{name} median: simpleperf {statistics.median(ours) / 1e9:.2f} Gbit/s, "
                   f"iperf3 {statistics.median(theirs) / 1e9:.2f} Gbit/s, "
                   f"ratio {ratio:.3f} ({verdict})", flush=True)
+            print(f"{name} CPU seconds per GB, client + server (medians): simpleperf "
+                  f"{_cost(our_cpu)}, iperf3 {_cost(their_cpu)}", flush=True)
     finally:
         for server in servers:
             server.send_signal(signal.SIGINT)

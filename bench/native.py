@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from cpu_meter import CpuMeter
+
 from simpleperf.stats import jain_index, rates_while_all_ran
 
 SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
@@ -66,12 +68,17 @@ def bench_udp(args, ports) -> None:
     flags = ["-u", "-b", "0", "-l", "1470", "-t", str(args.seconds)]
 
     def ours():
-        end = simpleperf_json(ports["simpleperf"], *flags)["end"]
-        return received(end), end["sum"]["lost_percent"]
+        with CpuMeter(ports["simpleperf_pid"]) as meter:
+            end = simpleperf_json(ports["simpleperf"], *flags)["end"]
+        return (received(end), end["sum"]["lost_percent"],
+                meter.per_gb(received(end) * args.seconds / 8))
 
     def theirs():
-        end = iperf3_json(ports["iperf3"], *flags, *(["--gsro"] if args.gsro else []))["end"]
-        return received(end), end["sum"]["lost_percent"]
+        with CpuMeter(ports["iperf3_pid"]) as meter:
+            end = iperf3_json(ports["iperf3"], *flags,
+                              *(["--gsro"] if args.gsro else []))["end"]
+        return (received(end), end["sum"]["lost_percent"],
+                meter.per_gb(received(end) * args.seconds / 8))
 
     def show(run, mine, other):
         print(f"udp run {run + 1}: simpleperf {mine[0] / 1e9:6.2f} Gbit/s received, "
@@ -85,6 +92,11 @@ def bench_udp(args, ports) -> None:
           f"{statistics.median(o[0] for o in other) / 1e9:.2f} Gbit/s "
           f"({statistics.median(o[1] for o in other):.2f}% lost), goodput ratio "
           f"{goodput:.3f} ({'ok' if goodput >= 1.0 else 'BELOW TARGET 1.0'})", flush=True)
+    for tool, runs in (("simpleperf", mine), ("iperf3", other)):
+        client = statistics.median(m[2][0] for m in runs)
+        server = statistics.median(m[2][1] for m in runs)
+        print(f"udp CPU seconds per GB received, {tool}: client {client:.3f} + server "
+              f"{server:.3f} = {client + server:.3f}", flush=True)
 
 
 def bench_reverse(args, ports) -> None:
@@ -188,7 +200,7 @@ def main() -> int:
                subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port + 1)],
                                 stdout=subprocess.DEVNULL)]
     ports = {"iperf3": args.port, "simpleperf": args.port + 1,
-             "simpleperf_pid": servers[1].pid}
+             "simpleperf_pid": servers[1].pid, "iperf3_pid": servers[0].pid}
     time.sleep(1)
     try:
         for name, bench in (("udp", bench_udp), ("reverse", bench_reverse),

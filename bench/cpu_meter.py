@@ -1,0 +1,42 @@
+"""Both ends' CPU for a benchmark run, as the kernel counts it: the client's from the
+rusage of waited-for children, a long-running server's from /proc. Reported as CPU seconds
+per GB moved, so tools running at different rates compare (#17's cost target)."""
+
+from __future__ import annotations
+
+import os
+import resource
+
+
+def process_cpu(pid: int) -> float:
+    """User plus system seconds a running process (all its threads) has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuMeter:
+    """with CpuMeter(server_pid) as meter: run one client to its end; then meter.client and
+    meter.server hold the seconds each end used meanwhile."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.client = self.server = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._client, self._server = children_cpu(), process_cpu(self.server_pid)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.client = children_cpu() - self._client
+        self.server = process_cpu(self.server_pid) - self._server
+
+    def per_gb(self, moved_bytes: float) -> tuple[float, float]:
+        """(client, server) CPU seconds per 10^9 bytes moved."""
+        gigabytes = max(moved_bytes, 1.0) / 1e9
+        return self.client / gigabytes, self.server / gigabytes
