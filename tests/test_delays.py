@@ -76,6 +76,10 @@ def test_a_log_closes_intervals_into_its_total():
     log.current.add(0.003)
     assert first.count == 1 and log.current.count == 1
     assert log.total().count == 2 and log.total().maximum == 0.003
+    log.close_interval()
+    log.current.add(0.5)
+    assert log.close_interval(keep=False).count == 1  # left out (-O): shown, not totalled
+    assert log.total().count == 2 and log.total().maximum == 0.003
 
 
 def test_the_pdf_line_reads_as_iperf2s():

@@ -78,6 +78,21 @@ def test_isochronous_frames_arrive_whole_at_their_rate(server, protocol):
     assert 1.5e6 < sent["bytes"] < 2.6e6
 
 
+def test_omitted_seconds_are_left_out_of_the_delays_and_the_frames(server):
+    _, port = server
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-u", "-O", "1", "-t", "1",
+                          "--isochronous=30:2M", "-J", "--no-latency", "-R")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    sent, received = (document["end"]["streams"][0][role] for role in ("sender", "receiver"))
+    assert 26 <= sent["frames"] <= 33  # one measured second, not two
+    assert received["frames"] + received["frames_lost"] == sent["frames"]
+    assert received["frame_latency"]["count"] == received["frames"]
+    assert received["one_way_delay"]["count"] == received["packets"] - received["lost_packets"]
+    omitted = [s for i in document["intervals"] for s in i["streams"] if s["omitted"]]
+    assert omitted and all(s["one_way_delay"]["count"] > 0 for s in omitted)
+
+
 @pytest.mark.iperf3
 def test_a_server_sends_its_file_to_reverse_clients_and_keeps_what_others_send(tmp_path):
     source = tmp_path / "served"

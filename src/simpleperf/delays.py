@@ -268,9 +268,11 @@ class DelayLog:
         self.current = DelayAccount(binning)
         self.closed = DelayAccount(binning)
 
-    def close_interval(self) -> DelayAccount:
+    def close_interval(self, keep: bool = True) -> DelayAccount:
+        """The interval's account; kept in the total unless it was left out (-O)."""
         interval, self.current = self.current, DelayAccount(self.binning)
-        self.closed.merge(interval)
+        if keep:
+            self.closed.merge(interval)
         return interval
 
     def total(self) -> DelayAccount:
@@ -320,6 +322,10 @@ class FrameAccount:
             self._judged.add(frame)
             if len(self._judged) > 4 * self.OPEN_LIMIT:
                 self._judged = {f for f in self._judged if f + self.OPEN_LIMIT >= self.highest}
+
+    def counts(self) -> tuple[int, int]:
+        """(frames whole, the highest frame number seen) now."""
+        return self.whole, self.highest
 
     @property
     def lost(self) -> int:

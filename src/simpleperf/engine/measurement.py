@@ -137,13 +137,16 @@ class Measurement:
             record = IntervalRecord(stream.number, previous_mark - shift, mark - shift,
                                     now.num_bytes - before.num_bytes, stream.sending, omitted)
             transport_of(stream).fill_interval(stream, record, now, before)
+            # What -O leaves out is left out of the delays and frames too.
             if stream.delays is not None:
-                record.delays = stream.delays.close_interval()
+                record.delays = stream.delays.close_interval(keep=not omitted)
             if stream.frames is not None:
-                stream.frames.log.close_interval()
+                stream.frames.log.close_interval(keep=not omitted)
             self._previous[stream.number] = now
             if omitted and abs(mark - self.spec.omit) < 1e-9:
                 self._baseline[stream.number] = now
+                now.frames = stream.frames.counts() if stream.frames is not None else (
+                    stream.frames_sent, 0)
             records.append(record)
         self.intervals.extend(records)
         if self.on_interval is not None:
@@ -169,7 +172,7 @@ class Measurement:
                                  "seconds": round(max(0.0, end - begin), 6),
                                  "sender": stream.sending}
         transport_of(stream).fill_result(stream, entry, final, base)
-        _fill_delays(stream, entry, self.spec)
+        _fill_delays(stream, entry, self.spec, base.frames)
         if stream.error:
             entry["error"] = stream.error
         return entry
@@ -196,15 +199,21 @@ class Measurement:
         return [s.error for s in self.streams if s.error]
 
 
-def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec) -> None:
-    """One-way delays (a receiver's, --trip-times) and frames (--isochronous)."""
+def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec,
+                 omitted: tuple[int, int]) -> None:
+    """One-way delays (a receiver's, --trip-times) and frames (--isochronous), over the
+    measured part: `omitted` holds the frame counts -O left out (whole and up to the
+    highest number, or sent)."""
     if stream.delays is not None:
         entry["delays"] = stream.delays.total()
     if stream.frames is not None:
-        entry.update(frames=stream.frames.whole, frames_lost=stream.frames.lost,
+        whole, highest = stream.frames.counts()
+        entry.update(frames=whole - omitted[0],
+                     frames_lost=(highest - omitted[1]) - (whole - omitted[0]),
                      frame_delays=stream.frames.log.total())
     elif stream.sending and spec.isochronous:
-        entry.update(frames=stream.frames_sent, frames_slipped=stream.frames_slipped)
+        entry.update(frames=stream.frames_sent - omitted[0],
+                     frames_slipped=stream.frames_slipped)
 
 
 def cpus() -> list[int]:
