@@ -1,10 +1,12 @@
 """Builds the man pages and shell completions from the parsers (simpleperf.lab.manual) and
-installs them with the package; everything else is in pyproject.toml."""
+installs them with the package, and the optional compiled fast path of the UDP sender
+(src/simpleperf/_fastpath.c: a machine without a C compiler or Python's headers installs
+without it and runs the pure-Python path); everything else is in pyproject.toml."""
 
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -21,5 +23,7 @@ class BuildWithManual(build_py):
 
 
 setup(cmdclass={"build_py": BuildWithManual},
+      ext_modules=[Extension("simpleperf._fastpath", ["src/simpleperf/_fastpath.c"],
+                             extra_compile_args=["-O2"], optional=True)],
       data_files=[(directory, [str(MADE / directory / name) for name in names])
                   for directory, names in manual.INSTALLED.items()])

@@ -4,7 +4,6 @@ stream reports (datagrams, loss, jitter, reordering)."""
 from __future__ import annotations
 
 import errno
-import functools
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import Any
 from ..errors import SimpleperfError
 from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER, TestSpec
 from ..stats import UdpReceiveAccount
-from ..transport import udp
+from ..transport import stamping, udp
 from ..transport.buffers import aligned
 from . import frames
 from .pacing import wait_until
@@ -32,10 +31,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     size = spec.length
     batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
     buffer = aligned(size * batch, spec.repeating_payload)
-    pack_into: Callable[..., None] = stream.header.pack_into
-    if stream.key is not None:
-        pack_into = functools.partial(_pack_keyed, AUTH_DATAGRAM_HEADER.pack_into, stream.key)
-    offsets = range(0, size * batch, size)
+    stamp = stamping.stamper(stream.header, size, stream.key)
     amount = spec.num_bytes
     wait_until(start, stop)
     clock = time.monotonic
@@ -59,16 +55,12 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
                 pacer.wait(now)
                 continue
             count = min(count, due)
-        stamp = wall()
-        seconds = int(stamp)
-        micros = int((stamp - seconds) * 1e6)
-        for offset in offsets[:count]:
-            number += 1
-            pack_into(buffer, offset, seconds, micros, number)
+        now_wall = wall()
+        seconds = int(now_wall)
+        stamp(buffer, count, seconds, int((now_wall - seconds) * 1e6), number + 1)
         try:
             send(buffer[:count * size])
         except BlockingIOError:
-            number -= count
             continue
         except ConnectionRefusedError:
             raise SimpleperfError(udp.PORT_CLOSED) from None
@@ -79,6 +71,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             raise SimpleperfError(f"a {size}-byte datagram does not fit the path's MTU of "
                                   f"{mtu} bytes, and --dont-fragment forbids splitting it: "
                                   f"-l {mtu - udp.IP_UDP_HEADERS} or less fits") from None
+        number += count
         if pacer is not None:
             pacer.done += count
         stream.packets_sent = number
@@ -164,11 +157,6 @@ def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
             stream.first = clock()
         stream.num_bytes = received
         stream.last = clock()
-
-
-def _pack_keyed(pack: Callable[..., None], key: bytes, buffer: memoryview, offset: int,
-                *fields: int) -> None:
-    pack(buffer, offset, *fields, key)
 
 
 def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,

@@ -7,7 +7,7 @@ import os
 import platform
 import socket
 
-from . import tcpinfo, udp
+from . import stamping, tcpinfo, udp
 
 
 def _udp_option(option: int, value: int) -> bool:
@@ -27,6 +27,14 @@ def _tcp_info() -> str:
     return "yes" if info.snd_wnd is not None else "yes (without the peer's window)"
 
 
+def _fast_path() -> str:
+    if stamping.compiled():
+        return "yes"
+    if stamping._fastpath is not None:
+        return f"built, not used ({stamping.PURE_PYTHON_VARIABLE} is set)"
+    return "no (pure Python: installed without a C compiler)"
+
+
 def report() -> str:
     """Lines naming the kernel and each feature the tool uses where it exists."""
     yes = {True: "yes", False: "no"}
@@ -35,6 +43,7 @@ def report() -> str:
         "UDP GRO (receives them coalesced)": yes[_udp_option(udp.UDP_GRO, 1)],
         "TCP_INFO (retransmits, cwnd, RTT)": _tcp_info(),
         "sendfile from a memory file (-Z)": yes[hasattr(os, "memfd_create")],
+        "compiled fast path (UDP headers)": _fast_path(),
     }
     lines = [f"kernel {platform.system()} {platform.release()}, Python "
              f"{platform.python_version()}"]
