@@ -9,7 +9,6 @@ from typing import Any
 
 from .errors import UsageError
 from .options import (
-    AUTH_UDP_LENGTH,
     DEFAULT_FRAME_LOAD,
     DEFAULT_FRAME_RATE,
     DEFAULT_HISTOGRAM_BIN_WIDTH,
@@ -23,7 +22,7 @@ from .options import (
     MIN_HISTOGRAM_BIN_WIDTH,
     ClientOptions,
 )
-from .protocol.native import FRAME_FIELDS, MAX_FRAME_DATAGRAMS, WRITE_HEADER
+from .protocol.native import MAX_FRAME_DATAGRAMS, MIN_ISOCHRONOUS_UDP_LENGTH, WRITE_HEADER
 from .units import parse_rate
 
 HISTOGRAMS_SHAPE = "[WIDTH[u|m],BINS[,LOWER,UPPER]] (e.g. 100u,10000 or 1m,1000,5,95)"
@@ -130,9 +129,9 @@ def _check(options: ClientOptions) -> None:
         raise UsageError("--isochronous sets the rate itself (FPS:MEAN): leave out -b")
     if options.udp:
         if options.frame_rate > 0:
-            least = AUTH_UDP_LENGTH + FRAME_FIELDS.size
-            if options.length < least:
-                raise UsageError(f"-l/--len must be at least {least} bytes for isochronous "
+            if options.length < MIN_ISOCHRONOUS_UDP_LENGTH:
+                raise UsageError(f"-l/--len must be at least {MIN_ISOCHRONOUS_UDP_LENGTH} "
+                                 "bytes for isochronous "
                                  f"UDP (the header, a key and the frame's fields)")
             per_frame = options.frame_load / 8 / options.frame_rate
             if per_frame / options.length > MAX_FRAME_DATAGRAMS:

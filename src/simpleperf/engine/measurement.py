@@ -32,7 +32,7 @@ class Measurement:
         self.cpu = cpu  # the stream threads run on this CPU (a server's share of -A n,m)
         self.streams = streams
         for stream in streams:
-            if not stream.sending and spec.writes_stamped:
+            if not stream.sending and spec.timed:
                 stream.delays = DelayLog(spec.binning)
                 if spec.isochronous:
                     stream.frames = FrameAccount(spec.binning)

@@ -23,7 +23,7 @@ ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
               stop: threading.Event) -> None:
-    if spec.writes_stamped and stream.file is None:
+    if spec.timed and stream.file is None:
         timed_writes.send(stream, spec, start, deadline, stop)
         return
     sock = stream.sock
@@ -70,7 +70,7 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     received = 0
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
     writes = timed_writes.WriteTimes(stream.delays, stream.frames) \
-        if stream.delays is not None and spec.writes_stamped else None
+        if stream.delays is not None and spec.timed else None
     wall = time.time
     while not stop.is_set():
         try:

@@ -84,6 +84,8 @@ WRITE_HEADER = struct.Struct("!QII")
 # frame's number from 1, how many datagrams it has, and this one's index among them from 0.
 FRAME_FIELDS = struct.Struct("!IHH")
 MAX_FRAME_DATAGRAMS = 65535
+# the fewest bytes an isochronous datagram holds: the header, room for a key, the frame fields
+MIN_ISOCHRONOUS_UDP_LENGTH = AUTH_UDP_LENGTH + FRAME_FIELDS.size
 MAX_MESSAGE = 64 * 1024
 _LENGTH = struct.Struct("!I")
 
@@ -258,12 +260,12 @@ class TestSpec:
             raise ProtocolError(f"UDP datagrams need at least {MIN_UDP_LENGTH} bytes")
         if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
             raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
-        if spec.protocol == "tcp" and spec.writes_stamped and spec.length < WRITE_HEADER.size:
+        if spec.protocol == "tcp" and spec.timed and spec.length < WRITE_HEADER.size:
             raise ProtocolError(f"timed TCP writes need at least {WRITE_HEADER.size} bytes")
         if spec.isochronous and spec.protocol == "udp" and \
-                spec.length < AUTH_UDP_LENGTH + FRAME_FIELDS.size:
+                spec.length < MIN_ISOCHRONOUS_UDP_LENGTH:
             raise ProtocolError("isochronous UDP datagrams need at least "
-                                f"{AUTH_UDP_LENGTH + FRAME_FIELDS.size} bytes")
+                                f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")
         return spec
 
     @classmethod
@@ -292,8 +294,9 @@ class TestSpec:
         return self.frame_rate > 0
 
     @property
-    def writes_stamped(self) -> bool:
-        """TCP writes carry WRITE_HEADER (timed, or frames of varying size)."""
+    def timed(self) -> bool:
+        """Receivers time what arrives (--trip-times, or frames), so TCP writes carry
+        WRITE_HEADER."""
         return self.trip_times or self.isochronous
 
     @property
@@ -330,10 +333,10 @@ def is_number(value: object) -> bool:
 RESULT_FIELDS = {"stream": int, "bytes": int, "seconds": float, "packets": int, "lost": int,
                  "out_of_order": int, "jitter_ms": float, "retransmits": int,
                  "max_snd_cwnd": int, "mean_rtt_us": int, "queue_growth_ms": float,
-                 "min_rtt_us": int, "max_rtt_us": int, "max_snd_wnd": int}
+                 "min_rtt_us": int, "max_rtt_us": int, "max_snd_wnd": int,
+                 # an isochronous test's frames: sent and slipped (sender), whole and lost
+                 "frames": int, "frames_slipped": int, "frames_lost": int}
 SIGNED_RESULT_FIELDS = {"queue_growth_ms"}
-# Frames of an isochronous test: sent and slipped (sender), complete and lost (receiver).
-RESULT_FIELDS.update(frames=int, frames_slipped=int, frames_lost=int)
 # Delay accounts (DelayAccount.to_result): each datagram's or write's, each frame's.
 DELAY_RESULT_FIELDS = ("delays", "frame_delays")
 

@@ -13,7 +13,6 @@ from typing import Any
 from ...errors import UsageError
 from ...latency_flags import parse_isochronous
 from ...options import (
-    AUTH_UDP_LENGTH,
     MAX_LENGTH,
     MAX_PARALLEL,
     MAX_RATE,
@@ -24,7 +23,7 @@ from ...options import (
     MIN_WINDOW,
     is_congestion_name,
 )
-from ...protocol.native import FRAME_FIELDS
+from ...protocol.native import MIN_ISOCHRONOUS_UDP_LENGTH
 from ...units import parse_duration, parse_rate, parse_size
 from . import datafiles, events
 from .events import Event
@@ -425,9 +424,9 @@ def _frames(raw: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
                               "rate from it (leave out rate)")
     if not isinstance(text, str) or not text:
         raise ExperimentError(f"{where}: frames must be a string such as \"60:20M,2M\"")
-    least = AUTH_UDP_LENGTH + FRAME_FIELDS.size
-    if isinstance(raw.get("length"), int) and raw["length"] < least:
-        raise ExperimentError(f"{where}: frames need a length of at least {least} bytes")
+    if isinstance(raw.get("length"), int) and raw["length"] < MIN_ISOCHRONOUS_UDP_LENGTH:
+        raise ExperimentError(f"{where}: frames need a length of at least "
+                              f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")
     try:
         frames = parse_isochronous(text)
     except UsageError as error:
