@@ -1,13 +1,26 @@
-/* The optional compiled fast path of simpleperf's UDP sender (#17): one call writes the
- * headers of a whole segmentation-offload batch, where Python spends about a quarter of a
- * microsecond per datagram on struct.pack_into. The pure-Python path in
- * engine/udp_stream.py does the same when this module is not built; tests hold the two
- * byte for byte equal. Standard C and the CPython API only.
+/* The optional compiled fast path of simpleperf's UDP streams (#17).
+ *
+ * Sending: one call writes the headers of a whole segmentation-offload batch, where Python
+ * spends about a quarter of a microsecond per datagram on struct.pack_into.
+ * Receiving: one call reads many messages (recvmmsg) with their kernel arrival stamps and
+ * coalesced segment sizes, and one accounts the in-order runs among them (loss, RFC 3550
+ * jitter, the queue-growth blocks) the way stats.UdpReceiveAccount.feed_run does, stopping
+ * at the first message that needs the Python account's rarer paths (reordering, a far jump).
+ * At tens of Gbit/s Python's few microseconds per message were half a core.
+ *
+ * The pure-Python paths (transport/stamping.py, engine/udp_receive.py) do the same when
+ * this module is not built; tests hold the two equal, bytes and accounts. Linux, standard C
+ * and the CPython API only.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <sys/socket.h>
+#include <netinet/udp.h>
 
 static void put32(unsigned char *at, uint32_t value)
 {
@@ -23,6 +36,41 @@ static void put64(unsigned char *at, uint64_t value)
     put32(at + 4, (uint32_t)value);
 }
 
+/* The headers of `count` datagrams of `size` bytes laid end to end from `at`. */
+static void write_headers(unsigned char *at, Py_ssize_t size, Py_ssize_t count,
+                          uint32_t seconds, uint32_t micros, unsigned long long first,
+                          int number_bytes, const char *key, Py_ssize_t key_length)
+{
+    for (Py_ssize_t i = 0; i < count; i++, at += size) {
+        put32(at, seconds);
+        put32(at + 4, micros);
+        if (number_bytes == 8)
+            put64(at + 8, (uint64_t)(first + (unsigned long long)i));
+        else
+            put32(at + 8, (uint32_t)(first + (unsigned long long)i));
+        if (key_length)
+            memcpy(at + 8 + number_bytes, key, (size_t)key_length);
+    }
+}
+
+/* `key` (bytes or None) as a pointer and length, and whether the headers fit: -1 with an
+ * exception set when not. */
+static int check_layout(PyObject *key, const char **key_bytes, Py_ssize_t *key_length,
+                        int number_bytes, Py_ssize_t size, Py_ssize_t count, Py_ssize_t room)
+{
+    *key_bytes = NULL;
+    *key_length = 0;
+    if (key != Py_None
+            && PyBytes_AsStringAndSize(key, (char **)key_bytes, key_length) < 0)
+        return -1;
+    if ((number_bytes != 4 && number_bytes != 8) || size < 8 + number_bytes + *key_length
+            || count < 0 || (count > 0 && size > room / count)) {
+        PyErr_SetString(PyExc_ValueError, "the datagrams do not fit the buffer");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(stamp_doc,
 "stamp(buffer, size, count, seconds, micros, first, number_bytes, key)\n\n"
 "Write the header of each of `count` datagrams of `size` bytes laid end to end in the\n"
@@ -32,51 +80,346 @@ PyDoc_STRVAR(stamp_doc,
 static PyObject *stamp(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    Py_ssize_t size, count;
+    Py_ssize_t size, count, key_length;
     unsigned long long seconds, micros, first;
     int number_bytes;
     PyObject *key;
+    const char *key_bytes;
+    (void)self;
     if (!PyArg_ParseTuple(args, "w*nnKKKiO", &view, &size, &count, &seconds, &micros, &first,
                           &number_bytes, &key))
         return NULL;
-    const char *key_bytes = NULL;
-    Py_ssize_t key_length = 0;
-    if (key != Py_None) {
-        if (PyBytes_AsStringAndSize(key, (char **)&key_bytes, &key_length) < 0) {
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-    }
-    Py_ssize_t header = 8 + number_bytes + key_length;
-    if ((number_bytes != 4 && number_bytes != 8) || size < header || count < 0
-            || (count > 0 && size > view.len / count)) {
+    if (check_layout(key, &key_bytes, &key_length, number_bytes, size, count, view.len) < 0) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "the datagrams do not fit the buffer");
         return NULL;
     }
-    unsigned char *at = (unsigned char *)view.buf;
-    for (Py_ssize_t i = 0; i < count; i++, at += size) {
-        put32(at, (uint32_t)seconds);
-        put32(at + 4, (uint32_t)micros);
-        if (number_bytes == 8)
-            put64(at + 8, (uint64_t)(first + (unsigned long long)i));
-        else
-            put32(at + 8, (uint32_t)(first + (unsigned long long)i));
-        if (key_length)
-            memcpy(at + 8 + number_bytes, key_bytes, (size_t)key_length);
-    }
+    write_headers((unsigned char *)view.buf, size, count, (uint32_t)seconds, (uint32_t)micros,
+                  first, number_bytes, key_bytes, key_length);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
 
+static double clock_seconds(clockid_t clock)
+{
+    struct timespec now;
+    clock_gettime(clock, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+PyDoc_STRVAR(send_batches_doc,
+"send_batches(fd, buffer, size, batch, limit, first, number_bytes, key, deadline)\n"
+"    -> (sent, errno)\n\n"
+"Send datagrams of `size` bytes from `buffer` on the connected socket `fd` (with\n"
+"UDP_SEGMENT set when `batch` > 1), `batch` per send, each send's headers written as\n"
+"stamp() writes them with the wall clock's time of that send and numbers from `first`, until\n"
+"`limit` datagrams are sent or the monotonic clock reaches `deadline` (negative: none).\n"
+"Returns how many were sent and the errno that stopped it (0 when none; EAGAIN is the\n"
+"socket's send timeout).");
+
+static PyObject *send_batches(PyObject *self, PyObject *args)
+{
+    int fd, number_bytes;
+    Py_buffer view;
+    Py_ssize_t size, batch, limit, key_length;
+    unsigned long long first;
+    double deadline;
+    PyObject *key;
+    const char *key_bytes;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*nnnKiOd", &fd, &view, &size, &batch, &limit, &first,
+                          &number_bytes, &key, &deadline))
+        return NULL;
+    if (batch < 1 || check_layout(key, &key_bytes, &key_length, number_bytes, size, batch,
+                                  view.len) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "the datagrams do not fit the buffer");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *at = (unsigned char *)view.buf;
+    Py_ssize_t sent = 0;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (sent < limit) {
+        if (deadline >= 0 && clock_seconds(CLOCK_MONOTONIC) >= deadline)
+            break;
+        Py_ssize_t count = limit - sent < batch ? limit - sent : batch;
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        write_headers(at, size, count, (uint32_t)wall.tv_sec,
+                      (uint32_t)(wall.tv_nsec / 1000), first + (unsigned long long)sent,
+                      number_bytes, key_bytes, key_length);
+        if (send(fd, at, (size_t)(count * size), 0) < 0) {
+            error = errno;
+            if (error != EINTR)
+                break;
+            error = 0;
+            continue;
+        }
+        sent += count;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("ni", sent, error);
+}
+
+static uint32_t get32(const unsigned char *at)
+{
+    return ((uint32_t)at[0] << 24) | ((uint32_t)at[1] << 16) | ((uint32_t)at[2] << 8) | at[3];
+}
+
+static uint64_t get64(const unsigned char *at)
+{
+    return ((uint64_t)get32(at) << 32) | get32(at + 4);
+}
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#define MAX_MESSAGES 64
+
+/* One row of the table `receive` fills and `account_runs` reads: what Python unpacks with
+ * struct "qqd" for the messages it accounts itself. */
+struct row {
+    int64_t length;   /* bytes read */
+    int64_t segment;  /* bytes of each datagram in it (UDP_GRO), else length */
+    double arrival;   /* the kernel's arrival stamp, seconds on the wall clock */
+};
+
+union control {
+    char space[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+};
+
+PyDoc_STRVAR(receive_doc,
+"receive(fd, buffer, slot, count, table) -> int\n\n"
+"Read up to `count` messages (at most 64) from the datagram socket `fd` in one recvmmsg,\n"
+"the i-th into buffer[i * slot:(i + 1) * slot], blocking until the first (or the socket's\n"
+"receive timeout: then 0). Row i of the writable `table` (24 bytes each, struct 'qqd') gets\n"
+"its length, its datagrams' size and its arrival time. Returns how many were read.");
+
+static PyObject *receive(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int fd;
+    Py_buffer data, table;
+    Py_ssize_t slot, count;
+    if (!PyArg_ParseTuple(args, "iw*nnw*", &fd, &data, &slot, &count, &table))
+        return NULL;
+    PyObject *result = NULL;
+    if (count < 1 || count > MAX_MESSAGES || slot < 1 || slot > data.len / count
+            || table.len < count * (Py_ssize_t)sizeof(struct row)) {
+        PyErr_SetString(PyExc_ValueError, "the messages do not fit the buffers");
+        goto done;
+    }
+    struct mmsghdr messages[MAX_MESSAGES];
+    struct iovec vectors[MAX_MESSAGES];
+    union control controls[MAX_MESSAGES];
+    memset(messages, 0, sizeof(messages[0]) * (size_t)count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        vectors[i].iov_base = (char *)data.buf + i * slot;
+        vectors[i].iov_len = (size_t)slot;
+        messages[i].msg_hdr.msg_iov = &vectors[i];
+        messages[i].msg_hdr.msg_iovlen = 1;
+        messages[i].msg_hdr.msg_control = controls[i].space;
+        messages[i].msg_hdr.msg_controllen = sizeof(controls[i].space);
+    }
+    int got, error;
+    Py_BEGIN_ALLOW_THREADS
+    got = recvmmsg(fd, messages, (unsigned int)count, MSG_WAITFORONE, NULL);
+    error = errno;
+    Py_END_ALLOW_THREADS
+    if (got < 0) {
+        if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
+            if (error == EINTR && PyErr_CheckSignals() < 0)
+                goto done;
+            result = PyLong_FromLong(0);
+            goto done;
+        }
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct row *rows = (struct row *)table.buf;
+    for (int i = 0; i < got; i++) {
+        struct msghdr *header = &messages[i].msg_hdr;
+        int64_t length = messages[i].msg_len, segment = length;
+        double arrival = -1.0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(header); c; c = CMSG_NXTHDR(header, c)) {
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS) {
+                struct timespec stamp;
+                memcpy(&stamp, CMSG_DATA(c), sizeof(stamp));
+                arrival = (double)stamp.tv_sec + (double)stamp.tv_nsec * 1e-9;
+            } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                int size;
+                memcpy(&size, CMSG_DATA(c), sizeof(size));
+                if (size > 0)
+                    segment = size;
+            }
+        }
+        if (arrival < 0)
+            arrival = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+        rows[i].length = length;
+        rows[i].segment = segment;
+        rows[i].arrival = arrival;
+    }
+    result = PyLong_FromLong(got);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+/* The account's state as stats.UdpReceiveAccount keeps it (its fast_state()). */
+struct account {
+    long long highest, lost, block_count, received;
+    double jitter, transit, block_min;
+    int has_transit;
+};
+
+/* Highest packet numbers this path takes: beyond, Python's unbounded integers do. */
+#define MAX_NUMBER (1LL << 62)
+
+/* stats.UdpReceiveAccount.feed_run, operation for operation (the same doubles result):
+ * `count` packets numbered from `first`, sent from `sent` to `last_sent` evenly, arriving
+ * together. Closed blocks are appended to `blocks` as (least transit, arrival). */
+static int feed_run(struct account *a, long long first, long long count, double sent,
+                    double last_sent, double arrival, long long block, PyObject *blocks)
+{
+    double step = count < 2 ? 0.0 : (last_sent - sent) / (double)(count - 1);
+    a->lost += first - a->highest - 1;
+    a->highest = first + count - 1;
+    double now_transit = arrival - sent;
+    if (a->has_transit)
+        a->jitter += (fabs(now_transit - a->transit) - a->jitter) / 16.0;
+    a->jitter = step + (a->jitter - step) * pow(15.0 / 16.0, (double)(count - 1));
+    a->transit = arrival - (sent + (double)(count - 1) * step);
+    a->has_transit = 1;
+    long long remaining = count, done = 0;
+    while (remaining) {
+        long long take = block - a->block_count < remaining ? block - a->block_count : remaining;
+        double least = now_transit - (double)(done + take - 1) * step;
+        if (least < a->block_min)
+            a->block_min = least;
+        a->block_count += take;
+        remaining -= take;
+        done += take;
+        if (a->block_count == block) {
+            PyObject *closed = Py_BuildValue("(dd)", a->block_min, arrival);
+            if (closed == NULL || PyList_Append(blocks, closed) < 0) {
+                Py_XDECREF(closed);
+                return -1;
+            }
+            Py_DECREF(closed);
+            a->block_min = INFINITY;
+            a->block_count = 0;
+        }
+    }
+    a->received += count;
+    return 0;
+}
+
+PyDoc_STRVAR(account_runs_doc,
+"account_runs(state, buffer, slot, table, start, got, header_size, number_bytes, block,\n"
+"             jump_limit) -> (state, index, bytes, blocks)\n\n"
+"Account messages start..got-1 of a `receive` (their rows in `table`, their bytes at\n"
+"i * slot of `buffer`) while each is one datagram or a coalesced run numbered in order, after\n"
+"the highest number seen and no further than `jump_limit` beyond it: the state (highest,\n"
+"lost, jitter, transit or None, block_min, block_count, received) as\n"
+"stats.UdpReceiveAccount.feed_run leaves it. Returns the new state, the index of the first\n"
+"message left to the caller (got when none), the bytes of the messages accounted and the\n"
+"queue-growth blocks closed, as (least transit, arrival). Messages shorter than a header\n"
+"are passed over, as the Python path does.");
+
+static PyObject *account_runs(PyObject *self, PyObject *args)
+{
+    (void)self;
+    struct account a;
+    PyObject *transit;
+    Py_buffer data, table;
+    Py_ssize_t slot, start, got, header_size;
+    int number_bytes;
+    long long block, jump_limit;
+    if (!PyArg_ParseTuple(args, "(LLdOdLL)y*ny*nnniLL", &a.highest, &a.lost, &a.jitter,
+                          &transit, &a.block_min, &a.block_count, &a.received, &data, &slot,
+                          &table, &start, &got, &header_size, &number_bytes, &block,
+                          &jump_limit))
+        return NULL;
+    PyObject *result = NULL, *blocks = NULL;
+    a.has_transit = transit != Py_None;
+    a.transit = a.has_transit ? PyFloat_AsDouble(transit) : 0.0;
+    if (a.has_transit && PyErr_Occurred())
+        goto done;
+    if ((number_bytes != 4 && number_bytes != 8) || header_size < 8 + number_bytes
+            || start < 0 || got < start || slot < 1 || block < 1
+            || (got > 0 && (slot > data.len / got
+                            || table.len < got * (Py_ssize_t)sizeof(struct row)))) {
+        PyErr_SetString(PyExc_ValueError, "the messages do not fit the buffers");
+        goto done;
+    }
+    blocks = PyList_New(0);
+    if (blocks == NULL)
+        goto done;
+    const struct row *rows = (const struct row *)table.buf;
+    long long bytes = 0;
+    Py_ssize_t index = start;
+    for (; index < got; index++) {
+        const struct row *row = &rows[index];
+        if (row->length < header_size) {
+            continue;
+        }
+        if (row->length > slot || row->segment < 1)
+            break;
+        const unsigned char *base = (const unsigned char *)data.buf + index * slot;
+        long long run = 1;
+        const unsigned char *last = base;
+        if (row->segment < row->length) {
+            run = (row->length - header_size) / row->segment + 1;
+            last = base + (run - 1) * row->segment;
+        }
+        uint64_t first = number_bytes == 8 ? get64(base + 8) : get32(base + 8);
+        uint64_t final = number_bytes == 8 ? get64(last + 8) : get32(last + 8);
+        if (first >= (uint64_t)MAX_NUMBER || final != first + (uint64_t)(run - 1)
+                || (long long)first <= a.highest
+                || (long long)first - a.highest > jump_limit)
+            break;
+        double sent = (double)get32(base) + (double)get32(base + 4) * 1e-6;
+        double last_sent = (double)get32(last) + (double)get32(last + 4) * 1e-6;
+        if (run >= 2 && last_sent < sent)
+            break;
+        if (feed_run(&a, (long long)first, run, sent, last_sent, row->arrival, block,
+                     blocks) < 0)
+            goto done;
+        bytes += row->length;
+    }
+    PyObject *transit_out = a.has_transit ? PyFloat_FromDouble(a.transit) : Py_NewRef(Py_None);
+    if (transit_out == NULL)
+        goto done;
+    result = Py_BuildValue("(LLdNdLL)nLO", a.highest, a.lost, a.jitter, transit_out,
+                           a.block_min, a.block_count, a.received, index, bytes, blocks);
+done:
+    Py_XDECREF(blocks);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&table);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"stamp", stamp, METH_VARARGS, stamp_doc},
+    {"send_batches", send_batches, METH_VARARGS, send_batches_doc},
+    {"receive", receive, METH_VARARGS, receive_doc},
+    {"account_runs", account_runs, METH_VARARGS, account_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "simpleperf._fastpath",
-    "The optional compiled fast path of the UDP sender.", -1, methods,
+    "The optional compiled fast path of UDP streams: sending and receiving.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void)

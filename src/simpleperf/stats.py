@@ -198,6 +198,28 @@ class UdpReceiveAccount:
                 self._block_min, self._block_count = float("inf"), 0
         self.received += count
 
+    # The compiled fast path's view of the account (transport/compiled.py): the part of the
+    # state feed_run changes, handed out and taken back whole.
+    RunState = tuple[int, int, float, "float | None", float, int, int]
+    MAX_COMPILED_NUMBER = 1 << 62  # C's integers; beyond, Python's
+
+    def runs_compilable(self) -> bool:
+        """Whether the next packets may be accounted by the compiled feed_run: no far jump
+        waits for its judgement, no one-way delays are logged, and the numbers fit C's."""
+        return (self._undo is None and self.delays is None
+                and self.highest < self.MAX_COMPILED_NUMBER)
+
+    def run_state(self) -> RunState:
+        return (self.highest, self.lost, self.jitter, self._transit, self._block_min,
+                self._block_count, self.received)
+
+    def set_run_state(self, state: RunState, closed: list[tuple[float, float]]) -> None:
+        """Take back the state, and the blocks closed meanwhile as (least transit, arrival)."""
+        (self.highest, self.lost, self.jitter, self._transit, self._block_min,
+         self._block_count, self.received) = state
+        for least, arrival in closed:
+            self._close_block(least, arrival)
+
     def _close_block(self, least: float, arrival: float) -> None:
         if self.first_window_min is None:
             self.first_window_min, self._first_window_end = least, arrival + self.GROWTH_WINDOW

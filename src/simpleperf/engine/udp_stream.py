@@ -1,20 +1,19 @@
-"""UDP streams: paced sending with GSO, receiving with GRO and recvmmsg, and what a UDP
-stream reports (datagrams, loss, jitter, reordering)."""
+"""UDP streams: paced sending with GSO, receiving (udp_receive.py), and what a UDP stream
+reports (datagrams, loss, jitter, reordering)."""
 
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import SimpleperfError
-from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER, TestSpec
-from ..stats import UdpReceiveAccount
-from ..transport import stamping, udp
+from ..protocol.native import TestSpec
+from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
-from . import frames
+from . import frames, udp_receive
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -23,23 +22,46 @@ ENDS_WHEN_QUIET = True  # UDP has no end of stream: a receiver ends after a quie
 
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
-              stop: threading.Event) -> None:
+         stop: threading.Event) -> None:
     if spec.isochronous:
         frames.send(stream, spec, start, deadline, stop)
         return
-    sock = stream.sock
     size = spec.length
-    batch = udp.enable_segmentation(sock, size) if spec.rate == 0 or spec.rate > 50e6 else 1
+    batch = udp.enable_segmentation(stream.sock, size) \
+        if spec.rate == 0 or spec.rate > 50e6 else 1
     buffer = aligned(size * batch, spec.repeating_payload)
+    wait_until(start, stop)
+    stream.first = time.monotonic()
+    fastpath = compiled.module()
+    try:
+        if spec.rate == 0 and fastpath is not None:
+            _send_compiled(stream, spec, buffer, batch, deadline, stop, fastpath)
+        else:
+            _send_paced(stream, spec, buffer, batch, deadline, stop)
+    except ConnectionRefusedError:
+        raise SimpleperfError(udp.PORT_CLOSED) from None
+    except OSError as error:
+        if error.errno not in (errno.EMSGSIZE, errno.EINVAL) or \
+                (mtu := udp.path_mtu(stream.sock)) is None or size + udp.IP_UDP_HEADERS <= mtu:
+            raise
+        raise SimpleperfError(f"a {size}-byte datagram does not fit the path's MTU of "
+                              f"{mtu} bytes, and --dont-fragment forbids splitting it: "
+                              f"-l {mtu - udp.IP_UDP_HEADERS} or less fits") from None
+    finally:
+        stream.last = time.monotonic()
+
+
+def _send_paced(stream: Stream, spec: TestSpec, buffer: memoryview, batch: int,
+                deadline: float | None, stop: threading.Event) -> None:
+    """Batch by batch from Python, each batch as many datagrams as are due at the rate."""
+    size = spec.length
     stamp = stamping.stamper(stream.header, size, stream.key)
     amount = spec.num_bytes
-    wait_until(start, stop)
     clock = time.monotonic
     wall = time.time
-    stream.first = clock()
-    pacer = udp.Pacer(spec.rate, size, stream.first) if spec.rate > 0 else None
+    pacer = udp.Pacer(spec.rate, size, clock()) if spec.rate > 0 else None
     number = 0
-    send = sock.send
+    send = stream.sock.send
     while not stop.is_set():
         now = clock()
         if deadline is not None and now >= deadline:
@@ -62,172 +84,48 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             send(buffer[:count * size])
         except BlockingIOError:
             continue
-        except ConnectionRefusedError:
-            raise SimpleperfError(udp.PORT_CLOSED) from None
-        except OSError as error:
-            if error.errno not in (errno.EMSGSIZE, errno.EINVAL) or \
-                    (mtu := udp.path_mtu(sock)) is None or size + udp.IP_UDP_HEADERS <= mtu:
-                raise
-            raise SimpleperfError(f"a {size}-byte datagram does not fit the path's MTU of "
-                                  f"{mtu} bytes, and --dont-fragment forbids splitting it: "
-                                  f"-l {mtu - udp.IP_UDP_HEADERS} or less fits") from None
         number += count
         if pacer is not None:
             pacer.done += count
         stream.packets_sent = number
         stream.num_bytes = number * size
-    stream.last = clock()
+
+
+BATCHES_PER_CALL = 64  # how often (in batches) the compiled sender returns to see a stop
+
+
+def _send_compiled(stream: Stream, spec: TestSpec, buffer: memoryview, batch: int,
+                   deadline: float | None, stop: threading.Event, fastpath) -> None:
+    """At unlimited rate: the send loop in C (headers, clock, send), returning to Python every
+    BATCHES_PER_CALL batches to count and to see a stop."""
+    size = spec.length
+    send_batches = fastpath.send_batches
+    fd = stream.sock.fileno()
+    number_bytes = stream.header.size - 8
+    until = -1.0 if deadline is None else deadline
+    number = 0
+    while not stop.is_set():
+        limit = batch * BATCHES_PER_CALL
+        if spec.num_bytes is not None:
+            limit = min(limit, -(-(spec.num_bytes - stream.num_bytes) // size))
+            if limit <= 0:
+                break
+        sent, error = send_batches(fd, buffer, size, batch, limit, number + 1, number_bytes,
+                                   stream.key, until)
+        number += sent
+        stream.packets_sent = number
+        stream.num_bytes = number * size
+        if error and error != errno.EAGAIN:
+            raise OSError(error, os.strerror(error))
+        if deadline is not None and time.monotonic() >= deadline:
+            break
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     if spec.isochronous:
         frames.receive(stream, spec, stop)
         return
-    sock = stream.sock
-    account = stream.account = UdpReceiveAccount(stream.delays)
-    if stream.key is not None:
-        _receive_keyed(stream, account, stream.key, stop)
-        return
-    buffer = aligned(udp.MAX_GSO_BYTES + 65536)
-    buffers = [buffer]
-    header = stream.header
-    unpack_from = header.unpack_from
-    recvmsg_into = sock.recvmsg_into
-    read_ancillary = udp.read_ancillary
-    feed = account.feed
-    clock = time.monotonic
-    received = 0
-    if udp.BatchReceiver.available():
-        _receive_udp_batches(stream, account, stop)
-        return
-    # Hot loop: one read may be one datagram (iperf3 peers at a few hundred thousand a
-    # second) or a coalesced batch (UDP_GRO), so the single datagram takes the short path.
-    while not stop.is_set():
-        try:
-            count, ancillary, _, _ = recvmsg_into(buffers, udp.ANCILLARY_SPACE)
-        except (BlockingIOError, ConnectionRefusedError):
-            continue
-        if count < header.size:
-            continue
-        segment, arrival = read_ancillary(ancillary, count)
-        if segment >= count:
-            seconds, micros, number = unpack_from(buffer, 0)
-            feed(number, seconds + micros * 1e-6, arrival)
-        else:
-            _account_batch(account, buffer, 0, count, segment, unpack_from, header.size,
-                           arrival)
-        if stream.first is None:
-            stream.first = clock()
-        received += count
-        stream.num_bytes = received
-        stream.last = clock()
-
-
-def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
-                         stop: threading.Event) -> None:
-    """The same as the loop above, many datagrams per system call (recvmmsg)."""
-    receiver = udp.BatchReceiver(stream.sock)
-    buffer = receiver.buffer
-    header_size = stream.header.size
-    unpack_from = stream.header.unpack_from
-    message = receiver.message
-    clock = time.monotonic
-    received = 0
-    while not stop.is_set():
-        try:
-            got = receiver.receive()
-        except (BlockingIOError, ConnectionRefusedError):
-            continue
-        packets = []
-        for index in range(got):
-            base, count, segment, arrival = message(index)
-            if count < header_size:
-                continue
-            if segment >= count:
-                seconds, micros, number = unpack_from(buffer, base)
-                packets.append((number, seconds + micros * 1e-6, arrival))
-            else:  # a coalesced read: account what came before it first, in order
-                account.feed_packets(packets)
-                packets = []
-                _account_batch(account, buffer, base, count, segment, unpack_from,
-                               header_size, arrival)
-            received += count
-        account.feed_packets(packets)
-        if stream.first is None:
-            stream.first = clock()
-        stream.num_bytes = received
-        stream.last = clock()
-
-
-def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
-                   stop: threading.Event) -> None:
-    """With a shared secret: every datagram, coalesced or not, must carry the test's key;
-    one that does not is counted as bad and nothing else."""
-    buffer = aligned(udp.MAX_GSO_BYTES + 65536)
-    buffers = [buffer]
-    unpack_from = DATAGRAM_HEADER.unpack_from
-    key_at, key_end = DATAGRAM_HEADER.size, AUTH_DATAGRAM_HEADER.size
-    clock = time.monotonic
-    received = 0
-    while not stop.is_set():
-        try:
-            count, ancillary, _, _ = stream.sock.recvmsg_into(buffers, udp.ANCILLARY_SPACE)
-        except (BlockingIOError, ConnectionRefusedError):
-            continue
-        segment, arrival = udp.read_ancillary(ancillary, count)
-        step = max(1, min(segment, count))
-        if _all_keyed(buffer, count, step, key, key_at):  # the usual case, checked in C
-            _account_batch(account, buffer, 0, count, step, unpack_from, key_end, arrival)
-            received += count
-            _progress(stream, received, clock)
-            continue
-        packets = []
-        for offset in range(0, count, step):
-            length = min(step, count - offset)
-            if length < key_end or buffer[offset + key_at:offset + key_end] != key:
-                account.bad += 1
-                continue
-            seconds, micros, number = unpack_from(buffer, offset)
-            packets.append((number, seconds + micros * 1e-6, arrival))
-            received += length
-        account.feed_packets(packets)
-        if packets:
-            _progress(stream, received, clock)
-
-
-def _all_keyed(buffer: memoryview, count: int, step: int, key: bytes, key_at: int) -> bool:
-    """Whether every datagram of a read (one, or a coalesced run of `step`-byte ones)
-    carries `key`: byte by byte of the key, one strided slice each, without a Python loop
-    per datagram."""
-    datagrams = -(-count // step)
-    last = count - (datagrams - 1) * step
-    if last < key_at + len(key):
-        return False
-    return all(buffer[key_at + index:count:step] == bytes((byte,)) * datagrams
-               for index, byte in enumerate(key))
-
-
-def _progress(stream: Stream, received: int, clock: Callable[[], float]) -> None:
-    if stream.first is None:
-        stream.first = clock()
-    stream.num_bytes = received
-    stream.last = clock()
-
-
-def _account_batch(account: UdpReceiveAccount, buffer: memoryview, base: int, count: int,
-                   segment: int, unpack_from, header_size: int, arrival: float) -> None:
-    """A coalesced read (UDP_GRO) of datagrams of `segment` bytes from `base`."""
-    last_offset = base + (count - header_size) // segment * segment
-    seconds, micros, number = unpack_from(buffer, base)
-    last_seconds, last_micros, last_number = unpack_from(buffer, last_offset)
-    run = (last_offset - base) // segment + 1
-    if last_number == number + run - 1:  # one send: its datagrams in order, stamped in order
-        account.feed_run(number, run, seconds + micros * 1e-6, arrival,
-                         last_seconds + last_micros * 1e-6)
-        return
-    for offset in range(base, last_offset + 1, segment):
-        seconds, micros, number = unpack_from(buffer, offset)
-        account.feed(number, seconds + micros * 1e-6, arrival)
+    udp_receive.receive(stream, stop)
 
 
 def snapshot(stream: Stream) -> Snapshot:

@@ -7,7 +7,7 @@ import os
 import platform
 import socket
 
-from . import stamping, tcpinfo, udp
+from . import compiled, tcpinfo, udp
 
 
 def _udp_option(option: int, value: int) -> bool:
@@ -28,10 +28,10 @@ def _tcp_info() -> str:
 
 
 def _fast_path() -> str:
-    if stamping.compiled():
+    if compiled.module() is not None:
         return "yes"
-    if stamping._fastpath is not None:
-        return f"built, not used ({stamping.PURE_PYTHON_VARIABLE} is set)"
+    if compiled.fastpath is not None:
+        return f"built, not used ({compiled.PURE_PYTHON_VARIABLE} is set)"
     return "no (pure Python: installed without a C compiler)"
 
 
@@ -43,7 +43,7 @@ def report() -> str:
         "UDP GRO (receives them coalesced)": yes[_udp_option(udp.UDP_GRO, 1)],
         "TCP_INFO (retransmits, cwnd, RTT)": _tcp_info(),
         "sendfile from a memory file (-Z)": yes[hasattr(os, "memfd_create")],
-        "compiled fast path (UDP headers)": _fast_path(),
+        "compiled fast path (UDP send and receive)": _fast_path(),
     }
     lines = [f"kernel {platform.system()} {platform.release()}, Python "
              f"{platform.python_version()}"]

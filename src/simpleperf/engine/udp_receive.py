@@ -1,0 +1,218 @@
+"""Receiving a UDP stream: every datagram numbered, timed and accounted (loss, reordering,
+jitter) at tens of Gbit/s. Three paths give the same account: the compiled one (recvmmsg
+and the in-order runs in C, transport/compiled.py), many datagrams per system call from
+Python (recvmmsg through ctypes), and one read at a time where neither exists. A test with
+a shared secret checks every datagram's key."""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER
+from ..stats import UdpReceiveAccount
+from ..transport import compiled, udp
+from ..transport.buffers import aligned
+from .records import Stream
+
+ROW = struct.Struct("qqd")  # a compiled read's row: bytes, each datagram's size, arrival
+MESSAGES_PER_READ = 64
+
+
+def receive(stream: Stream, stop: threading.Event) -> None:
+    account = stream.account = UdpReceiveAccount(stream.delays)
+    fastpath = compiled.module()
+    if stream.key is not None:
+        _receive_keyed(stream, account, stream.key, stop)
+    elif fastpath is not None and stream.delays is None:
+        _receive_compiled(stream, account, stop, fastpath)
+    elif udp.BatchReceiver.available():
+        _receive_udp_batches(stream, account, stop)
+    else:
+        _receive_one_read_at_a_time(stream, account, stop)
+
+
+def _receive_compiled(stream: Stream, account: UdpReceiveAccount, stop: threading.Event,
+                      fastpath) -> None:
+    """recvmmsg in C, and the runs of datagrams in order accounted in C."""
+    slot = udp.BatchReceiver.SLOT
+    buffer = aligned(slot * MESSAGES_PER_READ)
+    table = bytearray(ROW.size * MESSAGES_PER_READ)
+    read = fastpath.receive
+    fd = stream.sock.fileno()
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            got = read(fd, buffer, slot, MESSAGES_PER_READ, table)
+        except ConnectionRefusedError:
+            continue
+        if got:
+            received += account_read(account, stream.header, buffer, slot, table, got,
+                                     fastpath)
+            _progress(stream, received, clock)
+
+
+def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memoryview,
+                 slot: int, table: bytearray, got: int, fastpath) -> int:
+    """Account the `got` messages of one compiled read (rows of `table`, bytes at i * slot of
+    `buffer`); returns their bytes. Python sees only a message the C runs leave to it: out
+    of order, far ahead, or when the account logs delays (the account's rarer paths)."""
+    header_size = header.size
+    account_runs = fastpath.account_runs
+    index = received = 0
+    while index < got:
+        if account.runs_compilable():
+            state, index, moved, closed = account_runs(
+                account.run_state(), buffer, slot, table, index, got, header_size,
+                header_size - 8, account.BLOCK, account.JUMP_LIMIT)
+            account.set_run_state(state, closed)
+            received += moved
+        if index < got:
+            length, segment, arrival = ROW.unpack_from(table, index * ROW.size)
+            if length >= header_size:
+                account_message(account, buffer, index * slot, length, segment,
+                                 header.unpack_from, header_size, arrival)
+                received += length
+            index += 1
+    return received
+
+
+def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
+                         stop: threading.Event) -> None:
+    """Many datagrams per system call (recvmmsg through ctypes)."""
+    receiver = udp.BatchReceiver(stream.sock)
+    buffer = receiver.buffer
+    header_size = stream.header.size
+    unpack_from = stream.header.unpack_from
+    message = receiver.message
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            got = receiver.receive()
+        except (BlockingIOError, ConnectionRefusedError):
+            continue
+        packets = []
+        for index in range(got):
+            base, count, segment, arrival = message(index)
+            if count < header_size:
+                continue
+            if segment >= count:
+                seconds, micros, number = unpack_from(buffer, base)
+                packets.append((number, seconds + micros * 1e-6, arrival))
+            else:  # a coalesced read: account what came before it first, in order
+                account.feed_packets(packets)
+                packets = []
+                _account_batch(account, buffer, base, count, segment, unpack_from,
+                               header_size, arrival)
+            received += count
+        account.feed_packets(packets)
+        _progress(stream, received, clock)
+
+
+def _receive_one_read_at_a_time(stream: Stream, account: UdpReceiveAccount,
+                                stop: threading.Event) -> None:
+    buffer = aligned(udp.MAX_GSO_BYTES + 65536)
+    buffers = [buffer]
+    header = stream.header
+    recvmsg_into = stream.sock.recvmsg_into
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            count, ancillary, _, _ = recvmsg_into(buffers, udp.ANCILLARY_SPACE)
+        except (BlockingIOError, ConnectionRefusedError):
+            continue
+        if count < header.size:
+            continue
+        segment, arrival = udp.read_ancillary(ancillary, count)
+        account_message(account, buffer, 0, count, segment, header.unpack_from, header.size,
+                         arrival)
+        received += count
+        _progress(stream, received, clock)
+
+
+def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
+                   stop: threading.Event) -> None:
+    """With a shared secret: every datagram, coalesced or not, must carry the test's key;
+    one that does not is counted as bad and nothing else."""
+    buffer = aligned(udp.MAX_GSO_BYTES + 65536)
+    buffers = [buffer]
+    unpack_from = DATAGRAM_HEADER.unpack_from
+    key_at, key_end = DATAGRAM_HEADER.size, AUTH_DATAGRAM_HEADER.size
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        try:
+            count, ancillary, _, _ = stream.sock.recvmsg_into(buffers, udp.ANCILLARY_SPACE)
+        except (BlockingIOError, ConnectionRefusedError):
+            continue
+        segment, arrival = udp.read_ancillary(ancillary, count)
+        step = max(1, min(segment, count))
+        if _all_keyed(buffer, count, step, key, key_at):  # the usual case, checked in C
+            _account_batch(account, buffer, 0, count, step, unpack_from, key_end, arrival)
+            received += count
+            _progress(stream, received, clock)
+            continue
+        packets = []
+        for offset in range(0, count, step):
+            length = min(step, count - offset)
+            if length < key_end or buffer[offset + key_at:offset + key_end] != key:
+                account.bad += 1
+                continue
+            seconds, micros, number = unpack_from(buffer, offset)
+            packets.append((number, seconds + micros * 1e-6, arrival))
+            received += length
+        account.feed_packets(packets)
+        if packets:
+            _progress(stream, received, clock)
+
+
+def _all_keyed(buffer: memoryview, count: int, step: int, key: bytes, key_at: int) -> bool:
+    """Whether every datagram of a read (one, or a coalesced run of `step`-byte ones)
+    carries `key`: byte by byte of the key, one strided slice each, without a Python loop
+    per datagram."""
+    datagrams = -(-count // step)
+    last = count - (datagrams - 1) * step
+    if last < key_at + len(key):
+        return False
+    return all(buffer[key_at + index:count:step] == bytes((byte,)) * datagrams
+               for index, byte in enumerate(key))
+
+
+def _progress(stream: Stream, received: int, clock: Callable[[], float]) -> None:
+    if stream.first is None:
+        stream.first = clock()
+    stream.num_bytes = received
+    stream.last = clock()
+
+
+def account_message(account: UdpReceiveAccount, buffer: memoryview, base: int, count: int,
+                     segment: int, unpack_from, header_size: int, arrival: float) -> None:
+    """One read of `count` bytes at `base`: a datagram, or a coalesced run of `segment`-byte
+    ones (UDP_GRO)."""
+    if segment >= count:
+        seconds, micros, number = unpack_from(buffer, base)
+        account.feed(number, seconds + micros * 1e-6, arrival)
+    else:
+        _account_batch(account, buffer, base, count, segment, unpack_from, header_size,
+                       arrival)
+
+
+def _account_batch(account: UdpReceiveAccount, buffer: memoryview, base: int, count: int,
+                   segment: int, unpack_from, header_size: int, arrival: float) -> None:
+    """A coalesced read (UDP_GRO) of datagrams of `segment` bytes from `base`."""
+    last_offset = base + (count - header_size) // segment * segment
+    seconds, micros, number = unpack_from(buffer, base)
+    last_seconds, last_micros, last_number = unpack_from(buffer, last_offset)
+    run = (last_offset - base) // segment + 1
+    if last_number == number + run - 1:  # one send: its datagrams in order, stamped in order
+        account.feed_run(number, run, seconds + micros * 1e-6, arrival,
+                         last_seconds + last_micros * 1e-6)
+        return
+    for offset in range(base, last_offset + 1, segment):
+        seconds, micros, number = unpack_from(buffer, offset)
+        account.feed(number, seconds + micros * 1e-6, arrival)
