@@ -1,7 +1,11 @@
 /* The optional compiled fast path of simpleperf's UDP streams (#17).
  *
  * Sending: one call writes the headers of a whole segmentation-offload batch, where Python
- * spends about a quarter of a microsecond per datagram on struct.pack_into.
+ * spends about a quarter of a microsecond per datagram on struct.pack_into; at unlimited
+ * rate the whole send loop runs here.
+ * TCP: the unpaced send loop and the plain receive loop, the GIL released for a
+ * fraction of a millisecond of writes or reads: with several streams (threads of one
+ * process) every write otherwise hands the GIL over between threads.
  * Receiving: one call reads many messages (recvmmsg) with their kernel arrival stamps and
  * coalesced segment sizes, and one accounts the in-order runs among them (loss, RFC 3550
  * jitter, the queue-growth blocks) the way stats.UdpReceiveAccount.feed_run does, stopping
@@ -19,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <netinet/udp.h>
 
@@ -34,6 +39,116 @@ static void put64(unsigned char *at, uint64_t value)
 {
     put32(at, (uint32_t)(value >> 32));
     put32(at + 4, (uint32_t)value);
+}
+
+static double clock_seconds(clockid_t clock)
+{
+    struct timespec now;
+    clock_gettime(clock, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+/* After a failed send or read: 0 to try again (a signal came), else 1 to stop, with the
+ * errno to report in *error (none for the socket's send or receive timeout). */
+static int stops(int *error)
+{
+    if (errno == EINTR)
+        return 0;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        *error = errno;
+    return 1;
+}
+
+PyDoc_STRVAR(tcp_send_doc,
+"tcp_send(fd, buffer, length, limit, deadline, budget, source) -> (sent, errno)\n\n"
+"Write `length` bytes of `buffer` to the TCP socket `fd` again and again (with `source` >= 0:\n"
+"sendfile its first `length` bytes instead, -Z) for up to `budget` seconds, no more than\n"
+"`limit` bytes in all (negative: no limit) and not past the monotonic `deadline`\n"
+"(negative: none). Returns the bytes written and the errno that stopped it (0 when none;\n"
+"the socket's send timeout also returns 0).");
+
+static PyObject *tcp_send(PyObject *self, PyObject *args)
+{
+    int fd, source;
+    Py_buffer view;
+    Py_ssize_t length;
+    long long limit;
+    double deadline, budget;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iy*nLddi", &fd, &view, &length, &limit, &deadline, &budget,
+                          &source))
+        return NULL;
+    if (length < 1 || length > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the write does not fit the buffer");
+        return NULL;
+    }
+    long long sent = 0;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    double end = clock_seconds(CLOCK_MONOTONIC) + budget;
+    for (;;) {
+        if (limit >= 0 && sent >= limit)
+            break;
+        double now = clock_seconds(CLOCK_MONOTONIC);
+        if (now >= end || (deadline >= 0 && now >= deadline))
+            break;
+        size_t chunk = (size_t)length;
+        if (limit >= 0 && (long long)chunk > limit - sent)
+            chunk = (size_t)(limit - sent);
+        ssize_t done;
+        if (source >= 0) {
+            off_t offset = 0;
+            done = sendfile(fd, source, &offset, chunk);
+        } else {
+            done = send(fd, view.buf, chunk, 0);
+        }
+        if (done < 0) {
+            if (stops(&error))
+                break;
+            continue;
+        }
+        sent += done;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("Li", sent, error);
+}
+
+PyDoc_STRVAR(tcp_receive_doc,
+"tcp_receive(fd, buffer, budget) -> (received, ended, errno)\n\n"
+"Read from the TCP socket `fd` into the writable `buffer` again and again for up to `budget`\n"
+"seconds (0: one read). Returns the bytes read, whether the peer ended the stream, and the\n"
+"errno that stopped it (0 when none; the socket's receive timeout also returns 0).");
+
+static PyObject *tcp_receive(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_buffer view;
+    double budget;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*d", &fd, &view, &budget))
+        return NULL;
+    long long received = 0;
+    int ended = 0, error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    double end = clock_seconds(CLOCK_MONOTONIC) + budget;
+    do {
+        ssize_t done = recv(fd, view.buf, (size_t)view.len, 0);
+        if (done < 0) {
+            if (stops(&error))
+                break;
+            continue;
+        }
+        if (done == 0) {
+            ended = 1;
+            break;
+        }
+        received += done;
+    } while (clock_seconds(CLOCK_MONOTONIC) < end);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("Lii", received, ended, error);
 }
 
 /* The headers of `count` datagrams of `size` bytes laid end to end from `at`. */
@@ -97,13 +212,6 @@ static PyObject *stamp(PyObject *self, PyObject *args)
                   first, number_bytes, key_bytes, key_length);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
-}
-
-static double clock_seconds(clockid_t clock)
-{
-    struct timespec now;
-    clock_gettime(clock, &now);
-    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
 }
 
 PyDoc_STRVAR(send_batches_doc,
@@ -412,6 +520,8 @@ done:
 static PyMethodDef methods[] = {
     {"stamp", stamp, METH_VARARGS, stamp_doc},
     {"send_batches", send_batches, METH_VARARGS, send_batches_doc},
+    {"tcp_send", tcp_send, METH_VARARGS, tcp_send_doc},
+    {"tcp_receive", tcp_receive, METH_VARARGS, tcp_receive_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"account_runs", account_runs, METH_VARARGS, account_runs_doc},
     {NULL, NULL, 0, NULL},
@@ -419,7 +529,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "simpleperf._fastpath",
-    "The optional compiled fast path of UDP streams: sending and receiving.", -1, methods,
+    "The optional compiled fast path of the streams' hot loops.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void)

@@ -8,6 +8,7 @@ acknowledgement arrives.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import threading
@@ -21,7 +22,7 @@ from ..options import ClientOptions, stall_limit
 from ..protocol import iperf3
 from ..protocol.classic import FINISH, is_acknowledgement
 from ..report import classic as table
-from ..transport import buffers, tcp, tcpinfo
+from ..transport import buffers, compiled, tcp, tcpinfo
 
 # A classic test's first payload: zeros, as long as an iperf3 cookie (see _probe).
 PROBE = bytes(iperf3.COOKIE_SIZE)
@@ -196,6 +197,16 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
 
 def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
               stream: SendingStream, stop: threading.Event) -> None:
+    fastpath = compiled.module()
+    if fastpath is not None:  # the write loop in C: no GIL handover per write with -P
+        fd, tcp_send = sock.fileno(), fastpath.tcp_send
+        while not stop.is_set() and time.monotonic() < deadline:
+            sent, error = tcp_send(fd, payload, len(payload), -1, deadline,
+                                   compiled.SLICE_SECONDS, -1)
+            stream.sent += sent
+            if error:
+                raise OSError(error, os.strerror(error))
+        return
     send = sock.send
     clock = time.monotonic
     sent = stream.sent

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import SimpleperfError
 from ..protocol.native import TestSpec
-from ..transport import buffers, tcp, tcpinfo
+from ..transport import buffers, compiled, tcp, tcpinfo
 from . import timed_writes
 from .pacing import WriteTurns, wait_until
 from .records import IntervalRecord, Snapshot, Stream
@@ -22,7 +22,7 @@ ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
 
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
-              stop: threading.Event) -> None:
+         stop: threading.Event) -> None:
     if spec.timed and stream.file is None:
         timed_writes.send(stream, spec, start, deadline, stop)
         return
@@ -36,10 +36,32 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
         amount = size if amount is None else min(amount, size)
     elif spec.zerocopy:
         sender = buffers.FileSender(payload, sock)
-    send: Callable[[memoryview], int] = sender.send if sender is not None else sock.send
     wait_until(start, stop)
     stream.first = time.monotonic()
-    turns = WriteTurns(sock, spec, deadline, amount, stream.first)
+    fastpath = compiled.module()
+    try:
+        if fastpath is not None and spec.rate == 0 and stream.file is None:
+            source = sender.source if isinstance(sender, buffers.FileSender) else -1
+            _send_compiled(stream, payload, source, amount, deadline, stop, fastpath)
+        else:
+            _send_turns(stream, spec, payload, sender, amount, deadline, stop)
+    finally:
+        stream.last = time.monotonic()
+        if sender is not None:
+            sender.close()
+    if not stop.is_set():
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)  # the receiver's end of stream marks the end
+
+
+def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
+                sender: buffers.FileSender | buffers.DiskFileSender | None, amount: int | None,
+                deadline: float | None, stop: threading.Event) -> None:
+    """Write by write from Python, each when WriteTurns says (paced with -b)."""
+    assert stream.first is not None
+    send: Callable[[memoryview], int] = sender.send if sender is not None \
+        else stream.sock.send
+    turns = WriteTurns(stream.sock, spec, deadline, amount, stream.first)
     clock = time.monotonic
     sent = 0
     while not stop.is_set():
@@ -55,22 +77,39 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
         except BlockingIOError:  # the wake-up timer: nothing could be written for a while
             pass
         stream.num_bytes = sent
-    stream.last = clock()
-    if sender is not None:
-        sender.close()
-    if not stop.is_set():
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_WR)  # the receiver's end of stream marks the end
+
+
+def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int | None,
+                   deadline: float | None, stop: threading.Event, fastpath) -> None:
+    """Unpaced: the write loop in C (send, or with -Z sendfile from `source`)."""
+    send = fastpath.tcp_send
+    fd = stream.sock.fileno()
+    until = -1.0 if deadline is None else deadline
+    sent = 0
+    while not stop.is_set():
+        limit = -1 if amount is None else amount - sent
+        if limit == 0 or (deadline is not None and time.monotonic() >= deadline):
+            break
+        moved, error = send(fd, payload, len(payload), limit, until, compiled.SLICE_SECONDS,
+                            source)
+        sent += moved
+        stream.num_bytes = sent
+        if error:
+            raise OSError(error, os.strerror(error))
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     buffer = buffers.aligned(max(spec.length, 256 * 1024))
+    writes = timed_writes.WriteTimes(stream.delays, stream.frames) \
+        if stream.delays is not None and spec.timed else None
+    fastpath = compiled.module()
+    if fastpath is not None and stream.file is None and writes is None:
+        _receive_compiled(stream, buffer, stop, fastpath)
+        return
     recv_into = stream.sock.recv_into
     clock = time.monotonic
     received = 0
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
-    writes = timed_writes.WriteTimes(stream.delays, stream.frames) \
-        if stream.delays is not None and spec.timed else None
     wall = time.time
     while not stop.is_set():
         try:
@@ -88,6 +127,28 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
         received += count
         stream.num_bytes = received
         stream.last = clock()
+
+
+def _receive_compiled(stream: Stream, buffer: memoryview, stop: threading.Event,
+                      fastpath) -> None:
+    """The read loop in C; the first read alone, so that the stream's start is its time."""
+    read = fastpath.tcp_receive
+    fd = stream.sock.fileno()
+    clock = time.monotonic
+    received = 0
+    while not stop.is_set():
+        count, ended, error = read(fd, buffer,
+                                   0.0 if stream.first is None else compiled.SLICE_SECONDS)
+        if error:
+            raise OSError(error, os.strerror(error))
+        if count:
+            if stream.first is None:
+                stream.first = clock()
+            received += count
+            stream.num_bytes = received
+            stream.last = clock()
+        if ended:
+            return
 
 
 def snapshot(stream: Stream) -> Snapshot:

@@ -37,11 +37,11 @@ class FileSender:
         self._file = os.fdopen(os.memfd_create("simpleperf-payload", os.MFD_CLOEXEC), "wb+",
                                buffering=0)
         self._file.write(payload)
-        self._out, self._source = sock.fileno(), self._file.fileno()
+        self._out, self.source = sock.fileno(), self._file.fileno()
 
     def send(self, chunk: memoryview) -> int:
         """Like socket.send for the first len(chunk) bytes of the payload."""
-        return os.sendfile(self._out, self._source, 0, len(chunk))
+        return os.sendfile(self._out, self.source, 0, len(chunk))
 
     def close(self) -> None:
         self._file.close()

@@ -15,6 +15,9 @@ except ImportError:  # not built on this machine: the pure-Python paths
     fastpath = None
 
 PURE_PYTHON_VARIABLE = "SIMPLEPERF_PURE_PYTHON"  # set to 1: never the compiled path
+# How long a compiled TCP loop writes or reads before Python counts and looks for a stop:
+# short beside any interval, long beside a GIL handover between streams' threads.
+SLICE_SECONDS = 0.0005
 
 
 def module() -> ModuleType | None:

@@ -1,15 +1,18 @@
-"""The compiled UDP paths (transport/compiled.py) against the pure-Python ones: the same
+"""The compiled paths (transport/compiled.py) against the pure-Python ones: the same UDP
 account from the same reads whatever the datagrams (in order, lost, reordered, far jumps,
-coalesced, short), and real sockets on loopback for sending and reading."""
+coalesced, short), and real sockets on loopback for sending and reading, UDP and TCP."""
 
 from __future__ import annotations
 
 import errno
+import json
+import os
 import socket
 import struct
 import time
 
 import pytest
+from helpers import run_simpleperf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -183,3 +186,88 @@ def test_sending_stops_at_the_deadline_and_at_a_closed_port():
             assert 0.2 <= time.monotonic() - began < 2
             first = sink.recv(100)
             assert DATAGRAM_HEADER.unpack_from(first)[2] == 1 and first[16:24] == b"k3y-8byt"
+
+
+@pytest.fixture
+def tcp_pair():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    yield client, server
+    client.close()
+    server.close()
+
+
+def test_tcp_writes_up_to_the_limit_and_reads_to_the_end(tcp_pair):
+    client, server = tcp_pair
+    payload = aligned(10_000, repeating=True)
+    sent, error = fastpath.tcp_send(client.fileno(), payload, 10_000, 123_457, -1.0, 5.0, -1)
+    assert (sent, error) == (123_457, 0)
+    client.shutdown(socket.SHUT_WR)
+    buffer = aligned(65536)
+    received, pattern = 0, b""
+    udp.tcp.set_wake_up(server, 0.5)
+    while True:
+        count, ended, error = fastpath.tcp_receive(server.fileno(), buffer, 0.0)
+        assert error == 0
+        pattern = pattern or bytes(buffer[:20])
+        received += count
+        if ended:
+            break
+    assert received == 123_457 and pattern == b"01234567890123456789"
+
+
+def test_tcp_zero_copy_sends_the_files_bytes(tcp_pair):
+    client, server = tcp_pair
+    source = os.memfd_create("test-payload")
+    try:
+        os.write(source, b"z" * 5000)
+        sent, error = fastpath.tcp_send(client.fileno(), aligned(5000), 5000, 12_000, -1.0, 5.0,
+                                        source)
+    finally:
+        os.close(source)
+    assert (sent, error) == (12_000, 0)
+    client.shutdown(socket.SHUT_WR)
+    data = b""
+    while chunk := server.recv(65536):
+        data += chunk
+    assert data == b"z" * 12_000
+
+
+def test_tcp_stops_at_the_deadline_and_reports_a_reset(tcp_pair):
+    client, server = tcp_pair
+    udp.tcp.set_wake_up(client, 0.1)
+    began = time.monotonic()
+    sent, error = fastpath.tcp_send(client.fileno(), aligned(65536), 65536, -1, began + 0.3,
+                                    30.0, -1)  # nobody reads: the buffers fill, then wait
+    assert error == 0 and sent > 0 and 0.3 <= time.monotonic() - began < 3
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    server.close()  # unread data and linger 0: a reset
+    time.sleep(0.05)
+    error = 0
+    for _ in range(100):
+        _, error = fastpath.tcp_send(client.fileno(), aligned(65536), 65536, -1, -1.0, 0.01, -1)
+        if error:
+            break
+    assert error in (errno.ECONNRESET, errno.EPIPE)
+    _, _, error = fastpath.tcp_receive(client.fileno(), aligned(100), 0.0)
+    assert error in (0, errno.ECONNRESET)  # the reset was reported once, to the writer
+    with pytest.raises(ValueError, match="does not fit"):
+        fastpath.tcp_send(client.fileno(), aligned(100), 101, -1, -1.0, 0.0, -1)
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize("pure", ["0", "1"])
+@pytest.mark.parametrize("flags", [[], ["-R"], ["-Z"], ["-R", "-Z"]])
+def test_tcp_runs_on_either_path(server, pure, flags):
+    """The client's path (compiled or pure) writes, or with -R reads; exactly -n bytes."""
+    _, port = server
+    os.environ[compiled.PURE_PYTHON_VARIABLE] = pure
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-J", "--no-latency",
+                              "-n", "7777777", "-l", "100000", *flags)
+    finally:
+        del os.environ[compiled.PURE_PYTHON_VARIABLE]
+    assert done.returncode == 0, done.stderr
+    end = json.loads(done.stdout)["end"]
+    assert end["sum_sent"]["bytes"] == end["sum_received"]["bytes"] == 7777777
