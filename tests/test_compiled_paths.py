@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from simpleperf.engine import udp_receive
 from simpleperf.protocol import iperf3
+from simpleperf.protocol.classic import FINISH, ClassicReceiver
 from simpleperf.protocol.native import DATAGRAM_HEADER
 from simpleperf.stats import UdpReceiveAccount
 from simpleperf.transport import compiled, udp
@@ -208,7 +209,7 @@ def test_tcp_writes_up_to_the_limit_and_reads_to_the_end(tcp_pair):
     received, pattern = 0, b""
     udp.tcp.set_wake_up(server, 0.5)
     while True:
-        count, ended, error = fastpath.tcp_receive(server.fileno(), buffer, 0.0)
+        count, ended, error, _ = fastpath.tcp_receive(server.fileno(), buffer, 0.0)
         assert error == 0
         pattern = pattern or bytes(buffer[:20])
         received += count
@@ -250,7 +251,7 @@ def test_tcp_stops_at_the_deadline_and_reports_a_reset(tcp_pair):
         if error:
             break
     assert error in (errno.ECONNRESET, errno.EPIPE)
-    _, _, error = fastpath.tcp_receive(client.fileno(), aligned(100), 0.0)
+    _, _, error, _ = fastpath.tcp_receive(client.fileno(), aligned(100), 0.0)
     assert error in (0, errno.ECONNRESET)  # the reset was reported once, to the writer
     with pytest.raises(ValueError, match="does not fit"):
         fastpath.tcp_send(client.fileno(), aligned(100), 101, -1, -1.0, 0.0, -1)
@@ -271,3 +272,25 @@ def test_tcp_runs_on_either_path(server, pure, flags):
     assert done.returncode == 0, done.stderr
     end = json.loads(done.stdout)["end"]
     assert end["sum_sent"]["bytes"] == end["sum_received"]["bytes"] == 7777777
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text("BYEx", min_size=1, max_size=9).map(str.encode), min_size=1,
+                max_size=12), st.integers(1, 7))
+def test_the_compiled_read_keeps_the_streams_tail_as_the_classic_receiver(chunks, size):
+    """Read by read (buffers of 1-7 bytes split the stream anywhere), the compiled loop's
+    tail and its stop at BYE agree with ClassicReceiver.feed on the same reads."""
+    left, right = socket.socketpair()
+    with left, right:
+        left.sendall(b"".join(chunks))
+        left.shutdown(socket.SHUT_WR)
+        buffer, expected, tail = aligned(size), ClassicReceiver(), b""
+        while not expected.finished:
+            count, ended, error, tail = fastpath.tcp_receive(right.fileno(), buffer, 0.0,
+                                                             FINISH, tail)
+            assert error == 0
+            if ended:
+                break
+            expected.feed(buffer[:count])
+            assert tail == expected.tail
+        assert (tail == FINISH) == expected.finished

@@ -115,20 +115,49 @@ static PyObject *tcp_send(PyObject *self, PyObject *args)
     return Py_BuildValue("Li", sent, error);
 }
 
+#define MAX_FINISH 16
+
+/* The last `*length` (at most `limit`) bytes of a stream in `tail`, after `count` more. */
+static void keep_tail(unsigned char *tail, Py_ssize_t *length, Py_ssize_t limit,
+                      const unsigned char *data, Py_ssize_t count)
+{
+    unsigned char joined[2 * MAX_FINISH];
+    Py_ssize_t from_data = count < limit ? count : limit;
+    memcpy(joined, tail, (size_t)*length);
+    memcpy(joined + *length, data + count - from_data, (size_t)from_data);
+    Py_ssize_t total = *length + from_data;
+    *length = total < limit ? total : limit;
+    memcpy(tail, joined + total - *length, (size_t)*length);
+}
+
 PyDoc_STRVAR(tcp_receive_doc,
-"tcp_receive(fd, buffer, budget) -> (received, ended, errno)\n\n"
+"tcp_receive(fd, buffer, budget, finish=b'', tail=b'') -> (received, ended, errno, tail)\n\n"
 "Read from the TCP socket `fd` into the writable `buffer` again and again for up to `budget`\n"
-"seconds (0: one read). Returns the bytes read, whether the peer ended the stream, and the\n"
-"errno that stopped it (0 when none; the socket's receive timeout also returns 0).");
+"seconds (0: one read). Returns the bytes read, whether the peer ended the stream, the errno\n"
+"that stopped it (0 when none; the socket's receive timeout also returns 0), and the\n"
+"stream's last len(finish) bytes (at most 16), given `tail` as those before: reading stops\n"
+"after the read that makes them `finish` (the classic protocol's BYE, which the peer sends\n"
+"last and then waits for our answer).");
 
 static PyObject *tcp_receive(PyObject *self, PyObject *args)
 {
     int fd;
     Py_buffer view;
     double budget;
+    const char *finish = "", *before = "";
+    Py_ssize_t finish_length = 0, before_length = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iw*d", &fd, &view, &budget))
+    if (!PyArg_ParseTuple(args, "iw*d|y#y#", &fd, &view, &budget, &finish, &finish_length,
+                          &before, &before_length))
         return NULL;
+    if (finish_length > MAX_FINISH || before_length > finish_length) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the finish message is too long");
+        return NULL;
+    }
+    unsigned char tail[MAX_FINISH];
+    Py_ssize_t tail_length = before_length;
+    memcpy(tail, before, (size_t)before_length);
     long long received = 0;
     int ended = 0, error = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -145,10 +174,15 @@ static PyObject *tcp_receive(PyObject *self, PyObject *args)
             break;
         }
         received += done;
+        if (finish_length) {
+            keep_tail(tail, &tail_length, finish_length, view.buf, done);
+            if (tail_length == finish_length && !memcmp(tail, finish, (size_t)finish_length))
+                break;
+        }
     } while (clock_seconds(CLOCK_MONOTONIC) < end);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return Py_BuildValue("Lii", received, ended, error);
+    return Py_BuildValue("Liiy#", received, ended, error, (const char *)tail, tail_length);
 }
 
 /* The headers of `count` datagrams of `size` bytes laid end to end from `at`. */

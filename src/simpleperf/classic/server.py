@@ -5,15 +5,17 @@ across reads (protocol/classic.py's receiver handles both)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from ..options import ServerOptions
-from ..protocol.classic import ACK, ClassicReceiver
-from ..transport import buffers
+from ..protocol.classic import ACK, FINISH, ClassicReceiver
+from ..transport import buffers, compiled
 
 MIN_PROGRESS_BYTES = 1024  # per idle limit, from a classic client
 
@@ -33,8 +35,7 @@ def receive(conn: socket.socket, peer: str, accepted: float, prefix: bytes,
     receiver = ClassicReceiver()
     if prefix:
         receiver.feed(prefix)
-    buffer = buffers.aligned(max(options.length, 65536))
-    recv_into = conn.recv_into
+    read = _reader(conn, receiver, buffers.aligned(max(options.length, 256 * 1024)))
     clock = time.monotonic
     # A trickle (a byte every few seconds) must not hold a connection forever: every
     # idle-limit window must bring at least MIN_PROGRESS_BYTES.
@@ -42,12 +43,15 @@ def receive(conn: socket.socket, peer: str, accepted: float, prefix: bytes,
     problem: str | None = None
     while not receiver.finished:
         try:
-            count = recv_into(buffer)
+            count = read()
         except BlockingIOError:  # the wake-up timer
             if stopping.is_set():
                 problem = "server stopped"
                 break
             count = -1
+        except ProtocolError as error:
+            problem = str(error)
+            break
         except OSError as error:
             problem = "connection reset" if isinstance(error, ConnectionResetError) \
                 else (error.strerror or str(error)).lower()
@@ -63,15 +67,8 @@ def receive(conn: socket.socket, peer: str, accepted: float, prefix: bytes,
                            f"{options.idle_limit:g} s")
                 break
             window_start, window_bytes = now, 0
-        if count < 0:
-            continue
-        window_bytes += count
-        try:
-            if receiver.feed(buffer[:count]):
-                break
-        except ProtocolError as error:
-            problem = str(error)
-            break
+        if count > 0:
+            window_bytes += count
     ended = clock()
     if problem is not None and stopping.is_set():
         problem = "server stopped"  # our own shutdown ended the read, not the client
@@ -81,3 +78,33 @@ def receive(conn: socket.socket, peer: str, accepted: float, prefix: bytes,
         except OSError:
             problem = "acknowledgement could not be sent"
     return ConnectionResult(peer, ended - accepted, receiver.payload_bytes, problem)
+
+
+def _reader(conn: socket.socket, receiver: ClassicReceiver,
+            buffer: memoryview) -> Callable[[], int]:
+    """A function that reads what has arrived into `receiver` and returns how many bytes (0
+    at the end of the stream; BlockingIOError at the wake-up timer). Compiled: reads for
+    up to a slice of a millisecond at a time, stopping at BYE."""
+    fastpath = compiled.module()
+    if fastpath is None:
+        recv_into = conn.recv_into
+
+        def read_in_python() -> int:
+            count = recv_into(buffer)
+            if count:
+                receiver.feed(buffer[:count])
+            return count
+        return read_in_python
+    tcp_receive, fd = fastpath.tcp_receive, conn.fileno()
+
+    def read_compiled() -> int:
+        count, ended, error, tail = tcp_receive(fd, buffer, compiled.SLICE_SECONDS, FINISH,
+                                                receiver.tail)
+        if count:  # what came before a failure counts
+            receiver.account(count, tail)
+        if error:
+            raise OSError(error, os.strerror(error))
+        if not count and not ended:
+            raise BlockingIOError
+        return count
+    return read_compiled

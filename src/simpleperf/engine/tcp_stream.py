@@ -137,16 +137,16 @@ def _receive_compiled(stream: Stream, buffer: memoryview, stop: threading.Event,
     clock = time.monotonic
     received = 0
     while not stop.is_set():
-        count, ended, error = read(fd, buffer,
+        count, ended, error, _ = read(fd, buffer,
                                    0.0 if stream.first is None else compiled.SLICE_SECONDS)
-        if error:
-            raise OSError(error, os.strerror(error))
-        if count:
+        if count:  # what came before a failure counts
             if stream.first is None:
                 stream.first = clock()
             received += count
             stream.num_bytes = received
             stream.last = clock()
+        if error:
+            raise OSError(error, os.strerror(error))
         if ended:
             return
 

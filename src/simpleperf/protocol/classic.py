@@ -39,6 +39,21 @@ class ClassicReceiver:
             self.finished = True
         return self.finished
 
+    def account(self, count: int, tail: bytes) -> bool:
+        """`count` bytes read elsewhere (the compiled read loop), after which the stream's
+        last bytes are `tail`; returns True once the finish message has arrived."""
+        if self.finished:
+            raise ProtocolError("data after the finish message")
+        self.received += count
+        self._tail = tail
+        self.finished = tail == FINISH
+        return self.finished
+
+    @property
+    def tail(self) -> bytes:
+        """The stream's last bytes so far, as many as the finish message has."""
+        return self._tail
+
     @property
     def payload_bytes(self) -> int:
         return self.received - len(FINISH) if self.finished else self.received
