@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..protocol.native import AUTH_DATAGRAM_HEADER, DATAGRAM_HEADER
 from ..stats import UdpReceiveAccount
-from ..transport import compiled, udp
+from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
 from .records import Stream
 
@@ -67,7 +67,7 @@ def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memo
         if account.runs_compilable():
             state, index, moved, closed = account_runs(
                 account.run_state(), buffer, slot, table, index, got, header_size,
-                header_size - 8, account.BLOCK, account.JUMP_LIMIT)
+                stamping.number_bytes(header), account.BLOCK, account.JUMP_LIMIT)
             account.set_run_state(state, closed)
             received += moved
         if index < got:

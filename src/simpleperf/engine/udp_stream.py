@@ -101,7 +101,7 @@ def _send_compiled(stream: Stream, spec: TestSpec, buffer: memoryview, batch: in
     size = spec.length
     send_batches = fastpath.send_batches
     fd = stream.sock.fileno()
-    number_bytes = stream.header.size - 8
+    width = stamping.number_bytes(stream.header)
     until = -1.0 if deadline is None else deadline
     number = 0
     while not stop.is_set():
@@ -110,7 +110,7 @@ def _send_compiled(stream: Stream, spec: TestSpec, buffer: memoryview, batch: in
             limit = min(limit, -(-(spec.num_bytes - stream.num_bytes) // size))
             if limit <= 0:
                 break
-        sent, error = send_batches(fd, buffer, size, batch, limit, number + 1, number_bytes,
+        sent, error = send_batches(fd, buffer, size, batch, limit, number + 1, width,
                                    stream.key, until)
         number += sent
         stream.packets_sent = number

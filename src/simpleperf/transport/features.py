@@ -43,7 +43,7 @@ def report() -> str:
         "UDP GRO (receives them coalesced)": yes[_udp_option(udp.UDP_GRO, 1)],
         "TCP_INFO (retransmits, cwnd, RTT)": _tcp_info(),
         "sendfile from a memory file (-Z)": yes[hasattr(os, "memfd_create")],
-        "compiled fast path (UDP send and receive)": _fast_path(),
+        "compiled fast path (UDP and TCP loops)": _fast_path(),
     }
     lines = [f"kernel {platform.system()} {platform.release()}, Python "
              f"{platform.python_version()}"]

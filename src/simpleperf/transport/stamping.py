@@ -12,19 +12,26 @@ from . import compiled
 
 # stamp(buffer, count, seconds, micros, first number)
 Stamper = Callable[[memoryview, int, int, int, int], None]
+SEND_TIME_BYTES = 8  # seconds and microseconds, 32 bits each, before the datagram's number
+
+
+def number_bytes(header: struct.Struct) -> int:
+    """How wide `header`'s datagram number is: 4 or 8 bytes (iperf3's 32- or 64-bit
+    counters; the native header's is 64)."""
+    return header.size - SEND_TIME_BYTES
 
 
 def stamper(header: struct.Struct, size: int, key: bytes | None) -> Stamper:
     """A function that stamps `count` datagrams of `size` bytes laid end to end: `header`
     is (seconds, microseconds, number), big-endian, the number 32 or 64 bits wide."""
-    number_bytes = header.size - 8
+    width = number_bytes(header)
     fastpath = compiled.module()
     if fastpath is not None:
         stamp = fastpath.stamp
 
         def fast(buffer: memoryview, count: int, seconds: int, micros: int,
                  first: int) -> None:
-            stamp(buffer, size, count, seconds, micros, first, number_bytes, key)
+            stamp(buffer, size, count, seconds, micros, first, width, key)
         return fast
     if key is None:
         pack_into = header.pack_into
