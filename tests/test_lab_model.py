@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.lab.model import theory, topology
+from simpleperf.lab.model.theory import FRAME_BYTES
 from simpleperf.lab.model.topology import TopologyError
 from simpleperf.lab.net import build
 from simpleperf.lab.net.shaping.probe import Capabilities
@@ -184,7 +185,7 @@ def test_own_plan_routes_shaped_links_through_the_wire(portfolio):
     # L2, 30 Mbit/s: a bucket of one frame and 1600 bytes for late timers, and a peak rate
     # with an MTU that makes tbf cut aggregates into packets before the pfifo counts them.
     assert ("qdisc add dev w2b root handle 1: tbf rate 30000000bit burst 3114 peakrate "
-            "3000000000bit mtu 2200 limit 1000000") in wire
+            "300000000000bit mtu 3000 limit 1000000") in wire
     assert "qdisc add dev w2b parent 1:1 handle 10: pfifo limit 100" in wire
     assert "pfifo limit 100" in wire and "pfifo limit 33" in wire
     assert "-A PREROUTING -i w3b -j NFQUEUE --queue-num 6" in wire
@@ -273,10 +274,20 @@ def test_any_malformed_input_is_a_topology_error(link, key, value):
 
 def test_rate_limits_at_any_speed_keep_tbf_cutting_aggregates_into_packets():
     fast = build.plan(topology.pair(rate="1G"), "own").namespaces["pair-wire"].script()
-    # 1 Gbit/s: one frame and 200 us (25,000 bytes); the peak rate is capped at 20 Gbit/s.
-    assert "tbf rate 1000000000bit burst 26514 peakrate 20000000000bit mtu 2200" in fast
+    # 1 Gbit/s: one frame and 200 us (25,000 bytes), and the one peak rate.
+    assert "tbf rate 1000000000bit burst 26514 peakrate 300000000000bit mtu 3000" in fast
     faster = build.plan(topology.pair(rate="40G"), "own").namespaces["pair-wire"].script()
-    assert "tbf rate 40000000000bit burst 1001514 limit" in faster  # no peak above 10G
+    assert "tbf rate 40000000000bit burst 1001514 peakrate 300000000000bit" in faster
+
+
+def test_the_peak_bucket_holds_one_frame_and_never_two():
+    """tc turns the MTU into whole 64 ns ticks at the peak rate; the kernel turns that time
+    back into the bytes above which tbf cuts an aggregate into packets."""
+    ticks = int(build.SEGMENTING_MTU * 8 / build.PEAK_RATE / build.TICK_SECONDS)
+    assert ticks == 1
+    peak_bucket = build.PEAK_RATE / 8 * ticks * build.TICK_SECONDS
+    assert FRAME_BYTES <= peak_bucket < 2 * FRAME_BYTES
+    assert build.PEAK_RATE > topology.MAX_RATE
 
 
 def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():

@@ -35,6 +35,7 @@ from lab_helpers import (
     session_shaper,
 )
 
+from simpleperf.lab.model.theory import FRAME_BYTES
 from simpleperf.lab.net import ownership
 from simpleperf.lab.net.shaping.probe import AQM_QDISCS
 from simpleperf.lab.net.system import existing_namespaces, processes_in_namespaces
@@ -353,6 +354,7 @@ def test_tcp_segments_cross_the_delay_whole(pair_lab):
     sent_bytes, frames = map(int, re.search(
         r"qdisc pfifo .*?\n\s*Sent (\d+) bytes (\d+) pkt", queues).groups())
     assert sent_bytes >= received > 0
+    assert 1400 <= sent_bytes / frames <= FRAME_BYTES  # the rate limiter cut them all
     if session_shaper() == "netem":
         delayed = in_node("pair-wire", "tc", "-s", "qdisc", "show", "dev", "ifb1a").stdout
         data_entries = int(re.search(r"qdisc netem .*?\n\s*Sent \d+ bytes (\d+) pkt",

@@ -25,6 +25,7 @@ NODE_KINDS = ("hosts", "routers", "switches")
 NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
 LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
 LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
 SHAPING_FIELDS = ("bw", "delay", "jitter", "reorder", "loss", "max_queue_size")
 LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", "cost",
                *SHAPING_FIELDS}
@@ -368,7 +369,7 @@ def _rate(value: Any, where: str) -> float:
     except (ValueError, TypeError):
         raise TopologyError(f"{where} = {value!r} is not a rate such as 40 (Mbit/s) or "
                             "'40M', '1G', '512K'") from None
-    if not 1e3 <= rate <= 100e9:
+    if not MIN_RATE <= rate <= MAX_RATE:
         raise TopologyError(f"{where} = {value!r} is out of range (1 kbit/s to 100 Gbit/s)")
     return rate
 

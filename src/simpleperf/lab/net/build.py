@@ -44,14 +44,18 @@ RECEIVE_PER_PACKET = "gro off"
 # tbf sends a packet once its bucket holds the packet's size, and the bucket's capacity caps
 # what a late timer leaves in it: a bucket of one frame loses every microsecond a timer is
 # late (0.75-0.85 of the rate on a VM). So the bucket holds one frame plus LATE_SECONDS at
-# the link rate, at least LATE_BYTES (what htb's default buffer tolerates). A peak rate far
-# above the rate with an MTU just above one frame makes tbf cut every aggregate into packets.
-# tc rounds the MTU's transmission time to 64 ns at the peak rate, so the peak rate stays
-# at most 20 Gbit/s (160 bytes of rounding under a 2200-byte MTU).
+# the link rate, at least LATE_BYTES (what htb's default buffer tolerates). tbf cuts an
+# aggregate into packets when it exceeds what the peak bucket holds: tc gives that bucket's
+# size as a time in 64 ns ticks, so at PEAK_RATE an MTU of one tick makes it hold 2400
+# bytes, one frame and never two. The gap the peak rate then asks between two frames (17
+# ns) is shorter than sending one takes, so tbf hardly ever waits for it (at 20 Gbit/s it
+# asked 315 ns: a timer per packet, microseconds of exits each on a VM, held a pair link
+# with 10 ms delay to 0.63 x 1 Gbit/s; docs/lab-shaping.md).
 LATE_SECONDS = 200e-6
 LATE_BYTES = 1600
-SEGMENTING_MTU = 2200
-MAX_PEAK = 20e9
+PEAK_RATE = 300e9  # above any link's rate (topology.MAX_RATE)
+TICK_SECONDS = 64e-9
+SEGMENTING_MTU = 3000  # 80 ns at PEAK_RATE: tc rounds it down to one tick
 # netem sorts packets by their send times, so jitter alone reorders them. With a rate set,
 # a packet leaves at its own delayed time or, if that is earlier, when the packet queued
 # before it leaves: jitter in order, as the own shaper keeps it. A rate far above any link's
@@ -231,9 +235,8 @@ def rate_limit(device: str, shaping: Shaping) -> list[str]:
     assert shaping.rate is not None
     rate = int(shaping.rate)
     burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
-    bucket = f"tbf rate {rate}bit burst {burst}"
-    if rate * 2 <= MAX_PEAK:
-        bucket += f" peakrate {int(min(100 * rate, MAX_PEAK))}bit mtu {SEGMENTING_MTU}"
+    bucket = (f"tbf rate {rate}bit burst {burst} peakrate {int(PEAK_RATE)}bit "
+              f"mtu {SEGMENTING_MTU}")
     # tbf's own limit sizes a default byte queue that the pfifo replaces.
     return [f"qdisc add dev {device} root handle 1: {bucket} limit 1000000",
             f"qdisc add dev {device} parent 1:1 handle 10: pfifo limit "
