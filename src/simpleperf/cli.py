@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(strftime FORMAT, default "
                         f"'{DEFAULT_TIMESTAMP_FORMAT.replace('%', '%%')}')")
     common.add_argument("-l", "--len", help="read/write buffer size, e.g. 128K "
-                                           f"(default {DEFAULT_LENGTH // 1024}K)")
+                                           f"(default {DEFAULT_LENGTH // 1024}K, TCP writes "
+                                           "rounded down to whole segments)")
     common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
                                               "64K (default: the kernel's autotuning)")
     common.add_argument("-C", "--congestion", help="TCP congestion control, e.g. cubic, reno, "

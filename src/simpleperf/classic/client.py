@@ -165,7 +165,8 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
             stream.started = time.monotonic()
         limit = stall_limit(options.duration if options.num_bytes is None else None)
         if options.num_bytes is None:
-            _send_for(sock, payload, start + options.duration, stream, stop)
+            _send_for(sock, payload, start + options.duration, stream, stop,
+                      whole_segments=not options.length_given)
         else:
             _send_amount(sock, payload, options.num_bytes, stream, stop, limit)
         stream.sending_ended = time.monotonic()
@@ -196,12 +197,17 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
 
 
 def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
-              stream: SendingStream, stop: threading.Event) -> None:
+              stream: SendingStream, stop: threading.Event, whole_segments: bool) -> None:
+    """Writes of the whole payload, or of as many whole segments as it holds (looked up
+    again as the connection's segment size grows)."""
+    def length() -> int:
+        return tcp.whole_segments(sock, len(payload)) if whole_segments else len(payload)
+
     fastpath = compiled.module()
     if fastpath is not None:  # the write loop in C: no GIL handover per write with -P
         fd, tcp_send = sock.fileno(), fastpath.tcp_send
         while not stop.is_set() and time.monotonic() < deadline:
-            sent, error = tcp_send(fd, payload, len(payload), -1, deadline,
+            sent, error = tcp_send(fd, payload, length(), -1, deadline,
                                    compiled.SLICE_SECONDS, -1)
             stream.sent += sent
             if error:
@@ -210,6 +216,7 @@ def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
     send = sock.send
     clock = time.monotonic
     sent = stream.sent
+    payload = payload[:length()]
     while not stop.is_set():
         try:  # noqa: SIM105 - hot loop: a context manager per write costs throughput
             sent += send(payload)

@@ -42,7 +42,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     try:
         if fastpath is not None and spec.rate == 0 and stream.file is None:
             source = sender.source if isinstance(sender, buffers.FileSender) else -1
-            _send_compiled(stream, payload, source, amount, deadline, stop, fastpath)
+            _send_compiled(stream, payload, source, amount, deadline, stop, fastpath,
+                           spec.whole_segments)
         else:
             _send_turns(stream, spec, payload, sender, amount, deadline, stop)
     finally:
@@ -80,17 +81,22 @@ def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
 
 
 def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int | None,
-                   deadline: float | None, stop: threading.Event, fastpath) -> None:
-    """Unpaced: the write loop in C (send, or with -Z sendfile from `source`)."""
+                   deadline: float | None, stop: threading.Event, fastpath,
+                   whole_segments: bool) -> None:
+    """Unpaced: the write loop in C (send, or with -Z sendfile from `source`), each write
+    the payload or, without -l, as many whole segments as it holds (looked up again every
+    slice: the segment size grows as the peer's window opens)."""
     send = fastpath.tcp_send
-    fd = stream.sock.fileno()
+    sock = stream.sock
+    fd = sock.fileno()
     until = -1.0 if deadline is None else deadline
     sent = 0
     while not stop.is_set():
         limit = -1 if amount is None else amount - sent
         if limit == 0 or (deadline is not None and time.monotonic() >= deadline):
             break
-        moved, error = send(fd, payload, len(payload), limit, until, compiled.SLICE_SECONDS,
+        length = tcp.whole_segments(sock, len(payload)) if whole_segments else len(payload)
+        moved, error = send(fd, payload, length, limit, until, compiled.SLICE_SECONDS,
                             source)
         sent += moved
         stream.num_bytes = sent

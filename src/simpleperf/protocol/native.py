@@ -213,6 +213,7 @@ class TestSpec:
     frame_rate: float = 0.0  # --isochronous: frames a second (0: a steady stream)
     frame_load: float = DEFAULT_FRAME_LOAD  # ... their mean load, bits/s
     frame_stdev: float = 0.0  # ... its standard deviation (log-normal frame sizes)
+    whole_segments: bool = False  # TCP senders round writes down to whole segments (no -l)
 
     def to_message(self) -> dict[str, Any]:
         return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -246,6 +247,7 @@ class TestSpec:
             "frame_rate": lambda v: is_number(v) and 0 <= v <= MAX_FRAME_RATE,
             "frame_load": lambda v: is_number(v) and 0 < v <= MAX_RATE,
             "frame_stdev": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
+            "whole_segments": lambda v: isinstance(v, bool),
         }
         values: dict[str, Any] = {}
         for name, check in checks.items():
@@ -287,7 +289,8 @@ class TestSpec:
             histogram_bin_width=options.histogram_bin_width,
             histogram_bins=options.histogram_bins,
             frame_rate=options.frame_rate, frame_load=options.frame_load,
-            frame_stdev=options.frame_stdev)
+            frame_stdev=options.frame_stdev,
+            whole_segments=not options.udp and not options.length_given)
 
     @property
     def isochronous(self) -> bool:

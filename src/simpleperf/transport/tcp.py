@@ -208,6 +208,21 @@ def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
 
 
+def whole_segments(sock: socket.socket, length: int) -> int:
+    """`length` rounded down to whole segments of this connection (at least one segment,
+    never more than `length`). A write that does not end on a segment boundary sends a runt
+    segment each time: on loopback, whose 65483-byte segments are one packet each, a
+    262144-byte write is four full packets and one of 212 bytes, which cut four streams'
+    rate by a quarter (#17)."""
+    try:
+        segment = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+    except OSError:
+        return length
+    if segment <= 0 or length < segment:
+        return length
+    return length - length % segment
+
+
 def unsent_bytes(sock: socket.socket) -> int:
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0]
 
