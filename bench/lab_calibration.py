@@ -213,7 +213,7 @@ CARRIED = 0.9  # of the configured rate: what "carries" means in #17's capacity 
 def size_host_buffers(rate: float, round_trip: float, queue: int) -> None:
     """TCP's buffers in both hosts sized to twice the path's bytes in flight (the bandwidth-
     delay product and a full queue), as anyone measuring a long fat path tunes a host: Linux's
-    default 4 MB send buffer holds 1.6 Gbit/s at 20 ms, and this measures the link."""
+    default 4 MB send buffer holds at most 1.6 Gbit/s at 20 ms; this measures the link."""
     in_flight = rate / 8 * round_trip + queue * theory.FRAME_BYTES
     most = max(4 << 20, int(2 * in_flight))
     for node in ("h1", "h2"):

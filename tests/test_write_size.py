@@ -31,7 +31,7 @@ def test_the_default_length_is_rounded_down_to_whole_segments():
     client, server = connected_pair()
     with client, server:
         segment = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
-        length = tcp.whole_segments(client, DEFAULT_LENGTH)
+        length = tcp.write_length(client, DEFAULT_LENGTH, whole_segments=True)
     assert segment > 1000  # loopback: one segment is most of a 64 KB packet
     assert length % segment == 0
     assert DEFAULT_LENGTH - segment < length <= DEFAULT_LENGTH
@@ -41,15 +41,16 @@ def test_a_small_segment_size_is_followed():
     client, server = connected_pair(segment=1000)
     with client, server:
         segment = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
-        length = tcp.whole_segments(client, 100_000)
+        length = tcp.write_length(client, 100_000, whole_segments=True)
     assert segment <= 1000
     assert length % segment == 0 and 100_000 - segment < length <= 100_000
 
 
-def test_a_length_below_one_segment_is_kept():
+def test_a_length_below_one_segment_or_asked_for_is_kept():
     client, server = connected_pair()
     with client, server:
-        assert tcp.whole_segments(client, 1000) == 1000
+        assert tcp.write_length(client, 1000, whole_segments=True) == 1000
+        assert tcp.write_length(client, DEFAULT_LENGTH, whole_segments=False) == DEFAULT_LENGTH
 
 
 def test_only_a_tcp_test_without_len_asks_for_whole_segments():

@@ -198,16 +198,14 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
 
 def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
               stream: SendingStream, stop: threading.Event, whole_segments: bool) -> None:
-    """Writes of the whole payload, or of as many whole segments as it holds (looked up
-    again as the connection's segment size grows)."""
-    def length() -> int:
-        return tcp.whole_segments(sock, len(payload)) if whole_segments else len(payload)
-
+    """Writes of the whole payload, or of as many whole segments as it holds (the compiled
+    loop looks the segment size up again every slice, as the connection grows it)."""
     fastpath = compiled.module()
     if fastpath is not None:  # the write loop in C: no GIL handover per write with -P
         fd, tcp_send = sock.fileno(), fastpath.tcp_send
         while not stop.is_set() and time.monotonic() < deadline:
-            sent, error = tcp_send(fd, payload, length(), -1, deadline,
+            length = tcp.write_length(sock, len(payload), whole_segments)
+            sent, error = tcp_send(fd, payload, length, -1, deadline,
                                    compiled.SLICE_SECONDS, -1)
             stream.sent += sent
             if error:
@@ -216,7 +214,7 @@ def _send_for(sock: socket.socket, payload: memoryview, deadline: float,
     send = sock.send
     clock = time.monotonic
     sent = stream.sent
-    payload = payload[:length()]
+    payload = payload[:tcp.write_length(sock, len(payload), whole_segments)]
     while not stop.is_set():
         try:  # noqa: SIM105 - hot loop: a context manager per write costs throughput
             sent += send(payload)

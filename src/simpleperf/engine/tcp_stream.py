@@ -95,7 +95,7 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
         limit = -1 if amount is None else amount - sent
         if limit == 0 or (deadline is not None and time.monotonic() >= deadline):
             break
-        length = tcp.whole_segments(sock, len(payload)) if whole_segments else len(payload)
+        length = tcp.write_length(sock, len(payload), whole_segments)
         moved, error = send(fd, payload, length, limit, until, compiled.SLICE_SECONDS,
                             source)
         sent += moved

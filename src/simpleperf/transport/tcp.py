@@ -208,12 +208,14 @@ def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
 
 
-def whole_segments(sock: socket.socket, length: int) -> int:
-    """`length` rounded down to whole segments of this connection (at least one segment,
-    never more than `length`). A write that does not end on a segment boundary sends a runt
-    segment each time: on loopback, whose 65483-byte segments are one packet each, a
-    262144-byte write is four full packets and one of 212 bytes, which cut four streams'
-    rate by a quarter (#17)."""
+def write_length(sock: socket.socket, length: int, whole_segments: bool) -> int:
+    """`length`, or with `whole_segments` that rounded down to whole segments of this
+    connection as it stands (at least one segment, never more than `length`). A write that
+    does not end on a segment boundary sends a runt segment each time: on loopback, whose
+    65483-byte segments are one packet each, a 262144-byte write is four full packets and
+    one of 212 bytes, which cut four streams' rate by a quarter (#17)."""
+    if not whole_segments:
+        return length
     try:
         segment = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
     except OSError:
