@@ -35,7 +35,7 @@ def receive(conn: socket.socket, peer: str, accepted: float, prefix: bytes,
     receiver = ClassicReceiver()
     if prefix:
         receiver.feed(prefix)
-    read = _reader(conn, receiver, buffers.aligned(max(options.length, 256 * 1024)))
+    read = _reader(conn, receiver, buffers.tcp_read_buffer(options.length))
     clock = time.monotonic
     # A trickle (a byte every few seconds) must not hold a connection forever: every
     # idle-limit window must bring at least MIN_PROGRESS_BYTES.

@@ -105,7 +105,7 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
-    buffer = buffers.aligned(max(spec.length, 256 * 1024))
+    buffer = buffers.tcp_read_buffer(spec.length)
     writes = timed_writes.WriteTimes(stream.delays, stream.frames) \
         if stream.delays is not None and spec.timed else None
     fastpath = compiled.module()

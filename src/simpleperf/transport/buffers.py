@@ -17,6 +17,7 @@ import socket
 from typing import BinaryIO
 
 REPEATING = b"0123456789"  # iperf3's --repeating-payload: '0' to '9', again and again
+TCP_READ_BYTES = 256 * 1024  # a TCP receiver reads at least this much per call
 
 
 def aligned(size: int, repeating: bool = False) -> memoryview:
@@ -27,6 +28,11 @@ def aligned(size: int, repeating: bool = False) -> memoryview:
         whole = REPEATING * (len(view) // len(REPEATING) + 1)
         view[:] = whole[:len(view)]
     return view
+
+
+def tcp_read_buffer(length: int) -> memoryview:
+    """A TCP receiver's buffer: the test's length, and never less than TCP_READ_BYTES."""
+    return aligned(max(length, TCP_READ_BYTES))
 
 
 class FileSender:
