@@ -1,7 +1,9 @@
 """Builds the man pages and shell completions from the parsers (simpleperf.lab.manual) and
-installs them with the package, and the optional compiled fast path of the UDP sender
-(src/simpleperf/_fastpath.c: a machine without a C compiler or Python's headers installs
-without it and runs the pure-Python path); everything else is in pyproject.toml."""
+installs them with the package, and the optional compiled pieces: the streams' fast path
+(src/simpleperf/_fastpath.c) and the delay line's queue reader
+(src/simpleperf/lab/net/shaping/_queue_reader.c). A machine without a C compiler or Python's
+headers installs without them and runs the pure-Python paths; everything else is in
+pyproject.toml."""
 
 import sys
 from pathlib import Path
@@ -23,7 +25,10 @@ class BuildWithManual(build_py):
 
 
 setup(cmdclass={"build_py": BuildWithManual},
-      ext_modules=[Extension("simpleperf._fastpath", ["src/simpleperf/_fastpath.c"],
-                             extra_compile_args=["-O2"], optional=True)],
+      ext_modules=[Extension(name, [source], extra_compile_args=["-O2"], optional=True)
+                   for name, source in (
+                       ("simpleperf._fastpath", "src/simpleperf/_fastpath.c"),
+                       ("simpleperf.lab.net.shaping._queue_reader",
+                        "src/simpleperf/lab/net/shaping/_queue_reader.c"))],
       data_files=[(directory, [str(MADE / directory / name) for name in names])
                   for directory, names in manual.INSTALLED.items()])

@@ -11,6 +11,8 @@ Each line prints the measurement, its target and ok/MISS:
   - jitter shows up as the RTT standard deviation within 20 %;
   - capacity of a pair link with 10 ms delay at 10M, 100M and 1G, with the CPU it costs
     (the delay lines' own and the kernel's), and the 1G link without delay beside it;
+  - on a 1G link with delay and loss (single packets), the delay lines' compiled queue
+    reader against the pure-Python one, alternately;
   - portfolio up/down time, beside Mininet's (Linux bridges, no controller, rate-only links)
     measured in the same run when Debian's mininet package is installed.
 
@@ -24,6 +26,7 @@ prints the columns side by side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -37,6 +40,8 @@ import time
 
 from simpleperf.lab.model import theory, topology
 from simpleperf.lab.net import lifecycle, ownership
+from simpleperf.lab.net.shaping import delayline
+from simpleperf.transport import compiled
 
 PYTHON = sys.executable
 rows: list[tuple[str, str, str, bool | None]] = []
@@ -226,48 +231,100 @@ def capacity_checks(quick: bool) -> None:
     then the same 1G link without delay (no delay line): what the rate limiter and the
     namespaces' stack carry and cost alone. The delay lines' CPU is split into their own
     (user: the Python) and the kernel's (system: queueing each packet to them, and the
-    forwarding, shaping and TCP work that a release runs in their context)."""
+    forwarding, shaping and TCP work that a release runs in their context). Last, a 1G link
+    with delay and loss, whose packets reach the delay lines one by one, with the delay
+    lines' compiled queue reader and with the pure-Python one, alternately."""
     seconds = 5 if quick else 10
     highest = None
     plan = [(text, rate, "10ms") for text, rate in CAPACITY_RATES] + [("1G", 1e9, None)]
     for rate_text, rate, delay in plan:
         if delay and rate > 1e9 and highest != rates_below(rate):
             continue  # a lower rate already missed
-        queue = max(100, int(rate * 0.02 / (theory.FRAME_BYTES * 8)))  # about one BDP
-        spec: dict = {"rate": rate_text, "queue": queue}
-        if delay:
-            spec["delay"] = delay
-        up(topology.pair(**spec), {"pair": spec})
-        try:
-            size_host_buffers(rate, 0.02 if delay else 0.001, queue)
-            daemons = [process.pid for process in ownership.load("pair").processes]
-            busy0, total0 = cpu_ticks()
-            user0, system0 = process_ticks(daemons)
-            goodput = simpleperf_goodput("h1", "h2", "10.0.0.2", seconds)
-            busy1, total1 = cpu_ticks()
-            user1, system1 = process_ticks(daemons)
-            hz = os.sysconf("SC_CLK_TCK")
-            machine = (busy1 - busy0) / (total1 - total0) * os.cpu_count()
-            user, system = ((after - before) / hz / (seconds + 1.0) for before, after
-                            in ((user0, user1), (system0, system1)))
-            carried = goodput >= CARRIED * rate
-            if delay and carried:
-                highest = rate
-            target, ok = "-", None
-            if rate_text == "1G" and delay:
-                target, ok = ">= 0.9 Gbit/s", carried
-            name = f"with {delay} delay" if delay else "without delay (no delay line)"
-            report(f"pair capacity {rate_text} {name}",
-                   f"{goodput / 1e6:.1f} Mbit/s ({goodput / rate:.2f} x)", target, ok)
-            lines = (f", delay lines {user + system:.2f} (user {user:.2f}, system "
-                     f"{system:.2f})") if delay else ""
-            report(f"  CPU at {rate_text}", f"{machine:.2f} cores busy ("
-                   f"{machine / (goodput / 1e9):.2f} per Gbit/s){lines}", "", None)
-        finally:
-            lifecycle.down("pair")
+        goodput, machine, user, system = capacity_run(rate_text, rate, delay, None, seconds)
+        carried = goodput >= CARRIED * rate
+        if delay and carried:
+            highest = rate
+        target, ok = "-", None
+        if rate_text == "1G" and delay:
+            target, ok = ">= 0.9 Gbit/s", carried
+        name = f"with {delay} delay" if delay else "without delay (no delay line)"
+        report(f"pair capacity {rate_text} {name}",
+               f"{goodput / 1e6:.1f} Mbit/s ({goodput / rate:.2f} x)", target, ok)
+        lines = (f", delay lines {user + system:.2f} (user {user:.2f}, system "
+                 f"{system:.2f})") if delay else ""
+        report(f"  CPU at {rate_text}", f"{machine:.2f} cores busy ("
+               f"{machine / (goodput / 1e9):.2f} per Gbit/s){lines}", "", None)
     found = "none" if highest is None else f"{highest / 1e9:g} Gbit/s"
     report("pair with 10ms delay: highest rate at 0.9 x", found, ">= 2 Gbit/s",
            highest is not None and highest >= 2e9)
+    reader_checks(seconds, runs=1 if quick else 2)
+
+
+def reader_checks(seconds: float, runs: int) -> None:
+    """The compiled queue reader against the pure-Python one on a link whose packets come one
+    by one (loss makes each direction take single packets, not aggregates): medians."""
+    if compiled.used(delayline.queue_reader) is None:
+        report("delay line reader: compiled vs pure Python", "not built", "-", None)
+        return
+    figures: dict[bool, list[tuple[float, float, float, float]]] = {False: [], True: []}
+    for _ in range(runs):
+        for pure in (False, True):
+            figures[pure].append(capacity_run("1G", 1e9, "10ms", "0.01%", seconds, pure))
+    medians = {pure: [statistics.median(column) for column in zip(*rows, strict=True)]
+               for pure, rows in figures.items()}
+    for pure, (goodput, machine, user, system) in medians.items():
+        reader = "pure Python" if pure else "compiled"
+        report(f"pair 1G, 10ms, 0.01% loss: {reader} reader",
+               f"{goodput / 1e6:.1f} Mbit/s, {machine / (goodput / 1e9):.2f} cores/Gbit/s",
+               "-", None)
+        report("  its delay lines", f"{user + system:.2f} cores (user {user:.2f}, system "
+               f"{system:.2f})", "", None)
+    report("  compiled / pure Python goodput", f"{medians[False][0] / medians[True][0]:.2f}",
+           ">= 1", medians[False][0] >= medians[True][0])
+
+
+def capacity_run(rate_text: str, rate: float, delay: str | None, loss: str | None,
+                 seconds: float, pure: bool = False) -> tuple[float, float, float, float]:
+    """One TCP stream through a pair link: (goodput bit/s, machine cores busy, the delay
+    lines' user and system cores). `pure`: the delay lines read without the compiled reader."""
+    queue = max(100, int(rate * 0.02 / (theory.FRAME_BYTES * 8)))  # about one BDP
+    spec: dict = {"rate": rate_text, "queue": queue}
+    if delay:
+        spec["delay"] = delay
+    if loss:
+        spec["loss"] = loss
+    with pure_python(pure):
+        up(topology.pair(**spec), {"pair": spec})
+    try:
+        size_host_buffers(rate, 0.02 if delay else 0.001, queue)
+        daemons = [process.pid for process in ownership.load("pair").processes]
+        busy0, total0 = cpu_ticks()
+        user0, system0 = process_ticks(daemons)
+        goodput = simpleperf_goodput("h1", "h2", "10.0.0.2", seconds)
+        busy1, total1 = cpu_ticks()
+        user1, system1 = process_ticks(daemons)
+        hz = os.sysconf("SC_CLK_TCK")
+        machine = (busy1 - busy0) / (total1 - total0) * os.cpu_count()
+        user, system = ((after - before) / hz / (seconds + 1.0) for before, after
+                        in ((user0, user1), (system0, system1)))
+        return goodput, machine, user, system
+    finally:
+        lifecycle.down("pair")
+
+
+@contextlib.contextmanager
+def pure_python(pure: bool):
+    """Processes started inside (the lab's delay lines) run without compiled code."""
+    saved = os.environ.get(compiled.PURE_PYTHON_VARIABLE)
+    if pure:
+        os.environ[compiled.PURE_PYTHON_VARIABLE] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(compiled.PURE_PYTHON_VARIABLE, None)
+        else:
+            os.environ[compiled.PURE_PYTHON_VARIABLE] = saved
 
 
 def rates_below(rate: float) -> float | None:

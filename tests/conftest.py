@@ -15,7 +15,7 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import SIMPLEPERF, start_server
+from helpers import SIMPLEPERF, free_port, start_server
 
 from simpleperf.lab.net import ownership
 from simpleperf.lab.net.shaping.probe import SHAPER_ENV
@@ -80,6 +80,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if missing:
             pytest.fail(f"the lab needs {', '.join(missing)}: run bash scripts/setup",
                         pytrace=False)
+
+
+@pytest.fixture
+def empty_namespace():
+    """A namespace with only loopback: nothing sent from it can leave the machine."""
+    name = f"sptest-{free_port()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)
 
 
 @pytest.fixture

@@ -40,16 +40,6 @@ def test_connection_refused():
     assert_one_line_error(done, 1, "refused")
 
 
-@pytest.fixture
-def empty_namespace():
-    """A namespace with only loopback: nothing sent from it can leave the machine."""
-    name = f"sptest-{free_port()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "del", name], check=True)
-
-
 @pytest.mark.lab
 @pytest.mark.root
 def test_unreachable_address(empty_namespace):

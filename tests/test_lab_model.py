@@ -15,6 +15,7 @@ from simpleperf.lab.model import theory, topology
 from simpleperf.lab.model.theory import FRAME_BYTES
 from simpleperf.lab.model.topology import TopologyError
 from simpleperf.lab.net import build
+from simpleperf.lab.net.shaping import nfqueue
 from simpleperf.lab.net.shaping.probe import Capabilities
 
 PORTFOLIO_ADDRESSES = {
@@ -300,8 +301,28 @@ def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
     assert steady.unread_wait == 0.0
     steady.stamped = True
     steady.admit([(5, 1.0), (6, 1.001)], random.Random(1))
-    assert steady.next_release() == pytest.approx(1.011)
-    assert steady.due(1.0109) == [] and len(steady.due(1.011)) == 1
+    assert steady.next_release() == pytest.approx(1.010)
+    assert steady.due(1.0099) == []
+    assert steady.due(1.0109) == [nfqueue.verdict_up_to(1, 5)]  # each its own delay
+    assert steady.due(1.011) == [nfqueue.verdict_up_to(1, 6)]
+    assert steady.next_release() is None
+
+
+def test_every_packet_of_a_read_leaves_its_own_delay_after_its_own_arrival():
+    """A read holds many packets that arrived apart: none may wait for the last of them,
+    and none may overtake an earlier one (here a jittered release)."""
+    from simpleperf.lab.net.shaping.delayline import DirectionQueue
+
+    steady = DirectionQueue(3, delay=0.005, jitter=0.0, reorder=False)
+    steady.admit([(10, 2.0), (11, 2.0002), (12, 2.0002), (13, 2.0009)], random.Random(1))
+    assert list(steady.in_order) == [(2.005, 10), (2.0052, 12), (2.0059, 13)]
+    jittered = DirectionQueue(4, delay=0.005, jitter=0.0005, reorder=False)
+    arrivals = [(n, 3.0 + n * 1e-3) for n in range(200)]
+    jittered.admit(arrivals, random.Random(2))
+    releases = [release for release, _ in jittered.in_order]
+    assert releases == sorted(releases) and len(set(releases)) == len(releases)
+    assert len(releases) > 150  # drawn per packet, not once for the read
+    assert all(release >= 3.0 for release in releases)
 
 
 @pytest.mark.parametrize("content,message", [

@@ -524,6 +524,7 @@ def test_probe_says_what_the_kernel_offers_and_which_shaper_up_takes():
     assert out.startswith(f"kernel {os.uname().release}: ")
     for name in ("tbf", "netem", "ifb", "NFQUEUE", *AQM_QDISCS):
         assert re.search(rf"^  {name}\b.* (yes|no)$", out, re.M), name
+    assert re.search(r"^  compiled delay line reader \(own shaper\) +yes$", out, re.M), out
     chosen = re.search(r"^links are shaped with: (\w+) \((.+)\)$", out, re.M)
     assert chosen is not None and chosen.group(1) == session_shaper()
     done = lab("up", "pair", "--delay", "1ms")

@@ -27,14 +27,6 @@ def _tcp_info() -> str:
     return "yes" if info.snd_wnd is not None else "yes (without the peer's window)"
 
 
-def _fast_path() -> str:
-    if compiled.module() is not None:
-        return "yes"
-    if compiled.fastpath is not None:
-        return f"built, not used ({compiled.PURE_PYTHON_VARIABLE} is set)"
-    return "no (pure Python: installed without a C compiler)"
-
-
 def report() -> str:
     """Lines naming the kernel and each feature the tool uses where it exists."""
     yes = {True: "yes", False: "no"}
@@ -43,7 +35,7 @@ def report() -> str:
         "UDP GRO (receives them coalesced)": yes[_udp_option(udp.UDP_GRO, 1)],
         "TCP_INFO (retransmits, cwnd, RTT)": _tcp_info(),
         "sendfile from a memory file (-Z)": yes[hasattr(os, "memfd_create")],
-        "compiled fast path (UDP and TCP loops)": _fast_path(),
+        "compiled fast path (UDP and TCP loops)": compiled.status(compiled.fastpath),
     }
     lines = [f"kernel {platform.system()} {platform.release()}, Python "
              f"{platform.python_version()}"]

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from ...transport import compiled
 from ..model import topology
 from . import build, changes, ownership
 from .routing import convergence, daemons, perpacket
+from .shaping import delayline
 from .shaping.probe import Capabilities, probe
 from .system import CommandError, await_ready, existing_namespaces, module_command, require_tools
 
@@ -54,7 +56,9 @@ def kernel_report() -> str:
     """What this kernel offers the lab, found by trying it, and the shaper auto picks."""
     require_root(to="try the kernel's qdiscs in a scratch namespace")
     capabilities = _probed()
-    lines = [f"kernel {os.uname().release}: what it offers the lab", capabilities.describe()]
+    lines = [f"kernel {os.uname().release}: what it offers the lab", capabilities.describe(),
+             f"  {'compiled delay line reader (own shaper)':<40} "
+             f"{compiled.status(delayline.queue_reader)}"]
     try:
         backend, why = capabilities.choose(None)
         lines.append(f"links are shaped with: {backend} ({why})")

@@ -28,12 +28,15 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ....transport import compiled
 from ..system import namespace_inode
 from . import nfqueue
+
+queue_reader = compiled.built("simpleperf.lab.net.shaping._queue_reader")
 
 CLONE_NEWNET = 0x40000000
 PR_SET_TIMERSLACK = 29
@@ -75,21 +78,25 @@ class DirectionQueue:
         return self.delay if self.jitter == 0 and self.stamped else 0.0
 
     def admit(self, arrivals: list[tuple[int, float]], rng: random.Random) -> None:
-        """arrivals: (packet id, monotonic arrival time), in id order."""
+        """arrivals: (packet id, monotonic arrival time), in id order. Each packet leaves its
+        own delay after its own arrival (a read may hold many packets, which arrived apart)."""
         if self.reorder and self.jitter > 0:
             for packet_id, arrived in arrivals:
                 wait = max(0.0, rng.gauss(self.delay, self.jitter))
                 heapq.heappush(self.by_time, (arrived + wait, packet_id))
             return
-        packet_id, arrived = arrivals[-1]
-        wait = self.delay if self.jitter == 0 else max(0.0, rng.gauss(self.delay, self.jitter))
-        # A packet never leaves before one that entered the link earlier.
-        release = max(arrived + wait, self.last_release)
-        self.last_release = release
-        if self.in_order and self.in_order[-1][0] == release:
-            self.in_order[-1] = (release, packet_id)
-        else:
-            self.in_order.append((release, packet_id))
+        in_order, last_release = self.in_order, self.last_release
+        for packet_id, arrived in arrivals:
+            wait = (self.delay if self.jitter == 0
+                    else max(0.0, rng.gauss(self.delay, self.jitter)))
+            # A packet never leaves before one that entered the link earlier.
+            release = max(arrived + wait, last_release)
+            last_release = release
+            if in_order and in_order[-1][0] == release:
+                in_order[-1] = (release, packet_id)
+            else:
+                in_order.append((release, packet_id))
+        self.last_release = last_release
 
     def due(self, now: float) -> list[bytes]:
         messages = []
@@ -251,10 +258,15 @@ class Lateness:
 
 
 class QueueReader:
-    """Reads every queue's arrivals (ids and kernel stamps, never packet bytes)."""
+    """Reads every queue's arrivals (ids and kernel stamps, never packet bytes): many
+    messages per system call with the compiled reader, else one (a netlink read returns
+    one message, and the kernel sends one per packet)."""
+
+    SLOT = 1024  # bytes for one message; a metadata-only packet message is about 100
 
     def __init__(self) -> None:
-        self.buffer = bytearray(4 << 20)
+        self.compiled = compiled.used(queue_reader)
+        self.buffer = bytearray(64 * self.SLOT if self.compiled else 4 << 20)
         self.view = memoryview(self.buffer)
         self.rng = random.Random()
 
@@ -262,24 +274,34 @@ class QueueReader:
         offset = wall_minus_monotonic()  # kernel stamps are wall-clock; ours is monotonic
         for queue in queues:
             queue.last_read = now
-            last_only = not (queue.reorder and queue.jitter > 0)
-            while True:
-                try:
-                    count = queue.netlink.recv_into(self.buffer)
-                except BlockingIOError:
-                    break
-                except OSError as error:
-                    if error.errno == errno.ENOBUFS:
-                        continue
-                    raise
+            for packets in self.batches(queue.netlink):
                 arrivals = []
-                for packet_id, stamp in nfqueue.packets(self.view[:count], last_only):
+                for packet_id, stamp in packets:
                     if stamp is None:
                         queue.stamped = False
                     arrivals.append((packet_id,
                                      now if stamp is None else min(now, stamp - offset)))
                 if arrivals:
                     queue.admit(arrivals, self.rng)
+
+    def batches(self, sock: socket.socket) -> Iterator[list[tuple[int, float | None]]]:
+        """The queued packets waiting in `sock`, a batch at a time, until it is empty."""
+        if self.compiled is not None:
+            drained = False
+            while not drained:
+                packets, drained = self.compiled.drain(sock.fileno(), self.buffer, self.SLOT)
+                yield packets
+            return
+        while True:
+            try:
+                count = sock.recv_into(self.buffer)
+            except BlockingIOError:
+                return
+            except OSError as error:
+                if error.errno == errno.ENOBUFS:
+                    continue
+                raise
+            yield nfqueue.packets(self.view[:count])
 
 
 def wall_minus_monotonic(samples: int = 3) -> float:

@@ -102,11 +102,9 @@ def errors(data: bytes | memoryview) -> list[int]:
     return found
 
 
-def packets(data: bytes | memoryview, last_only: bool = False
-            ) -> list[tuple[int, float | None]]:
+def packets(data: bytes | memoryview) -> list[tuple[int, float | None]]:
     """(packet id, kernel arrival time in seconds since the epoch or None) of the queued-packet
-    messages in one read. With last_only, only the final message is decoded: ids are
-    sequential per queue, so the last one stands for the whole read."""
+    messages in one read (the compiled reader, _queue_reader.c, decodes them as this does)."""
     starts = []
     offset, end = 0, len(data)
     while offset + _NLMSGHDR.size <= end:
@@ -116,8 +114,6 @@ def packets(data: bytes | memoryview, last_only: bool = False
         if kind == _PACKET_MESSAGE:
             starts.append((offset, length))
         offset += (length + 3) & ~3
-    if last_only:
-        starts = starts[-1:]
     found = []
     for start, length in starts:
         decoded = _decode_packet(data, start + _NLMSGHDR.size + _NFGENMSG.size, start + length)

@@ -1,0 +1,127 @@
+"""The delay line's compiled queue reader (lab/net/shaping/_queue_reader.c) against the
+pure-Python decoder (nfqueue.packets): the same packets from the same bytes, whatever the
+bytes, and both on a real kernel queue in a namespace of its own."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpleperf.lab.net.shaping import delayline, nfqueue
+
+reader = delayline.queue_reader
+SLOT = delayline.QueueReader.SLOT
+
+
+def test_the_delay_line_reader_is_built():
+    assert reader is not None, (
+        "simpleperf.lab.net.shaping._queue_reader is not built: install the package with pip "
+        "on a machine with a C compiler and Python's headers (bash scripts/setup)")
+
+
+def packet_message(packet_id: int, stamp: tuple[int, int] | None, extra: list[bytes]) -> bytes:
+    """A queued-packet message as the kernel sends it: the packet header, other attributes,
+    and (when the packet was stamped) its arrival time."""
+    attributes = b"".join(extra)
+    attributes = nfqueue._attribute(nfqueue.NFQA_PACKET_HDR,
+                                    struct.pack("!IHB", packet_id, 0x0800, 0)) + attributes
+    if stamp is not None:
+        attributes += nfqueue._attribute(nfqueue.NFQA_TIMESTAMP, struct.pack("!QQ", *stamp))
+    return nfqueue._message(nfqueue.NFQNL_MSG_PACKET, 3, attributes, 0, 0)
+
+
+ATTRIBUTE = st.builds(nfqueue._attribute, st.integers(0, 0xFFFF).filter(
+    lambda kind: kind & 0x3FFF not in (nfqueue.NFQA_PACKET_HDR, nfqueue.NFQA_TIMESTAMP)),
+    st.binary(max_size=24))
+MESSAGE = st.one_of(
+    st.builds(packet_message, st.integers(0, 2**32 - 1),
+              st.none() | st.tuples(st.integers(0, 2**40), st.integers(0, 999_999)),
+              st.lists(ATTRIBUTE, max_size=3)),
+    st.binary(max_size=60))  # anything at all: a hostile or damaged message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(MESSAGE, min_size=1, max_size=3).map(b"".join), min_size=1,
+                max_size=80),
+       st.integers(0, 40))
+def test_compiled_and_pure_decoders_agree(datagrams, cut):
+    """Each datagram read whole or cut short by a small slot, as a long message would be."""
+    slot = SLOT if cut < 30 else max(16, cut * 4)
+    datagrams = [datagram[:slot] for datagram in datagrams]
+    assert reader is not None
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with left, right:
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        for datagram in datagrams:
+            left.send(datagram)
+        found, drained = reader.drain(right.fileno(), bytearray(64 * slot), slot)
+    expected = [packet for datagram in datagrams for packet in nfqueue.packets(datagram)]
+    assert found == expected
+    assert drained
+
+
+def test_bad_buffers_are_refused():
+    assert reader is not None
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with left, right:
+        with pytest.raises(ValueError):
+            reader.drain(right.fileno(), bytearray(8), 16)
+        with pytest.raises(TypeError):
+            reader.drain(right.fileno(), b"read-only" * 100, 16)
+        assert reader.drain(right.fileno(), bytearray(1024), 1024) == ([], True)
+    with pytest.raises(OSError):
+        reader.drain(right.fileno(), bytearray(1024), 1024)  # closed
+
+
+def send_datagrams(namespace: str, count: int) -> tuple[float, float]:
+    """`count` UDP datagrams to the namespace's own discard port; the wall-clock window."""
+    began = time.time()
+    subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c",
+                    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    f"for _ in range({count}): s.sendto(b'x', ('127.0.0.1', 9))"],
+                   check=True, timeout=60)
+    return began, time.time()
+
+
+@pytest.mark.lab
+@pytest.mark.root
+@pytest.mark.own_shaper
+def test_both_readers_take_every_packet_of_a_real_queue(empty_namespace, monkeypatch):
+    """More packets than one compiled call returns: ids follow each other with none missed,
+    and every one carries the kernel's arrival stamp from within the sending window."""
+    number = 7
+    subprocess.run(["ip", "netns", "exec", empty_namespace, "iptables", "-t", "raw", "-A",
+                    "PREROUTING", "-i", "lo", "-p", "udp", "--dport", "9", "-j", "NFQUEUE",
+                    "--queue-num", str(number)], check=True)
+    stamper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the kernel stamps arrivals
+    stamper.setsockopt(socket.SOL_SOCKET, delayline.SO_TIMESTAMP, 1)
+    queue = delayline.open_queue_socket(empty_namespace, number)
+    with stamper, queue:
+        seen: list[tuple[int, float | None]] = []
+        for pure in (False, True):
+            if pure:
+                monkeypatch.setenv("SIMPLEPERF_PURE_PYTHON", "1")
+            began, ended = send_datagrams(empty_namespace, 5000)
+            time.sleep(0.2)  # the kernel queues them as they come
+            read = delayline.QueueReader()
+            assert (read.compiled is None) is pure
+            batches = list(read.batches(queue))
+            packets = [packet for batch in batches for packet in batch]
+            assert len(packets) == 5000, pure
+            if not pure:  # one call's limit, then the rest
+                assert len(batches[0]) == 4096
+            ids = [packet_id for packet_id, _ in packets]
+            first = ids[0] if not seen else seen[-1][0] + 1
+            assert ids == list(range(first, first + 5000))
+            assert all(began - 0.001 <= stamp <= ended + 0.001 for _, stamp in packets
+                       if stamp is not None)
+            assert all(stamp is not None for _, stamp in packets)
+            queue.send(nfqueue.verdict_up_to(number, ids[-1]))
+            seen += packets
