@@ -294,3 +294,19 @@ def test_the_compiled_read_keeps_the_streams_tail_as_the_classic_receiver(chunks
             expected.feed(buffer[:count])
             assert tail == expected.tail
         assert (tail == FINISH) == expected.finished
+
+
+def test_a_receiver_rests_only_after_emptying_a_busy_socket():
+    """A trickle waits on the socket (no added latency for a paced test); a busy socket gets
+    a short rest, never long enough to fill more than a quarter of its buffer at the rate
+    just seen, so the rest itself cannot make the socket overflow."""
+    rest_after = udp_receive.rest_after
+    assert rest_after(1470, 0.001, 8 << 20) == 0.0  # one datagram: wait on the socket
+    assert rest_after(udp_receive.REST_AFTER_BYTES - 1, 1e-6, 8 << 20) == 0.0
+    busy = rest_after(128 * 1024, 25e-6, 8 << 20)  # 5 GB/s into an 8 MB buffer
+    assert busy == udp_receive.REST_SECONDS
+    small_buffer = 416 * 1024
+    rest = rest_after(128 * 1024, 25e-6, small_buffer)
+    assert 0 < rest < udp_receive.REST_SECONDS
+    assert rest * (128 * 1024 / 25e-6) <= small_buffer / 4 + 1  # bytes arriving meanwhile
+    assert rest_after(128 * 1024, 0.0, 8 << 20) == 0.0
