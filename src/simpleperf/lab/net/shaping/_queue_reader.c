@@ -41,10 +41,10 @@ static uint16_t host16(const unsigned char *at)
     return value;
 }
 
-static uint64_t big64(const unsigned char *at)
+static uint64_t big_endian(const unsigned char *at, int bytes)
 {
     uint64_t value = 0;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < bytes; i++)
         value = (value << 8) | at[i];
     return value;
 }
@@ -64,12 +64,12 @@ static int decode_packet(const unsigned char *at, size_t length, PyObject *found
         if (size < 4 || offset + size > length)
             break;
         if (kind == NFQA_PACKET_HDR && size >= 8) {
-            packet_id = ((uint32_t)at[offset + 4] << 24) | ((uint32_t)at[offset + 5] << 16)
-                        | ((uint32_t)at[offset + 6] << 8) | at[offset + 7];
+            packet_id = (uint32_t)big_endian(at + offset + 4, 4);
             has_id = 1;
         } else if (kind == NFQA_TIMESTAMP && size >= 20) {
             /* As Python computes seconds + micros / 1e6, so both paths give equal floats. */
-            stamp = (double)big64(at + offset + 4) + (double)big64(at + offset + 12) / 1e6;
+            stamp = (double)big_endian(at + offset + 4, 8)
+                    + (double)big_endian(at + offset + 12, 8) / 1e6;
             stamped = 1;
         }
         offset += (size + 3) & ~(size_t)3;
@@ -105,7 +105,7 @@ static int decode_datagram(const unsigned char *at, size_t end, PyObject *found)
 
 PyDoc_STRVAR(drain_doc,
 "drain(fd, buffer, slot) -> (packets, drained)\n\n"
-"Read the queue socket `fd` without blocking, up to 64 messages per recvmmsg, message i\n"
+"Read the queue socket `fd` without blocking, up to MAX_MESSAGES per recvmmsg, message i\n"
 "of a call into buffer[i * slot:(i + 1) * slot]. `packets`: (packet id, kernel arrival\n"
 "stamp in seconds since the epoch or None) of each queued-packet message, in order;\n"
 "`drained`: the socket had nothing more (False when the call stopped at its limit of\n"
@@ -184,5 +184,11 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__queue_reader(void)
 {
-    return PyModule_Create(&module);
+    PyObject *made = PyModule_Create(&module);
+    if (made != NULL && (PyModule_AddIntConstant(made, "MAX_MESSAGES", MAX_MESSAGES) < 0
+                         || PyModule_AddIntConstant(made, "MAX_PACKETS", MAX_PACKETS) < 0)) {
+        Py_DECREF(made);
+        return NULL;
+    }
+    return made;
 }

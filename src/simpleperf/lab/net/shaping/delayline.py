@@ -266,7 +266,8 @@ class QueueReader:
 
     def __init__(self) -> None:
         self.compiled = compiled.used(queue_reader)
-        self.buffer = bytearray(64 * self.SLOT if self.compiled else 4 << 20)
+        self.buffer = bytearray(self.compiled.MAX_MESSAGES * self.SLOT if self.compiled
+                                else 4 << 20)
         self.view = memoryview(self.buffer)
         self.rng = random.Random()
 
