@@ -310,3 +310,18 @@ def test_a_receiver_rests_only_after_emptying_a_busy_socket():
     assert 0 < rest < udp_receive.REST_SECONDS
     assert rest * (128 * 1024 / 25e-6) <= small_buffer / 4 + 1  # bytes arriving meanwhile
     assert rest_after(128 * 1024, 0.0, 8 << 20) == 0.0
+
+
+@pytest.mark.root
+def test_a_udp_receiver_buffer_goes_past_rmem_max_for_root_and_a_window_still_decides():
+    """What a receiving host's hiccup would otherwise lose is absorbed (root may pass
+    net.core.rmem_max); a test's -w, set afterwards as the servers do, is what it asked."""
+    with open("/proc/sys/net/core/rmem_max") as limit:
+        rmem_max = int(limit.read())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+        udp.enable_receive_offload(receiver)
+        got = receiver.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        assert got == 2 * udp.FORCED_RECEIVE_BUFFER > 2 * min(rmem_max, udp.RECEIVE_BUFFER)
+        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+        assert receiver.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * min(256 * 1024,
+                                                                              rmem_max)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....transport import compiled
+from ....transport.udp import SO_RCVBUFFORCE
 from ..system import namespace_inode
 from . import nfqueue
 
@@ -40,7 +41,6 @@ queue_reader = compiled.built("simpleperf.lab.net.shaping._queue_reader")
 
 CLONE_NEWNET = 0x40000000
 PR_SET_TIMERSLACK = 29
-SO_RCVBUFFORCE = 33
 SO_TIMESTAMP = 29
 SOL_NETLINK = 270
 NETLINK_NO_ENOBUFS = 5
