@@ -5,11 +5,8 @@ The kernel copies every byte of payload between a socket and one of these. On x8
 and a large Python bytes or bytearray that malloc has just mapped starts 16 to 48 bytes into
 a page (the allocator's and the object's headers). malloc maps a process's first large
 allocations and serves later ones from its heap, which hid this as "a fresh server's first
-test runs at 60 % of the later ones". An anonymous mapping is page-aligned and zero-filled.
-Its pages are faulted in when it is made (MAP_POPULATE), not by the kernel's first copies
-into it: a UDP receiver's 4 MB of read slots otherwise took a thousand page faults in the
-test's first moments, while the sender was already at full rate, and that second lost the
-most datagrams.
+test runs at 60 % of the later ones". An anonymous mapping is page-aligned, zero-filled and
+backed by memory only where it is written.
 """
 
 from __future__ import annotations
@@ -21,13 +18,12 @@ from typing import BinaryIO
 
 REPEATING = b"0123456789"  # iperf3's --repeating-payload: '0' to '9', again and again
 TCP_READ_BYTES = 256 * 1024  # a TCP receiver reads at least this much per call
-MAP_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
 
 
 def aligned(size: int, repeating: bool = False) -> memoryview:
     """`size` writable bytes starting on a page boundary: zeros, or iperf3's repeating
     pattern (what a link that compresses would see of text rather than of zeros)."""
-    view = memoryview(mmap.mmap(-1, max(size, 1), flags=MAP_FLAGS))
+    view = memoryview(mmap.mmap(-1, max(size, 1)))
     if repeating:
         whole = REPEATING * (len(view) // len(REPEATING) + 1)
         view[:] = whole[:len(view)]
