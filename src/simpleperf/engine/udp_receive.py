@@ -72,11 +72,13 @@ def _receive_compiled(stream: Stream, account: UdpReceiveAccount, stop: threadin
             moved = account_read(account, stream.header, buffer, slot, table, got, fastpath)
             received += moved
             _progress(stream, received, clock)
+            now = clock()
             if got < MESSAGES_PER_READ:
-                rest = rest_after(moved, clock() - since, buffer_bytes)
+                rest = rest_after(moved, now - since, buffer_bytes)
                 if rest:
                     time.sleep(rest)
-            since = clock()
+                    now = clock()
+            since = now
 
 
 def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memoryview,
