@@ -6,11 +6,14 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
 from helpers import LiveProcess, free_port, proc_status, run_simpleperf
 from test_classic_e2e import rows
+
+from simpleperf.options import STALL_SECONDS_MIN
 
 pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
 
@@ -191,3 +194,59 @@ def test_ctrl_c_while_the_last_bytes_drain_marks_the_row_incomplete():
     finally:
         live.close()
         listener.close()
+
+
+def _row_seconds(stdout: str) -> float:
+    """The end of the last row's interval ('0.0 - 2.0')."""
+    row = [line for line in stdout.splitlines() if " - " in line][-1]
+    return float(row.split()[3])
+
+
+@pytest.mark.loopback
+def test_a_server_that_never_acknowledges_but_closes_costs_no_error_and_no_wait():
+    """iperf 2.1.8's server reads a classic stream until it ends and never answers BYE:
+    the client closes its sending half after a short grace, takes the server's close as the
+    end, and reports the data's interval, complete, exit 0 (was: a 3 s wait, exit 1, the
+    row marked incomplete over 5.1 s)."""
+    port = free_port()
+    iperf2 = subprocess.Popen(["iperf", "-s", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        done = run_simpleperf("-c", "-I", "127.0.0.1", "-p", str(port), "-t", "2",
+                              timeout=30)
+        took = time.monotonic() - started
+    finally:
+        iperf2.kill()
+        iperf2.wait(5)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and "incomplete" not in done.stdout
+    assert 1.95 <= _row_seconds(done.stdout) <= 2.3
+    assert took < 2 + STALL_SECONDS_MIN  # the old wait alone was that long
+
+
+def test_a_server_that_neither_acknowledges_nor_closes_gets_the_datas_interval():
+    """It reads everything and never answers or closes: the row is incomplete, but its
+    interval ends where the data ended, not after the wait (a 2 s test showed 0.0 - 5.1,
+    the rate 2.5 times too low); the wait is said in the error line."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(4)
+        held: list[socket.socket] = []
+
+        def read_forever() -> None:
+            connection, _ = mute.accept()
+            held.append(connection)
+            while connection.recv(1 << 20):
+                pass
+            time.sleep(30)  # the stream ended: still no answer, no close
+
+        threading.Thread(target=read_forever, daemon=True).start()
+        done = run_simpleperf("-c", "-I", "127.0.0.1", "-p", str(mute.getsockname()[1]),
+                              "-t", "2", timeout=30)
+        for connection in held:
+            connection.close()
+    assert_one_line_error(done, 1, "neither acknowledged", "within 3 s")
+    assert "(incomplete)" in done.stdout
+    assert 1.95 <= _row_seconds(done.stdout) <= 2.3

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from simpleperf.protocol import iperf3
 from simpleperf.protocol.classic import FINISH, ClassicReceiver
 from simpleperf.protocol.native import DATAGRAM_HEADER
 from simpleperf.stats import UdpReceiveAccount
-from simpleperf.transport import compiled, udp
+from simpleperf.transport import compiled, tcp, udp
 from simpleperf.transport.buffers import aligned
 
 fastpath = compiled.fastpath
@@ -209,7 +210,7 @@ def test_tcp_writes_up_to_the_limit_and_reads_to_the_end(tcp_pair):
     received, pattern = 0, b""
     udp.tcp.set_wake_up(server, 0.5)
     while True:
-        count, ended, error, _ = fastpath.tcp_receive(server.fileno(), buffer, 0.0)
+        count, ended, error, _, _ = fastpath.tcp_receive(server.fileno(), buffer, 0.0)
         assert error == 0
         pattern = pattern or bytes(buffer[:20])
         received += count
@@ -251,7 +252,7 @@ def test_tcp_stops_at_the_deadline_and_reports_a_reset(tcp_pair):
         if error:
             break
     assert error in (errno.ECONNRESET, errno.EPIPE)
-    _, _, error, _ = fastpath.tcp_receive(client.fileno(), aligned(100), 0.0)
+    _, _, error, _, _ = fastpath.tcp_receive(client.fileno(), aligned(100), 0.0)
     assert error in (0, errno.ECONNRESET)  # the reset was reported once, to the writer
     with pytest.raises(ValueError, match="does not fit"):
         fastpath.tcp_send(client.fileno(), aligned(100), 101, -1, -1.0, 0.0, -1)
@@ -286,8 +287,8 @@ def test_the_compiled_read_keeps_the_streams_tail_as_the_classic_receiver(chunks
         left.shutdown(socket.SHUT_WR)
         buffer, expected, tail = aligned(size), ClassicReceiver(), b""
         while not expected.finished:
-            count, ended, error, tail = fastpath.tcp_receive(right.fileno(), buffer, 0.0,
-                                                             FINISH, tail)
+            count, ended, error, tail, _ = fastpath.tcp_receive(right.fileno(), buffer, 0.0,
+                                                                FINISH, tail)
             assert error == 0
             if ended:
                 break
@@ -325,3 +326,40 @@ def test_a_udp_receiver_buffer_goes_past_rmem_max_for_root_and_a_window_still_de
         receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
         assert receiver.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * min(256 * 1024,
                                                                               rmem_max)
+
+
+def _receiver_seconds(pure: bool, client: str, amount: list[str]) -> float:
+    """A server in one path, one -n or -k test from `client`: the receiver's seconds."""
+    from helpers import IPERF3_BINARIES, SIMPLEPERF, free_port
+
+    port = free_port()
+    environment = dict(os.environ, SIMPLEPERF_PURE_PYTHON="1") if pure else None
+    server = subprocess.Popen([*SIMPLEPERF, "-s", "-p", str(port)], env=environment,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.8)
+        command = ([*SIMPLEPERF, "-c", "127.0.0.1", "--native"] if client == "simpleperf"
+                   else [IPERF3_BINARIES[client], "-c", "127.0.0.1"])
+        done = subprocess.run([*command, "-p", str(port), *amount, "-J"],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["end"]["sum_received"]["seconds"]
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+@pytest.mark.loopback
+@pytest.mark.iperf3
+@pytest.mark.parametrize("client", ["simpleperf", "3.12", "3.21"])
+@pytest.mark.parametrize("amount", [["-n", "20M"], ["-k", "80", "-l", "256K"]])
+def test_the_receivers_seconds_are_the_datas_in_both_paths(client, amount):
+    """As iperf3 3.12 reports it: a -n or -k test's receiver counts from its first byte
+    to its last, stamped when the data arrived. The compiled read loop stamped its last
+    read when the loop returned, half a second later (0.51 s against 0.01 s)."""
+    compiled_seconds = _receiver_seconds(False, client, amount)
+    pure_seconds = _receiver_seconds(True, client, amount)
+    wake_up = tcp.WAKE_UP_SECONDS  # a read loop waiting on an idle socket returns after it
+    for seconds in (compiled_seconds, pure_seconds):
+        assert 0 < seconds < wake_up / 2, (compiled_seconds, pure_seconds)
+    assert abs(compiled_seconds - pure_seconds) < wake_up / 4

@@ -150,20 +150,26 @@ def test_frames_whole_lost_and_forged():
     assert frames.log.total().maximum == pytest.approx(0.004)
 
 
-def _stamped_stream(lengths: list[int], sent_ns: int) -> bytes:
+def _stamped_stream(lengths: list[int], sent_ns: int, left_ns: int) -> bytes:
+    """Each write reports that the one before it left the sender's kernel at `left_ns`."""
     stream = b""
     for number, length in enumerate(lengths, 1):
-        stream += WRITE_HEADER.pack(sent_ns, number, length) + bytes(length - WRITE_HEADER.size)
+        departed = (number - 1, left_ns) if number > 1 else (0, 0)
+        stream += (WRITE_HEADER.pack(sent_ns, number, length, *departed)
+                   + bytes(length - WRITE_HEADER.size))
     return stream
 
 
 @settings(max_examples=60)
-@given(st.lists(st.integers(min_value=16, max_value=3000), min_size=1, max_size=20),
+@given(st.lists(st.integers(min_value=WRITE_HEADER.size, max_value=3000), min_size=1,
+                max_size=20),
        st.lists(st.integers(min_value=1, max_value=5000), max_size=30))
 def test_writes_are_followed_through_reads_split_anywhere(lengths, cuts):
-    data = _stamped_stream(lengths, 1_000_000_000)
-    log, frames = DelayLog(Binning()), FrameAccount(Binning())
-    follower = WriteTimes(log, frames)
+    """Write to read for every write; the path's delay (from the kernel's departure, which a
+    later header reports) for every write but the last, whose departure nobody reports."""
+    data = _stamped_stream(lengths, 1_000_000_000, 1_100_000_000)
+    log, frames, path = DelayLog(Binning()), FrameAccount(Binning()), DelayLog(Binning())
+    follower = WriteTimes(log, frames, path)
     position = 0
     for cut in cuts + [len(data)]:
         piece = data[position:position + cut]
@@ -172,12 +178,29 @@ def test_writes_are_followed_through_reads_split_anywhere(lengths, cuts):
     assert log.total().count == len(lengths)
     assert log.total().maximum == pytest.approx(0.25)
     assert frames.whole == len(lengths) and frames.lost == 0
+    assert path.total().count == len(lengths) - 1
+    if len(lengths) > 1:
+        assert path.total().maximum == pytest.approx(0.15)
+        assert path.total().minimum == pytest.approx(0.15)
+
+
+def test_a_departure_of_a_write_no_longer_kept_or_not_yet_read_is_passed_over():
+    """A header may name a write whose arrival was dropped from the bounded memory (or a
+    forged number): no delay is made up, and the next real one still counts."""
+    path = DelayLog(Binning())
+    follower = WriteTimes(DelayLog(Binning()), None, path)
+    size = WRITE_HEADER.size
+    follower.feed(memoryview(WRITE_HEADER.pack(0, 1, size, 0, 0)), 1.0)
+    follower.feed(memoryview(WRITE_HEADER.pack(0, 2, size, 7, 500_000_000)), 2.0)
+    assert path.total().count == 0  # write 7 has not arrived
+    follower.feed(memoryview(WRITE_HEADER.pack(0, 3, size, 2, 1_500_000_000)), 3.0)
+    assert path.total().count == 1 and path.total().maximum == pytest.approx(0.5)
 
 
 def test_a_write_header_that_lies_ends_the_stream_with_one_line():
     follower = WriteTimes(DelayLog(Binning()))
     with pytest.raises(SimpleperfError, match="not a simpleperf sender"):
-        follower.feed(memoryview(WRITE_HEADER.pack(0, 1, 3)), 1.0)
+        follower.feed(memoryview(WRITE_HEADER.pack(0, 1, 3, 0, 0)), 1.0)
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -190,7 +213,7 @@ def test_a_write_header_that_lies_ends_the_stream_with_one_line():
     (["--isochronous=60:-5"], "--isochronous must be"),
     (["--isochronous=60:20M", "-b", "5M"], "leave out -b"),
     (["--isochronous", "-u", "-l", "20"], "at least 32 bytes"),
-    (["--trip-times", "-l", "8"], "at least 16 bytes"),
+    (["--trip-times", "-l", "8"], f"at least {WRITE_HEADER.size} bytes"),
     (["--trip-times", "--iperf3"], "need a simpleperf server"),
     (["--trip-times", "-Z"], "cannot be combined with -Z"),
 ])
@@ -215,7 +238,7 @@ def test_frame_sizes_are_log_normal_with_the_asked_mean_and_deviation():
     import threading
 
     from simpleperf.engine.frames import FrameClock
-    from simpleperf.protocol.native import TestSpec
+    from simpleperf.testspec import TestSpec
 
     spec = TestSpec(protocol="udp", frame_rate=50.0, frame_load=20e6, frame_stdev=4e6)
     clock = FrameClock(spec, start=0.0, seed=7)

@@ -19,8 +19,8 @@ from simpleperf.protocol.exchange import (
     Phase,
     Role,
 )
-from simpleperf.protocol.native import TestSpec as Spec
-from simpleperf.protocol.native import encode
+from simpleperf.protocol.native import encode, parse_spec, spec_message
+from simpleperf.testspec import TestSpec as Spec
 
 C, S = Role.CLIENT, Role.SERVER
 RESULTS = events.Results(({"stream": 1, "bytes": 10, "seconds": 1.0},), ())
@@ -138,11 +138,11 @@ def test_the_server_keeps_intervals_at_the_clients_sample_within_bounds():
     """`sample` asks the server for its intervals at the client's -i (0.05 to 60 s); an
     older client that sends none gets seconds."""
     fine = Spec.from_options(parse_args(["-c", "-i", "0.1", "--native"]))
-    assert fine.sample == 0.1 and Spec.from_message(fine.to_message()).sample == 0.1
+    assert fine.sample == 0.1 and parse_spec(spec_message(fine)).sample == 0.1
     finest = Spec.from_options(parse_args(["-c", "-i", "0.01", "--native"]))
     assert finest.sample == 0.05
-    old = {k: v for k, v in Spec().to_message().items() if k != "sample"}
-    assert Spec.from_message(old).sample == 1.0
+    old = {k: v for k, v in spec_message(Spec()).items() if k != "sample"}
+    assert parse_spec(old).sample == 1.0
     for wrong in (0.01, 61, "1", True):
         with pytest.raises(ProtocolError):
-            Spec.from_message({**Spec().to_message(), "sample": wrong})
+            parse_spec({**spec_message(Spec()), "sample": wrong})

@@ -282,3 +282,20 @@ def test_json_has_every_key_iperf3_3_12_writes(our_server, args):
         assert sender["max_snd_wnd"] > 0
         assert ours["end"]["receiver_tcp_congestion"] == ours["end"]["sender_tcp_congestion"]
         assert ours["intervals"][0]["streams"][0]["pmtu"] == 65535  # loopback's MTU, less 1
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.21"])
+def test_fq_rate_paces_what_our_server_sends_and_is_accepted_where_the_client_sends(
+        our_server, version):
+    """iperf3's --fq-rate was refused (IEUNIMP): now the socket of every stream our server
+    sends on paces itself to it (SO_MAX_PACING_RATE), and a client that sends paces its own."""
+    from helpers import IPERF3_BINARIES
+
+    _, port = our_server
+    for direction in (["-R"], []):
+        done = subprocess.run([IPERF3_BINARIES[version], "-c", "127.0.0.1", "-p", str(port),
+                               "-t", "2", "--fq-rate", "40M", "-J", *direction],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout[-800:] + done.stderr
+        received = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
+        assert 30e6 <= received <= 44e6, (direction, received)  # unpaced: gigabits

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from simpleperf.errors import ProtocolError
 from simpleperf.options import MAX_LENGTH, MAX_PARALLEL, MAX_TEST_SECONDS, is_congestion_name
 from simpleperf.protocol import iperf3
-from simpleperf.protocol.native import TestSpec as Spec
+from simpleperf.testspec import TestSpec as Spec
 
 PARAMETER_KEYS = ["tcp", "udp", "sctp", "omit", "time", "num", "blockcount", "parallel",
                   "reverse", "bidirectional", "window", "len", "bandwidth", "MSS", "nodelay",

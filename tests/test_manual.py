@@ -97,3 +97,21 @@ def test_zsh_registers_the_completion(installed):
     check = subprocess.run(["zsh", "-n", str(folder / "_simpleperf")], capture_output=True,
                            text=True, timeout=30)
     assert check.returncode == 0, check.stderr
+
+
+def test_the_setup_script_installs_the_man_pages_and_completions():
+    """`bash scripts/setup` (an editable install, which installs no data files) still
+    leaves `man simpleperf` and tab completion working, as CI's run of it shows."""
+    for page in ("simpleperf", "simpleperf-lab"):
+        found = subprocess.run(["man", "-w", page], capture_output=True, text=True,
+                               timeout=60)
+        assert found.returncode == 0 and found.stdout.strip().endswith(f"{page}.1"), found
+    loaded = subprocess.run(
+        ["bash", "-c", "source /usr/share/bash-completion/bash_completion; "
+         "_completion_loader simpleperf; complete -p simpleperf"],
+        capture_output=True, text=True, timeout=60)
+    assert "_shtab_simpleperf" in loaded.stdout, loaded
+    zsh = subprocess.run(["zsh", "-fc", "autoload -U compinit; compinit -u; "
+                          "print -r -- ${_comps[simpleperf]}"],
+                         capture_output=True, text=True, timeout=60)
+    assert zsh.stdout.strip() == "_simpleperf", zsh

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import detect, events, native
 from simpleperf.protocol.exchange import Exchange, Role
+from simpleperf.testspec import TestSpec
 
 TYPES = ["hello", "welcome", "auth", "test", "accepted", "start", "finished", "results",
          "bye", "error", "authenticated"]
@@ -68,7 +69,7 @@ def _consume(data: bytes, cuts: list[int]) -> None:
     pieces.append(data[last:])
     for piece in pieces:
         for message in reader.feed(piece):
-            for check in (native.TestSpec.from_message, native.parse_results,
+            for check in (native.parse_spec, native.parse_results,
                           native.parse_intervals):
                 with contextlib.suppress(ProtocolError):
                     check(message)
@@ -96,14 +97,14 @@ def test_prefaces_and_detection_never_fail_otherwise(data):
 
 
 def test_valid_messages_survive_every_split():
-    spec = native.TestSpec(protocol="udp", direction="bidir", parallel=3, rate=1e6,
+    spec = TestSpec(protocol="udp", direction="bidir", parallel=3, rate=1e6,
                            length=1200, omit=1.0)
-    data = native.encode({"type": "hello"}) + native.encode(spec.to_message())
+    data = native.encode({"type": "hello"}) + native.encode(native.spec_message(spec))
     for cut in range(len(data) + 1):
         reader = native.MessageReader()
         got = reader.feed(data[:cut]) + reader.feed(data[cut:])
         assert [m["type"] for m in got] == ["hello", "test"]
-        assert native.TestSpec.from_message(got[1]) == spec
+        assert native.parse_spec(got[1]) == spec
 
 
 def test_oversized_length_is_refused_before_buffering():
@@ -159,7 +160,7 @@ def test_live_server_survives_hostile_connections(live_server, kind, data):
             # then ends it quietly, the peer being gone).
             sent = native.MessageReader().feed(data[:_framed_length(data, 2)])
             assert [m.get("type") for m in sent] == ["hello", "test"]
-            native.TestSpec.from_message(sent[1])
+            native.parse_spec(sent[1])
         else:
             assert replies[-1]["type"] in ("error", "welcome")
 

@@ -25,6 +25,7 @@ from helpers import (
 from simpleperf.engine.records import Stream
 from simpleperf.engine.streams import run_stream
 from simpleperf.protocol import native
+from simpleperf.testspec import TestSpec
 from simpleperf.transport import tcp, udp
 
 pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
@@ -426,7 +427,7 @@ def test_with_a_secret_udp_data_without_the_tests_key_is_not_counted():
     udp.enable_receive_offload(receiver)  # coalesced reads, as in a real test
     key = native.udp_data_key(b"secret", "challenge")
     stream = Stream(1, False, "udp", receiver, "receiver", key=key)
-    spec = native.TestSpec(protocol="udp", length=100)
+    spec = TestSpec(protocol="udp", length=100)
     stop = threading.Event()
     thread = threading.Thread(target=run_stream, args=(stream, spec, time.monotonic(), stop))
     thread.start()

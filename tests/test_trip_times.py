@@ -48,14 +48,23 @@ def test_tcp_trip_times_time_every_write_and_print_iperf2s_histograms(server):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert sum("T8-PDF: bin(w=100us)" in line for line in lines) >= 1  # per interval
-    final = [line for line in lines if "one-way delay of writes (receiver)" in line]
+    final = [line for line in lines
+             if "one-way delay of writes, path: kernel send to read (receiver)" in line]
     assert len(final) == 1 and "avg/min/max/stdev" in final[0]
+    application = [line for line in lines if "write-to-read delay (application" in line]
+    assert len(application) == 1 and "avg/min/max/stdev" in application[0]
     assert any("T8(f)-PDF" in line for line in lines)
     json_run = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-n", "10000000", "-l",
                               "100000", "--trip-times", "-J", "--no-latency")
-    delay = _receiver(json.loads(json_run.stdout))["one_way_delay"]
-    assert delay["count"] == 100  # every write of the 10 MB, timed at the server
-    assert _receiver(json.loads(json_run.stdout))["bytes"] == 10_000_000
+    receiver = _receiver(json.loads(json_run.stdout))
+    assert receiver["write_to_read_delay"]["count"] == 100  # every write of the 10 MB
+    # the path's: every write whose departure a later write reported, which leaves out
+    # those still in the sender's buffer (at most its largest size) when writing ended
+    with open("/proc/sys/net/ipv4/tcp_wmem") as limits:
+        buffered = -(-int(limits.read().split()[2]) // 100_000)
+    assert 100 - buffered - 1 <= receiver["one_way_delay"]["count"] <= 99
+    assert receiver["one_way_delay"]["mean_ms"] < receiver["write_to_read_delay"]["mean_ms"]
+    assert receiver["bytes"] == 10_000_000
 
 
 @pytest.mark.parametrize("protocol", [["-u"], []])

@@ -10,7 +10,8 @@ import pytest
 from simpleperf.cli import parse_args
 from simpleperf.errors import ProtocolError
 from simpleperf.options import DEFAULT_LENGTH
-from simpleperf.protocol.native import TestSpec as Spec
+from simpleperf.protocol.native import parse_spec, spec_message
+from simpleperf.testspec import TestSpec as Spec
 from simpleperf.transport import tcp
 
 
@@ -62,6 +63,6 @@ def test_only_a_tcp_test_without_len_asks_for_whole_segments():
 
 def test_whole_segments_travels_in_the_test_message_and_is_checked():
     spec = Spec(whole_segments=True)
-    assert Spec.from_message(spec.to_message()).whole_segments
+    assert parse_spec(spec_message(spec)).whole_segments
     with pytest.raises(ProtocolError, match="whole_segments"):
-        Spec.from_message({**spec.to_message(), "whole_segments": 1})
+        parse_spec({**spec_message(spec), "whole_segments": 1})

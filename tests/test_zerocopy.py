@@ -9,7 +9,8 @@ import pytest
 from helpers import run_simpleperf, start_iperf3_server
 
 from simpleperf.protocol import iperf3
-from simpleperf.protocol.native import TestSpec as Spec
+from simpleperf.protocol.native import parse_spec, spec_message
+from simpleperf.testspec import TestSpec as Spec
 from simpleperf.transport import buffers
 
 
@@ -36,7 +37,7 @@ def test_the_file_sender_sends_the_payloads_bytes():
 
 def test_zerocopy_travels_in_both_protocols():
     spec = Spec(zerocopy=True)
-    assert Spec.from_message(spec.to_message()).zerocopy
+    assert parse_spec(spec_message(spec)).zerocopy
     assert iperf3.parameters_message(spec, "x")["zerocopy"] is True
     assert iperf3.parse_parameters({"tcp": True, "zerocopy": True}).zerocopy
 

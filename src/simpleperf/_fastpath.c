@@ -131,13 +131,15 @@ static void keep_tail(unsigned char *tail, Py_ssize_t *length, Py_ssize_t limit,
 }
 
 PyDoc_STRVAR(tcp_receive_doc,
-"tcp_receive(fd, buffer, budget, finish=b'', tail=b'') -> (received, ended, errno, tail)\n\n"
+"tcp_receive(fd, buffer, budget, finish=b'', tail=b'')\n"
+"    -> (received, ended, errno, tail, last)\n\n"
 "Read from the TCP socket `fd` into the writable `buffer` again and again for up to `budget`\n"
 "seconds (0: one read). Returns the bytes read, whether the peer ended the stream, the errno\n"
 "that stopped it (0 when none; the socket's receive timeout also returns 0), and the\n"
 "stream's last len(finish) bytes (at most 16), given `tail` as those before: reading stops\n"
 "after the read that makes them `finish` (the classic protocol's BYE, which the peer sends\n"
-"last and then waits for our answer).");
+"last and then waits for our answer), and the CLOCK_MONOTONIC time of the last read that\n"
+"brought data (0.0 when none did): when the data arrived, not when the loop returned.");
 
 static PyObject *tcp_receive(PyObject *self, PyObject *args)
 {
@@ -160,10 +162,12 @@ static PyObject *tcp_receive(PyObject *self, PyObject *args)
     memcpy(tail, before, (size_t)before_length);
     long long received = 0;
     int ended = 0, error = 0;
+    double last = 0.0, now;
     Py_BEGIN_ALLOW_THREADS
     double end = clock_seconds(CLOCK_MONOTONIC) + budget;
     do {
         ssize_t done = recv(fd, view.buf, (size_t)view.len, 0);
+        now = clock_seconds(CLOCK_MONOTONIC);
         if (done < 0) {
             if (stops(&error))
                 break;
@@ -174,15 +178,17 @@ static PyObject *tcp_receive(PyObject *self, PyObject *args)
             break;
         }
         received += done;
+        last = now;
         if (finish_length) {
             keep_tail(tail, &tail_length, finish_length, view.buf, done);
             if (tail_length == finish_length && !memcmp(tail, finish, (size_t)finish_length))
                 break;
         }
-    } while (clock_seconds(CLOCK_MONOTONIC) < end);
+    } while (now < end);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return Py_BuildValue("Liiy#", received, ended, error, (const char *)tail, tail_length);
+    return Py_BuildValue("Liiy#d", received, ended, error, (const char *)tail, tail_length,
+                         last);
 }
 
 /* The headers of `count` datagrams of `size` bytes laid end to end from `at`. */

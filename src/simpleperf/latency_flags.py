@@ -33,7 +33,10 @@ ISOCHRONOUS_SHAPE = "FPS:MEAN[,STDEV] (frames a second, their mean and deviation
 def add_arguments(group: Any) -> None:
     group.add_argument("--trip-times", action="store_true", help="one-way delay of every "
                        "datagram (UDP) or write (TCP), send to read, and its distribution "
-                       "(the two ends' clocks must agree, as in the lab)")
+                       "(the two ends' clocks must agree, as in the lab); over TCP both the "
+                       "path's (from the kernel's send of each write: one_way_delay) and the "
+                       "application's write-to-read delay, which includes the write's wait "
+                       "in the sender's socket buffer (write_to_read_delay, iperf2's)")
     group.add_argument("--histograms", nargs="?", const="", metavar="WIDTH,BINS",
                        help="with --trip-times or --isochronous: print the delays' histograms "
                             "(iperf2's PDF lines); bins of WIDTH (default 100u: 100 us; m for "

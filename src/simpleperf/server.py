@@ -26,6 +26,7 @@ from .refuser import Refuser
 from .report import classic as table
 from .report import server_json
 from .transport import tcp
+from .udp_port import UdpPort
 
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
 
@@ -43,11 +44,10 @@ class Server:
                                           congestion=options.congestion)
         policy = self.policy = ServerPolicy(options)
         self.refuser = Refuser(self.say, self._stopping)
-        self.native = NativeService(options, self.listener, self.say, self._stopping, policy)
-        self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping,
-                                    self.native.udp_socket_for
-                                    if self.native.udp_listener is not None else None)
-        self.native.on_foreign_datagram = self._iperf3_datagram
+        self.udp_port = UdpPort(self.listener, self._stopping, self._datagram)
+        policy.udp_available = self.udp_port.available
+        self.native = NativeService(options, self.udp_port, self.say, self._stopping, policy)
+        self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping, self.udp_port)
         self.native.document = self.iperf3.document = self.document
         self._accepted = 0
 
@@ -69,7 +69,7 @@ class Server:
         """Accept until stop() or Ctrl-C; then end every connection and close."""
         tcp.set_wake_up(self.listener)
         self.refuser.start()
-        self.native.start()  # before the banner: a server that says it listens, does
+        self.udp_port.start()  # before the banner: a server that says it listens, does
         self.say(table.server_banner(self.options.port))
         try:
             while not self._stopping.is_set():
@@ -89,9 +89,12 @@ class Server:
     def stop(self) -> None:
         self._stopping.set()
 
-    def _iperf3_datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
+    def _datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
+        """A datagram at the port's listener, to the protocol that speaks it."""
         if data in (iperf3.UDP_CONNECT_MSG, iperf3.UDP_CONNECT_MSG[::-1]):
             self.iperf3.udp_hello(data, peer)
+        else:
+            self.native.datagram(data, peer)
 
     def _start(self, conn: socket.socket, address: tuple[Any, ...]) -> None:
         peer = tcp.endpoint(address)
@@ -110,7 +113,7 @@ class Server:
     def _shut_down(self) -> None:
         self._stopping.set()
         self.listener.close()
-        self.native.close()
+        self.udp_port.close()
         with self._active_lock:
             connections = list(self._active.items())
         for _, conn in connections:

@@ -40,14 +40,17 @@ class SendingStream:
     sent: int = 0
     started: float | None = None  # monotonic time of the first write
     sending_ended: float | None = None  # monotonic time the last payload byte was written
+    delivered: float | None = None  # monotonic time the server's TCP had every byte
     finished: float | None = None  # monotonic time the acknowledgement arrived
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
     def elapsed(self, now: float) -> float:
+        """Until the acknowledgement; without one, until the data ended (a wait for an
+        answer that never came is no part of the transfer)."""
         if self.started is None:
             return 0.0
-        return (self.finished or now) - self.started
+        return (self.finished or self.delivered or self.sending_ended or now) - self.started
 
 
 
@@ -175,15 +178,18 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
         tcp.wait_until_drained(sock, stop.is_set, limit)
         if stop.is_set():
             return
+        stream.delivered = time.monotonic()
         # The peer acknowledged our last byte on its arrival; by the time BYE arrives its
         # application has had a round trip and SETTLE_MIN_SECONDS more to read what it held
         # (the least it needs is not a matter of round trips): BYE arrives alone at servers
         # that compare a read with it, and the interval carries no idle round trips.
         time.sleep(tcp.SETTLE_MIN_SECONDS)
         _send_all(sock, FINISH, stop)
-        _await_acknowledgement(sock, stop, limit)
+        acknowledged = _await_acknowledgement(sock, stop, limit)
         if not stop.is_set():  # a stop while awaiting the acknowledgement is no finished one
-            stream.finished = time.monotonic()
+            # A server that closed without acknowledging (an iperf2 server, some classic
+            # ones) had the data when its TCP had acknowledged it all.
+            stream.finished = time.monotonic() if acknowledged else stream.delivered
     except SimpleperfError as error:
         stream.error = str(error)
     except OSError as error:
@@ -250,21 +256,36 @@ def _send_all(sock: socket.socket, data: bytes, stop: threading.Event) -> None:
             view = view[sock.send(view):]
 
 
-def _await_acknowledgement(sock: socket.socket, stop: threading.Event, limit: float) -> None:
-    """Any reply starting with ACK ends the test; so does the server closing the connection
-    (some classic servers close without answering)."""
+def _await_acknowledgement(sock: socket.socket, stop: threading.Event, limit: float) -> bool:
+    """Any reply starting with ACK ends the test (True); so does the server closing the
+    connection (False): some classic servers close without answering, and an iperf2 server
+    reads until the stream ends, which this side says by closing its sending half once no
+    acknowledgement has come for a few round trips (answer_grace)."""
     reply = b""
     waited_since = time.monotonic()
+    grace = answer_grace(sock)
+    half_closed = False
     while not stop.is_set():
+        waited = time.monotonic() - waited_since
+        if not half_closed and waited >= grace:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+            half_closed = True
+        if waited > limit:
+            raise SimpleperfError(f"the server neither acknowledged the end of the test nor "
+                                  f"closed the connection within {limit:g} s")
+        readable, _, _ = select.select([sock], [], [],
+                                       min(tcp.SETTLE_MAX_SECONDS,
+                                           max(0.001, (grace if not half_closed else limit)
+                                               - waited)))
+        if not readable:
+            continue
         try:
             chunk = sock.recv(64)
         except BlockingIOError:
-            if time.monotonic() - waited_since > limit:
-                raise SimpleperfError(f"the server did not acknowledge the end of the test "
-                                      f"within {limit:g} s") from None
             continue
         if not chunk:
-            return
+            return False
         reply += chunk
         if reply[0] in iperf3.FIRST_ANSWERS:
             raise SimpleperfError("the server answered as an iperf3 server does, later than "
@@ -272,7 +293,18 @@ def _await_acknowledgement(sock: socket.socket, stop: threading.Event, limit: fl
         if is_acknowledgement(reply) or len(reply) >= 3:
             if not is_acknowledgement(reply):
                 raise SimpleperfError(f"unexpected reply from the server: {reply[:40]!r}")
-            return
+            return True
+    return False
+
+
+ANSWER_GRACE_MIN = 0.1  # seconds a classic server has to acknowledge BYE before the half-close
+ANSWER_GRACE_RTTS = 4
+
+
+def answer_grace(sock: socket.socket) -> float:
+    """How long to wait for an acknowledgement of BYE before closing the sending half: a
+    classic server answers within a round trip of reading it."""
+    return max(ANSWER_GRACE_MIN, ANSWER_GRACE_RTTS * tcpinfo.rtt_seconds(sock))
 
 
 def _abort(sock: socket.socket) -> None:

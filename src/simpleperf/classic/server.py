@@ -98,8 +98,8 @@ def _reader(conn: socket.socket, receiver: ClassicReceiver,
     tcp_receive, fd = fastpath.tcp_receive, conn.fileno()
 
     def read_compiled() -> int:
-        count, ended, error, tail = tcp_receive(fd, buffer, compiled.SLICE_SECONDS, FINISH,
-                                                receiver.tail)
+        count, ended, error, tail, _ = tcp_receive(fd, buffer, compiled.SLICE_SECONDS,
+                                                   FINISH, receiver.tail)
         if count:  # what came before a failure counts
             receiver.account(count, tail)
         if error:

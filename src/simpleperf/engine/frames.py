@@ -18,9 +18,9 @@ from ..protocol.native import (
     DATAGRAM_HEADER,
     FRAME_FIELDS,
     MAX_FRAME_DATAGRAMS,
-    TestSpec,
 )
 from ..stats import UdpReceiveAccount
+from ..testspec import TestSpec
 from ..transport import udp
 from ..transport.buffers import aligned
 from .pacing import wait_until

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..delays import DelayLog, FrameAccount
-from ..protocol.native import TestSpec
+from ..testspec import TestSpec
 from .clock import IntervalClock
 from .records import IntervalRecord, Snapshot, Stream
 from .streams import run_stream, transport_of
@@ -34,6 +34,8 @@ class Measurement:
         for stream in streams:
             if not stream.sending and spec.timed:
                 stream.delays = DelayLog(spec.binning)
+                if spec.protocol == "tcp":
+                    stream.write_delays = DelayLog(spec.binning)
                 if spec.isochronous:
                     stream.frames = FrameAccount(spec.binning)
         self.on_interval = on_interval
@@ -140,6 +142,8 @@ class Measurement:
             # What -O leaves out is left out of the delays and frames too.
             if stream.delays is not None:
                 record.delays = stream.delays.close_interval(keep=not omitted)
+            if stream.write_delays is not None:
+                record.write_delays = stream.write_delays.close_interval(keep=not omitted)
             if stream.frames is not None:
                 stream.frames.log.close_interval(keep=not omitted)
             self._previous[stream.number] = now
@@ -206,6 +210,8 @@ def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec,
     highest number, or sent)."""
     if stream.delays is not None:
         entry["delays"] = stream.delays.total()
+    if stream.write_delays is not None:
+        entry["write_delays"] = stream.write_delays.total()
     if stream.frames is not None:
         whole, highest = stream.frames.counts()
         entry.update(frames=whole - omitted[0],

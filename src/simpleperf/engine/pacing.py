@@ -7,10 +7,18 @@ import socket
 import threading
 import time
 
-from ..protocol.native import TestSpec
+from ..testspec import TestSpec
 from ..transport import udp
 
 SO_MAX_PACING_RATE = 47
+
+
+def cap_rate(sock: socket.socket, bits_per_second: float) -> None:
+    """The kernel paces what the socket sends to at most this rate (SO_MAX_PACING_RATE:
+    TCP paces itself, UDP where the fq qdisc runs); a kernel without it sends unpaced."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
+                        min(int(bits_per_second / 8), 2**32 - 1))
 
 
 def wait_until(moment: float, stop: threading.Event) -> None:
@@ -30,9 +38,7 @@ class WriteTurns:
         self.amount = amount
         self.pacer = None
         if spec.rate > 0:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
-                                min(int(spec.rate / 8), 2**32 - 1))
+            cap_rate(sock, min(spec.rate, spec.fq_rate or spec.rate))
             self.pacer = udp.Pacer(spec.rate, spec.length, first)
 
     def take(self, now: float, sent: int) -> bool | None:

@@ -45,7 +45,8 @@ class IntervalRecord:
     rttvar_us: int | None = None
     snd_wnd: int | None = None  # the receiver's advertised window, bytes
     pmtu: int | None = None
-    delays: DelayAccount | None = None  # a receiver's one-way delays (--trip-times)
+    delays: DelayAccount | None = None  # a receiver's one-way (path) delays (--trip-times)
+    write_delays: DelayAccount | None = None  # TCP: write-to-read delays (the application's)
 
 
 @dataclass
@@ -68,7 +69,11 @@ class Stream:
     header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 peers use their own layout
     tcp_samples: list[tcpinfo.TcpInfo] = field(default_factory=list)
     key: bytes | None = None  # UDP with a shared secret: the test's key in every datagram
-    delays: DelayLog | None = None  # a receiver's one-way delays (--trip-times)
+    # a receiver's one-way delays of the path (--trip-times): each datagram's from its
+    # send(), each TCP write's from the kernel's send of its last byte; and over TCP each
+    # write's from its write() (the application's delay: the sender's buffer included)
+    delays: DelayLog | None = None
+    write_delays: DelayLog | None = None
     frames: FrameAccount | None = None  # an isochronous receiver's frames
     frames_sent: int = 0  # an isochronous sender's
     frames_slipped: int = 0

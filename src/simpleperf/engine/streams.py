@@ -9,9 +9,9 @@ import threading
 from types import ModuleType
 
 from ..errors import SimpleperfError
-from ..protocol.native import TestSpec
+from ..testspec import TestSpec
 from ..transport import tcp
-from . import tcp_stream, udp_stream
+from . import pacing, tcp_stream, udp_stream
 from .records import Stream
 
 TRANSPORTS: dict[str, ModuleType] = {"tcp": tcp_stream, "udp": udp_stream}
@@ -28,6 +28,8 @@ def run_stream(stream: Stream, spec: TestSpec, start: float, stop: threading.Eve
         if spec.tos:
             tcp.set_tos(stream.sock, spec.tos)  # both ends, both directions: -S/--dscp
         if stream.sending:
+            if spec.fq_rate:  # iperf3's --fq-rate: the socket's own pacing
+                pacing.cap_rate(stream.sock, spec.fq_rate)
             deadline = None if spec.end is None else start + spec.end
             transport_of(stream).send(stream, spec, start, deadline, stop)
         else:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SimpleperfError
-from ..protocol.native import TestSpec
+from ..testspec import TestSpec
 from ..transport import buffers, compiled, tcp, tcpinfo
 from . import timed_writes
 from .pacing import WriteTurns, wait_until
@@ -106,8 +106,8 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     buffer = buffers.tcp_read_buffer(spec.length)
-    writes = timed_writes.WriteTimes(stream.delays, stream.frames) \
-        if stream.delays is not None and spec.timed else None
+    writes = timed_writes.WriteTimes(stream.write_delays, stream.frames, stream.delays) \
+        if stream.write_delays is not None and spec.timed else None
     fastpath = compiled.module()
     if fastpath is not None and stream.file is None and writes is None:
         _receive_compiled(stream, buffer, stop, fastpath)
@@ -140,17 +140,16 @@ def _receive_compiled(stream: Stream, buffer: memoryview, stop: threading.Event,
     """The read loop in C; the first read alone, so that the stream's start is its time."""
     read = fastpath.tcp_receive
     fd = stream.sock.fileno()
-    clock = time.monotonic
     received = 0
     while not stop.is_set():
-        count, ended, error, _ = read(fd, buffer,
-                                   0.0 if stream.first is None else compiled.SLICE_SECONDS)
+        count, ended, error, _, last = read(
+            fd, buffer, 0.0 if stream.first is None else compiled.SLICE_SECONDS)
         if count:  # what came before a failure counts
             if stream.first is None:
-                stream.first = clock()
+                stream.first = last
             received += count
             stream.num_bytes = received
-            stream.last = clock()
+            stream.last = last  # when the data came, not when the loop returned
         if error:
             raise OSError(error, os.strerror(error))
         if ended:

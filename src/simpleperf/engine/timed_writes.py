@@ -1,7 +1,15 @@
 """TCP writes that carry their send time (--trip-times, --isochronous): the sender opens each
 write with WRITE_HEADER; the receiver follows the headers through the byte stream and times
-each write from its start at the sender to the read that brought its last byte (iperf2's
-write-to-read latency). Frames of an isochronous TCP test are writes of varying size."""
+each write two ways:
+
+- write to read: from the write() that began it to the read that brought its last byte
+  (iperf2's write-to-read latency): the application's delay, which includes the time the
+  write waited in the sender's socket buffer, seconds when the path is slow;
+- the path's one-way delay: from the moment the sender's kernel sent the write's last byte
+  (SO_TIMESTAMPING, reported to the sender a little later and carried in a later write's
+  header) to the read that brought it: the network's delay and its queues, not the buffer's.
+
+Frames of an isochronous TCP test are writes of varying size, timed write to read."""
 
 from __future__ import annotations
 
@@ -9,12 +17,14 @@ import contextlib
 import socket
 import threading
 import time
+from collections import deque
 
 from ..delays import DelayLog, FrameAccount
 from ..errors import SimpleperfError
 from ..options import MAX_LENGTH
-from ..protocol.native import WRITE_HEADER, TestSpec
-from ..transport import buffers
+from ..protocol.native import WRITE_HEADER
+from ..testspec import TestSpec
+from ..transport import buffers, tcp
 from .frames import FrameClock
 from .pacing import WriteTurns, wait_until
 from .records import Stream
@@ -35,6 +45,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     wait_until(start, stop)
     stream.first = time.monotonic()
     turns = WriteTurns(sock, spec, deadline, amount, stream.first)
+    departures = tcp.Departures.start(sock)
+    departed: deque[tuple[int, int]] = deque()  # writes known to have left, not yet told
     number = 0
     sent = 0
     clock = time.monotonic
@@ -52,8 +64,14 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             left = amount - sent
             size = left if left - size < HEADER else min(size, left)
         number += 1
-        WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number & 0xFFFFFFFF, size)
+        if departures is not None:
+            departed.extend((which, round(when * 1e9)) for which, when in departures.read())
+        # one departure a write, oldest first: a write a departure, so none is left out
+        told = departed.popleft() if departed else (0, 0)
+        WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number & 0xFFFFFFFF, size, *told)
         sent += _write_whole(sock, payload[:size], stop)
+        if departures is not None:
+            departures.pending(sent, number & 0xFFFFFFFF)
         stream.num_bytes = sent
         stream.packets_sent = number
     stream.last = clock()
@@ -76,13 +94,21 @@ def _write_whole(sock: socket.socket, chunk: memoryview, stop: threading.Event) 
     return done
 
 
+ARRIVALS_KEPT = 65536  # writes whose departure may still be reported (a sender's buffer)
+
+
 class WriteTimes:
     """Follows the write headers through a receiver's byte stream. feed() is given each
-    read's bytes; when a read brings a write's last byte, that write's delay is added."""
+    read's bytes; when a read brings a write's last byte, its write-to-read delay is added to
+    `log`, and its arrival is kept until a later header says when it left the sender's
+    kernel, which adds its path delay to `path`."""
 
-    def __init__(self, log: DelayLog, frames: FrameAccount | None = None) -> None:
+    def __init__(self, log: DelayLog, frames: FrameAccount | None = None,
+                 path: DelayLog | None = None) -> None:
         self.log = log
         self.frames = frames  # isochronous: each write is a frame
+        self.path = path
+        self.arrivals: deque[tuple[int, float]] = deque(maxlen=ARRIVALS_KEPT)
         self.position = 0  # stream offset of the next byte fed
         self.header_at = 0  # stream offset of the next write's header
         self.partial = b""  # a header split between reads
@@ -97,6 +123,8 @@ class WriteTimes:
                 if self.write_end > end:
                     break
                 self.log.current.add(now - self.sent)
+                if self.path is not None:
+                    self.arrivals.append((self.number, now))
                 if self.frames is not None:
                     self.frames.feed(self.number, 1, 0, self.sent, now)
                 self.header_at, self.write_end = self.write_end, None
@@ -107,12 +135,29 @@ class WriteTimes:
             self.partial += bytes(data[start:start + need])
             if len(self.partial) < HEADER:
                 break
-            sent_ns, number, length = WRITE_HEADER.unpack(self.partial)
+            sent_ns, number, length, departed, left_ns = WRITE_HEADER.unpack(self.partial)
             if not HEADER <= length <= MAX_LENGTH + HEADER:
                 raise SimpleperfError(f"a timed write's header says {length} bytes: not a "
                                       "simpleperf sender's (--trip-times)")
+            if departed and self.path is not None:
+                self._departed(departed, left_ns * 1e-9)
             self.partial = b""
             self.sent = sent_ns * 1e-9
             self.number = number
             self.write_end = self.header_at + length
         self.position = end
+
+    def _departed(self, number: int, left: float) -> None:
+        """Write `number`'s last byte left the sender at `left`: its path delay, if it is
+        still among the arrivals kept (numbers rise, so older ones are passed)."""
+        arrivals = self.arrivals
+        while arrivals and arrivals[0][0] != number and _before(arrivals[0][0], number):
+            arrivals.popleft()
+        if arrivals and arrivals[0][0] == number:
+            assert self.path is not None
+            self.path.current.add(arrivals.popleft()[1] - left)
+
+
+def _before(a: int, b: int) -> bool:
+    """Write number a came before b (32-bit numbers that wrap)."""
+    return 0 < (b - a) & 0xFFFFFFFF < 0x80000000

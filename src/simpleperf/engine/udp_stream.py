@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from ..errors import SimpleperfError
-from ..protocol.native import TestSpec
+from ..testspec import TestSpec
 from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
 from . import frames, udp_receive

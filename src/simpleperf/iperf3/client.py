@@ -17,13 +17,12 @@ from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
 from ..protocol import iperf3
 from ..protocol.exchange import Iperf3Order
-from ..protocol.native import TestSpec
 from ..report.client import TestOutput
+from ..testspec import TestSpec
 from ..transport import tcp, udp
 from .control import Iperf3Control
 
 STATE_SECONDS = 15.0
-UDP_GREETING_TRIES = 15
 SETTLE_LIMIT = 2.0
 
 
@@ -129,19 +128,13 @@ class _Iperf3Test:
                 sock.sendall(self.cookie)
                 tcp_stream.apply_options(sock, self.spec)
             else:
-                sock = self._open_udp(number, sending)
+                sock = udp.greet_server(options, number, iperf3.UDP_CONNECT_MSG,
+                                        (iperf3.UDP_CONNECT_REPLY,
+                                         iperf3.UDP_CONNECT_REPLY_LEGACY),
+                                        not sending, self.control.conn)
                 self.streams.append(Stream(number, sending, "udp", sock,
                                            tcp.endpoint(sock.getsockname()), header=header))
             tcp.set_wake_up(sock)
-
-    def _open_udp(self, number: int, sending: bool) -> socket.socket:
-        options = self.options
-        return udp.open_greeted(options.host, options.port, options.family, options.local,
-                                iperf3.UDP_CONNECT_MSG, (iperf3.UDP_CONNECT_REPLY,
-                                                         iperf3.UDP_CONNECT_REPLY_LEGACY),
-                                not sending, options.window, tries=UDP_GREETING_TRIES,
-                                local_port=tcp.stream_port(options, number),
-                                dont_fragment=options.dont_fragment)
 
     # The test --------------------------------------------------------------------------------
 

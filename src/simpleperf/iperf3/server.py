@@ -18,10 +18,10 @@ from ..errors import ProtocolError, SimpleperfError
 from ..options import ServerOptions, test_deadline
 from ..policy import Limit, ServerPolicy, TestWatch
 from ..protocol import iperf3
-from ..protocol.native import TestSpec
 from ..report import native as table
 from ..report import server_json
 from ..transport import tcp, udp
+from ..udp_port import UdpPort
 from .control import Iperf3Control
 
 HANDSHAKE_SECONDS = 10.0
@@ -57,14 +57,13 @@ class _Iperf3Test:
 
 class Iperf3Service:
     def __init__(self, options: ServerOptions, policy: ServerPolicy, say: Callable[..., None],
-                 stopping: threading.Event,
-                 udp_socket_for: Callable[[tuple], socket.socket] | None) -> None:
+                 stopping: threading.Event, port: UdpPort) -> None:
         self.options = options
         self.policy = policy
         self.say = say
         self.document: Callable[[dict[str, Any]], None] = lambda _: None  # -J, by the server
         self.stopping = stopping
-        self.udp_socket_for = udp_socket_for
+        self.port = port  # the UDP side of the server's port
         self._tests: dict[bytes, _Iperf3Test] = {}
         self._lock = threading.Lock()
 
@@ -101,14 +100,13 @@ class Iperf3Service:
         for test in candidates:
             with test.lock:
                 for address, sock in test.udp_arrivals:
-                    if address == peer:  # a repeated greeting: answer again
+                    if address == peer:  # a greeting the stream's socket did not get
                         sock.send(reply)
                         return
         for test in candidates:
             with test.lock:
                 if test.accepting and test.params is not None and test.params.protocol == "udp":
-                    assert self.udp_socket_for is not None
-                    sock = self.udp_socket_for(peer)
+                    sock = self.port.socket_for(peer, data, reply)
                     test.udp_arrivals.append((peer, sock))
                     sock.send(reply)
                     test.note_arrival()
@@ -144,7 +142,8 @@ class Iperf3Service:
             theirs, their_cpu = self._exchange_results(control, params, measurement, lines)
             self.say(*lines)
             self.document(server_json.test_document(
-                _spec(params), peer, measurement, _by_number(measurement, theirs),
+                iperf3.spec_from_parameters(params), peer, measurement,
+                _by_number(measurement, theirs),
                 started_wall, f"iperf3 {params.client_version or 'client'}", their_cpu))
         except (ProtocolError, SimpleperfError, OSError) as error:
             reason = (error.strerror or str(error)).lower() if isinstance(error, OSError) \
@@ -207,10 +206,11 @@ class Iperf3Service:
 
     def _run(self, control: Iperf3Control, params: iperf3.Parameters,
              streams: list[Stream]) -> Measurement:
-        spec = _spec(params)
+        spec = iperf3.spec_from_parameters(params)
         tcp_stream.attach_server_file(self.options.file, spec.protocol, streams)
         measurement = Measurement(spec, streams, SERVER_STEP_SECONDS,
                                   cpu=params.server_affinity)
+        self.port.settled([stream.sock for stream in streams])
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
         measurement.begin(time.monotonic())
         limit = test_deadline(params.timed_duration, params.omit, self.policy.time_limit)
@@ -292,7 +292,7 @@ def _streams(params: iperf3.Parameters, ordered: list[socket.socket]) -> list[St
         stream = Stream(number, sending, params.protocol, sock, label, header=params.header())
         if params.protocol == "tcp":
             tcp.set_window(sock, params.window)
-            tcp_stream.apply_options(sock, _spec(params))
+            tcp_stream.apply_options(sock, iperf3.spec_from_parameters(params))
         elif not sending:
             udp.enable_receive_offload(sock)
         tcp.set_wake_up(sock)
@@ -309,20 +309,6 @@ def _uncount_undelivered(streams: list[Stream]) -> None:
             stream.done.wait(1.0)  # the thread leaves its last write (wake-up timer)
             with contextlib.suppress(OSError):
                 stream.num_bytes -= tcp.unsent_bytes(stream.sock)
-
-
-def _spec(params: iperf3.Parameters) -> TestSpec:
-    """What our stream threads run: senders go until the client's TEST_END (or, with -n
-    or -k, until their share of the amount is sent)."""
-    amount = params.num_bytes or params.blocks * params.length
-    senders = params.parallel
-    share = -(-amount // senders) if amount else None
-    return TestSpec(protocol=params.protocol, direction=params.direction,
-                    parallel=params.parallel, duration=None, num_bytes=share,
-                    length=params.length, rate=params.rate, window=params.window,
-                    congestion=params.congestion, nodelay=params.nodelay, omit=params.omit,
-                    zerocopy=params.zerocopy, tos=params.tos,
-                    repeating_payload=params.repeating_payload)
 
 
 def _by_number(measurement: Measurement, theirs: dict[int, dict[str, Any]]

@@ -7,6 +7,7 @@ simpleperf itself never imports this module."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .. import __version__, cli
@@ -77,3 +78,18 @@ def write(folder: Path) -> dict[str, list[str]]:
             (folder / directory / name).write_text(made[name])
             data_files.setdefault(directory, []).append(str(folder / directory / name))
     return data_files
+
+
+def main(argv: list[str]) -> int:
+    """`python3 -m simpleperf.lab.manual PREFIX`: the pages and completions under PREFIX, as
+    a wheel installs them (scripts/setup, whose editable install leaves them out)."""
+    if len(argv) != 1:
+        print("usage: python3 -m simpleperf.lab.manual PREFIX", file=sys.stderr)
+        return 2
+    for directory, files in write(Path(argv[0])).items():
+        print(f"{directory}: {', '.join(Path(name).name for name in files)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -27,7 +27,6 @@ from ..protocol.native import (
     UDP_ACK,
     UDP_HELLO,
     VERSION,
-    TestSpec,
     auth_proof,
     data_preface,
     preface,
@@ -35,13 +34,13 @@ from ..protocol.native import (
 )
 from ..report.client import TestOutput
 from ..stats import summarise_rtt
+from ..testspec import TestSpec
 from ..transport import tcp, tcpinfo, udp
 from .control import ControlChannel
 from .session import NativeSession
 
 CLASSIC_WAIT_MIN = 1.5  # seconds without an answer to our greeting: a classic server
 IDLE_PROBES = 5
-UDP_HELLO_TRIES = 15
 AUTH_SECONDS = 10.0
 DECISION_SECONDS = 15.0  # for the server's accepted, then its start
 
@@ -247,13 +246,9 @@ class _NativeTest:
         return sock
 
     def _open_udp(self, token: bytes, number: int, sending: bool) -> socket.socket:
-        options = self.options
-        sock = udp.open_greeted(options.host, options.port, options.family, options.local,
-                                data_preface(token, number, UDP_HELLO),
+        sock = udp.greet_server(self.options, number, data_preface(token, number, UDP_HELLO),
                                 (data_preface(token, number, UDP_ACK),), not sending,
-                                options.window, tries=UDP_HELLO_TRIES,
-                                local_port=tcp.stream_port(options, number),
-                                dont_fragment=options.dont_fragment)
+                                self.channel.sock)
         tcp.set_wake_up(sock)
         return sock
 

@@ -33,7 +33,6 @@ from ..protocol.native import (
     UDP_ECHO,
     UDP_HELLO,
     VERSION,
-    TestSpec,
     auth_proof,
     data_preface,
     parse_data_preface,
@@ -41,7 +40,9 @@ from ..protocol.native import (
 )
 from ..report import native as table
 from ..report import server_json
+from ..testspec import TestSpec
 from ..transport import tcp, udp
+from ..udp_port import UdpPort
 from .control import ControlChannel
 from .echo import EchoService
 from .session import NativeSession
@@ -72,68 +73,30 @@ class PendingTest:
 
 
 class NativeService:
-    def __init__(self, options: ServerOptions, listener: socket.socket,
-                 say: Callable[..., None], stopping: threading.Event,
-                 policy: ServerPolicy) -> None:
+    def __init__(self, options: ServerOptions, port: UdpPort, say: Callable[..., None],
+                 stopping: threading.Event, policy: ServerPolicy) -> None:
         self.options = options
         self.say = say
         self.stopping = stopping
         self.policy = policy
         self.echo = EchoService(options.secret, stopping, say, options.idle_limit)
-        self.on_foreign_datagram: Callable[[bytes, tuple], None] | None = None
+        self.port = port  # the UDP side of the server's port
         self.document: Callable[[dict[str, Any]], None] = lambda _: None  # -J, by the server
         self._tests: dict[bytes, PendingTest] = {}
         self._lock = threading.Lock()
-        family = listener.family
-        address = listener.getsockname()
-        self._udp_local = (address[0], address[1])
-        self._udp_family = family
-        v6_only = family == socket.AF_INET6 and bool(
-            listener.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
-        self.udp_listener = udp.open_shared_listener(family, address, v6_only)
-        policy.udp_available = self.udp_listener is not None
-        self._udp_thread: threading.Thread | None = None
 
     # UDP -----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self.udp_listener is not None:
-            self._udp_thread = threading.Thread(target=self._udp_loop, name="udp listener",
-                                                daemon=True)
-            self._udp_thread.start()
-
-    def close(self) -> None:
-        if self.udp_listener is not None:
-            self.udp_listener.close()
-        if self._udp_thread is not None:
-            self._udp_thread.join(2)
-
-    def _udp_loop(self) -> None:
-        sock = self.udp_listener
-        assert sock is not None
-        while not self.stopping.is_set():
-            try:
-                data, peer = sock.recvfrom(2048)
-            except (BlockingIOError, InterruptedError, ConnectionRefusedError):
-                continue
-            except OSError:
-                return
-            if len(data) < PREFACE_SIZE or data[:4] != MAGIC or data[5] != VERSION:
-                if self.on_foreign_datagram is not None:  # iperf3's UDP greeting
-                    with contextlib.suppress(OSError):
-                        self.on_foreign_datagram(data, peer)
-                continue  # nothing else: ignore rather than answer strangers
-            kind = data[4:5]
-            with contextlib.suppress(OSError):
-                if kind == UDP_ECHO and self.echo.allowed(data[PREFACE_SIZE:]):
-                    sock.sendto(data, peer)
-                elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
-                    self._udp_hello(data, peer)
-
-    def udp_socket_for(self, peer: tuple[Any, ...]) -> socket.socket:
-        """A UDP socket on our port connected to `peer`: the kernel gives it that peer's
-        datagrams, the shared listener keeps everyone else's."""
-        return udp.open_connected(self._udp_family, self._udp_local, peer, reuse_address=True)
+    def datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
+        """A native datagram that reached the port's listener: an echo probe, answered from
+        it, or a stream's hello."""
+        if len(data) < PREFACE_SIZE or data[:4] != MAGIC or data[5] != VERSION:
+            return  # not ours: ignore rather than answer strangers
+        kind = data[4:5]
+        if kind == UDP_ECHO and self.echo.allowed(data[PREFACE_SIZE:]):
+            self.port.reply(data, peer)
+        elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
+            self._udp_hello(data, peer)
 
     def _udp_hello(self, data: bytes, peer: tuple[Any, ...]) -> None:
         try:
@@ -146,10 +109,10 @@ class NativeService:
             return
         existing = pending.streams.get(number)
         ack = data_preface(token, number, UDP_ACK)
-        if existing is not None:  # our acknowledgement was lost; the hello came again
+        if existing is not None:  # a hello from another port of the same client: answer
             existing.sock.send(ack)
             return
-        sock = self.udp_socket_for(peer)
+        sock = self.port.socket_for(peer, data, ack)
         sending = not pending.spec.client_sends(number)
         if not sending:
             udp.enable_receive_offload(sock)
@@ -161,6 +124,7 @@ class NativeService:
         if pending.attach(stream):
             sock.send(ack)
         else:
+            self.port.settled([sock])
             sock.close()
 
     # TCP connections by kind ---------------------------------------------------------------
@@ -246,6 +210,7 @@ class NativeService:
         try:
             _await_streams(channel, pending)
             streams = _ready(pending)
+            self.port.settled([stream.sock for stream in streams])
             tcp_stream.attach_server_file(self.options.file, pending.spec.protocol, streams)
             measurement = Measurement(pending.spec, streams, pending.spec.sample,
                                       cpu=pending.spec.affinity)

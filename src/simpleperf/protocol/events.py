@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from ..delays import DelayAccount
 from ..errors import ProtocolError
 from ..options import MAX_PEER_HISTOGRAM_BINS, is_congestion_name
+from ..testspec import TestSpec
 from .native import (
     DELAY_RESULT_FIELDS,
     MAX_MESSAGE,
@@ -21,11 +22,12 @@ from .native import (
     TOKEN_SIZE,
     VERSION,
     IntervalRow,
-    TestSpec,
     is_int,
     is_number,
     parse_intervals,
     parse_results,
+    parse_spec,
+    spec_message,
 )
 
 MAX_TEXT = 300  # characters of a peer's free text (software, error) we keep
@@ -124,11 +126,11 @@ class Test(Event):
     spec: TestSpec = field(default_factory=TestSpec)
 
     def to_message(self) -> dict[str, Any]:
-        return self.spec.to_message()
+        return spec_message(self.spec)
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Test:
-        return cls(TestSpec.from_message(message))
+        return cls(parse_spec(message))
 
 
 @dataclass(frozen=True)

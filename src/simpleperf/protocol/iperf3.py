@@ -23,7 +23,8 @@ from ..options import (
     MAX_TEST_SECONDS,
     is_congestion_name,
 )
-from .native import TestSpec, decode_object
+from ..testspec import TestSpec
+from .native import decode_object
 
 COOKIE_SIZE = 37
 COOKIE_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
@@ -134,7 +135,7 @@ class JsonReader:
 
 
 # Parameters a client may send that simpleperf refuses, with the error the client prints.
-UNSUPPORTED = {"authtoken": IEAUTHTEST, "sctp": IENOSCTP, "file": IEUNIMP, "fqrate": IEUNIMP,
+UNSUPPORTED = {"authtoken": IEAUTHTEST, "sctp": IENOSCTP, "file": IEUNIMP,
                "flowlabel": IEUNIMP}
 
 
@@ -161,6 +162,7 @@ class Parameters:
     client_version: str = ""
     server_affinity: int | None = None  # the client's -A n,m
     repeating_payload: bool = False
+    fq_rate: float = 0.0  # --fq-rate: bits/s the sender's socket paces itself to
     refused: int | None = None  # an iperf3 error number when an option is unsupported
     refused_option: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -253,7 +255,22 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
         server_affinity=(None if value.get("server_affinity", -1) == -1
                          else integer("server_affinity", 0, 0, MAX_CPU)),
         repeating_payload=flag("repeating_payload"),
+        fq_rate=number("fqrate", 0, 0, MAX_RATE),
         refused=refused, refused_option=option)
+
+
+def spec_from_parameters(params: Parameters) -> TestSpec:
+    """iperf3's parameters as our test description, as a server runs it: senders go until
+    the client's TEST_END (or, with -n or -k, until their share of the amount is sent)."""
+    amount = params.num_bytes or params.blocks * params.length
+    senders = params.parallel
+    share = -(-amount // senders) if amount else None
+    return TestSpec(protocol=params.protocol, direction=params.direction,
+                    parallel=params.parallel, duration=None, num_bytes=share,
+                    length=params.length, rate=params.rate, window=params.window,
+                    congestion=params.congestion, nodelay=params.nodelay, omit=params.omit,
+                    zerocopy=params.zerocopy, tos=params.tos,
+                    repeating_payload=params.repeating_payload, fq_rate=params.fq_rate)
 
 
 def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:

@@ -23,18 +23,14 @@ import hmac
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
-from ..delays import Binning, DelayAccount
+from .. import result_fields
+from ..delays import DelayAccount
 from ..errors import ProtocolError
 from ..options import (
     AUTH_UDP_LENGTH,
-    DEFAULT_FRAME_LOAD,
-    DEFAULT_HISTOGRAM_BIN_WIDTH,
-    DEFAULT_HISTOGRAM_BINS,
-    DEFAULT_NATIVE_INTERVAL,
-    DEFAULT_UDP_RATE,
     MAX_CPU,
     MAX_FRAME_RATE,
     MAX_HISTOGRAM_BIN_WIDTH,
@@ -54,9 +50,9 @@ from ..options import (
     MIN_SERVER_SAMPLE,
     MIN_UDP_LENGTH,
     MIN_WINDOW,
-    ClientOptions,
     is_congestion_name,
 )
+from ..testspec import DIRECTIONS, TestSpec
 
 MAGIC = b"SPRF"
 VERSION = 1
@@ -78,8 +74,12 @@ AUTH_DATAGRAM_HEADER = struct.Struct(f"!IIQ{UDP_KEY_SIZE}s")
 assert AUTH_DATAGRAM_HEADER.size == AUTH_UDP_LENGTH
 # --trip-times over TCP: every write of the sender opens with its send time (nanoseconds of
 # the sender's wall clock), its number from 1, and its length with this header, so that the
-# receiver finds each write's end in the byte stream and times it from write to read.
-WRITE_HEADER = struct.Struct("!QII")
+# receiver finds each write's end in the byte stream and times it from write to read (the
+# application's delay, sender's buffer included); then the number of an earlier write and
+# when the kernel sent its last byte (0, 0: none known yet), so that the receiver can also
+# time the path alone, from that departure to the read that brought the byte. Older
+# simpleperf receivers read the first three fields only.
+WRITE_HEADER = struct.Struct("!QIIIQ")
 # --isochronous over UDP: after the datagram header (and the key, with a shared secret), the
 # frame's number from 1, how many datagrams it has, and this one's index among them from 0.
 FRAME_FIELDS = struct.Struct("!IHH")
@@ -183,145 +183,62 @@ def decode_body(body: bytes) -> dict[str, Any]:
     return message
 
 
-DIRECTIONS = ("forward", "reverse", "bidir")
+def spec_message(spec: TestSpec) -> dict[str, Any]:
+    """The test description as the native protocol carries it: every field by its name."""
+    return {"type": "test", **{f.name: getattr(spec, f.name) for f in fields(spec)}}
 
 
-@dataclass(frozen=True)
-class TestSpec:
-    """What the client asks the server to run. Sizes in bytes, rates in bits/s."""
-
-    protocol: str = "tcp"  # tcp | udp
-    direction: str = "forward"  # forward: client sends; reverse: server sends; bidir: both
-    parallel: int = 1
-    duration: float | None = 10.0  # seconds of measurement after the omitted ones
-    num_bytes: int | None = None  # per stream, instead of a duration
-    length: int = 128 * 1024  # write size (TCP) or datagram size (UDP)
-    rate: float = 0.0  # per stream; 0 is unlimited
-    window: int | None = None
-    congestion: str | None = None
-    mss: int | None = None
-    nodelay: bool = False
-    omit: float = 0.0
-    zerocopy: bool = False  # TCP senders use sendfile
-    tos: int = 0  # the IP TOS byte of every data packet, both ends (-S, --dscp)
-    sample: float = DEFAULT_NATIVE_INTERVAL  # seconds per interval the server keeps
-    repeating_payload: bool = False  # payload '0123456789...' rather than zeros, both ends
-    affinity: int | None = None  # the CPU the server's streams of this test run on (-A n,m)
-    trip_times: bool = False  # receivers time every datagram or write from send to read
-    histogram_bin_width: float = DEFAULT_HISTOGRAM_BIN_WIDTH  # seconds, for those delays
-    histogram_bins: int = DEFAULT_HISTOGRAM_BINS
-    frame_rate: float = 0.0  # --isochronous: frames a second (0: a steady stream)
-    frame_load: float = DEFAULT_FRAME_LOAD  # ... their mean load, bits/s
-    frame_stdev: float = 0.0  # ... its standard deviation (log-normal frame sizes)
-    whole_segments: bool = False  # TCP senders round writes down to whole segments (no -l)
-
-    def to_message(self) -> dict[str, Any]:
-        return {"type": "test", **{f.name: getattr(self, f.name) for f in fields(self)}}
-
-    @classmethod
-    def from_message(cls, message: dict[str, Any]) -> TestSpec:
-        """Strict: every field checked for type and range; unknown fields are ignored so
-        that later versions can add some."""
-        checks: dict[str, Callable[[Any], bool]] = {
-            "protocol": lambda v: v in ("tcp", "udp"),
-            "direction": lambda v: v in DIRECTIONS,
-            "parallel": lambda v: is_int(v) and 1 <= v <= MAX_PARALLEL,
-            "duration": lambda v: v is None or (is_number(v) and 0 < v <= MAX_TEST_SECONDS),
-            "num_bytes": lambda v: v is None or (is_int(v) and 0 < v <= MAX_NUM_BYTES),
-            "length": lambda v: is_int(v) and MIN_LENGTH <= v <= MAX_LENGTH,
-            "rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
-            "window": lambda v: v is None or (is_int(v) and MIN_WINDOW <= v <= MAX_WINDOW),
-            "congestion": lambda v: v is None or is_congestion_name(v),
-            "mss": lambda v: v is None or (is_int(v) and 88 <= v <= 65535),
-            "nodelay": lambda v: isinstance(v, bool),
-            "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
-            "zerocopy": lambda v: isinstance(v, bool),
-            "tos": lambda v: is_int(v) and 0 <= v <= 255,
-            "sample": lambda v: is_number(v) and MIN_SERVER_SAMPLE <= v <= MAX_SERVER_SAMPLE,
-            "repeating_payload": lambda v: isinstance(v, bool),
-            "affinity": lambda v: v is None or (is_int(v) and 0 <= v <= MAX_CPU),
-            "trip_times": lambda v: isinstance(v, bool),
-            "histogram_bin_width": lambda v: is_number(v) and
-            MIN_HISTOGRAM_BIN_WIDTH <= v <= MAX_HISTOGRAM_BIN_WIDTH,
-            "histogram_bins": lambda v: is_int(v) and 1 <= v <= MAX_HISTOGRAM_BINS,
-            "frame_rate": lambda v: is_number(v) and 0 <= v <= MAX_FRAME_RATE,
-            "frame_load": lambda v: is_number(v) and 0 < v <= MAX_RATE,
-            "frame_stdev": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
-            "whole_segments": lambda v: isinstance(v, bool),
-        }
-        values: dict[str, Any] = {}
-        for name, check in checks.items():
-            if name in message:
-                if not check(message[name]):
-                    raise ProtocolError(f"test field '{name}' has an invalid value")
-                values[name] = message[name]
-        spec = cls(**values)
-        if (spec.duration is None) == (spec.num_bytes is None):
-            raise ProtocolError("a test needs exactly one of 'duration' and 'num_bytes'")
-        if spec.protocol == "udp" and spec.length < MIN_UDP_LENGTH:
-            raise ProtocolError(f"UDP datagrams need at least {MIN_UDP_LENGTH} bytes")
-        if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
-            raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
-        if spec.protocol == "tcp" and spec.timed and spec.length < WRITE_HEADER.size:
-            raise ProtocolError(f"timed TCP writes need at least {WRITE_HEADER.size} bytes")
-        if spec.isochronous and spec.protocol == "udp" and \
-                spec.length < MIN_ISOCHRONOUS_UDP_LENGTH:
-            raise ProtocolError("isochronous UDP datagrams need at least "
-                                f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")
-        return spec
-
-    @classmethod
-    def from_options(cls, options: ClientOptions) -> TestSpec:
-        """What a client's command line asks for."""
-        rate = options.rate if options.rate is not None else (
-            DEFAULT_UDP_RATE if options.udp else 0.0)
-        return cls(
-            protocol="udp" if options.udp else "tcp", direction=options.direction,
-            parallel=options.parallel,
-            duration=None if options.num_bytes is not None else options.duration,
-            num_bytes=options.num_bytes, length=options.length, rate=rate,
-            window=options.window, congestion=options.congestion, mss=options.mss,
-            nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
-            tos=options.tos, sample=min(max(options.rows_every or DEFAULT_NATIVE_INTERVAL,
-                                            MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE),
-            repeating_payload=options.repeating_payload, affinity=options.server_affinity,
-            trip_times=options.trip_times or options.frame_rate > 0,
-            histogram_bin_width=options.histogram_bin_width,
-            histogram_bins=options.histogram_bins,
-            frame_rate=options.frame_rate, frame_load=options.frame_load,
-            frame_stdev=options.frame_stdev,
-            whole_segments=not options.udp and not options.length_given)
-
-    @property
-    def isochronous(self) -> bool:
-        return self.frame_rate > 0
-
-    @property
-    def timed(self) -> bool:
-        """Receivers time what arrives (--trip-times, or frames), so TCP writes carry
-        WRITE_HEADER."""
-        return self.trip_times or self.isochronous
-
-    @property
-    def binning(self) -> Binning:
-        return Binning(self.histogram_bin_width, self.histogram_bins)
-
-    @property
-    def end(self) -> float | None:
-        """Seconds after the start at which a timed test ends (after -O); None for a test
-        of an amount of data."""
-        return None if self.duration is None else self.omit + self.duration
-
-    def stream_count(self) -> int:
-        return self.parallel * (2 if self.direction == "bidir" else 1)
-
-    def client_sends(self, stream: int) -> bool:
-        """Streams 1..P carry the forward direction; with bidir P+1..2P the reverse."""
-        if self.direction == "forward":
-            return True
-        if self.direction == "reverse":
-            return False
-        return stream <= self.parallel
+def parse_spec(message: dict[str, Any]) -> TestSpec:
+    """The native encoding back, strictly: every field checked for type and range; unknown
+    fields are ignored so that later versions can add some."""
+    checks: dict[str, Callable[[Any], bool]] = {
+        "protocol": lambda v: v in ("tcp", "udp"),
+        "direction": lambda v: v in DIRECTIONS,
+        "parallel": lambda v: is_int(v) and 1 <= v <= MAX_PARALLEL,
+        "duration": lambda v: v is None or (is_number(v) and 0 < v <= MAX_TEST_SECONDS),
+        "num_bytes": lambda v: v is None or (is_int(v) and 0 < v <= MAX_NUM_BYTES),
+        "length": lambda v: is_int(v) and MIN_LENGTH <= v <= MAX_LENGTH,
+        "rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
+        "window": lambda v: v is None or (is_int(v) and MIN_WINDOW <= v <= MAX_WINDOW),
+        "congestion": lambda v: v is None or is_congestion_name(v),
+        "mss": lambda v: v is None or (is_int(v) and 88 <= v <= 65535),
+        "nodelay": lambda v: isinstance(v, bool),
+        "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
+        "zerocopy": lambda v: isinstance(v, bool),
+        "tos": lambda v: is_int(v) and 0 <= v <= 255,
+        "sample": lambda v: is_number(v) and MIN_SERVER_SAMPLE <= v <= MAX_SERVER_SAMPLE,
+        "repeating_payload": lambda v: isinstance(v, bool),
+        "affinity": lambda v: v is None or (is_int(v) and 0 <= v <= MAX_CPU),
+        "trip_times": lambda v: isinstance(v, bool),
+        "histogram_bin_width": lambda v: is_number(v) and
+        MIN_HISTOGRAM_BIN_WIDTH <= v <= MAX_HISTOGRAM_BIN_WIDTH,
+        "histogram_bins": lambda v: is_int(v) and 1 <= v <= MAX_HISTOGRAM_BINS,
+        "frame_rate": lambda v: is_number(v) and 0 <= v <= MAX_FRAME_RATE,
+        "frame_load": lambda v: is_number(v) and 0 < v <= MAX_RATE,
+        "frame_stdev": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
+        "whole_segments": lambda v: isinstance(v, bool),
+        "fq_rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
+    }
+    values: dict[str, Any] = {}
+    for name, check in checks.items():
+        if name in message:
+            if not check(message[name]):
+                raise ProtocolError(f"test field '{name}' has an invalid value")
+            values[name] = message[name]
+    spec = TestSpec(**values)
+    if (spec.duration is None) == (spec.num_bytes is None):
+        raise ProtocolError("a test needs exactly one of 'duration' and 'num_bytes'")
+    if spec.protocol == "udp" and spec.length < MIN_UDP_LENGTH:
+        raise ProtocolError(f"UDP datagrams need at least {MIN_UDP_LENGTH} bytes")
+    if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
+        raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
+    if spec.protocol == "tcp" and spec.timed and spec.length < WRITE_HEADER.size:
+        raise ProtocolError(f"timed TCP writes need at least {WRITE_HEADER.size} bytes")
+    if spec.isochronous and spec.protocol == "udp" and \
+            spec.length < MIN_ISOCHRONOUS_UDP_LENGTH:
+        raise ProtocolError("isochronous UDP datagrams need at least "
+                            f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")
+    return spec
 
 
 def is_int(value: object) -> bool:
@@ -332,16 +249,11 @@ def is_number(value: object) -> bool:
     return (is_int(value) or isinstance(value, float)) and value == value  # not NaN
 
 
-# Fields of each per-stream result a peer reports at the end; anything else is ignored.
-RESULT_FIELDS = {"stream": int, "bytes": int, "seconds": float, "packets": int, "lost": int,
-                 "out_of_order": int, "jitter_ms": float, "retransmits": int,
-                 "max_snd_cwnd": int, "mean_rtt_us": int, "queue_growth_ms": float,
-                 "min_rtt_us": int, "max_rtt_us": int, "max_snd_wnd": int,
-                 # an isochronous test's frames: sent and slipped (sender), whole and lost
-                 "frames": int, "frames_slipped": int, "frames_lost": int}
-SIGNED_RESULT_FIELDS = {"queue_growth_ms"}
-# Delay accounts (DelayAccount.to_result): each datagram's or write's, each frame's.
-DELAY_RESULT_FIELDS = ("delays", "frame_delays")
+# Fields of each per-stream result a peer reports at the end (result_fields.py, the one
+# table of them); anything else is ignored.
+RESULT_FIELDS = result_fields.checked_fields()
+SIGNED_RESULT_FIELDS = result_fields.signed_fields()
+DELAY_RESULT_FIELDS = tuple(result_fields.DELAY_FIELDS)
 
 
 def parse_results(message: dict[str, Any]) -> dict[int, dict[str, Any]]:

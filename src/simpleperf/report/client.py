@@ -12,8 +12,8 @@ from ..delays import pdf_line
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord, Stream
 from ..options import ClientOptions
-from ..protocol.native import TestSpec
 from ..stats import RttSummary
+from ..testspec import TestSpec
 from . import classic as classic_table
 from . import json as json_report
 from . import native as table

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import __version__
-from ..protocol.native import TestSpec
+from .. import __version__, result_fields
 from ..stats import RttSummary, lost_percent
+from ..testspec import TestSpec
 
 
 def identity(started_wall: float) -> dict[str, Any]:
@@ -110,6 +110,8 @@ def _interval_stream(record, protocol: str) -> dict[str, Any]:
                      pmtu=record.pmtu)
     if record.delays is not None:
         entry["one_way_delay"] = record.delays.summary()
+    if record.write_delays is not None:
+        entry["write_to_read_delay"] = record.write_delays.summary()
     return entry
 
 
@@ -130,11 +132,11 @@ def _sum(streams: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
                          out_of_order=sum(s.get("out_of_order") or 0 for s in streams))
         elif entry["sender"]:  # as iperf3's sender reports its side: it sees no loss
             entry.update(jitter_ms=0.0, lost_packets=0, lost_percent=0.0)
-        growth = [s["queue_growth_ms"] for s in streams if "queue_growth_ms" in s]
-        if growth:
-            entry["queue_growth_ms"] = max(growth)
-    elif any("retransmits" in s for s in streams):
-        entry["retransmits"] = sum(s.get("retransmits") or 0 for s in streams)
+    for field in result_fields.FIELDS:  # what the table says each sum adds up or takes most of
+        if field.protocol == protocol and field.summed and field.json not in entry:
+            values = [s[field.json] for s in streams if s.get(field.json) is not None]
+            if values:
+                entry[field.json] = sum(values) if field.summed == "sum" else max(values)
     return entry
 
 
@@ -212,14 +214,9 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
         if "queue_growth_ms" in view:
             entry["queue_growth_ms"] = view["queue_growth_ms"]
     else:
-        if "retransmits" in view and sender:
-            entry["retransmits"] = view["retransmits"]
-        for ours, theirs in (("max_snd_cwnd", "max_snd_cwnd"), ("max_snd_wnd", "max_snd_wnd"),
-                             ("max_rtt_us", "max_rtt"), ("min_rtt_us", "min_rtt")):
-            if ours in view and sender:
-                entry[theirs] = view[ours]
-        if "mean_rtt_us" in view:
-            entry["mean_rtt"] = view["mean_rtt_us"]
+        for field in result_fields.shown("tcp", sender):
+            if field.key in view and field.json not in entry:
+                entry[field.json] = view[field.key]
     return entry
 
 
@@ -227,13 +224,13 @@ def delay_entries(view: dict[str, Any]) -> dict[str, Any]:
     """New in simpleperf, as iperf2 measures them: a receiver's one-way delays
     (--trip-times) and an isochronous test's frames, milliseconds."""
     entry: dict[str, Any] = {}
-    for ours, theirs in (("delays", "one_way_delay"), ("frame_delays", "frame_latency")):
+    for ours, theirs in result_fields.DELAY_FIELDS.items():
         account = view.get(ours)
         if account is not None:
             entry[theirs] = {**account.summary(), "histogram": account.histogram()}
-    for name in ("frames", "frames_lost", "frames_slipped"):
-        if name in view:
-            entry[name] = view[name]
+    for field in result_fields.FIELDS:
+        if field.key.startswith("frames") and field.key in view:
+            entry[field.json] = view[field.key]
     return entry
 
 

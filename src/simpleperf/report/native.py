@@ -132,8 +132,10 @@ def delay_lines(label: str, role: str, view: dict[str, Any], protocol: str,
     --isochronous), with iperf2's PDF lines (confidence bins at `histograms`' percentiles)
     when --histograms asked for them."""
     lines = []
-    what = "datagrams" if protocol == "udp" else "writes"
+    what = "datagrams" if protocol == "udp" else "writes, path: kernel send to read"
     for name, kind, title in (("delays", "T8(f)", f"one-way delay of {what}"),
+                              ("write_delays", "T8(f)", "write-to-read delay (application: "
+                                                        "the sender's buffer included)"),
                               ("frame_delays", "F8(f)", "frame latency")):
         account = view.get(name)
         if account is None or account.count == 0:

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from ..engine.measurement import Measurement
-from ..protocol.native import TestSpec
+from ..testspec import TestSpec
 from . import json as json_report
 
 

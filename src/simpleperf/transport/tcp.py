@@ -44,6 +44,15 @@ def system_congestion() -> str | None:
         return None
 
 
+def available_congestion() -> list[str]:
+    """The congestion controls the kernel has loaded (a socket may ask for any of them)."""
+    try:
+        with open(AVAILABLE_CONGESTION) as available:
+            return available.read().split()
+    except OSError:
+        return []
+
+
 def set_congestion(sock: socket.socket, name: str | None) -> None:
     """Choose the congestion control of one socket (TCP_CONGESTION); works for any algorithm
     the kernel has, also where the system default cannot be changed."""
@@ -52,11 +61,7 @@ def set_congestion(sock: socket.socket, name: str | None) -> None:
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
     except OSError as error:
-        try:
-            with open(AVAILABLE_CONGESTION) as available:
-                choices = available.read().split()
-        except OSError:
-            choices = []
+        choices = available_congestion()
         reason = (f"available: {', '.join(choices)}" if error.errno == errno.ENOENT and choices
                   else error.strerror or str(error))
         raise SimpleperfError(f"cannot use congestion control '{name}' ({reason})") from None
@@ -254,3 +259,75 @@ def settle_time(sock: socket.socket) -> float:
     Acknowledged is not yet read, and the advertised window cannot tell the two apart
     (Linux stops announcing a window once it passes half the buffer): a few RTTs."""
     return min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * tcpinfo.rtt_seconds(sock)))
+
+
+# The kernel's send time of TCP data (SO_TIMESTAMPING, Documentation/networking/
+# timestamping.rst): for each send() call, the moment the segment holding its last byte
+# entered the packet scheduler, queued on the socket's error queue with the byte's number.
+SO_TIMESTAMPING = 37
+SOF_TIMESTAMPING_TX_SCHED = 1 << 8
+SOF_TIMESTAMPING_SOFTWARE = 1 << 4
+SOF_TIMESTAMPING_OPT_ID = 1 << 7
+SOF_TIMESTAMPING_OPT_TSONLY = 1 << 11
+SCM_TSTAMP_SCHED = 1
+SIOCOUTQ = 0x5411  # bytes written and not yet acknowledged
+_SCM_TIMESTAMPING = struct.Struct("qq")  # the first of three timespecs: software
+_EXTENDED_ERROR = struct.Struct("IBBBBII")  # struct sock_extended_err, without the address
+_ERROR_ORIGIN_TIMESTAMPING = 4  # SO_EE_ORIGIN_TIMESTAMPING
+_CONTROL_BYTES = 512
+
+
+class Departures:
+    """When the bytes written to a TCP socket left it: `pending` says which byte ends a
+    write (its count since stamping began), `read` gives the writes whose last byte the
+    kernel has sent since the last call, with the wall-clock time it went (seconds)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        unacknowledged = struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ,
+                                                        b"\0" * 4))[0]
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING,
+                        SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_SOFTWARE
+                        | SOF_TIMESTAMPING_OPT_ID | SOF_TIMESTAMPING_OPT_TSONLY)
+        # The kernel numbers bytes from the oldest unacknowledged one at this moment.
+        self.offset = unacknowledged
+        self.writes: dict[int, int] = {}  # last byte's count -> the write's number
+
+    @classmethod
+    def start(cls, sock: socket.socket) -> Departures | None:
+        """Stamping on `sock`, or None where the kernel does not offer it."""
+        try:
+            return cls(sock)
+        except OSError:
+            return None
+
+    def pending(self, end: int, number: int) -> None:
+        """Write `number` ends with the `end`-th byte written since stamping began."""
+        self.writes[(end + self.offset - 1) & 0xFFFFFFFF] = number  # the kernel's is 32 bits
+        if len(self.writes) > 65536:  # stamps the kernel dropped (a full error queue)
+            self.writes.pop(next(iter(self.writes)))
+
+    def read(self) -> list[tuple[int, float]]:
+        """(write number, departure time) of every write whose stamp has arrived."""
+        found: list[tuple[int, float]] = []
+        while True:
+            try:
+                _, ancillary, _, _ = self.sock.recvmsg(0, _CONTROL_BYTES,
+                                                       socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return found
+            except OSError:
+                return found
+            stamp = key = None
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING:
+                    seconds, nanoseconds = _SCM_TIMESTAMPING.unpack_from(data)
+                    stamp = seconds + nanoseconds * 1e-9
+                elif len(data) >= _EXTENDED_ERROR.size:
+                    _, origin, _, _, _, info, data_ = _EXTENDED_ERROR.unpack_from(data)
+                    if origin == _ERROR_ORIGIN_TIMESTAMPING and info == SCM_TSTAMP_SCHED:
+                        key = data_
+            if stamp is not None and key is not None:
+                number = self.writes.pop(key, None)
+                if number is not None:
+                    found.append((number, stamp))

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..errors import SimpleperfError
+from ..options import ClientOptions
 from . import tcp
 from .buffers import aligned
 
@@ -115,13 +116,23 @@ def path_mtu(sock: socket.socket) -> int | None:
         return None
 
 
+GREETING_WAIT = 0.2  # seconds before a greeting is sent again, doubling up to ...
+GREETING_WAIT_MAX = 1.0
+GREETING_SECONDS = 3.0  # how long to greet a server that gives no other sign of life
+GREETING_SECONDS_ALIVE = 30.0  # ... and one whose control connection stays open
+
+
 def open_greeted(host: str, port: int, family: int, local: str | None, greeting: bytes,
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
-                 tries: int = 15, wait: float = 0.2, local_port: int = 0,
-                 dont_fragment: bool = False) -> socket.socket:
+                 local_port: int = 0, dont_fragment: bool = False,
+                 control: socket.socket | None = None) -> socket.socket:
     """A UDP socket connected to the server's port (from `local_port`, or any), once the
-    server answered `greeting` (sent again every `wait` seconds, `tries` times) with one
-    of `answers`."""
+    server answered `greeting` (sent again after GREETING_WAIT, doubling to
+    GREETING_WAIT_MAX, for GREETING_SECONDS) with one of `answers`. With the test's
+    `control` connection: for as long as it stays open and silent (GREETING_SECONDS_ALIVE
+    at most), since a lost answer or a starved server is no reason to give up; and at once
+    when it has something to read (the server's next message, or its close, which the
+    caller reads: a server that sends it has every stream it needs)."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
     except socket.gaierror:
@@ -141,20 +152,43 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
         if window:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, window)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
-        for _ in range(tries):
+        began = time.monotonic()
+        limit = GREETING_SECONDS_ALIVE if control is not None else GREETING_SECONDS
+        wait, sent = GREETING_WAIT, 0
+        watched = [sock] if control is None else [sock, control]
+        while time.monotonic() - began < limit:
             sock.send(greeting)
-            deadline = time.monotonic() + wait
+            sent += 1
+            deadline = min(time.monotonic() + wait, began + limit)
             while (remaining := deadline - time.monotonic()) > 0:
-                readable, _, _ = select.select([sock], [], [], remaining)
-                if readable and sock.recv(2048) in answers:
+                readable, _, _ = select.select(watched, [], [], remaining)
+                if control is not None and control in readable:
                     return sock
-        raise SimpleperfError(f"no answer on UDP port {port} of {host} (a firewall?)")
+                if sock in readable and sock.recv(2048) in answers:
+                    return sock
+            wait = min(GREETING_WAIT_MAX, 2 * wait)
+        raise SimpleperfError(
+            f"no answer on UDP port {port} of {host}: {sent} greetings over "
+            f"{time.monotonic() - began:.0f} s went unanswered"
+            + (" while the server's control connection stayed open" if control is not None
+               else "") + " (a firewall dropping UDP?)")
     except ConnectionRefusedError:
         sock.close()
         raise SimpleperfError(f"UDP port {port} of {host} is closed") from None
     except BaseException:
         sock.close()
         raise
+
+
+def greet_server(options: ClientOptions, number: int, greeting: bytes,
+                 answers: tuple[bytes, ...], receiving: bool, control: socket.socket
+                 ) -> socket.socket:
+    """Stream `number`'s socket to the server of a client's options, once greeted
+    (open_greeted, watching the test's control connection)."""
+    return open_greeted(options.host, options.port, options.family, options.local, greeting,
+                        answers, receiving, options.window,
+                        local_port=tcp.stream_port(options, number),
+                        dont_fragment=options.dont_fragment, control=control)
 
 
 class Pacer:

@@ -128,9 +128,16 @@ class Experiment:
     pair: dict[str, Any] | None = None  # link parameters when topology = "pair"
     sweep: Sweep | None = None
     capture_limit: int = DEFAULT_CAPTURE_LIMIT  # bytes per capture file
+    # tcp flows' congestion control where a flow does not name one (None: the system's)
+    congestion: str | None = None
 
     def captures(self) -> set[str]:
         return {where for step in self.steps for where in step.capture}
+
+    def congestion_controls(self) -> set[str]:
+        """Every congestion control the experiment names (each must be in the kernel)."""
+        return {flow.congestion for step in self.steps for flow in step.flows
+                if flow.congestion is not None}
 
 
 def load(name_or_path: str) -> Experiment:
@@ -142,7 +149,7 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None,
           origin: Path | None = None) -> Experiment:
     data = datafiles.parse_toml(text, ExperimentError, origin)
     _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
-                 "pair", "sweep", "capture", "capture_limit"}, "experiment")
+                 "pair", "sweep", "capture", "capture_limit", "congestion"}, "experiment")
     topology = data.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ExperimentError("experiment: topology must name a topology, e.g. "
@@ -158,7 +165,11 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None,
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ExperimentError("experiment: no steps ([[steps]] with flows)")
     everywhere = _places(data.get("capture", []), "experiment: capture")
-    steps = tuple(_step(raw, index, everywhere)
+    congestion = data.get("congestion")
+    if congestion is not None and not is_congestion_name(congestion):
+        raise ExperimentError("experiment: congestion names the tcp flows' congestion "
+                              f"control, such as \"cubic\", not {congestion!r}")
+    steps = tuple(_pinned(_step(raw, index, everywhere), congestion)
                   for index, raw in enumerate(raw_steps, start=1))
     limit = _size(data.get("capture_limit", DEFAULT_CAPTURE_LIMIT), "capture_limit",
                   100_000, MAX_TRANSFER_SIZE)
@@ -171,7 +182,16 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None,
                           "folder)", ExperimentError)
     description = datafiles.text(data.get("description", ""), "description", ExperimentError)
     return Experiment(name, description, topology, timing, quick, steps, dict(cases), text,
-                      pair, sweep, limit)
+                      pair, sweep, limit, congestion)
+
+
+def _pinned(step: Step, congestion: str | None) -> Step:
+    """The experiment's congestion control on every tcp flow that does not name its own."""
+    if congestion is None:
+        return step
+    return replace(step, flows=tuple(
+        replace(flow, congestion=congestion)
+        if flow.kind == "tcp" and flow.congestion is None else flow for flow in step.flows))
 
 
 def _places(raw: Any, where: str) -> tuple[str, ...]:

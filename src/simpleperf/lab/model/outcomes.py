@@ -28,11 +28,19 @@ class FlowOutcome:
     rate: float | None = None  # udp: the rate asked for, bits/s
     probe_trials: list[dict[str, Any]] = field(default_factory=list)  # udp rate = "probe"
     predicted: float | None = None  # goodput theory predicts, bits/s
+    # tcp flows that share their bottleneck with other flows of the step: the link
+    # ("L2 a to b"), the congestion epochs the flow lasted, and how far from its share
+    # theory lets it be at that length (theory.share_tolerance; None: no AIMD theory)
+    bottleneck: str | None = None
+    epoch_seconds: float | None = None  # tcp (AIMD): loss to loss on its bottleneck
+    epochs: float | None = None
+    share_tolerance: float | None = None
     base_rtt: float | None = None  # ms
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count
+    congestion: str | None = None  # tcp, scp, http: the congestion control the sender ran
     seconds: float | None = None  # scp, http, command: start to exit
     exit_status: int | None = None  # scp, http, command
     output: str | None = None  # command: what the client printed (cut at OUTPUT_CHARS)
@@ -43,8 +51,11 @@ class FlowOutcome:
     theory_path: str | None = None  # the nodes theory's prediction assumed
     # tcp, udp (--trip-times): the receiver's one-way delays, ms: min, mean, p99; and
     # theory's, the forward path's delays (a floor: queues and the machine only add)
+    # (tcp: from the kernel's send of each write's last byte, the path's delay); tcp: each
+    # write's from write() to read(), ms: mean, p99 (the application's: no theory beside it)
     one_way_ms: tuple[float, float, float] | None = None
     base_one_way: float | None = None
+    write_delay_ms: tuple[float, float] | None = None
     frames: tuple[int, int] | None = None  # udp with frames: whole, lost
     frame_latency_ms: tuple[float | None, float | None] | None = None  # mean, p99
 

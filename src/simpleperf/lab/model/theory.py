@@ -31,6 +31,12 @@ DEFAULT_DATAGRAM_BYTES = 1470  # a lab UDP flow's datagrams unless the flow says
 # Congestion controls whose throughput falls with loss as Mathis et al. describe.
 LOSS_BASED = {"reno", "cubic", "bic", "htcp", "highspeed", "scalable", "westwood", "hybla",
               "illinois"}
+# Flows that share a drop-tail queue and answer each loss by multiplying their window by BETA
+# (AIMD) converge to equal shares, the gap between them shrinking by BETA every congestion
+# epoch (Chiu and Jain, 1989). Per algorithm: BETA and the window's growth per round trip
+# in segments between losses (CUBIC's TCP-friendly region, RFC 9438: 3(1-b)/(1+b)).
+AIMD = {"reno": (0.5, 1.0), "cubic": (0.7, 3 * 0.3 / 1.7)}
+CUBIC_C = 0.4  # RFC 9438: the cubic growth's constant, segments per second cubed
 
 
 @dataclass(frozen=True)
@@ -199,10 +205,40 @@ def udp_goodput_share(datagram: int) -> float:
     return datagram / (datagram + UDP_FRAMING_BYTES)
 
 
-def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str) -> None:
+def congestion_epoch(congestion: str, window: float, rtt: float) -> float | None:
+    """Seconds from one loss to the next (a congestion epoch) of an AIMD flow whose window
+    peaks at `window` segments at round trip `rtt`: its climb back from BETA x window; None
+    for an algorithm that is not AIMD (BBR paces to a model of the path instead)."""
+    if congestion not in AIMD or window <= 0 or rtt <= 0:
+        return None
+    beta, growth = AIMD[congestion]
+    epoch = (1 - beta) * window / growth * rtt  # the additive climb back to the peak
+    if congestion == "cubic":  # CUBIC's own curve climbs back in K seconds, if faster
+        epoch = min(epoch, ((1 - beta) * window / CUBIC_C) ** (1 / 3))
+    return float(epoch)
+
+
+def share_tolerance(congestion: str, epochs: float | None) -> float | None:
+    """What is left of an AIMD flow's starting gap to its fair share, averaged over `epochs`
+    congestion epochs: the gap shrinks by BETA each epoch (Chiu and Jain), so its mean is
+    (1 - BETA**n) / ((1 - BETA) n) of the first, capped at 1 (no promise). The first gap is
+    slow start's doing: its first losses can leave a flow with nothing (a gap of 1 below) or
+    with the whole link (N / k - 1 above, for k of N connections); verdicts.share_bounds.
+    None: no theory (not AIMD)."""
+    if epochs is None or congestion not in AIMD:
+        return None
+    beta = AIMD[congestion][0]
+    if epochs <= 1:
+        return 1.0
+    return float(min(1.0, (1 - beta ** epochs) / ((1 - beta) * epochs)))
+
+
+def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str,
+            seconds: Sequence[float] | None = None) -> None:
     """Theory beside every flow of a step: base RTT (and with every forward queue full),
     its max-min fair share of every shaped link the step's flows share (water-filling) as
-    goodput, and the window and Mathis bounds. `congestion`: the hosts' default."""
+    goodput, and the window and Mathis bounds. `congestion`: the hosts' default; `seconds`:
+    each flow's duration, for what theory promises of flows that share a bottleneck."""
     paths: list[Path] = []
     owners: list[int] = []
     demands: list[float | None] = []
@@ -225,6 +261,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     if not paths:
         return
     shares = max_min_shares(paths, demands)
+    binding = _binding(paths, shares)
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
@@ -232,12 +269,68 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
+    _shared(topology, outcomes, owners, shares, binding, congestion, seconds)
+
+
+def _binding(paths: Sequence[Path], shares: Sequence[float]) -> list[tuple[str, str] | None]:
+    """The link direction that limits each path's share: a full one on which no other path
+    gets more (max-min's bottleneck); None where none limits it."""
+    capacities: dict[tuple[str, str], float] = {}
+    for flow in paths:
+        for (link, node), resource in zip(flow.hops, flow.resources(), strict=True):
+            rate = link.direction_from(node).rate
+            if rate is not None:
+                capacities[resource] = rate
+    used = {r: sum(s for p, s in zip(paths, shares, strict=True) if r in p.resources())
+            for r in capacities}
+    found: list[tuple[str, str] | None] = []
+    for flow, share in zip(paths, shares, strict=True):
+        full = [r for r in flow.resources() if r in capacities and math.isfinite(share)
+                and used[r] >= capacities[r] * (1 - 1e-6)
+                and all(s <= share * (1 + 1e-6) for p, s in zip(paths, shares, strict=True)
+                        if r in p.resources())]
+        found.append(min(full, key=lambda r: capacities[r]) if full else None)
+    return found
+
+
+def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[int],
+            shares: list[float], binding: list[tuple[str, str] | None], congestion: str,
+            seconds: Sequence[float] | None) -> None:
+    """For tcp flows: the congestion epoch on their bottleneck (the first is start-up: slow
+    start, its overshoot and the climb back, of which theory promises no goodput); and for
+    those that share it with another flow of the step, which link it is and how close to
+    its share theory can promise the flow comes in its duration."""
+    links = {link.name: link for link in topology.links}
+    for index, outcome in enumerate(outcomes):
+        mine = [i for i, owner in enumerate(owners) if owner == index]
+        if outcome.flow.kind != "tcp" or not mine or binding[mine[0]] is None:
+            continue
+        resource = binding[mine[0]]
+        assert resource is not None
+        others = {owners[i] for i, r in enumerate(binding) if r == resource} - {index}
+        link = links[resource[0]]
+        shaping = link.a_to_b if resource[1] == "a_to_b" else link.b_to_a
+        algorithm = outcome.flow.congestion or congestion
+        capacity = shaping.rate or 0.0
+        share = shares[mine[0]]  # one connection's
+        queue_seconds = (shaping.queue or 0) * FRAME_BYTES * 8 / capacity if capacity else 0.0
+        rtt = (outcome.base_rtt or 0.0) / 1e3 + queue_seconds
+        window = share * rtt / (FRAME_BYTES * 8)  # segments at the peak, queue full
+        outcome.epoch_seconds = congestion_epoch(algorithm, window, rtt)
+        if seconds is not None and outcome.epoch_seconds is not None:
+            outcome.epochs = seconds[index] / outcome.epoch_seconds
+        if others:  # not alone on its bottleneck: a share to converge to
+            outcome.bottleneck = f"{resource[0]} {resource[1].replace('_', ' ')}"
+            outcome.share_tolerance = share_tolerance(algorithm, outcome.epochs)
 
 
 def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
                   congestion: str) -> None:
-    """One flow's RTTs, its UDP rate when set by the path, and its TCP bounds."""
+    """One flow's RTTs, its UDP rate when set by the path, and its TCP bounds (and the
+    congestion control they assume, which the flow runs)."""
     flow = outcome.flow
+    if flow.kind == "tcp" or flow.one_tcp_connection:
+        outcome.congestion = congestion
     if flow.kind == "udp" and isinstance(flow.rate, float | int):
         outcome.rate = float(flow.rate)
     outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3

@@ -5,11 +5,28 @@ within when its goodput is THROUGHPUT_LOW to THROUGHPUT_HIGH times theory's; a p
 its median RTT is within RTT_SLACK_MS or RTT_SLACK_FRACTION of the base RTT, whichever is
 larger. A failed flow is outside. A flow theory says nothing about, or one in a step whose
 events changed the network while it ran, is not judged.
+
+A loss-based (AIMD) TCP flow alone on its bottleneck is judged on its goodput after its first
+congestion epoch (theory.congestion_epoch: slow start, its overshoot and the climb back, of
+which theory promises nothing: CUBIC after a slow start into a queue shallower than the path
+spends it below the link's rate); a run shorter than that epoch plus one interval is not
+judged. A flow's mean path one-way delay (--trip-times) is within when it lies between the
+forward path's delays less DELAY_SLACK_MS and those delays plus every forward queue full plus
+DELAY_SLACK_MS (the application's write-to-read delay, which includes the sender's buffer, has
+no theory and is not judged). TCP flows that share their bottleneck with other flows of the
+step: their total is judged as one transfer (the link's rate is a promise), and each flow's
+own share within what theory can promise after the congestion epochs it lasted: AIMD flows
+converge to their max-min share, the gap shrinking by the decrease b each epoch, so over n
+epochs the mean gap is at most the starting one times f = theory.share_tolerance (n); the
+starting gap is at most 1 below (a flow cannot get less than nothing) and N / k - 1 above (a
+flow of k of the N connections sharing the link cannot get more than all of it). A flow whose
+congestion control is not AIMD (BBR) has no such theory, and only the total it is part of is
+judged.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +34,16 @@ THROUGHPUT_LOW = 0.90  # goodput against theory: slow start and headers cost a f
 THROUGHPUT_HIGH = 1.05  # more than the bottleneck allows is a shaping fault
 RTT_SLACK_MS = 1.0
 RTT_SLACK_FRACTION = 0.05
+DELAY_SLACK_MS = 1.0  # the machine's own share of a one-way delay
 TOLERANCE = (f"goodput {THROUGHPUT_LOW:.2f} to {THROUGHPUT_HIGH:.2f} x theory; ping median "
-             f"RTT within {RTT_SLACK_MS:g} ms or {RTT_SLACK_FRACTION:.0%} of the base RTT")
+             f"RTT within {RTT_SLACK_MS:g} ms or {RTT_SLACK_FRACTION:.0%} of the base RTT; "
+             f"path one-way delay from the path's delays to them plus its queues full, "
+             f"{DELAY_SLACK_MS:g} ms either side; "
+             "a loss-based TCP flow alone on its bottleneck: its goodput after its first "
+             "congestion epoch (start-up); TCP flows sharing a bottleneck: their total as "
+             "one transfer, each flow's share from 1 - f to 1 + (N / k - 1) f times it, f = "
+             "(1 - b^n) / ((1 - b) n) after n congestion epochs (AIMD with decrease b: CUBIC "
+             "0.7, Reno 0.5), k of the N connections sharing the link; not judged for BBR")
 
 
 @dataclass(frozen=True)
@@ -33,6 +58,7 @@ class CaseVerdict:
     case: str
     judged: int
     outside: list[FlowVerdict]
+    notes: tuple[str, ...] = ()  # how flows that share a bottleneck were judged
 
     @property
     def within(self) -> bool | None:
@@ -49,7 +75,19 @@ class CaseVerdict:
         return f"outside: {len(self.outside)} of {self.judged} flows ({worst}{more})"
 
 
-def flow_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
+def connections(flow: dict[str, Any]) -> int:
+    return int(flow.get("parameters", {}).get("parallel") or 1)
+
+
+def share_bounds(flow: dict[str, Any], sharing: int) -> tuple[float, float]:
+    """The least and most of its share theory promises a flow whose bottleneck `sharing`
+    connections share, after its congestion epochs (see the module's text)."""
+    tolerance = flow["share_tolerance"]
+    return 1 - tolerance, 1 + (sharing / connections(flow) - 1) * tolerance
+
+
+def flow_verdict(flow: dict[str, Any], sharing: int = 1) -> FlowVerdict | None:
+    """`sharing`: the connections of the step at the flow's bottleneck, when it shares one."""
     label = f"{flow['label']} {flow['kind']}"
     if not flow["ok"]:
         return FlowVerdict(label, False, f"failed: {flow['error']}")
@@ -63,22 +101,130 @@ def flow_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
     predicted, measured = flow["predicted"], flow["throughput"]
     if not predicted or measured is None:
         return None
+    if flow.get("bottleneck") and flow.get("share_tolerance") is None:
+        return None  # no theory of its share: judged in its bottleneck's total
+    startup = flow.get("epoch_seconds")
+    if startup is not None and not flow.get("bottleneck"):
+        steady = steady_goodput(flow["intervals"], startup)
+        if steady is None:
+            return None  # the run ended inside its start-up: sharing_notes says so
+        return FlowVerdict(label, THROUGHPUT_LOW <= steady / predicted <= THROUGHPUT_HIGH,
+                           f"{steady / predicted:.2f} x theory after its start-up "
+                           f"({startup:.1f} s)")
     ratio = measured / predicted
+    if flow.get("bottleneck"):
+        least, most = share_bounds(flow, sharing)
+        low, high = min(THROUGHPUT_LOW, least), max(THROUGHPUT_HIGH, most)
+        return FlowVerdict(label, low <= ratio <= high,
+                           f"{ratio:.2f} x its share (theory: {low:.2f} to {high:.2f} after "
+                           f"{flow['epochs']:.1f} congestion epochs)")
     return FlowVerdict(label, THROUGHPUT_LOW <= ratio <= THROUGHPUT_HIGH,
                        f"{ratio:.2f} x theory")
 
 
+def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
+    """The mean path one-way delay between theory's floor and that floor with every forward
+    queue full (full_queue_rtt - base_rtt: the queues of the way out)."""
+    measured, floor = flow.get("one_way_mean_ms"), flow.get("base_one_way_ms")
+    if not flow["ok"] or measured is None or floor is None:
+        return None
+    queues = (flow["full_queue_rtt_ms"] or 0.0) - (flow["base_rtt_ms"] or 0.0)
+    high = floor + queues + DELAY_SLACK_MS
+    return FlowVerdict(f"{flow['label']} {flow['kind']}",
+                       floor - DELAY_SLACK_MS <= measured <= high,
+                       f"path one-way delay {measured:.1f} ms, theory {floor:.1f} .. "
+                       f"{high - DELAY_SLACK_MS:.1f}")
+
+
+def steady_goodput(intervals: list[list[float]], startup: float) -> float | None:
+    """The goodput (bits/s) over the intervals that begin `startup` seconds or more after the
+    first one began; None when none does."""
+    if not intervals:
+        return None
+    begin = intervals[0][0] + startup - 1e-6
+    steady = [(end - start, rate) for start, end, rate in intervals if start >= begin]
+    seconds = sum(length for length, _ in steady)
+    if seconds <= 0:
+        return None
+    return sum(length * rate for length, rate in steady) / seconds
+
+
+def shared_verdicts(step: dict[str, Any]) -> list[FlowVerdict]:
+    """The total of the tcp flows of a step that share each bottleneck, as one transfer."""
+    groups: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+    for flow in step["flows"]:
+        if flow.get("bottleneck") and flow["predicted"]:
+            groups.setdefault(flow["bottleneck"], []).append(flow)
+    verdicts = []
+    for bottleneck, flows in groups.items():
+        label = " + ".join(flow["label"] for flow in flows) + f" on {bottleneck}"
+        failed = [flow for flow in flows if not flow["ok"] or flow["throughput"] is None]
+        if failed:
+            continue  # each failed flow is outside on its own already
+        ratio = (sum(flow["throughput"] for flow in flows)
+                 / sum(flow["predicted"] for flow in flows))
+        verdicts.append(FlowVerdict(label, THROUGHPUT_LOW <= ratio <= THROUGHPUT_HIGH,
+                                    f"total {ratio:.2f} x theory"))
+    return verdicts
+
+
+def sharing_notes(step: dict[str, Any]) -> list[str]:
+    """In words, how the flows of a step that share a bottleneck are judged: one line per
+    bottleneck."""
+    groups: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+    for flow in step["flows"]:
+        if flow.get("bottleneck"):
+            groups.setdefault(flow["bottleneck"], []).append(flow)
+    notes = []
+    for flow in step["flows"]:
+        startup = flow.get("epoch_seconds")
+        if (flow["ok"] and startup is not None and not flow.get("bottleneck")
+                and steady_goodput(flow["intervals"], startup) is None):
+            notes.append(f"{step['name']}: {flow['label']} ({flow.get('congestion')}) not "
+                         f"judged: the run ended inside its start-up (one congestion epoch "
+                         f"on its path, {startup:.1f} s), of which theory promises no "
+                         "goodput; a longer run is judged after it")
+    for bottleneck, flows in groups.items():
+        algorithms = sorted({flow.get("congestion") or "?" for flow in flows})
+        who = (f"{step['name']}: {', '.join(flow['label'] for flow in flows)} "
+               f"({', '.join(algorithms)}) share {bottleneck}")
+        promised = [flow for flow in flows if flow.get("share_tolerance") is not None]
+        if len(promised) < len(flows):
+            lacking = sorted({flow.get("congestion") or "?" for flow in flows
+                              if flow.get("share_tolerance") is None})
+            notes.append(f"{who}: {', '.join(lacking)} is not AIMD (it paces to a model of "
+                         "the path instead of cutting its window at a loss), so theory "
+                         "promises each flow no share; only their total is judged")
+        else:
+            epochs = min(flow["epochs"] for flow in flows)
+            sharing = sum(connections(flow) for flow in flows)
+            bounds = [share_bounds(flow, sharing) for flow in flows]
+            notes.append(f"{who}: {epochs:.1f} congestion epochs or more, so theory promises "
+                         f"each from {min(b[0] for b in bounds):.2f} to "
+                         f"{max(b[1] for b in bounds):.2f} times its share (their total "
+                         f"{THROUGHPUT_LOW:.2f} to {THROUGHPUT_HIGH:.2f})")
+    return notes
+
+
 def case_verdicts(steps: list[dict[str, Any]]) -> list[CaseVerdict]:
     """One verdict per case, in the order the cases ran."""
-    cases: OrderedDict[str, tuple[int, list[FlowVerdict]]] = OrderedDict()
+    cases: OrderedDict[str, tuple[int, list[FlowVerdict], list[str]]] = OrderedDict()
     for step in steps:
-        judged, outside = cases.get(step["case"], (0, []))
+        judged, outside, notes = cases.get(step["case"], (0, [], []))
         if not step.get("events"):
+            sharing: Counter[str | None] = Counter()
             for flow in step["flows"]:
-                verdict = flow_verdict(flow)
+                if flow.get("bottleneck"):
+                    sharing[flow["bottleneck"]] += connections(flow)
+            verdicts = [flow_verdict(flow, sharing[flow.get("bottleneck")])
+                        for flow in step["flows"]] + shared_verdicts(step)
+            verdicts += [delay_verdict(flow) for flow in step["flows"]]
+            for verdict in verdicts:
                 if verdict is not None:
                     judged += 1
                     if not verdict.within:
                         outside.append(verdict)
-        cases[step["case"]] = (judged, outside)
-    return [CaseVerdict(case, judged, outside) for case, (judged, outside) in cases.items()]
+            notes += [note for note in sharing_notes(step) if note not in notes]
+        cases[step["case"]] = (judged, outside, notes)
+    return [CaseVerdict(case, judged, outside, tuple(notes))
+            for case, (judged, outside, notes) in cases.items()]

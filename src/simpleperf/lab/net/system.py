@@ -103,6 +103,19 @@ def system_congestion_control() -> str:
     return tcp.system_congestion() or "unknown"
 
 
+def require_congestion(names: set[str]) -> None:
+    """Every named TCP congestion control is in the kernel, loading its module (tcp_NAME)
+    where it is built as one; else one line naming those the kernel has."""
+    missing = sorted(set(names) - set(tcp.available_congestion()))
+    for name in missing:
+        if shutil.which("modprobe"):
+            subprocess.run(["modprobe", "-q", f"tcp_{name}"], capture_output=True, check=False)
+    missing = sorted(set(missing) - set(tcp.available_congestion()))
+    if missing:
+        raise CommandError(f"this kernel has no TCP congestion control {', '.join(missing)} "
+                           f"(it has: {', '.join(tcp.available_congestion()) or 'none listed'})")
+
+
 def module_command(module: str, *arguments: str) -> tuple[list[str], dict[str, str]]:
     """`python -m module` as a command and the environment it needs: the lab's helper
     processes import this very package, wherever it was installed or run from."""

@@ -324,7 +324,9 @@ def _verdict_table(run: dict[str, Any], titles: dict[str, str]) -> str:
         kind = {True: "within", False: "outside", None: "unjudged"}[verdict.within]
         rows.append(f"<tr><td>{html.escape(verdict.case)}</td>"
                     f"<td>{html.escape(titles.get(verdict.case, ''))}</td>"
-                    f"<td class='{kind}'>{html.escape(verdict.summary())}</td></tr>")
+                    f"<td class='{kind}'>{html.escape(verdict.summary())}"
+                    + "".join(f"<br><small>{html.escape(note)}</small>"
+                              for note in verdict.notes) + "</td></tr>")
     return ("<h2>Verdicts</h2><table class='verdicts'><tr><th>case</th><th></th>"
             "<th>measured against theory</th></tr>" + "".join(rows) + "</table>"
             f"<p>Tolerance: {html.escape(TOLERANCE)}.</p>")

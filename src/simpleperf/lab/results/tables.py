@@ -61,17 +61,18 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
             udp |= flow["kind"] == "udp"
     header = ["pair", "RTT avg ms", "theory ms"]
     header += (["asked Mbit/s", "got Mbit/s", "theory", "jitter ms", "loss"] if udp
-               else ["throughput Mbit/s", "theory", "ratio"]) + [ONE_WAY_HEADER]
+               else ["throughput Mbit/s", "theory", "ratio"]) + [ONE_WAY_HEADER, WRITE_HEADER]
     table = []
+    transfers = [row["transfer"] for row in rows.values() if "transfer" in row]
     for label, row in rows.items():
         ping = row.get("ping")
         rtt = "-" if ping is None else (_ms(ping["rtt_avg"]) if ping["ok"] else _failure(ping))
         cells = [label, rtt, _ms(row["base"])]
         flow = row.get("transfer")
         if flow is None:
-            cells += ["-"] * (6 if udp else 4)
+            cells += ["-"] * (len(header) - len(cells))
         elif not flow["ok"]:
-            cells += [_failure(flow)] + [""] * (5 if udp else 3)
+            cells += [_failure(flow)] + [""] * (len(header) - len(cells) - 1)
         elif udp:
             loss = "-" if flow["loss_percent"] is None else (
                 f"{flow['loss_percent']:.3f} % ({flow['lost']}/{flow['packets']})")
@@ -82,21 +83,34 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
                      if flow["throughput"] and flow["predicted"] else "-")
             cells += [_mbps(flow["throughput"]), _mbps(flow["predicted"]), ratio]
         if flow is not None and flow["ok"]:
-            cells.append(_one_way(flow))
+            cells += _one_way(flow)
         table.append(cells)
-    return _table(header, table)
+    algorithms = _congestion(transfers)
+    return _table(header, table) + ([f"  {algorithms}"] if algorithms else [])
 
 
-ONE_WAY_HEADER = "one-way ms: mean, p99 (theory)"
+ONE_WAY_HEADER = "path one-way ms: mean, p99 (theory floor)"
+WRITE_HEADER = "write-to-read ms (app)"
 
 
-def _one_way(flow: dict[str, Any]) -> str:
-    """The receiver's one-way delay (--trip-times) beside theory's floor, the forward
-    path's delays."""
-    if flow.get("one_way_mean_ms") is None:
-        return "-"
-    return (f"{flow['one_way_mean_ms']:.1f}, {flow['one_way_p99_ms']:.1f} "
-            f"({_ms(flow['base_one_way_ms'])})")
+def _congestion(flows: list[dict[str, Any]]) -> str:
+    """Which congestion control each TCP flow ran: it decides how flows share a queue."""
+    named = [(flow["label"], flow["congestion"]) for flow in flows if flow.get("congestion")]
+    if not named:
+        return ""
+    if len({algorithm for _, algorithm in named}) == 1:
+        return f"TCP congestion control {named[0][1]}"
+    return "TCP congestion control " + ", ".join(f"{label} {a}" for label, a in named)
+
+
+def _one_way(flow: dict[str, Any]) -> list[str]:
+    """The path's one-way delay (--trip-times) beside theory's floor, the forward path's
+    delays; then, for tcp, the application's write-to-read delay, which has no theory (it
+    includes the time writes wait in the sender's socket buffer)."""
+    path = "-" if flow.get("one_way_mean_ms") is None else (
+        f"{flow['one_way_mean_ms']:.1f}, {flow['one_way_p99_ms']:.1f} "
+        f"({_ms(flow['base_one_way_ms'])})")
+    return [path, _ms(flow.get("write_to_read_mean_ms"))]
 
 
 def _udp_quality(flow: dict[str, Any]) -> str:
@@ -114,7 +128,8 @@ def _step_block(step: dict[str, Any]) -> list[str]:
     table = []
     for flow in step["flows"]:
         if not flow["ok"]:
-            table.append([flow["label"], _failure(flow), "", "", "", "", ""] + [""] * with_udp)
+            table.append([flow["label"], _failure(flow), "", "", "", "", "", ""]
+                         + [""] * with_udp)
             continue
         connections = flow["connections"]
         per = (" (" + " + ".join(f"{c / 1e6:.2f}" for c in connections) + ")"
@@ -123,13 +138,16 @@ def _step_block(step: dict[str, Any]) -> list[str]:
                       f"{_ms(flow['base_rtt_ms'])} .. {_ms(flow['full_queue_rtt_ms'])}",
                       _mbps(flow["throughput"]) + per, _mbps(flow["predicted"]),
                       f"{flow['throughput'] / flow['predicted']:.2f}"
-                      if flow["throughput"] and flow["predicted"] else "-", _one_way(flow)]
+                      if flow["throughput"] and flow["predicted"] else "-", *_one_way(flow)]
                      + ([_udp_quality(flow)] if with_udp else []))
     lines += ["  " + line for line in _table(
         ["pair", "RTT under load ms", "theory: idle .. full queues", "throughput Mbit/s",
-         "max-min share", "ratio", ONE_WAY_HEADER]
+         "max-min share", "ratio", ONE_WAY_HEADER, WRITE_HEADER]
         + (["UDP jitter, loss"] if with_udp else []), table)]
     notes = []
+    algorithms = _congestion(step["flows"])
+    if algorithms:
+        notes.append(algorithms)
     if step["fairness"] is not None:
         notes.append(f"Jain's fairness index {step['fairness']:.3f} (1 = perfectly fair)")
     if step["start_spread_ms"] is not None:

@@ -26,7 +26,7 @@ from ..model.experiment import APPLICATIONS, Experiment, Step, Timing
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..model.verdicts import TOLERANCE, case_verdicts
 from ..net import capture, lifecycle, ownership
-from ..net.system import CommandError
+from ..net.system import CommandError, require_congestion
 from ..results.store import ResultsError, Store, load_run
 from ..results.tables import case_report, event_lines, path_lines, sweep_report
 from .applications import Applications, require_programs
@@ -221,6 +221,7 @@ def _preflight(plan: Experiment, model: topology.Topology) -> None:
     experiments.check_against(plan, set(model.nodes), {link.name for link in model.links})
     try:
         require_programs({flow.kind for step in plan.steps for flow in step.flows})
+        require_congestion(plan.congestion_controls())
         if plan.captures():
             capture.require_dumpcap()
             capture.require_dpkt()
@@ -238,6 +239,8 @@ def _report(store: Store, plan: Experiment, say: Callable[[str], None]) -> None:
     say(f"\nVerdicts ({TOLERANCE}):")
     for verdict in case_verdicts(run["steps"]):
         say(f"  case {verdict.case}: {verdict.summary()}")
+        for note in verdict.notes:
+            say(f"    {note}")
     from ..results.report import NO_PLOTS, plotting_available, write_report
 
     if not plotting_available():
@@ -272,8 +275,11 @@ def _progress(outcome: StepOutcome) -> list[str]:
             parts.append(f"jitter {flow.jitter_ms:.3f} ms, loss {flow.loss_percent:.3f} %")
         if flow.one_way_ms is not None:
             least, mean, p99 = flow.one_way_ms
-            parts.append(f"one-way delay {mean:.1f} ms (min {least:.1f}, p99 {p99:.1f}; "
+            parts.append(f"path one-way delay {mean:.1f} ms (min {least:.1f}, p99 {p99:.1f}; "
                          f"theory at least {flow.base_one_way or 0:.1f})")
+        if flow.write_delay_ms is not None:
+            parts.append(f"write-to-read (the application's, sender's buffer included) "
+                         f"{flow.write_delay_ms[0]:.1f} ms")
         if flow.frames is not None and flow.frame_latency_ms is not None:
             whole, lost = flow.frames
             frame_mean, frame_p99 = flow.frame_latency_ms

@@ -102,7 +102,8 @@ class Runner:
         self.model = tables.routed(self.built)  # theory follows the routes installed now
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
-        theory.predict(self.model, outcomes, system_congestion_control())
+        theory.predict(self.model, outcomes, system_congestion_control(),
+                       [flow_duration(o.flow, self.timing) for o in outcomes])
         self._phase("starting the servers")
         servers = self._start_servers(outcomes)
         self.steps_run += 1
@@ -359,6 +360,8 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
     outcome.one_way_ms = _one_way(end["streams"])
+    writes = _one_way(end["streams"], "write_to_read_delay")
+    outcome.write_delay_ms = (writes[1], writes[2]) if writes is not None else None
     receiver = end["streams"][0]["receiver"]
     if "frame_latency" in receiver:
         latency = receiver["frame_latency"]
@@ -376,11 +379,13 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     outcome.ok = "error" not in result
 
 
-def _one_way(streams: list[dict[str, Any]]) -> tuple[float, float, float] | None:
-    """The receivers' one-way delays over all of a flow's connections: the least, the
-    mean (weighted by what each timed) and the largest 99th percentile, ms."""
-    delays = [s["receiver"]["one_way_delay"] for s in streams
-              if s["receiver"].get("one_way_delay", {}).get("count")]
+def _one_way(streams: list[dict[str, Any]], key: str = "one_way_delay"
+             ) -> tuple[float, float, float] | None:
+    """The receivers' one-way delays (`key`: of the path, or write_to_read_delay) over all
+    of a flow's connections: the least, the mean (weighted by what each timed) and the
+    largest 99th percentile, ms."""
+    delays = [s["receiver"][key] for s in streams
+              if s["receiver"].get(key, {}).get("count")]
     if not delays:
         return None
     count = sum(d["count"] for d in delays)

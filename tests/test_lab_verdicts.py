@@ -1,0 +1,158 @@
+"""What theory can promise of TCP flows at a given duration, and the verdicts built on it:
+congestion epochs, fair-share tolerances, start-up, path delays (pure functions, no root)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simpleperf.lab.model import experiment, theory, topology, verdicts
+from simpleperf.lab.model.experiment import ExperimentError
+from simpleperf.lab.model.outcomes import FlowOutcome
+from simpleperf.lab.net import system
+
+
+def _step_outcomes(name: str, congestion: str, seconds: float) -> list[FlowOutcome]:
+    plan = experiment.load("portfolio")
+    model = topology.load("portfolio")
+    step = next(s for s in plan.steps if s.name == name)
+    outcomes = [FlowOutcome(replace(f, congestion=congestion),
+                            f.address or str(model.address_of(f.target))) for f in step.flows]
+    theory.predict(model, outcomes, congestion, [seconds] * len(outcomes))
+    return outcomes
+
+
+def test_the_shipped_experiments_pin_cubic_where_their_theory_assumes_it():
+    for name in ("portfolio", "parallel", "window-sweep", "thesis-tcp"):
+        plan = experiment.load(name)
+        assert plan.congestion == "cubic", name
+        assert {f.congestion for s in plan.steps for f in s.flows if f.kind == "tcp"} == {
+            "cubic"}, name
+        assert plan.congestion_controls() == {"cubic"}
+
+
+def test_an_experiments_congestion_is_each_tcp_flows_unless_it_names_its_own():
+    text = """topology = "portfolio"
+congestion = "reno"
+[[steps]]
+flows = [{ kind = "tcp", from = "h1", to = "h4" },
+         { kind = "tcp", from = "h2", to = "h5", congestion = "bbr" },
+         { kind = "ping", from = "h3", to = "h6" }]
+"""
+    plan = experiment.parse(text)
+    assert [f.congestion for f in plan.steps[0].flows] == ["reno", "bbr", None]
+    with pytest.raises(ExperimentError, match="congestion names the tcp flows"):
+        experiment.parse(text.replace('"reno"', '"not a name!"'))
+
+
+def test_a_congestion_control_the_kernel_lacks_is_one_line_naming_those_it_has():
+    with pytest.raises(system.CommandError) as caught:
+        system.require_congestion({"nosuchcc"})
+    message = str(caught.value)
+    assert "no TCP congestion control nosuchcc" in message
+    assert all(name in message for name in ("cubic", "reno"))
+    system.require_congestion({"cubic", "reno"})  # these it has: no error
+
+
+def test_a_congestion_epoch_is_cubics_climb_back_or_its_reno_friendly_one():
+    # CUBIC, 165 segments at 0.1 s: K = cbrt(165 x 0.3 / 0.4) = 4.98 s, sooner than the
+    # TCP-friendly climb (0.3 x 165 / 0.529 round trips = 9.35 s)
+    assert theory.congestion_epoch("cubic", 165, 0.1) == pytest.approx(4.98, abs=0.01)
+    # Reno: half the window back at a segment a round trip
+    assert theory.congestion_epoch("reno", 100, 0.05) == pytest.approx(2.5)
+    assert theory.congestion_epoch("bbr", 100, 0.05) is None
+
+
+@given(st.sampled_from(["cubic", "reno"]), st.floats(1.01, 1000))
+def test_a_share_tolerance_shrinks_with_every_epoch_and_never_promises_more(algorithm, epochs):
+    tolerance = theory.share_tolerance(algorithm, epochs)
+    assert tolerance is not None and 0 < tolerance <= 1
+    later = theory.share_tolerance(algorithm, epochs * 2)
+    assert later is not None and later < tolerance
+    beta = theory.AIMD[algorithm][0]
+    assert tolerance == pytest.approx(min(1, (1 - beta ** epochs) / ((1 - beta) * epochs)))
+    assert theory.share_tolerance(algorithm, 0.5) == 1.0
+    assert theory.share_tolerance("bbr", epochs) is None
+
+
+def test_flows_sharing_a_bottleneck_know_it_and_what_their_duration_promises():
+    full = _step_outcomes("4b h1-h4 + h2-h5 + h3-h6", "cubic", 25.0)
+    assert {o.bottleneck for o in full} == {"L2 a to b"}
+    assert {o.congestion for o in full} == {"cubic"}  # what theory assumed, stored with it
+    assert all(o.epochs is not None and 4 < o.epochs < 10 for o in full)
+    assert all(o.share_tolerance is not None and 0.3 < o.share_tolerance < 0.7 for o in full)
+    quick = _step_outcomes("4b h1-h4 + h2-h5 + h3-h6", "cubic", 5.0)
+    assert all(q.share_tolerance > f.share_tolerance for q, f in zip(quick, full, strict=True))
+    bbr = _step_outcomes("4b h1-h4 + h2-h5 + h3-h6", "bbr", 25.0)
+    assert all(o.bottleneck == "L2 a to b" and o.share_tolerance is None for o in bbr)
+    alone = _step_outcomes("4d h1-h4 + h8-h9", "cubic", 25.0)
+    assert all(o.bottleneck is None and o.epoch_seconds for o in alone)
+
+
+def _flow(label: str, throughput: float, predicted: float, **more) -> dict:
+    base = {"label": label, "kind": "tcp", "ok": True, "error": None, "throughput": throughput,
+            "predicted": predicted, "bottleneck": None, "share_tolerance": None,
+            "epoch_seconds": None, "epochs": None, "congestion": "cubic", "intervals": [],
+            "one_way_mean_ms": None, "base_one_way_ms": None, "base_rtt_ms": 60.0,
+            "full_queue_rtt_ms": 120.0}
+    return base | more
+
+
+def _case(flows: list[dict]) -> verdicts.CaseVerdict:
+    (verdict,) = verdicts.case_verdicts([{"case": "4", "name": "4b", "flows": flows,
+                                          "events": []}])
+    return verdict
+
+
+def test_shares_are_judged_within_what_the_epochs_promise_and_the_total_as_one():
+    """f = 0.5 left of the first gap, three connections: from 0.5 to 1 + 2 x 0.5 = 2.0."""
+    shared = {"bottleneck": "L2 a to b", "share_tolerance": 0.5, "epochs": 6.0}
+    within = _case([_flow("a", 14e6, 9.6e6, **shared), _flow("b", 6e6, 9.6e6, **shared),
+                    _flow("c", 8.8e6, 9.6e6, **shared)])
+    assert within.within and within.judged == 4  # three shares and their total
+    assert any("6.0 congestion epochs" in note and "from 0.50 to 2.00" in note
+               for note in within.notes)
+    starved = _case([_flow("a", 18e6, 9.6e6, **shared), _flow("b", 4.5e6, 9.6e6, **shared),
+                     _flow("c", 6.3e6, 9.6e6, **shared)])
+    assert not starved.within and [v.label for v in starved.outside] == ["b tcp"]
+    # k of N: a flow of two of four connections can at most take the link (2 x its share)
+    two = {**shared, "parameters": {"parallel": 2}}
+    assert verdicts.share_bounds(_flow("a", 0, 1, **two), 4) == (0.5, 1.5)
+    assert verdicts.share_bounds(_flow("b", 0, 1, **shared), 4) == (0.5, 2.5)
+    idle = _case([_flow("a", 7e6, 9.6e6, **shared), _flow("b", 7e6, 9.6e6, **shared),
+                  _flow("c", 7e6, 9.6e6, **shared)])
+    assert not idle.within and "total 0.73 x theory" in idle.outside[0].detail
+
+
+def test_bbr_shares_are_not_judged_and_the_report_says_why():
+    shared = {"bottleneck": "L2 a to b", "congestion": "bbr"}
+    verdict = _case([_flow("a", 17e6, 9.6e6, **shared), _flow("b", 5e6, 9.6e6, **shared),
+                     _flow("c", 6.5e6, 9.6e6, **shared)])
+    assert verdict.within and verdict.judged == 1  # the total alone
+    assert any("bbr is not AIMD" in note for note in verdict.notes)
+
+
+def test_a_lone_flow_is_judged_after_its_start_up_or_not_at_all():
+    climbing = [[0, 1, 9.8e6], [1, 2, 14.3e6], [2, 3, 18.9e6], [3, 4, 19.0e6], [4, 5, 19.1e6]]
+    judged = _case([_flow("h1-h9", 16.2e6, 19.13e6, epoch_seconds=2.0, intervals=climbing)])
+    assert judged.within and judged.judged == 1  # 19.0 after 2 s: 0.99 x
+    assert verdicts.steady_goodput(climbing, 2.0) == pytest.approx(19.0e6)
+    short = _case([_flow("h1-h9", 14.7e6, 19.13e6, epoch_seconds=5.0, intervals=climbing)])
+    assert short.judged == 0 and "ended inside its start-up" in short.notes[0]
+    low = _case([_flow("h1-h9", 12e6, 19.13e6, epoch_seconds=2.0,
+                       intervals=[[0, 1, 9e6], [1, 2, 12e6], [2, 3, 12e6], [3, 4, 12e6]])])
+    assert not low.within
+
+
+def test_the_path_delay_lies_between_the_floor_and_every_queue_full():
+    def delay(mean: float) -> verdicts.FlowVerdict | None:
+        return verdicts.delay_verdict(_flow("h1-h4", 0, 0, one_way_mean_ms=mean,
+                                            base_one_way_ms=30.0))
+    assert delay(30.2).within and delay(89.0).within  # 30 + 60 of queues + 1
+    assert not delay(92.0).within  # a figure with the sender's buffer in it
+    assert not delay(28.0).within  # faster than light on this path
+    assert math.isclose(float(delay(50).detail.split()[-1]), 90.0)
