@@ -54,6 +54,10 @@ class FlowOutcome:
     # (tcp: from the kernel's send of each write's last byte, the path's delay); tcp: each
     # write's from write() to read(), ms: mean, p99 (the application's: no theory beside it)
     one_way_ms: tuple[float, float, float] | None = None
+    # ... and its median (a flow of several connections: their medians weighted by count):
+    # a TCP byte that was lost and sent again arrives a recovery later, which moves the
+    # mean, not the median, of what theory's queues bound
+    one_way_p50_ms: float | None = None
     base_one_way: float | None = None
     write_delay_ms: tuple[float, float] | None = None
     frames: tuple[int, int] | None = None  # udp with frames: whole, lost

@@ -10,7 +10,8 @@ A loss-based (AIMD) TCP flow alone on its bottleneck is judged on its goodput af
 congestion epoch (theory.congestion_epoch: slow start, its overshoot and the climb back, of
 which theory promises nothing: CUBIC after a slow start into a queue shallower than the path
 spends it below the link's rate); a run shorter than that epoch plus one interval is not
-judged. A flow's mean path one-way delay (--trip-times) is within when it lies between the
+judged. A flow's median path one-way delay (--trip-times; the mean in runs stored before
+the median was) is within when it lies between the
 forward path's delays less DELAY_SLACK_MS and those delays plus every forward queue full plus
 DELAY_SLACK_MS (the application's write-to-read delay, which includes the sender's buffer, has
 no theory and is not judged). TCP flows that share their bottleneck with other flows of the
@@ -37,7 +38,8 @@ RTT_SLACK_FRACTION = 0.05
 DELAY_SLACK_MS = 1.0  # the machine's own share of a one-way delay
 TOLERANCE = (f"goodput {THROUGHPUT_LOW:.2f} to {THROUGHPUT_HIGH:.2f} x theory; ping median "
              f"RTT within {RTT_SLACK_MS:g} ms or {RTT_SLACK_FRACTION:.0%} of the base RTT; "
-             f"path one-way delay from the path's delays to them plus its queues full, "
+             f"median path one-way delay from the path's delays to them plus its queues "
+             f"full, "
              f"{DELAY_SLACK_MS:g} ms either side; "
              "a loss-based TCP flow alone on its bottleneck: its goodput after its first "
              "congestion epoch (start-up); TCP flows sharing a bottleneck: their total as "
@@ -123,16 +125,19 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1) -> FlowVerdict | None:
 
 
 def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
-    """The mean path one-way delay between theory's floor and that floor with every forward
-    queue full (full_queue_rtt - base_rtt: the queues of the way out)."""
-    measured, floor = flow.get("one_way_mean_ms"), flow.get("base_one_way_ms")
+    """The median path one-way delay between theory's floor and that floor with every
+    forward queue full (full_queue_rtt - base_rtt: the queues of the way out). The median:
+    a TCP byte lost and sent again is read a recovery later (in order, so are the bytes
+    behind it), which theory's queues do not bound and which moves the mean."""
+    measured = flow.get("one_way_p50_ms", flow.get("one_way_mean_ms"))
+    floor = flow.get("base_one_way_ms")
     if not flow["ok"] or measured is None or floor is None:
         return None
     queues = (flow["full_queue_rtt_ms"] or 0.0) - (flow["base_rtt_ms"] or 0.0)
     high = floor + queues + DELAY_SLACK_MS
     return FlowVerdict(f"{flow['label']} {flow['kind']}",
                        floor - DELAY_SLACK_MS <= measured <= high,
-                       f"path one-way delay {measured:.1f} ms, theory {floor:.1f} .. "
+                       f"path one-way delay (median) {measured:.1f} ms, theory {floor:.1f} .. "
                        f"{high - DELAY_SLACK_MS:.1f}")
 
 

@@ -360,6 +360,11 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
     outcome.one_way_ms = _one_way(end["streams"])
+    medians = [(s["receiver"]["one_way_delay"]["p50_ms"], s["receiver"]["one_way_delay"]["count"])
+               for s in end["streams"] if s["receiver"].get("one_way_delay", {}).get("count")]
+    if medians:
+        outcome.one_way_p50_ms = (sum(p50 * count for p50, count in medians)
+                                  / sum(count for _, count in medians))
     writes = _one_way(end["streams"], "write_to_read_delay")
     outcome.write_delay_ms = (writes[1], writes[2]) if writes is not None else None
     receiver = end["streams"][0]["receiver"]
