@@ -129,7 +129,8 @@ def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
     forward queue full (full_queue_rtt - base_rtt: the queues of the way out). The median:
     a TCP byte lost and sent again is read a recovery later (in order, so are the bytes
     behind it), which theory's queues do not bound and which moves the mean."""
-    measured = flow.get("one_way_p50_ms", flow.get("one_way_mean_ms"))
+    median = flow.get("one_way_p50_ms")
+    measured = median if median is not None else flow.get("one_way_mean_ms")
     floor = flow.get("base_one_way_ms")
     if not flow["ok"] or measured is None or floor is None:
         return None
@@ -137,7 +138,8 @@ def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
     high = floor + queues + DELAY_SLACK_MS
     return FlowVerdict(f"{flow['label']} {flow['kind']}",
                        floor - DELAY_SLACK_MS <= measured <= high,
-                       f"path one-way delay (median) {measured:.1f} ms, theory {floor:.1f} .. "
+                       f"path one-way delay ({'median' if median is not None else 'mean'}) "
+                       f"{measured:.1f} ms, theory {floor:.1f} .. "
                        f"{high - DELAY_SLACK_MS:.1f}")
 
 
