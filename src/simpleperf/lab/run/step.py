@@ -360,11 +360,10 @@ def _read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
     outcome.one_way_ms = _one_way(end["streams"])
-    medians = [(s["receiver"]["one_way_delay"]["p50_ms"], s["receiver"]["one_way_delay"]["count"])
-               for s in end["streams"] if s["receiver"].get("one_way_delay", {}).get("count")]
+    medians = _timed(end["streams"], "one_way_delay")
     if medians:
-        outcome.one_way_p50_ms = (sum(p50 * count for p50, count in medians)
-                                  / sum(count for _, count in medians))
+        outcome.one_way_p50_ms = (sum(d["p50_ms"] * d["count"] for d in medians)
+                                  / sum(d["count"] for d in medians))
     writes = _one_way(end["streams"], "write_to_read_delay")
     outcome.write_delay_ms = (writes[1], writes[2]) if writes is not None else None
     receiver = end["streams"][0]["receiver"]
@@ -389,14 +388,18 @@ def _one_way(streams: list[dict[str, Any]], key: str = "one_way_delay"
     """The receivers' one-way delays (`key`: of the path, or write_to_read_delay) over all
     of a flow's connections: the least, the mean (weighted by what each timed) and the
     largest 99th percentile, ms."""
-    delays = [s["receiver"][key] for s in streams
-              if s["receiver"].get(key, {}).get("count")]
+    delays = _timed(streams, key)
     if not delays:
         return None
     count = sum(d["count"] for d in delays)
     return (min(d["min_ms"] for d in delays),
             sum(d["mean_ms"] * d["count"] for d in delays) / count,
             max(d["p99_ms"] for d in delays))
+
+
+def _timed(streams: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The receivers' delay summaries under `key` that timed anything."""
+    return [s["receiver"][key] for s in streams if s["receiver"].get(key, {}).get("count")]
 
 
 def _ping_times(text: str) -> list[float]:
