@@ -130,6 +130,29 @@ def test_a_fast_retransmission_and_a_gap_are_named(tmp_path: Path) -> None:
     assert _our_counts(path) == _tshark_counts(path)
 
 
+@pytest.mark.parametrize("flags,payload", [(0x11, 0), (0x19, 50)], ids=["fin", "data+fin"])
+def test_a_fin_sent_again_soon_is_a_retransmission(tmp_path: Path, flags: int,
+                                                   payload: int) -> None:
+    # The server's last segment carries FIN and is sent again 5 ms later, inside the
+    # handshake's 20 ms RTT: it ends where the highest segment ends once its FIN counts as a
+    # byte, so Wireshark calls it a retransmission, not out-of-order (seen on a lossy link:
+    # a control connection's close).
+    client, server = 100, 1000
+    frames = [(0, CLIENT, SERVER, client, 0, 0x02, 0),
+              (500, SERVER, CLIENT, server, client + 1, 0x12, 0),
+              (20000, CLIENT, SERVER, client + 1, server + 1, 0x10, 0),
+              (30000, SERVER, CLIENT, server + 1, client + 1, flags, payload),
+              (35000, SERVER, CLIENT, server + 1, client + 1, flags, payload),
+              (36000, CLIENT, SERVER, client + 1, server + payload + 2, 0x11, 0)]
+    path = tmp_path / "fin.pcap"
+    _write(path, [(1_700_000_000 + t / 1e6, _frame(a, b, q, k, f, n))
+                  for t, a, b, q, k, f, n in frames])
+    closing = next(d for d in tcp.analyze(packets.read(path).packets)
+                   if d.source_port == SERVER[1])
+    assert (closing.retransmissions, closing.out_of_order) == (1, 0)
+    assert _our_counts(path) == _tshark_counts(path)
+
+
 def _datagram(number: int, sent: float) -> bytes:
     payload = struct.pack("!IIQ", int(sent), int((sent % 1) * 1e6), number) + b"\0" * 84
     datagram = dpkt.udp.UDP(sport=50000, dport=5201, ulen=8 + len(payload), data=payload)

@@ -17,13 +17,18 @@ pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
 
 CLIENTS = 64
 SECONDS = 5
+# Each client paced: 64 unpaced senders on 2 cores starve the handshakes of those not yet
+# started (starts spread over 3-4 s of a 5 s test), and whether they ever all run at once
+# becomes a race. Paced, they start within half a second; 64 x 50 Mbit/s still loads the
+# server with 3.2 Gbit/s.
+RATE = "50M"
 
 def run_clients(port: int, count: int, seconds: int) -> list[subprocess.CompletedProcess]:
     start_at = time.monotonic() + 3 + count * 0.08
     # The launcher imports simpleperf, then starts the test at the common instant.
     processes = [subprocess.Popen(
         [sys.executable, "-m", "simpleperf.lab.run.launch", f"{start_at:.6f}", "--", "simpleperf",
-         "-c", "-p", str(port), "--native", "-t", str(seconds), "-J", "--no-latency"],
+         "-c", "-p", str(port), "--native", "-t", str(seconds), "-J", "--no-latency", "-b", RATE],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(count)]
     done = []
     for process in processes:

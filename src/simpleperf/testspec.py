@@ -27,6 +27,8 @@ DIRECTIONS = ("forward", "reverse", "bidir")
 class TestSpec:
     """What the client asks the server to run. Sizes in bytes, rates in bits/s."""
 
+    __test__ = False  # a test description, not a pytest test class
+
     protocol: str = "tcp"  # tcp | udp
     direction: str = "forward"  # forward: client sends; reverse: server sends; bidir: both
     parallel: int = 1

@@ -12,7 +12,7 @@ Per packet, in file order, against the state of its conversation (both direction
   order: a fast retransmission (the other side sent at least 2 duplicate ACKs for exactly
   this sequence number, the last within 20 ms), out-of-order (it came within one handshake
   RTT, or 3 ms when no handshake was seen, of the highest segment and does not end where
-  that one ends), else a retransmission.
+  that one ends, a SYN or FIN counting as one byte), else a retransmission.
 tcp.analysis.retransmission matches plain, fast and spurious retransmissions alike: that
 sum is `retransmissions` here.
 
@@ -220,8 +220,8 @@ def _classify(packet: Packet, forward: TcpDirection, reverse: TcpDirection,
         forward.retransmissions += 1
         return
     since_highest = packet.time_ns - forward.nextseq_time
-    if (behind and 0 <= since_highest < out_of_order_ns
-            and forward.nextseq != (seq + length) & _MASK):
+    end = (seq + length + (1 if packet.flags & (SYN | FIN) else 0)) & _MASK  # SYN, FIN: 1
+    if behind and 0 <= since_highest < out_of_order_ns and forward.nextseq != end:
         forward.out_of_order += 1
         return
     if behind:
