@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.lab.model import theory, topology
+from simpleperf.lab.model import link_properties, theory, topology
 from simpleperf.lab.model.theory import FRAME_BYTES
 from simpleperf.lab.model.topology import TopologyError
-from simpleperf.lab.net import build
+from simpleperf.lab.net import build, stages
 from simpleperf.lab.net.shaping import nfqueue
 from simpleperf.lab.net.shaping.probe import Capabilities
 
@@ -218,7 +218,7 @@ def test_netem_plan_and_loss_in_own_plan():
     # Jitter keeps order unless asked to reorder: netem then gets a rate (see build.py).
     in_order = build.plan(topology.pair(delay="20ms", jitter="2ms"), "netem")
     reordering = build.plan(topology.pair(delay="20ms", jitter="2ms", reorder=True), "netem")
-    assert f"2000us distribution normal rate {build.NETEM_IN_ORDER_RATE}" in (
+    assert f"2000us distribution normal rate {stages.NETEM_IN_ORDER_RATE}" in (
         in_order.namespaces["pair-wire"].script())
     assert " rate " not in reordering.namespaces["pair-wire"].script().split("netem")[-1]
 
@@ -284,11 +284,11 @@ def test_rate_limits_at_any_speed_keep_tbf_cutting_aggregates_into_packets():
 def test_the_peak_bucket_holds_one_frame_and_never_two():
     """tc turns the MTU into whole 64 ns ticks at the peak rate; the kernel turns that time
     back into the bytes above which tbf cuts an aggregate into packets."""
-    ticks = int(build.SEGMENTING_MTU * 8 / build.PEAK_RATE / build.TICK_SECONDS)
+    ticks = int(stages.SEGMENTING_MTU * 8 / stages.PEAK_RATE / stages.TICK_SECONDS)
     assert ticks == 1
-    peak_bucket = build.PEAK_RATE / 8 * ticks * build.TICK_SECONDS
+    peak_bucket = stages.PEAK_RATE / 8 * ticks * stages.TICK_SECONDS
     assert FRAME_BYTES <= peak_bucket < 2 * FRAME_BYTES
-    assert build.PEAK_RATE > topology.MAX_RATE
+    assert stages.PEAK_RATE > link_properties.MAX_RATE
 
 
 def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
@@ -361,3 +361,53 @@ def test_a_malformed_file_is_named_in_its_error(tmp_path):
     with pytest.raises(experiment.ExperimentError,
                        match=f"^{re.escape(str(broken))}: not valid TOML"):
         experiment.load(str(broken))
+
+
+def test_every_link_property_is_defined_once_and_reaches_every_way_in() -> None:
+    """The property table is the one list: the model's fields, topology files (Mininet's
+    names), `lab up pair` and `lab link set` flags, events and sweeps all follow it."""
+    from dataclasses import fields
+
+    from simpleperf.errors import UsageError
+    from simpleperf.lab import commands
+    from simpleperf.lab.model import events, experiment
+
+    assert [f.name for f in fields(topology.Shaping)] == list(link_properties.NAMES)
+    parser = commands.build_parser()
+    for prop in link_properties.PROPERTIES:
+        given = [f"--{prop.name}"] + ([prop.example] if prop.example else [])
+        value = getattr(parser.parse_args(["up", "pair", "--rate", "10M", *given]), prop.name)
+        expected = prop.parse(value, prop.name)
+        assert expected not in (None, 0, False)  # the example shapes the link
+        paired = topology.pair(**{"rate": "10M", prop.name: value}).links[0]
+        from_file = topology.reshape({"bw": "10M", prop.mininet: value}, "link x",
+                                     topology.Shaping())
+        assert getattr(paired.a_to_b, prop.name) == getattr(from_file, prop.name) == expected
+        if prop.live:
+            assert getattr(parser.parse_args(["link", "L1", "set", *given]), prop.name) == value
+            assert prop.mininet in events.SET_FIELDS
+        else:
+            with pytest.raises(UsageError, match=f"unrecognized arguments: --{prop.name}"):
+                parser.parse_args(["link", "L1", "set", *given])
+            assert prop.mininet not in events.SET_FIELDS
+        assert (prop.name in experiment.LINK_SWEEPS) == prop.sweep
+
+
+def test_a_link_is_built_and_set_anew_from_the_same_stages() -> None:
+    """Rate, then queue below it (chained by parent), then netem on the ifb: `lab up` adds
+    these stages and `lab link set` replaces them, the same data with another verb."""
+    model = topology.pair(rate="10M", queue=50, delay="20ms", loss="1%")
+    shaping = model.links[0].a_to_b
+    rate, queue = stages.egress("w1b", shaping)
+    assert (rate.kind, rate.parent, queue.kind, queue.parent) == ("tbf", None, "pfifo", "1:1")
+    assert queue.options == "limit 50"
+    delay = stages.netem("ifb1a", shaping)
+    assert delay is not None and "delay 20000us" in delay.options and "loss 1.0" in delay.options
+    built = build.plan(model, "netem").namespaces["pair-wire"].tc
+    for stage in (rate, queue, delay):
+        assert stage.command("add") in built
+        assert stage.command("replace") == stage.command("add").replace(" add ", " replace ", 1)
+    assert stages.egress("w1b", topology.Shaping()) == ()
+    assert stages.netem("ifb1a", topology.Shaping()) is None
+    kept = stages.netem("ifb1a", topology.Shaping(), keep=True)
+    assert kept is not None and kept.options == stages.NO_DELAY

@@ -8,12 +8,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
-from .model import theory, topology
+from .model import link_properties, theory, topology
 from .model.datafiles import DataFileError
 from .net import changes, lifecycle, ownership
 from .net.capture import CaptureError
@@ -25,7 +26,6 @@ from .results.errors import ResultsError
 # Experiments, results and the runner are imported by the commands that use them: `lab up`,
 # `status` and `exec` start faster without them (seconds in an emulated guest).
 
-PAIR_FLAGS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
 DEFAULT_RESULTS = "simpleperf-results"
 
 
@@ -61,13 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
     up.add_argument("topology", help="portfolio, pair, or a path to a TOML file")
     _shaper_option(up)
-    pair = up.add_argument_group("pair (two hosts h1, h2 joined by one link)")
-    pair.add_argument("--rate", help="link rate, e.g. 100M")
-    pair.add_argument("--delay", help="one-way delay in each direction, e.g. 20ms")
-    pair.add_argument("--jitter", help="standard deviation of the one-way delay, e.g. 2ms")
-    pair.add_argument("--reorder", action="store_true", help="let jitter reorder packets")
-    pair.add_argument("--loss", help="random loss in each direction, e.g. 1%%")
-    pair.add_argument("--queue", type=_queue, help="drop-tail queue in packets (needs --rate)")
+    _property_flags(up.add_argument_group("pair (two hosts h1, h2 joined by one link)"),
+                    link_properties.PROPERTIES)
     down = commands.add_parser("down", help="remove a lab and everything it created")
     down.add_argument("name", nargs="?", help="which lab (default: the only one up)")
     status = commands.add_parser("status", help="nodes, links, shaping, expected RTTs")
@@ -86,12 +81,8 @@ def _change_parsers(commands: Any) -> None:
     link.add_argument("name", help="the link's name (simpleperf lab status lists them)")
     link.add_argument("action", choices=("down", "up", "set"),
                       help="down: carrier lost at both ends; up; set: new shaping (below)")
-    shaping = link.add_argument_group("set (each direction; what is not given stays)")
-    shaping.add_argument("--rate", help="link rate, e.g. 10M")
-    shaping.add_argument("--delay", help="one-way delay, e.g. 30ms")
-    shaping.add_argument("--jitter", help="standard deviation of the one-way delay, e.g. 2ms")
-    shaping.add_argument("--loss", help="random loss, e.g. 1%%")
-    shaping.add_argument("--queue", type=_queue, help="drop-tail queue in packets")
+    _property_flags(link.add_argument_group("set (each direction; what is not given "
+                                            "stays)"), link_properties.LIVE)
     link.add_argument("--lab", help="which lab (default: the only one up)")
     node = commands.add_parser("node", help="take every link of a node down or up: node r2 "
                                "down")
@@ -130,12 +121,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _queue(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of packets, not '{text}'"
-                                         ) from None
+def _property_flags(group: Any, properties: tuple[link_properties.LinkProperty, ...]) -> None:
+    """A flag per link property, as the property table defines it."""
+    for prop in properties:
+        if prop.switch:
+            group.add_argument(f"--{prop.name}", action="store_true", help=prop.help)
+        else:
+            group.add_argument(f"--{prop.name}", type=_text_type(prop.from_text),
+                               help=prop.help)
+
+
+def _text_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
 
 
 def _terminate_as_interrupt(signum, frame):  # SIGTERM cleans up the way Ctrl-C does
@@ -208,15 +210,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace) -> int:
-    fields = {"bw": getattr(args, "rate", None), "delay": getattr(args, "delay", None),
-              "jitter": getattr(args, "jitter", None), "loss": getattr(args, "loss", None),
-              "max_queue_size": getattr(args, "queue", None)}
-    shaping = {key: value for key, value in fields.items() if value is not None}
+    given = {p.name: getattr(args, p.name, None) for p in link_properties.LIVE}
+    shaping = link_properties.to_mininet(given)
     if args.action == "set" and not shaping:
-        raise UsageError("link set needs at least one of --rate, --delay, --jitter, --loss, "
-                         "--queue")
-    if args.action != "set" and shaping:
-        raise UsageError(f"--{next(iter(shaping))} goes with 'set', not '{args.action}'")
+        raise UsageError("link set needs at least one of "
+                         + ", ".join(f"--{p.name}" for p in link_properties.LIVE))
+    named = [name for name, value in given.items() if value is not None]
+    if args.action != "set" and named:
+        raise UsageError(f"--{named[0]} goes with 'set', not '{args.action}'")
     wanted = changes.Change(args.name, args.action, shaping or None)
     took, routing = lifecycle.change(args.lab, wanted)
     print(f"{args.command} {wanted.describe()} ({took * 1e3:.0f} ms)")
@@ -226,11 +227,10 @@ def _change(args: argparse.Namespace) -> int:
 
 
 def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]:
-    given = {flag: getattr(args, flag) for flag in PAIR_FLAGS
-             if getattr(args, flag) not in (None, False)}
+    given = {name: getattr(args, name) for name in link_properties.NAMES
+             if getattr(args, name) not in (None, False)}
     if args.topology == "pair":
-        params = {"rate": args.rate, "delay": args.delay, "jitter": args.jitter,
-                  "loss": args.loss, "queue": args.queue, "reorder": args.reorder}
+        params = {name: getattr(args, name) for name in link_properties.NAMES}
         try:
             return topology.pair(**params), {"pair": params}
         except topology.TopologyError as error:

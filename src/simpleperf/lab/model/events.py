@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...units import parse_duration
-from . import datafiles
+from . import datafiles, link_properties
 
 ACTIONS = ("down", "up", "set")
-SET_FIELDS = ("bw", "delay", "jitter", "loss", "max_queue_size")
+SET_FIELDS = tuple(p.mininet for p in link_properties.LIVE)
 EVENT_FIELDS = {"at", "link", "node", "action", *SET_FIELDS}
 MAX_EVENTS = 100
 MAX_AT_SECONDS = 3600.0

@@ -25,7 +25,7 @@ from ...options import (
 )
 from ...protocol.native import MIN_ISOCHRONOUS_UDP_LENGTH
 from ...units import parse_duration, parse_rate, parse_size
-from . import datafiles, events
+from . import datafiles, events, link_properties
 from .events import Event
 from .topology import TopologyError
 
@@ -44,8 +44,8 @@ EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 FLOW_FIELDS = {"kind", "from", "to", "address", "parallel", "duration", "rate", "length",
                "count", "interval", "rtt_under_load", "label", "window", "congestion",
                "size", "objects", "content", "server", "client", "frames"}
-PAIR_FIELDS = ("rate", "delay", "jitter", "loss", "queue", "reorder")
-LINK_SWEEPS = ("rate", "delay", "jitter", "loss", "queue")
+PAIR_FIELDS = link_properties.NAMES
+LINK_SWEEPS = link_properties.SWEPT
 FLOW_SWEEPS = ("window", "length", "parallel")
 TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
 
@@ -269,15 +269,12 @@ def _sweep(raw: Any, topology: str, pair: dict[str, Any] | None, steps: tuple[St
     return sweep
 
 
-def _pair_value(parameter: str, value: str) -> str | int:
-    """Sweep values are strings; a queue is a number of packets."""
-    if parameter == "queue":
-        try:
-            return int(value)
-        except ValueError:
-            raise ExperimentError(f"sweep: queue = {value!r} is not a number of packets"
-                                  ) from None
-    return value
+def _pair_value(parameter: str, value: str) -> Any:
+    """Sweep values are strings; the property says what a string is (a queue: packets)."""
+    try:
+        return link_properties.BY_NAME[parameter].from_text(value)
+    except ValueError as error:
+        raise ExperimentError(f"sweep: {parameter} = {value!r} {error}") from None
 
 
 def flow_value(parameter: str, value: str) -> int:

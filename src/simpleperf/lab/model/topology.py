@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...units import parse_duration, parse_rate
 from . import datafiles, routing
 from .errors import TopologyError
+from .link_properties import MININET_NAMES, PROPERTIES, parse_mininet, to_mininet
 from .routing import Routing
 
 __all__ = ["Endpoint", "Link", "Node", "Route", "Shaping", "Topology", "TopologyError"]
@@ -25,17 +25,16 @@ NODE_KINDS = ("hosts", "routers", "switches")
 NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
 LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
 LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
-MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
-SHAPING_FIELDS = ("bw", "delay", "jitter", "reorder", "loss", "max_queue_size")
 LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", "cost",
-               *SHAPING_FIELDS}
+               *MININET_NAMES}
 NODE_FIELDS = {"hosts": {"routes"}, "routers": {"routes", "asn", "frr"}, "switches": set()}
 DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
 
 
 @dataclass(frozen=True)
 class Shaping:
-    """What one direction of a link does to packets. None/0 means 'not limited'."""
+    """What one direction of a link does to packets. None/0 means 'not limited'. A field
+    per row of link_properties.PROPERTIES, which says how each is read and changed."""
 
     rate: float | None = None  # bits per second
     delay: float = 0.0  # one-way, seconds
@@ -333,71 +332,12 @@ def reshape(spec: Any, where: str, base: Shaping) -> Shaping:
     if not isinstance(spec, dict):
         raise TopologyError(f"{where}: must be a table")
     if where.endswith(("a_to_b", "b_to_a")):
-        _only(spec, set(SHAPING_FIELDS), where)
-    values: dict[str, Any] = {}
-    if "bw" in spec:
-        values["rate"] = _rate(spec["bw"], f"{where}: bw")
-    if "delay" in spec:
-        values["delay"] = _time(spec["delay"], f"{where}: delay")
-    if "jitter" in spec:
-        values["jitter"] = _time(spec["jitter"], f"{where}: jitter")
-    if "reorder" in spec:
-        if not isinstance(spec["reorder"], bool):
-            raise TopologyError(f"{where}: reorder must be true or false")
-        values["reorder"] = spec["reorder"]
-    if "loss" in spec:
-        values["loss"] = _loss(spec["loss"], f"{where}: loss")
-    if "max_queue_size" in spec:
-        queue = spec["max_queue_size"]
-        if not isinstance(queue, int) or isinstance(queue, bool) or not 1 <= queue <= 1_000_000:
-            raise TopologyError(f"{where}: max_queue_size must be a whole number of packets "
-                                f"from 1 to 1000000, not {queue!r}")
-        values["queue"] = queue
-    shaping = replace(base, **values)
+        _only(spec, set(MININET_NAMES), where)
+    shaping = replace(base, **parse_mininet(spec, where))
     if shaping.queue is not None and shaping.rate is None:
         raise TopologyError(f"{where}: max_queue_size needs bw (a queue only forms behind a "
                             "rate limit)")
     return shaping
-
-
-def _rate(value: Any, where: str) -> float:
-    """Mininet gives bw as a number of Mbit/s; a string may carry its unit ('40M')."""
-    if isinstance(value, bool):
-        raise TopologyError(f"{where} must be a rate such as 40 (Mbit/s) or '40M'")
-    try:
-        rate = float(value) * 1e6 if isinstance(value, (int, float)) else parse_rate(value)
-    except (ValueError, TypeError):
-        raise TopologyError(f"{where} = {value!r} is not a rate such as 40 (Mbit/s) or "
-                            "'40M', '1G', '512K'") from None
-    if not MIN_RATE <= rate <= MAX_RATE:
-        raise TopologyError(f"{where} = {value!r} is out of range (1 kbit/s to 100 Gbit/s)")
-    return rate
-
-
-def _time(value: Any, where: str) -> float:
-    if not isinstance(value, str):
-        raise TopologyError(f"{where} = {value!r} needs a unit, such as '10ms'")
-    try:
-        seconds = parse_duration(value)
-    except ValueError:
-        raise TopologyError(f"{where} = {value!r} is not a time such as '10ms', '0.5s', "
-                            "'250us'") from None
-    if seconds > 10:
-        raise TopologyError(f"{where} = {value!r} is longer than 10 s")
-    return seconds
-
-
-def _loss(value: Any, where: str) -> float:
-    """Mininet gives loss as a percentage number; '1%' is accepted too."""
-    text = str(value).strip()
-    try:
-        percent = float(text[:-1] if text.endswith("%") else text)
-    except ValueError:
-        raise TopologyError(f"{where} = {value!r} is not a percentage such as 1 or '0.5%'"
-                            ) from None
-    if isinstance(value, bool) or not 0 <= percent <= 100:
-        raise TopologyError(f"{where} = {value!r} must be a percentage from 0 to 100")
-    return percent / 100
 
 
 def _routes(node: str, raw: Any, topology: Topology) -> tuple[Route, ...]:
@@ -480,17 +420,15 @@ def l2_segments(topology: Topology) -> list[list[Endpoint]]:
     return [segment for segment in segments if segment]
 
 
-def pair(rate: str | None = None, delay: str | None = None, jitter: str | None = None,
-         loss: str | None = None, queue: int | None = None, reorder: bool = False) -> Topology:
-    """Two hosts joined by one link: a classic lab's two computers and its tc command."""
+def pair(**values: Any) -> Topology:
+    """Two hosts joined by one link: a classic lab's two computers and its tc command.
+    `values` by the link properties' names (rate="100M", queue=50, reorder=True)."""
+    unknown = sorted(set(values) - {p.name for p in PROPERTIES})
+    if unknown:
+        raise TopologyError(f"pair: {unknown[0]} is not a link property "
+                            f"({', '.join(p.name for p in PROPERTIES)})")
     link: dict[str, Any] = {"name": "h1-h2", "a": "h1", "a_address": "10.0.0.1/24",
-                            "b": "h2", "b_address": "10.0.0.2/24"}
-    for key, value in (("bw", rate), ("delay", delay), ("jitter", jitter), ("loss", loss),
-                       ("max_queue_size", queue)):
-        if value is not None:
-            link[key] = value
-    if reorder:
-        link["reorder"] = True
+                            "b": "h2", "b_address": "10.0.0.2/24", **to_mininet(values)}
     data = {"name": "pair", "description": "two hosts joined by one shaped link",
             "hosts": {"h1": {}, "h2": {}}, "links": [link]}
     return from_dict(data, "pair")

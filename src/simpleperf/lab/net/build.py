@@ -24,13 +24,12 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.theory import FRAME_BYTES
 from ..model.topology import Link, Shaping, Topology, TopologyError
+from . import stages
 from .system import CommandError, run
 
 WIRE_SUFFIX = "-wire"
 FIRST_INDEX = 1000  # explicit ifindexes, above what the kernel hands out by itself
-DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
 # Offloads. Senders hand the kernel 64 KB segments and receivers take aggregates (GRO), as
 # real NICs let them: the per-packet cost of a 1 Gbit/s link otherwise exceeds two cores.
 # The wire still sees what a real link carries: its rate limiter splits every aggregate into
@@ -41,26 +40,6 @@ OFFLOADS_ON = "tso on gso on gro on tx-udp-segmentation on"
 RECEIVE_AGGREGATED = "gro on"
 SEND_PER_PACKET = "tso off gso off tx-udp-segmentation off"
 RECEIVE_PER_PACKET = "gro off"
-# tbf sends a packet once its bucket holds the packet's size, and the bucket's capacity caps
-# what a late timer leaves in it: a bucket of one frame loses every microsecond a timer is
-# late (0.75-0.85 of the rate on a VM). So the bucket holds one frame plus LATE_SECONDS at
-# the link rate, at least LATE_BYTES (what htb's default buffer tolerates). tbf cuts an
-# aggregate into packets when it exceeds what the peak bucket holds: tc gives that bucket's
-# size as a time in 64 ns ticks, so at PEAK_RATE an MTU of one tick makes it hold 2400
-# bytes, one frame and never two. The gap the peak rate then asks between two frames (17
-# ns) is shorter than sending one takes, so tbf hardly ever waits for it (at 20 Gbit/s it
-# asked 315 ns: a timer per packet, microseconds of exits each on a VM, held a pair link
-# with 10 ms delay to 0.63 x 1 Gbit/s; docs/lab-shaping.md).
-LATE_SECONDS = 200e-6
-LATE_BYTES = 1600
-PEAK_RATE = 300e9  # above any link's rate (topology.MAX_RATE)
-TICK_SECONDS = 64e-9
-SEGMENTING_MTU = 3000  # 80 ns at PEAK_RATE: tc rounds it down to one tick
-# netem sorts packets by their send times, so jitter alone reorders them. With a rate set,
-# a packet leaves at its own delayed time or, if that is earlier, when the packet queued
-# before it leaves: jitter in order, as the own shaper keeps it. A rate far above any link's
-# adds 12 ns per 1500-byte packet; tbf does the limiting.
-NETEM_IN_ORDER_RATE = "1000gbit"
 # Routing daemons. A nexthop on a link without carrier is not used (a failed link fails
 # over, as on real routers); equal-cost paths are chosen per flow (addresses and ports);
 # reverse-path filtering would drop the asymmetric paths that routing may choose.
@@ -227,20 +206,8 @@ def _shape_at_endpoints(topology: Topology, link: Link,
                                 f"be hosts or routers, and {switch} is a switch: put the "
                                 "slow link between routers")
         if shaping.rate is not None:
-            namespaces[end.node].tc += rate_limit(end.interface, shaping)
-
-
-def rate_limit(device: str, shaping: Shaping) -> list[str]:
-    """A drop-tail queue of `queue` packets drained at the link rate."""
-    assert shaping.rate is not None
-    rate = int(shaping.rate)
-    burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
-    bucket = (f"tbf rate {rate}bit burst {burst} peakrate {int(PEAK_RATE)}bit "
-              f"mtu {SEGMENTING_MTU}")
-    # tbf's own limit sizes a default byte queue that the pfifo replaces.
-    return [f"qdisc add dev {device} root handle 1: {bucket} limit 1000000",
-            f"qdisc add dev {device} parent 1:1 handle 10: pfifo limit "
-            f"{shaping.queue or DEFAULT_QUEUE}"]
+            namespaces[end.node].tc += [q.command("add") for q in
+                                        stages.egress(end.interface, shaping)]
 
 
 def _per_packet(shaping: Shaping) -> bool:
@@ -282,8 +249,7 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
             f"neigh replace {far_end.ip} lladdr {far_mac} dev {egress} nud permanent",
             f"rule add iif {ingress} table {table} pref {table}",
             f"route add default via {far_end.ip} dev {egress} onlink table {table}"]
-        if shaping.rate is not None:
-            space.tc += rate_limit(egress, shaping)
+        space.tc += [q.command("add") for q in stages.egress(egress, shaping)]
         if backend == "netem":
             netem_direction(space, ingress, shaping)
         else:
@@ -303,21 +269,15 @@ def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: 
 
 
 def netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:
-    if not (shaping.delay or shaping.jitter or shaping.loss):
+    """Delay, jitter and loss by netem, on an ifb that the wire port's ingress redirects to."""
+    qdisc = stages.netem(ifb_of(ingress), shaping)
+    if qdisc is None:
         return
-    ifb = ifb_of(ingress)
-    netem = f"netem limit 1000000 delay {shaping.delay * 1e6:.0f}us"
-    if shaping.jitter:
-        netem += f" {shaping.jitter * 1e6:.0f}us distribution normal"
-        if not shaping.reorder:
-            netem += f" rate {NETEM_IN_ORDER_RATE}"
-    if shaping.loss:
-        netem += f" loss {shaping.loss * 100:.6f}%"
-    space.ip_first += [f"link add {ifb} type ifb", f"link set {ifb} up"]
+    space.ip_first += [f"link add {qdisc.device} type ifb", f"link set {qdisc.device} up"]
     space.tc += [f"qdisc add dev {ingress} handle ffff: ingress",
                  f"filter add dev {ingress} parent ffff: protocol all u32 match u32 0 0 "
-                 f"action mirred egress redirect dev {ifb}",
-                 f"qdisc add dev {ifb} root {netem}"]
+                 f"action mirred egress redirect dev {qdisc.device}",
+                 qdisc.command("add")]
 
 
 def _serve_routing_daemons(space: NamespacePlan, port_a: str, port_b: str) -> None:

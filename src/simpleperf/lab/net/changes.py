@@ -18,9 +18,9 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..model import topology
+from ..model import link_properties, topology
 from ..model.topology import Link, Shaping, Topology
-from . import build, ownership
+from . import build, ownership, stages
 from .system import CommandError, run
 
 
@@ -172,9 +172,10 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
     now = current(record, model)
     ports = build.wire_ports(model, link)
     if ports is None:  # a link to a switch: only a rate at each end's egress
-        if any(k in fields for k in ("delay", "jitter", "loss")):
-            raise ChangeError(f"link {link.name} joins a switch: only its bw and "
-                              "max_queue_size can be set")
+        allowed = [p.mininet for p in link_properties.PROPERTIES if p.at_switch]
+        if any(key not in allowed for key in fields):
+            raise ChangeError(f"link {link.name} joins a switch: only its "
+                              f"{' and '.join(allowed)} can be set")
         for end, old, new in ((link.a, before.a_to_b, after.a_to_b),
                               (link.b, before.b_to_a, after.b_to_a)):
             if model.nodes[end.node].kind == "switch":
@@ -202,25 +203,23 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
 
 
 def _replace_rate(namespace: str, device: str, shaping: Shaping) -> None:
-    lines = [line.replace("qdisc add", "qdisc replace", 1)
-             for line in build.rate_limit(device, shaping)]
+    lines = [qdisc.command("replace") for qdisc in stages.egress(device, shaping)]
     run(["ip", "netns", "exec", namespace, "tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 
 def _replace_netem(wire: str, ingress: str, shaping: Shaping) -> None:
-    scratch = build.NamespacePlan()
-    build.netem_direction(scratch, ingress, shaping)
     device = build.ifb_of(ingress)
     exists = run(["ip", "-n", wire, "link", "show", device], check=False).returncode == 0
-    if not exists:
-        if not scratch.tc:
-            return  # nothing to do now, and nothing was there before
-        script = build.NamespacePlan(ip_first=scratch.ip_first, tc=scratch.tc).script()
-    else:
-        netem = next((line for line in scratch.tc if " netem " in line),
-                     f"qdisc add dev {device} root netem delay 0us")
-        script = "set -e\n" + f"tc qdisc replace{netem.split('qdisc add', 1)[1]}\n"
-    run(["ip", "netns", "exec", wire, "sh", "-c", script])
+    if not exists:  # built without netem: build this direction's now, if it needs one
+        scratch = build.NamespacePlan()
+        build.netem_direction(scratch, ingress, shaping)
+        if scratch.tc:
+            run(["ip", "netns", "exec", wire, "sh", "-c",
+                 build.NamespacePlan(ip_first=scratch.ip_first, tc=scratch.tc).script()])
+        return
+    qdisc = stages.netem(device, shaping, keep=True)
+    assert qdisc is not None
+    run(["ip", "netns", "exec", wire, "tc", "-batch", "-"], stdin=qdisc.command("replace") + "\n")
 
 
 def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, after: Link

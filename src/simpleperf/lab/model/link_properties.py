@@ -1,0 +1,139 @@
+"""Every property of a link direction, defined once.
+
+A property has one name in the model (`Shaping`'s field, the `lab up pair` and `lab link set`
+flag, the key of an experiment's [pair] table and of a sweep) and Mininet's name in topology
+files and events (`bw`, `max_queue_size`). The table says how a value is read, whether a
+running link can take a new one (`lab link set`, events), whether a pair experiment may sweep
+it and whether it can act at a switch's port (where only a rate limiter can sit). Topology
+loading, the command line, events and experiments all derive their fields from PROPERTIES;
+adding a property is a row here and a field of `Shaping`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...units import parse_duration, parse_rate
+from .errors import TopologyError
+
+MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
+MAX_DELAY = 10.0  # seconds
+MAX_QUEUE = 1_000_000  # packets
+
+
+def rate(value: Any, where: str) -> float:
+    """Mininet gives bw as a number of Mbit/s; a string may carry its unit ('40M')."""
+    if isinstance(value, bool):
+        raise TopologyError(f"{where} must be a rate such as 40 (Mbit/s) or '40M'")
+    try:
+        bits = float(value) * 1e6 if isinstance(value, (int, float)) else parse_rate(value)
+    except (ValueError, TypeError):
+        raise TopologyError(f"{where} = {value!r} is not a rate such as 40 (Mbit/s) or "
+                            "'40M', '1G', '512K'") from None
+    if not MIN_RATE <= bits <= MAX_RATE:
+        raise TopologyError(f"{where} = {value!r} is out of range (1 kbit/s to 100 Gbit/s)")
+    return bits
+
+
+def duration(value: Any, where: str) -> float:
+    if not isinstance(value, str):
+        raise TopologyError(f"{where} = {value!r} needs a unit, such as '10ms'")
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise TopologyError(f"{where} = {value!r} is not a time such as '10ms', '0.5s', "
+                            "'250us'") from None
+    if seconds > MAX_DELAY:
+        raise TopologyError(f"{where} = {value!r} is longer than {MAX_DELAY:g} s")
+    return seconds
+
+
+def loss(value: Any, where: str) -> float:
+    """Mininet gives loss as a percentage number; '1%' is accepted too."""
+    text = str(value).strip()
+    try:
+        percent = float(text[:-1] if text.endswith("%") else text)
+    except ValueError:
+        raise TopologyError(f"{where} = {value!r} is not a percentage such as 1 or '0.5%'"
+                            ) from None
+    if isinstance(value, bool) or not 0 <= percent <= 100:
+        raise TopologyError(f"{where} = {value!r} must be a percentage from 0 to 100")
+    return percent / 100
+
+
+def flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise TopologyError(f"{where} must be true or false")
+    return value
+
+
+def packets(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_QUEUE:
+        raise TopologyError(f"{where} must be a whole number of packets from 1 to "
+                            f"{MAX_QUEUE}, not {value!r}")
+    return value
+
+
+def packets_text(text: str) -> int:
+    """A number of packets given as text (a flag, a sweep's value)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"must be a whole number of packets, not '{text}'") from None
+
+
+@dataclass(frozen=True)
+class LinkProperty:
+    name: str  # Shaping's field; --NAME; the key in [pair] and sweeps
+    mininet: str  # the key in a topology's links and in events (Mininet's name)
+    parse: Callable[[Any, str], Any]  # (value, where) -> the model's value, or TopologyError
+    description: str
+    example: str = ""  # a value as text; none for a switch
+    live: bool = True  # a running link can be set to a new value (lab link set, events)
+    sweep: bool = True  # a pair experiment may sweep it
+    at_switch: bool = False  # can act at a switch's port (only a rate limiter sits there)
+    from_text: Callable[[str], Any] = str  # a value given as text, before parse
+
+    @property
+    def switch(self) -> bool:
+        """A flag without a value (--reorder)."""
+        return not self.example
+
+    @property
+    def help(self) -> str:
+        example = self.example.replace("%", "%%")  # argparse formats help with %
+        return f"{self.description}, e.g. {example}" if example else self.description
+
+
+PROPERTIES: tuple[LinkProperty, ...] = (
+    LinkProperty("rate", "bw", rate, "link rate", "100M", at_switch=True),
+    LinkProperty("delay", "delay", duration, "one-way delay in each direction", "20ms"),
+    LinkProperty("jitter", "jitter", duration, "standard deviation of the one-way delay",
+                 "2ms"),
+    LinkProperty("reorder", "reorder", flag, "let jitter reorder packets", live=False,
+                 sweep=False),
+    LinkProperty("loss", "loss", loss, "random loss in each direction", "1%"),
+    LinkProperty("queue", "max_queue_size", packets, "drop-tail queue in packets (needs a "
+                 "rate)", "50", at_switch=True, from_text=packets_text),
+)
+BY_NAME = {p.name: p for p in PROPERTIES}
+BY_MININET = {p.mininet: p for p in PROPERTIES}
+MININET_NAMES = tuple(p.mininet for p in PROPERTIES)
+NAMES = tuple(p.name for p in PROPERTIES)
+LIVE = tuple(p for p in PROPERTIES if p.live)
+SWEPT = tuple(p.name for p in PROPERTIES if p.sweep)
+
+
+def parse_mininet(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """The model's values of the properties a topology's table gives by Mininet's names."""
+    return {p.name: p.parse(spec[p.mininet], f"{where}: {p.mininet}")
+            for p in PROPERTIES if p.mininet in spec}
+
+
+def to_mininet(values: dict[str, Any]) -> dict[str, Any]:
+    """Values by the model's names (flags, [pair]) as a topology's table gives them; a
+    switch that is off is left out."""
+    return {BY_NAME[name].mininet: value for name, value in values.items()
+            if value is not None and value is not False}

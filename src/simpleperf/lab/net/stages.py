@@ -1,0 +1,83 @@
+"""A link direction's shaping as stages of data, chained by parent as Mininet's TCIntf chains
+them: at the wire's egress the rate limiter (tbf, root) and under it the queue (pfifo); with
+netem, delay, jitter and loss on the ifb the wire port's ingress is redirected to. `lab up`
+adds each stage, `lab link set` and events replace them: the same data, another verb, so no
+command text is ever edited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.theory import FRAME_BYTES
+from ..model.topology import Shaping
+
+DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
+# tbf sends a packet once its bucket holds the packet's size, and the bucket's capacity caps
+# what a late timer leaves in it: a bucket of one frame loses every microsecond a timer is
+# late (0.75-0.85 of the rate on a VM). So the bucket holds one frame plus LATE_SECONDS at
+# the link rate, at least LATE_BYTES (what htb's default buffer tolerates). tbf cuts an
+# aggregate into packets when it exceeds what the peak bucket holds: tc gives that bucket's
+# size as a time in 64 ns ticks, so at PEAK_RATE an MTU of one tick makes it hold 2400
+# bytes, one frame and never two. The gap the peak rate then asks between two frames (17
+# ns) is shorter than sending one takes, so tbf hardly ever waits for it (at 20 Gbit/s it
+# asked 315 ns: a timer per packet, microseconds of exits each on a VM, held a pair link
+# with 10 ms delay to 0.63 x 1 Gbit/s; docs/lab-shaping.md).
+LATE_SECONDS = 200e-6
+LATE_BYTES = 1600
+PEAK_RATE = 300e9  # above any link's rate (link_properties.MAX_RATE)
+TICK_SECONDS = 64e-9
+SEGMENTING_MTU = 3000  # 80 ns at PEAK_RATE: tc rounds it down to one tick
+# netem sorts packets by their send times, so jitter alone reorders them. With a rate set,
+# a packet leaves at its own delayed time or, if that is earlier, when the packet queued
+# before it leaves: jitter in order, as the own shaper keeps it. A rate far above any link's
+# adds 12 ns per 1500-byte packet; tbf does the limiting.
+NETEM_IN_ORDER_RATE = "1000gbit"
+NO_DELAY = "delay 0us"  # netem that does nothing: what a direction set back to unshaped keeps
+
+
+@dataclass(frozen=True)
+class Qdisc:
+    """One stage: a queueing discipline on a device, below `parent` (None: the root)."""
+
+    device: str
+    handle: str
+    kind: str
+    options: str
+    parent: str | None = None
+
+    def command(self, verb: str) -> str:
+        """The line for `tc -batch`: verb add (lab up) or replace (a link set anew)."""
+        place = "root" if self.parent is None else f"parent {self.parent}"
+        return f"qdisc {verb} dev {self.device} {place} handle {self.handle} {self.kind} " \
+               f"{self.options}"
+
+
+def egress(device: str, shaping: Shaping) -> tuple[Qdisc, ...]:
+    """Rate, then queue: a drop-tail queue of `queue` packets drained at the link rate (no
+    stage for a direction without a rate)."""
+    if shaping.rate is None:
+        return ()
+    rate = int(shaping.rate)
+    burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
+    # tbf's own limit sizes a default byte queue that the pfifo replaces.
+    bucket = Qdisc(device, "1:", "tbf", f"rate {rate}bit burst {burst} peakrate "
+                   f"{int(PEAK_RATE)}bit mtu {SEGMENTING_MTU} limit 1000000")
+    queue = Qdisc(device, "10:", "pfifo", f"limit {shaping.queue or DEFAULT_QUEUE}",
+                  parent="1:1")
+    return bucket, queue
+
+
+def netem(device: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
+    """Delay, jitter and loss as one netem on `device` (an ifb); None when the direction has
+    none of them, unless `keep` (a running link's netem stays, doing nothing)."""
+    if not (shaping.delay or shaping.jitter or shaping.loss):
+        return Qdisc(device, "1:", "netem", NO_DELAY) if keep else None
+    options = f"limit 1000000 delay {shaping.delay * 1e6:.0f}us"
+    if shaping.jitter:
+        options += f" {shaping.jitter * 1e6:.0f}us distribution normal"
+        if not shaping.reorder:
+            options += f" rate {NETEM_IN_ORDER_RATE}"
+    if shaping.loss:
+        options += f" loss {shaping.loss * 100:.6f}%"
+    return Qdisc(device, "1:", "netem", options)
