@@ -212,6 +212,47 @@ def test_a_missing_program_stops_the_run_before_anything_is_built(tmp_path: Path
     assert not (tmp_path / "r").exists()
 
 
+MARKED = """
+name = "marked"
+topology = "pair"
+capture = ["h1-h2"]
+[pair]
+rate = "20M"
+delay = "2ms"
+[quick]
+duration = "2s"
+ping_count = 3
+ping_interval = "0.2s"
+[[steps]]
+name = "three classes"
+flows = [{ kind = "tcp", from = "h1", to = "h2", dscp = "EF" },
+         { kind = "udp", from = "h1", to = "h2", rate = "1M", dscp = "AF41" },
+         { kind = "ping", from = "h1", to = "h2", dscp = 40 }]
+"""
+
+
+def test_flows_mark_their_packets_with_their_dscp(tmp_path: Path) -> None:
+    """A flow's dscp reaches the wire: every packet h1 sent of each flow carries it."""
+    (tmp_path / "marked.toml").write_text(MARKED)
+    done = subprocess.run(SIMPLEPERF + ["lab", "run", str(tmp_path / "marked.toml"),
+                                        "--quick", "--results", str(tmp_path / "results")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (folder,) = (tmp_path / "results").iterdir()
+    (pcap,) = (folder / "captures").glob("*.pcapng")
+    fields = subprocess.run(["tshark", "-n", "-r", str(pcap), "-Y", "ip.src == 10.0.0.1",
+                             "-T", "fields", "-e", "ip.proto", "-e", "ip.dsfield.dscp",
+                             "-e", "tcp.dstport", "-e", "udp.dstport"],
+                            capture_output=True, text=True, check=True).stdout
+    marks: dict[str, set[str]] = {}
+    for line in fields.splitlines():
+        proto, dscp, tcp_port, udp_port = line.split("\t")
+        flow = {"1": "ping", "6": "tcp" if tcp_port == "15001" else "control",
+                "17": "udp" if udp_port == "15002" else "other"}[proto]
+        marks.setdefault(flow, set()).add(dscp)
+    assert marks["tcp"] == {"46"} and marks["udp"] == {"34"} and marks["ping"] == {"40"}
+
+
 def test_capture_to_standard_output_is_a_live_stream(tmp_path: Path) -> None:
     """`-w -` is what `| wireshark -k -i -` reads: a capture file on standard output."""
     from simpleperf.lab.analysis import packets

@@ -259,3 +259,36 @@ def _clean(value):
     if isinstance(value, list):
         return [_clean(v) for v in value]
     return value
+
+
+def test_each_kind_is_one_object_that_takes_its_own_fields_and_runs() -> None:
+    """Every kind of flows.KINDS has a runner (its server, client and reading) and takes only
+    its own fields; another kind's field is refused naming the kinds that take it."""
+    from simpleperf.lab.model import flows
+    from simpleperf.lab.model.outcomes import FlowOutcome
+    from simpleperf.lab.run import kinds
+
+    runners = kinds.runners(None)
+    assert set(runners) == set(flows.KINDS)
+    assert set(flows.FIELDS) == set(flows.FLOW_FIELDS) - flows.COMMON_FIELDS
+    for kind in flows.KINDS.values():
+        for name in sorted(set(flows.FIELDS) - kind.fields):
+            takers = [k.name for k in flows.KINDS.values() if name in k.fields]
+            text = BASE.replace('kind = "tcp"', f'kind = "{kind.name}", {name} = 1')
+            with pytest.raises(ExperimentError, match=f"{name} only applies to "
+                               f"{' and '.join(takers)} flows"):
+                experiment.parse(text)
+    timing = experiment.Timing()
+    marked = {"tcp": "--dscp", "udp": "--dscp", "ping": "-Q"}
+    for name, option in marked.items():
+        text = BASE.replace('kind = "tcp"', f'kind = "{name}", dscp = "AF41"')
+        (flow,) = experiment.parse(text).steps[0].flows
+        assert flow.dscp == 34
+        command = runners[name].client(FlowOutcome(flow, "10.0.5.2"), "15001", 1.0, 5.0,
+                                       timing)
+        value = command[command.index(option) + 1]
+        assert value == ("34" if option == "--dscp" else str(34 << 2))
+    for bad in ("XX", 64, -1, True):
+        with pytest.raises(ExperimentError, match="dscp must be 0..63 or a name"):
+            experiment.parse(BASE.replace('kind = "tcp"', f'kind = "tcp", dscp = {bad!r}'
+                                          .replace("'", '"').replace("True", "true")))

@@ -33,6 +33,7 @@ from .options import (
     DEFAULT_SERVER_IP,
     DEFAULT_TIMESTAMP_FORMAT,
     DEFAULT_UDP_LENGTH,
+    DSCP_RULE,
     MAX_CLIENTS_LIMIT,
     MAX_CPU,
     MAX_LENGTH,
@@ -57,6 +58,7 @@ from .options import (
     MIN_WINDOW,
     ClientOptions,
     ServerOptions,
+    dscp_code,
     is_congestion_name,
 )
 from .units import (
@@ -715,11 +717,6 @@ def _ip_address(flag: str, text: str) -> str:
 
 
 MAX_FREE_TEXT = 200  # characters of a title or a timestamp format
-# RFC 4594's DSCP names (and RFC 5865's VA, RFC 8622's LE): the code point, 0..63.
-DSCP_NAMES = {"EF": 46, "VA": 44, "LE": 1,
-              **{f"CS{n}": 8 * n for n in range(8)},
-              **{f"AF{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)}}
-
 
 def _tos(tos_text: str | None, dscp_text: str | None) -> int:
     """-S or --dscp as the TOS byte (DSCP in its six high bits); 0 when neither is given."""
@@ -736,12 +733,9 @@ def _tos(tos_text: str | None, dscp_text: str | None) -> int:
         return value
     if dscp_text is None:
         return 0
-    code = DSCP_NAMES.get(dscp_text.upper())
-    if code is None and dscp_text.isdigit() and int(dscp_text) <= 63:
-        code = int(dscp_text)
+    code = dscp_code(dscp_text)
     if code is None:
-        raise UsageError(f"--dscp must be 0..63 or a name (EF, AF11..AF43, CS0..CS7, VA, LE), "
-                         f"not {dscp_text[:40]!r}")
+        raise UsageError(f"--dscp must be {DSCP_RULE}, not {dscp_text[:40]!r}")
     return code << 2
 
 

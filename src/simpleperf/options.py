@@ -90,6 +90,26 @@ def is_congestion_name(text: object) -> bool:
     return isinstance(text, str) and _CONGESTION_NAME.fullmatch(text) is not None
 
 
+# RFC 4594's DSCP names (and RFC 5865's VA, RFC 8622's LE): the code point, 0..63.
+DSCP_NAMES = {"EF": 46, "VA": 44, "LE": 1,
+              **{f"CS{n}": 8 * n for n in range(8)},
+              **{f"AF{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)}}
+DSCP_RULE = "0..63 or a name (EF, AF11..AF43, CS0..CS7, VA, LE)"
+
+
+def dscp_code(text: object) -> int | None:
+    """A DSCP given as a name or a number 0..63 (or text of one), as its code point; None
+    when it is neither."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text if 0 <= text <= 63 else None
+    if not isinstance(text, str):
+        return None
+    code = DSCP_NAMES.get(text.upper())
+    if code is None and text.isdigit() and int(text) <= 63:
+        code = int(text)
+    return code
+
+
 def udp_length_ok(length: int) -> bool:
     return MIN_UDP_LENGTH <= length <= MAX_UDP_LENGTH
 

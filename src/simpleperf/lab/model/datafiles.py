@@ -8,6 +8,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ...units import parse_duration, parse_size
+
 NO_TOML = ("reading topology and experiment files on Python 3.10 needs tomli: "
            "pip install 'simpleperf[lab]'")
 
@@ -109,3 +111,32 @@ def only(table: dict[str, Any], allowed: set[str], where: str, error: type[Excep
     if unknown:
         raise error(f"{where}: unknown field '{unknown[0]}' (allowed: "
                     f"{', '.join(sorted(allowed)) or 'none'})")
+
+
+def count(value: Any, where: str, low: int, high: int, error: type[Exception]) -> int:
+    """A whole number from low to high (not a bool, which TOML keeps apart)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise error(f"{where} must be a whole number from {low} to {high}, not {value!r}")
+    return value
+
+
+def seconds(value: Any, where: str, error: type[Exception]) -> float:
+    """A time: '25s', '200ms' or a number of seconds, above 0 and at most a day."""
+    try:
+        number = parse_duration(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise error(f"{where} = {value!r} is not a time such as '25s' or '200ms'") from None
+    if isinstance(value, bool) or not 0 < number <= 86_400:
+        raise error(f"{where} = {value!r} must be more than 0 and at most a day")
+    return number
+
+
+def size(value: Any, where: str, low: int, high: int, error: type[Exception]) -> int:
+    """Bytes: '100M' or a whole number, from low to high."""
+    try:
+        number = parse_size(value) if isinstance(value, str) else value
+    except ValueError:
+        number = None
+    if not isinstance(number, int) or isinstance(number, bool) or not low <= number <= high:
+        raise error(f"{where} = {value!r} must be a size such as '100M' ({low}..{high} bytes)")
+    return number

@@ -126,7 +126,7 @@ class StepOutcome:
 
     @property
     def fairness(self) -> float | None:
-        rates = [rate for outcome in self.flows if outcome.flow.kind == "tcp" and outcome.ok
+        rates = [rate for outcome in self.flows if outcome.flow.spec.share_judged and outcome.ok
                  for rate in outcome.connection_throughputs]
         return jain_index(rates) if len(rates) > 1 else None
 

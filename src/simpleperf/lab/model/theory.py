@@ -23,9 +23,6 @@ Hop = tuple[Link, str]  # a link and the node the packet leaves from
 FRAME_BYTES = 1514  # a full-size Ethernet frame as tc counts it (no preamble, no FCS)
 TCP_PAYLOAD_BYTES = 1448  # of a full frame: less Ethernet 14, IP 20, TCP 20, timestamps 12
 TCP_GOODPUT = TCP_PAYLOAD_BYTES / FRAME_BYTES
-# OpenSSH keeps at most 2 MiB unacknowledged per channel (and scp's SFTP transfers 64
-# requests of 32 KiB): whatever TCP's window, scp moves at most that per round trip.
-SSH_WINDOW_BYTES = 2 * 1024 * 1024
 UDP_FRAMING_BYTES = 42  # around each datagram: Ethernet 14, IP 20, UDP 8
 DEFAULT_DATAGRAM_BYTES = 1470  # a lab UDP flow's datagrams unless the flow says
 # Congestion controls whose throughput falls with loss as Mathis et al. describe.
@@ -250,13 +247,13 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         except TopologyError:
             continue  # no theory for an address the topology does not route: it just runs
         _predict_flow(outcome, forward, backward, flow.congestion or congestion)
-        if flow.kind in ("ping", "command"):
+        if not flow.spec.loads_path:
             continue  # no demand theory can know
         share = udp_goodput_share(datagram_bytes(flow.length))
         for _ in range(flow.parallel):
             paths.append(forward)
             owners.append(index)
-            demands.append(None if flow.kind != "udp" or outcome.rate is None
+            demands.append(None if not flow.spec.paced or outcome.rate is None
                            else outcome.rate / share)
     if not paths:
         return
@@ -265,7 +262,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
-            efficiency = (TCP_GOODPUT if outcome.flow.kind != "udp"
+            efficiency = (TCP_GOODPUT if not outcome.flow.spec.paced
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
@@ -303,7 +300,7 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
     links = {link.name: link for link in topology.links}
     for index, outcome in enumerate(outcomes):
         mine = [i for i, owner in enumerate(owners) if owner == index]
-        if outcome.flow.kind != "tcp" or not mine or binding[mine[0]] is None:
+        if not outcome.flow.spec.share_judged or not mine or binding[mine[0]] is None:
             continue
         resource = binding[mine[0]]
         assert resource is not None
@@ -329,22 +326,22 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
     """One flow's RTTs, its UDP rate when set by the path, and its TCP bounds (and the
     congestion control they assume, which the flow runs)."""
     flow = outcome.flow
-    if flow.kind == "tcp" or flow.one_tcp_connection:
+    if flow.spec.tcp:
         outcome.congestion = congestion
-    if flow.kind == "udp" and isinstance(flow.rate, float | int):
+    if flow.spec.paced and isinstance(flow.rate, float | int):
         outcome.rate = float(flow.rate)
     outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
     outcome.base_one_way = forward.one_way_delay * 1e3
     queues = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in forward.shaping()
                  if s.rate is not None and s.queue is not None)
     outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
-    if flow.kind == "udp" and flow.rate == "auto":
+    if flow.spec.paced and flow.rate == "auto":
         bottleneck = forward.bottleneck or 1e9
         outcome.rate = 0.9 * bottleneck * udp_goodput_share(datagram_bytes(flow.length))
     rtt = outcome.base_rtt / 1e3
-    if flow.kind == "scp" and rtt > 0:
-        outcome.window_bound = window_bound(SSH_WINDOW_BYTES, rtt)
-    if (flow.kind == "tcp" or flow.one_tcp_connection) and rtt > 0:
+    if flow.spec.window_cap is not None and rtt > 0:
+        outcome.window_bound = window_bound(flow.spec.window_cap, rtt)
+    if flow.spec.tcp and rtt > 0:
         if flow.window:
             outcome.window_bound = flow.parallel * window_bound(flow.window, rtt)
         if forward.loss > 0 and congestion in LOSS_BASED:

@@ -68,7 +68,7 @@ class StepEvents:
                 self._monitors[router] = self._start(router, ["ip", "-ts", "monitor", "route"],
                                                      f"route monitor in {router}")
         for index, outcome in enumerate(flows):
-            if outcome.flow.kind in ("tcp", "udp"):
+            if outcome.flow.spec.measured:
                 count = max(1, int(duration(outcome) / PROBE_INTERVAL))
                 # Into a file: a pipe nobody reads until the end would fill and stop ping.
                 self._probes[index] = self._start(outcome.flow.source, [

@@ -22,17 +22,18 @@ from typing import Any, NoReturn
 
 from ..model import experiment as experiments
 from ..model import topology
-from ..model.experiment import APPLICATIONS, Experiment, Step, Timing
+from ..model.experiment import Experiment, Step, Timing
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..model.verdicts import TOLERANCE, case_verdicts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError, require_congestion
 from ..results.store import ResultsError, Store, load_run
 from ..results.tables import case_report, event_lines, path_lines, sweep_report
-from .applications import Applications, require_programs
+from .applications import Applications
 from .captures import StepCaptures
+from .kinds import require_programs
 from .progress import StepProgress
-from .step import Runner
+from .step import StepRunner
 
 
 def _model(plan: Experiment, value: str | None) -> tuple[topology.Topology, dict[str, Any]]:
@@ -51,8 +52,8 @@ def _at_point(step: Step, plan: Experiment, value: str | None) -> Step:
         return replace(step, name=name)
     number = experiments.flow_value(plan.sweep.parameter, value)
     changes: dict[str, Any] = {plan.sweep.parameter: number}
-    flows = tuple(replace(flow, **changes) if flow.kind == "tcp" else flow
-                  for flow in step.flows)
+    flows = tuple(replace(flow, **changes) if plan.sweep.parameter in flow.spec.fields
+                  else flow for flow in step.flows)
     return replace(step, name=name, flows=flows)
 
 
@@ -106,7 +107,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     total = len(points) * rounds * sum(step.repeat for step in plan.steps)
     store: Store | None = None
     lab: _Lab | None = None
-    runner: Runner | None = None
+    runner: StepRunner | None = None
     interrupted = False
     failure: ResultsError | None = None
     done, began = 0, time.monotonic()
@@ -201,18 +202,18 @@ def _give_up(failure: ResultsError, store: Store | None) -> NoReturn:
 
 def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRecord,
             timing: Timing, say: Callable[[str], None], folder: Path,
-            progress: StepProgress | None) -> Runner:
+            progress: StepProgress | None) -> StepRunner:
     """A runner for one build of the lab. The applications' keys and files go in a folder
     the lab's record holds, so that even a killed run's `lab down` removes it."""
     captures = (StepCaptures(model, record, folder / "captures", plan.capture_limit)
                 if plan.captures() else None)
     applications = None
-    if any(f.kind in APPLICATIONS for step in plan.steps for f in step.flows):
+    if any(f.spec.application for step in plan.steps for f in step.flows):
         made = Path(tempfile.mkdtemp(prefix=f"simpleperf-{record.lab}-"))
         with ownership.locked(record.lab):
             ownership.add_folder(record, made)
         applications = Applications(made)
-    return Runner(model, record, timing, say, applications, captures, progress)
+    return StepRunner(model, record, timing, say, applications, captures, progress)
 
 
 def _preflight(plan: Experiment, model: topology.Topology) -> None:

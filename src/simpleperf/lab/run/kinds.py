@@ -1,0 +1,340 @@
+"""How each kind of flow runs, as Flent's runners do: one object per kind owns its server,
+its client's command and the reading of what the client printed. The step (step.py) starts
+the processes and never asks which kind a flow is; what a kind is (its fields, duration,
+what theory assumes) is model/flows.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ...protocol.native import WRITE_HEADER
+from ..model import theory
+from ..model.flows import Flow, Timing
+from ..model.outcomes import OUTPUT_CHARS, FlowOutcome
+from ..net.system import CommandError
+from .applications import Applications, which
+from .launch import END_MARK
+
+PYTHON = sys.executable
+FALLBACK_UDP_RATE = 1e6  # when "auto" has no routed path to size itself, or a probe failed
+SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "LogLevel=ERROR", "-o", "BatchMode=yes"]
+
+
+class KindRunner:
+    """A kind that runs no server and whose client is a command of its own."""
+
+    timed = False  # the launcher times the client to its exit (an application)
+    stop_signal = signal.SIGINT  # what ends its server cleanly
+    programs: tuple[str, ...] = ()  # what it needs installed, and Debian's packages for them
+    packages = ""
+
+    def server(self, flow: Flow, address: str, port: str) -> list[str] | None:
+        return None
+
+    def server_stderr(self) -> int:
+        return subprocess.PIPE
+
+    def ready(self, process: subprocess.Popen, seconds: float) -> bool:
+        """Until the server listens; False if it ended instead."""
+        return process.poll() is None
+
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        raise NotImplementedError
+
+    def read(self, outcome: FlowOutcome, lines: list[str], err: str, code: int) -> None:
+        """What the client printed (after the launcher's start mark) into the outcome."""
+        raise NotImplementedError
+
+    def missing(self) -> str | None:
+        """A line naming what is not installed, or None."""
+        absent = [program for program in self.programs if which(program) is None]
+        if not absent:
+            return None
+        return f"needs {', '.join(absent)} (Debian: apt-get install {self.packages})"
+
+
+def failure(err: str, fallback: str) -> str:
+    """The last line a failed client printed on stderr, for the outcome's error."""
+    detail = [line for line in err.strip().splitlines() if line.strip()]
+    return (detail[-1] if detail else fallback)[:200]
+
+
+class SimpleperfRunner(KindRunner):
+    """tcp and udp: a simpleperf server in the target; the client runs a native test whose
+    JSON carries both ends' view. The lab's namespaces share one clock, so one-way delays
+    are true: --trip-times."""
+
+    def server(self, flow: Flow, address: str, port: str) -> list[str]:
+        # The window must be set on the listener, before connections are accepted.
+        window = ["-w", str(flow.window)] if flow.window else []
+        return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *window]
+
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        flow = outcome.flow
+        common = [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
+                  f"{duration:g}", "-i", f"{every:g}", "-J", "--no-latency"]
+        if not flow.length or flow.length >= WRITE_HEADER.size:
+            common.append("--trip-times")
+        if flow.dscp is not None:
+            common += ["--dscp", str(flow.dscp)]
+        return common + self.arguments(outcome)
+
+    def arguments(self, outcome: FlowOutcome) -> list[str]:
+        raise NotImplementedError
+
+    def read(self, outcome: FlowOutcome, lines: list[str], err: str, code: int) -> None:
+        if code != 0:
+            outcome.error = failure(err, f"exit status {code}")
+            return
+        try:
+            read_result(outcome, json.loads("\n".join(lines)))
+        except (ValueError, KeyError, TypeError):
+            outcome.error = f"simpleperf gave no {outcome.flow.kind.upper()} result"
+
+
+class TcpRunner(SimpleperfRunner):
+    def arguments(self, outcome: FlowOutcome) -> list[str]:
+        flow = outcome.flow
+        return ["--native", "-P", str(flow.parallel),
+                *(["-w", str(flow.window)] if flow.window else []),
+                *(["-l", str(flow.length)] if flow.length else []),
+                *(["-C", flow.congestion] if flow.congestion else [])]
+
+
+class UdpRunner(SimpleperfRunner):
+    def arguments(self, outcome: FlowOutcome) -> list[str]:
+        flow = outcome.flow
+        length = ["-l", str(theory.datagram_bytes(flow.length))]
+        if flow.frames is not None:  # video frames set their own rate
+            return ["-u", f"--isochronous={flow.frames}", *length]
+        if outcome.rate is None:
+            outcome.rate = FALLBACK_UDP_RATE
+        return ["-u", "-b", str(int(outcome.rate)), *length]
+
+
+class PingRunner(KindRunner):
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        flow = outcome.flow
+        marked = ["-Q", str(flow.dscp << 2)] if flow.dscp is not None else []  # the TOS byte
+        return ["ping", "-n", "-c", str(flow.count or timing.ping_count), "-i",
+                str(flow.interval or timing.ping_interval), *marked, outcome.address]
+
+    def read(self, outcome: FlowOutcome, lines: list[str], err: str, code: int) -> None:
+        outcome.rtts = ping_times("\n".join(lines))
+        if code != 0 and not outcome.rtts:
+            outcome.error = failure(err, f"exit status {code}")
+            return
+        outcome.ok = bool(outcome.rtts)
+        outcome.error = None if outcome.ok else "no replies"
+
+
+class ApplicationRunner(KindRunner):
+    """A real program, timed by the launcher from the synchronised start to its exit; its
+    server is ended with SIGTERM, which a shell's background jobs do not ignore."""
+
+    timed = True
+    stop_signal = signal.SIGTERM
+    ready_text: str | None = None  # what its server prints once it listens
+    ready_on_stderr = False
+
+    def __init__(self, resources: Applications | None) -> None:
+        self.resources = resources
+
+    @property
+    def files(self) -> Applications:
+        assert self.resources is not None, "application flows need the run's folder"
+        return self.resources
+
+    def ready(self, process: subprocess.Popen, seconds: float) -> bool:
+        if self.ready_text is not None:
+            stream = process.stderr if self.ready_on_stderr else process.stdout
+            assert stream is not None
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                line = stream.readline()
+                if not line or self.ready_text in line:
+                    break
+        return process.poll() is None
+
+    def read(self, outcome: FlowOutcome, lines: list[str], err: str, code: int) -> None:
+        """The launcher's end mark gives the exit time and status; output lines precede
+        it. A transfer's goodput is the bytes it moved over that time."""
+        if not lines or not lines[-1].startswith(END_MARK) or outcome.started is None:
+            outcome.error = failure(err, "timed out")
+            return
+        _, ended, status = lines[-1].split()
+        outcome.seconds = float(ended) - outcome.started
+        outcome.exit_status = int(status)
+        outcome.output = "\n".join(lines[:-1])[:OUTPUT_CHARS]
+        moved = outcome.flow.spec.bytes_moved(outcome.flow)
+        if moved is not None and outcome.seconds > 0:
+            outcome.throughput = moved * 8 / outcome.seconds
+        outcome.ok = outcome.exit_status == 0
+        if not outcome.ok:
+            detail = [line for line in err.strip().splitlines() if line.strip()]
+            outcome.error = (f"{outcome.flow.kind} exited with status {status}"
+                             + (f": {detail[-1]}" if detail else ""))[:200]
+
+
+class ScpRunner(ApplicationRunner):
+    """scp of a file to Debian's OpenSSH server, with keys made for the run."""
+
+    programs = ("sshd", "ssh-keygen", "scp")
+    packages = "openssh-server openssh-client"
+    ready_text = "Server listening on"
+    ready_on_stderr = True
+
+    def server(self, flow: Flow, address: str, port: str) -> list[str]:
+        host = self.files.host_key()
+        config = self.files.folder / f"sshd-{port}.conf"
+        config.write_text("\n".join([
+            f"Port {port}", f"ListenAddress {address}", f"HostKey {host}",
+            f"AuthorizedKeysFile {self.files.folder / 'authorized_keys'}", "PidFile none",
+            "UsePAM no", "StrictModes no", "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+            "Subsystem sftp internal-sftp", ""]))
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation
+        return [which("sshd") or "sshd", "-D", "-e", "-f", str(config)]
+
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        flow = outcome.flow
+        assert flow.size is not None
+        return ["scp", "-q", "-i", str(self.files.client_key()), *SSH_OPTIONS, "-P", port,
+                str(self.files.payload(flow.size, flow.content)),
+                f"root@{outcome.address}:/dev/null"]
+
+
+class HttpRunner(ApplicationRunner):
+    """curl fetching `objects` objects one after another from Python's HTTP server."""
+
+    programs = ("curl",)
+    packages = "curl"
+    ready_text = "Serving HTTP on"
+
+    def server(self, flow: Flow, address: str, port: str) -> list[str]:
+        assert flow.size is not None
+        served = self.files.folder / f"www-{port}"
+        served.mkdir(parents=True, exist_ok=True)
+        target = served / "object"
+        target.unlink(missing_ok=True)
+        target.symlink_to(self.files.payload(flow.size, flow.content))
+        return [self.files.python, "-u", "-m", "http.server", port, "--bind", address,
+                "--directory", str(served)]
+
+    def server_stderr(self) -> int:
+        return subprocess.DEVNULL  # it logs every request there, which nobody reads
+
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        command = ["curl", "-s", "-S", "--fail"]
+        for number in range(1, outcome.flow.objects + 1):
+            command += ["-o", "/dev/null",
+                        f"http://{outcome.address}:{port}/object?n={number}"]
+        return command
+
+
+class CommandRunner(ApplicationRunner):
+    """Any command pair: {address} and {port} filled in."""
+
+    def server(self, flow: Flow, address: str, port: str) -> list[str] | None:
+        return ["sh", "-c", _fill(flow.server, address, port)] if flow.server else None
+
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        assert outcome.flow.client is not None
+        return ["sh", "-c", _fill(outcome.flow.client, outcome.address, port)]
+
+
+def _fill(command: str, address: str, port: str) -> str:
+    return command.replace("{address}", address).replace("{port}", port)
+
+
+def runners(resources: Applications | None) -> dict[str, KindRunner]:
+    """A runner for every kind of model/flows.KINDS (applications use `resources`)."""
+    return {"tcp": TcpRunner(), "udp": UdpRunner(), "ping": PingRunner(),
+            "scp": ScpRunner(resources), "http": HttpRunner(resources),
+            "command": CommandRunner(resources)}
+
+
+def require_programs(kinds: set[str]) -> None:
+    """Before anything is built: what the experiment's kinds need is installed."""
+    every = runners(None)
+    for kind in sorted(kinds):
+        missing = every[kind].missing()
+        if missing:
+            raise CommandError(f"{kind} flows {missing}")
+
+
+# ---------------------------------------------------------------- simpleperf's JSON
+
+
+def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
+    """Both ends' view comes back in the client's JSON; the receiver's intervals are the
+    server's (ours for a reverse test, which lab flows are not)."""
+    end = result["end"]
+    outcome.sender_throughput = end["sum_sent"]["bits_per_second"]
+    outcome.retransmits = end["sum_sent"].get("retransmits")
+    outcome.throughput = end["sum_received"]["bits_per_second"]
+    outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
+                                      for stream in end["streams"]]
+    if outcome.flow.spec.paced:  # a UDP test: its datagrams' jitter and loss
+        outcome.jitter_ms = end["sum"]["jitter_ms"]
+        outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
+    outcome.one_way_ms = one_way(end["streams"])
+    medians = timed(end["streams"], "one_way_delay")
+    if medians:
+        outcome.one_way_p50_ms = (sum(d["p50_ms"] * d["count"] for d in medians)
+                                  / sum(d["count"] for d in medians))
+    writes = one_way(end["streams"], "write_to_read_delay")
+    outcome.write_delay_ms = (writes[1], writes[2]) if writes is not None else None
+    receiver = end["streams"][0]["receiver"]
+    if "frame_latency" in receiver:
+        latency = receiver["frame_latency"]
+        outcome.frames = (receiver["frames"], receiver["frames_lost"])
+        outcome.frame_latency_ms = (latency.get("mean_ms"), latency.get("p99_ms"))
+    outcome.sockets = [(c["local_host"], c["local_port"], c["remote_host"], c["remote_port"])
+                       for c in result.get("start", {}).get("connected", [])]
+    received = result.get("server_intervals") or result["intervals"]
+    # On the flows' clock (0 = the step's agreed start), as events are: the test measures
+    # from after its handshakes, which take several round trips.
+    began = end.get("measurement_start", {}).get("monotonic")
+    shift = began - outcome.started if began is not None and outcome.started else 0.0
+    outcome.intervals = [(i["sum"]["start"] + shift, i["sum"]["end"] + shift,
+                          i["sum"]["bits_per_second"]) for i in received]
+    outcome.ok = "error" not in result
+
+
+def one_way(streams: list[dict[str, Any]], key: str = "one_way_delay"
+            ) -> tuple[float, float, float] | None:
+    """The receivers' one-way delays (`key`: of the path, or write_to_read_delay) over all
+    of a flow's connections: the least, the mean (weighted by what each timed) and the
+    largest 99th percentile, ms."""
+    delays = timed(streams, key)
+    if not delays:
+        return None
+    count = sum(d["count"] for d in delays)
+    return (min(d["min_ms"] for d in delays),
+            sum(d["mean_ms"] * d["count"] for d in delays) / count,
+            max(d["p99_ms"] for d in delays))
+
+
+def timed(streams: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The receivers' delay summaries under `key` that timed anything."""
+    return [s["receiver"][key] for s in streams if s["receiver"].get(key, {}).get("count")]
+
+
+def ping_times(text: str) -> list[float]:
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", text)]
