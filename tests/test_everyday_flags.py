@@ -119,6 +119,12 @@ def test_tos_is_on_the_wire_in_both_directions(server, tmp_path, flags, tos):
     from_server = {byte for source, byte in data if source == port}
     from_client = {byte for source, byte in data if source != port}
     assert from_server == {tos} and from_client == {tos}, (from_server, from_client)
+    # From the SYN on, so that a DiffServ class sees the whole connection: the two data
+    # connections' SYNs are marked, the control connection's (iperf3's too) is not.
+    syns = subprocess.run(["tshark", "-r", str(tmp_path / "tos.pcapng"), "-Y",
+                           "tcp.flags.syn == 1 && tcp.flags.ack == 0", "-T", "fields", "-e",
+                           "ip.dsfield"], capture_output=True, text=True, check=True).stdout
+    assert sorted(int(byte, 16) for byte in syns.split()) == [0, tos, tos]
 
 
 @pytest.mark.parametrize("protocol", [[], ["-u"]])

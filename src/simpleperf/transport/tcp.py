@@ -136,7 +136,7 @@ def connect_to_server(options: ClientOptions, stream: int | None = None) -> sock
                        family=options.family, local=options.local)
     sock = connect(options.host, options.port, options.connect_timeout, window=options.window,
                    congestion=options.congestion, family=options.family, local=options.local,
-                   mss=options.mss, local_port=stream_port(options, stream))
+                   mss=options.mss, local_port=stream_port(options, stream), tos=options.tos)
     if options.snd_timeout is not None:  # data unacknowledged this long ends the test
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
                         int(options.snd_timeout * 1000))
@@ -151,9 +151,9 @@ def stream_port(options: ClientOptions, stream: int) -> int:
 def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             window: int | None = None, congestion: str | None = None,
             family: int = socket.AF_UNSPEC, local: str | None = None,
-            mss: int | None = None, local_port: int = 0) -> socket.socket:
+            mss: int | None = None, local_port: int = 0, tos: int = 0) -> socket.socket:
     """A connected socket, trying each address of `host` in turn; `local` and `local_port`
-    bind our end."""
+    bind our end; `tos` marks it from its SYN on (a DiffServ class sees the whole flow)."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
     except socket.gaierror:
@@ -166,6 +166,8 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             set_congestion(sock, congestion)
             if mss is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+            if tos:
+                set_tos(sock, tos)
             if local is not None or local_port:
                 bind_local(sock, local, local_port)
             sock.settimeout(timeout)

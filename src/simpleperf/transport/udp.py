@@ -125,7 +125,7 @@ GREETING_SECONDS_ALIVE = 30.0  # ... and one whose control connection stays open
 def open_greeted(host: str, port: int, family: int, local: str | None, greeting: bytes,
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
                  local_port: int = 0, dont_fragment: bool = False,
-                 control: socket.socket | None = None) -> socket.socket:
+                 control: socket.socket | None = None, tos: int = 0) -> socket.socket:
     """A UDP socket connected to the server's port (from `local_port`, or any), once the
     server answered `greeting` (sent again after GREETING_WAIT, doubling to
     GREETING_WAIT_MAX, for GREETING_SECONDS) with one of `answers`. With the test's
@@ -145,6 +145,8 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
         raise SimpleperfError(f"cannot open a UDP socket from port {local_port}: "
                               f"{(error.strerror or str(error)).lower()}") from None
     try:
+        if tos:  # the greeting too: a DiffServ class sees the whole flow
+            tcp.set_tos(sock, tos)
         if dont_fragment:
             forbid_fragments(sock)
         if receiving:
@@ -188,7 +190,7 @@ def greet_server(options: ClientOptions, number: int, greeting: bytes,
     return open_greeted(options.host, options.port, options.family, options.local, greeting,
                         answers, receiving, options.window,
                         local_port=tcp.stream_port(options, number),
-                        dont_fragment=options.dont_fragment, control=control)
+                        dont_fragment=options.dont_fragment, control=control, tos=options.tos)
 
 
 class Pacer:
