@@ -379,8 +379,9 @@ def test_every_link_property_is_defined_once_and_reaches_every_way_in() -> None:
         value = getattr(parser.parse_args(["up", "pair", "--rate", "10M", *given]), prop.name)
         expected = prop.parse(value, prop.name)
         assert expected not in (None, 0, False)  # the example shapes the link
-        paired = topology.pair(**{"rate": "10M", prop.name: value}).links[0]
-        from_file = topology.reshape({"bw": "10M", prop.mininet: value}, "link x",
+        queue = {"qdisc": prop.qdiscs[0]} if prop.qdiscs else {}  # a parameter's discipline
+        paired = topology.pair(**{"rate": "10M", **queue, prop.name: value}).links[0]
+        from_file = topology.reshape({"bw": "10M", **queue, prop.mininet: value}, "link x",
                                      topology.Shaping())
         assert getattr(paired.a_to_b, prop.name) == getattr(from_file, prop.name) == expected
         if prop.live:
@@ -411,3 +412,58 @@ def test_a_link_is_built_and_set_anew_from_the_same_stages() -> None:
     assert stages.netem("ifb1a", topology.Shaping()) is None
     kept = stages.netem("ifb1a", topology.Shaping(), keep=True)
     assert kept is not None and kept.options == stages.NO_DELAY
+
+
+@pytest.mark.parametrize("qdisc,options", [
+    ("droptail", "pfifo limit 100"),
+    ("codel", "codel limit 100 target 5000us interval 100000us ecn"),
+    ("fq_codel", "fq_codel limit 100 flows 256 quantum 300 target 5000us interval 100000us ecn"),
+    ("pie", "pie limit 100 target 15000us tupdate 15000us ecn"),
+    ("fq_pie", "fq_pie limit 100 flows 256 quantum 300 target 15000us tupdate 15000us ecn"),
+    ("cake", "cake unlimited memlimit 151400"),
+])
+def test_each_queue_discipline_is_one_stage_below_the_rate(qdisc: str, options: str) -> None:
+    """The queue stage under tbf: the kernel's discipline with the link's packet limit and
+    the kernel's names for what the link tunes (what it leaves out keeps the default)."""
+    tuning = {"codel": {"target": "5ms", "interval": "100ms"},
+              "fq_codel": {"flows": 256, "quantum": 300, "target": "5ms", "interval": "100ms"},
+              "pie": {"target": "15ms", "tupdate": "15ms"},
+              "fq_pie": {"flows": 256, "quantum": 300, "target": "15ms", "tupdate": "15ms"}}
+    spec = {"bw": "10M", "max_queue_size": 100, "qdisc": qdisc, **tuning.get(qdisc, {}),
+            **({"ecn": True} if qdisc != "droptail" else {})}
+    shaping = topology.reshape(spec, "link x", topology.Shaping())
+    _, queue = stages.egress("w1b", shaping)
+    assert (queue.parent, queue.handle) == ("1:1", "10:")
+    assert f"{queue.kind} {queue.options}" == options
+    assert qdisc in shaping.describe() or qdisc == "droptail"
+
+
+def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_afresh() -> None:
+    for spec, message in (({"bw": "10M", "qdisc": "red"}, "qdisc must be one of droptail"),
+                          ({"qdisc": "codel"}, "qdisc needs bw"),
+                          ({"bw": "10M", "target": "5ms"}, "target applies to qdisc codel"),
+                          ({"bw": "10M", "qdisc": "codel", "tupdate": "15ms"},
+                           "tupdate applies to qdisc pie or fq_pie, and the queue is codel"),
+                          ({"bw": "10M", "qdisc": "pie", "target": "0s"}, "from 1us to 10s"),
+                          ({"bw": "10M", "qdisc": "fq_codel", "flows": 0}, "from 1 to 65536"),
+                          ({"bw": "10M", "ecn": True}, "ecn applies to qdisc codel")):
+        with pytest.raises(TopologyError, match=message):
+            topology.reshape(spec, "link x", topology.Shaping())
+    codel = topology.reshape({"bw": "10M", "qdisc": "codel", "ecn": True, "target": "2ms",
+                              "interval": "50ms"}, "link x", topology.Shaping())
+    pie = topology.reshape({"qdisc": "pie"}, "link x", codel)  # lab link set --qdisc pie
+    assert (pie.qdisc, pie.ecn, pie.target, pie.interval) == ("pie", True, None, None)
+    tail = topology.reshape({"qdisc": "droptail"}, "link x", codel)
+    assert (tail.qdisc, tail.ecn, tail.target) == ("droptail", False, None)
+
+
+def test_a_discipline_the_kernel_lacks_is_named_before_anything_is_built() -> None:
+    from simpleperf.lab.net import lifecycle
+
+    kernel = Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True,
+                          aqm=frozenset({"fq_codel"}))
+    model = topology.pair(rate="10M", qdisc="fq_codel")
+    kernel.require_queues(lifecycle.queues_of(model))  # it has that one
+    with pytest.raises(ValueError, match="link h1-h2 a_to_b: qdisc codel needs the kernel's "
+                       "sch_codel, which this kernel lacks \\(it has fq_codel\\)"):
+        kernel.require_queues(lifecycle.queues_of(topology.pair(rate="10M", qdisc="codel")))

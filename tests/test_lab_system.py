@@ -538,8 +538,43 @@ def test_the_netem_kernel_offers_the_aqm_qdiscs():
     """Debian's kernel (the guest's) has them as modules: later work on queue disciplines
     can use the kernel's own."""
     out = lab("probe").stdout
-    for name in ("netem", "ifb", "codel", "fq_codel", "pie", "fq"):
+    for name in ("netem", "ifb", "codel", "fq_codel", "pie", "fq_pie", "cake"):
         assert re.search(rf"^  {name}\b.* yes$", out, re.M), (name, out)
+
+
+@pytest.mark.guest
+def test_a_links_queue_discipline_is_the_kernels_or_one_line():
+    """With the kernel's AQM (the guest's): the discipline sits below the rate limiter with
+    the link's limit and tuning, and `link set` swaps it for another kind and back. Without
+    it (this machine): one line naming what is missing, and nothing built."""
+    from simpleperf.lab.net.shaping.probe import probe
+
+    if "fq_codel" not in probe().aqm:
+        done = lab("up", "pair", "--rate", "10M", "--qdisc", "fq_codel", check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert "qdisc fq_codel needs the kernel's sch_fq_codel" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert_gone({"h1", "h2", "pair-wire"})
+        return
+    lab("up", "pair", "--rate", "10M", "--queue", "100", "--delay", "1ms", "--qdisc",
+        "fq_codel", "--ecn", "--target", "2ms")
+    try:
+        def queue() -> str:
+            shown = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
+                                   capture_output=True, text=True, check=True).stdout
+            (line,) = [x for x in shown.splitlines() if "parent 1:1" in x]
+            return line
+
+        assert re.search(r"fq_codel 10: parent 1:1 limit 100p flows 1024 .*target 2ms "
+                         r".*\becn\b", queue()), queue()
+        lab("link", "h1-h2", "set", "--qdisc", "codel")
+        assert re.search(r"codel 10: parent 1:1 limit 100p target 5ms interval 100ms ecn",
+                         queue()), queue()
+        lab("link", "h1-h2", "set", "--qdisc", "droptail")
+        assert "pfifo 10: parent 1:1 limit 100p" in queue()
+        assert in_node("h1", "ping", "-c", "2", "-i", "0.2", "10.0.0.2").returncode == 0
+    finally:
+        lab("down", "pair", check=False)
 
 
 @pytest.mark.own_shaper

@@ -21,6 +21,11 @@ from .errors import TopologyError
 MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
 MAX_DELAY = 10.0  # seconds
 MAX_QUEUE = 1_000_000  # packets
+# Queue disciplines a link direction's queue can run: drop-tail (a pfifo), or the kernel's
+# active queue management (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE, CAKE).
+QDISCS = ("droptail", "codel", "fq_codel", "pie", "fq_pie", "cake")
+AQM_TIMES = (1e-6, 10.0)  # seconds: a target, interval or update period
+MAX_FLOWS = 65536  # fq_codel's and fq_pie's flow queues (the kernel's limit)
 
 
 def rate(value: Any, where: str) -> float:
@@ -76,12 +81,47 @@ def packets(value: Any, where: str) -> int:
     return value
 
 
+def qdisc(value: Any, where: str) -> str:
+    if value not in QDISCS:
+        raise TopologyError(f"{where} must be one of {', '.join(QDISCS)}, not {value!r}")
+    return str(value)
+
+
+def aqm_time(value: Any, where: str) -> float:
+    seconds = duration(value, where)
+    if not AQM_TIMES[0] <= seconds <= AQM_TIMES[1]:
+        raise TopologyError(f"{where} = {value!r} must be from 1us to 10s")
+    return seconds
+
+
+def flow_queues(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FLOWS:
+        raise TopologyError(f"{where} must be a whole number from 1 to {MAX_FLOWS}, "
+                            f"not {value!r}")
+    return value
+
+
+def quantum(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 64 <= value <= 1 << 20:
+        raise TopologyError(f"{where} must be a whole number of bytes from 64 to 1048576, "
+                            f"not {value!r}")
+    return value
+
+
 def packets_text(text: str) -> int:
     """A number of packets given as text (a flag, a sweep's value)."""
     try:
         return int(text)
     except ValueError:
         raise ValueError(f"must be a whole number of packets, not '{text}'") from None
+
+
+def int_text(text: str) -> int:
+    """A whole number given as text (a flag, a sweep's value)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"must be a whole number, not '{text}'") from None
 
 
 @dataclass(frozen=True)
@@ -95,6 +135,7 @@ class LinkProperty:
     sweep: bool = True  # a pair experiment may sweep it
     at_switch: bool = False  # can act at a switch's port (only a rate limiter sits there)
     from_text: Callable[[str], Any] = str  # a value given as text, before parse
+    qdiscs: tuple[str, ...] = ()  # a queue discipline's parameter: the disciplines it tunes
 
     @property
     def switch(self) -> bool:
@@ -115,8 +156,26 @@ PROPERTIES: tuple[LinkProperty, ...] = (
     LinkProperty("reorder", "reorder", flag, "let jitter reorder packets", live=False,
                  sweep=False),
     LinkProperty("loss", "loss", loss, "random loss in each direction", "1%"),
-    LinkProperty("queue", "max_queue_size", packets, "drop-tail queue in packets (needs a "
+    LinkProperty("queue", "max_queue_size", packets, "the queue's limit in packets (needs a "
                  "rate)", "50", at_switch=True, from_text=packets_text),
+    LinkProperty("qdisc", "qdisc", qdisc, f"queue discipline: {', '.join(QDISCS)}",
+                 "fq_codel", at_switch=True),
+    LinkProperty("ecn", "ecn", flag, "the queue discipline marks ECN-capable packets CE "
+                 "instead of dropping them", live=False, sweep=False, at_switch=True,
+                 qdiscs=QDISCS[1:]),
+    LinkProperty("target", "target", aqm_time, "AQM target queue delay (kernel default: "
+                 "codel, fq_codel 5ms; pie, fq_pie 15ms)", "5ms", at_switch=True,
+                 qdiscs=("codel", "fq_codel", "pie", "fq_pie")),
+    LinkProperty("interval", "interval", aqm_time, "CoDel's interval (default 100ms)",
+                 "100ms", at_switch=True, qdiscs=("codel", "fq_codel")),
+    LinkProperty("tupdate", "tupdate", aqm_time, "PIE's drop probability update period "
+                 "(default 15ms)", "15ms", at_switch=True, qdiscs=("pie", "fq_pie")),
+    LinkProperty("flows", "flows", flow_queues, "flow queues of fq_codel and fq_pie "
+                 "(default 1024)", "1024", at_switch=True, qdiscs=("fq_codel", "fq_pie"),
+                 from_text=int_text),
+    LinkProperty("quantum", "quantum", quantum, "bytes a flow queue may send per round "
+                 "(fq_codel, fq_pie; default 1514)", "1514", at_switch=True,
+                 qdiscs=("fq_codel", "fq_pie"), from_text=int_text),
 )
 BY_NAME = {p.name: p for p in PROPERTIES}
 BY_MININET = {p.mininet: p for p in PROPERTIES}
@@ -130,6 +189,16 @@ def parse_mininet(spec: dict[str, Any], where: str) -> dict[str, Any]:
     """The model's values of the properties a topology's table gives by Mininet's names."""
     return {p.name: p.parse(spec[p.mininet], f"{where}: {p.mininet}")
             for p in PROPERTIES if p.mininet in spec}
+
+
+def check_qdisc(values: dict[str, Any], where: str) -> None:
+    """A discipline's parameters need that discipline (given, or already the link's)."""
+    chosen = values.get("qdisc", "droptail")
+    for prop in PROPERTIES:
+        given = values.get(prop.name)
+        if prop.qdiscs and given not in (None, False) and chosen not in prop.qdiscs:
+            raise TopologyError(f"{where}: {prop.mininet} applies to qdisc "
+                                f"{' or '.join(prop.qdiscs)}, and the queue is {chosen}")
 
 
 def to_mininet(values: dict[str, Any]) -> dict[str, Any]:

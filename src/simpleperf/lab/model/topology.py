@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import datafiles, routing
 from .errors import TopologyError
-from .link_properties import MININET_NAMES, PROPERTIES, parse_mininet, to_mininet
+from .link_properties import MININET_NAMES, PROPERTIES, check_qdisc, parse_mininet, to_mininet
 from .routing import Routing
 
 __all__ = ["Endpoint", "Link", "Node", "Route", "Shaping", "Topology", "TopologyError"]
@@ -41,7 +41,14 @@ class Shaping:
     jitter: float = 0.0  # standard deviation of the one-way delay, seconds
     reorder: bool = False  # may jitter reorder packets?
     loss: float = 0.0  # probability, 0..1
-    queue: int | None = None  # drop-tail queue at the rate limiter, packets
+    queue: int | None = None  # the queue's limit at the rate limiter, packets
+    qdisc: str = "droptail"  # its discipline (link_properties.QDISCS)
+    ecn: bool = False  # the discipline marks ECN-capable packets CE instead of dropping
+    target: float | None = None  # AQM target delay, seconds (None: the kernel's default)
+    interval: float | None = None  # CoDel's interval, seconds
+    tupdate: float | None = None  # PIE's update period, seconds
+    flows: int | None = None  # fq_codel's and fq_pie's flow queues
+    quantum: int | None = None  # bytes a flow queue sends per round
 
     @property
     def is_shaped(self) -> bool:
@@ -64,6 +71,13 @@ class Shaping:
             parts.append(f"loss {self.loss * 100:g}%")
         if self.queue is not None:
             parts.append(f"queue {self.queue} pkt")
+        if self.qdisc != "droptail":
+            tuned = [f"{name} {value * 1e3:g} ms" if isinstance(value, float)
+                     else f"{name} {value}" for name, value in (
+                         ("target", self.target), ("interval", self.interval),
+                         ("tupdate", self.tupdate), ("flows", self.flows),
+                         ("quantum", self.quantum)) if value is not None]
+            parts.append(" ".join([self.qdisc, *(["ecn"] if self.ecn else []), *tuned]))
         return ", ".join(parts) or "unshaped"
 
 
@@ -333,10 +347,22 @@ def reshape(spec: Any, where: str, base: Shaping) -> Shaping:
         raise TopologyError(f"{where}: must be a table")
     if where.endswith(("a_to_b", "b_to_a")):
         _only(spec, set(MININET_NAMES), where)
-    shaping = replace(base, **parse_mininet(spec, where))
+    values = parse_mininet(spec, where)
+    if values.get("qdisc", base.qdisc) != base.qdisc:
+        # Another discipline starts from its own defaults, not the old one's tuning (ECN
+        # stays asked for where the new one can mark).
+        fresh = Shaping()
+        base = replace(base, **{p.name: getattr(fresh, p.name) for p in PROPERTIES
+                                if p.qdiscs and (p.name != "ecn"
+                                                 or values["qdisc"] not in p.qdiscs)})
+    shaping = replace(base, **values)
     if shaping.queue is not None and shaping.rate is None:
         raise TopologyError(f"{where}: max_queue_size needs bw (a queue only forms behind a "
                             "rate limit)")
+    if shaping.qdisc != "droptail" and shaping.rate is None:
+        raise TopologyError(f"{where}: qdisc needs bw (a queue only forms behind a rate "
+                            "limit)")
+    check_qdisc(asdict(shaping), where)
     return shaping
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from ..model import link_properties, topology
 from ..model.topology import Link, Shaping, Topology
 from . import build, ownership, stages
+from .shaping.probe import probe
 from .system import CommandError, run
 
 
@@ -71,6 +72,12 @@ def apply(record: ownership.LabRecord, model: Topology, change: Change) -> None:
                        change.action == "up")
     else:
         check_target(model, change)
+        wanted = (change.shaping or {}).get("qdisc")
+        if wanted not in (None, "droptail"):
+            try:
+                probe().require_queues({f"link {change.target}": str(wanted)})
+            except ValueError as error:
+                raise ChangeError(str(error)) from None
         _set_shaping(record, model, find_link(model, change.target), change.shaping or {})
     record.save()
 
@@ -175,13 +182,13 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
         allowed = [p.mininet for p in link_properties.PROPERTIES if p.at_switch]
         if any(key not in allowed for key in fields):
             raise ChangeError(f"link {link.name} joins a switch: only its "
-                              f"{' and '.join(allowed)} can be set")
+                              f"{', '.join(allowed)} can be set")
         for end, old, new in ((link.a, before.a_to_b, after.a_to_b),
                               (link.b, before.b_to_a, after.b_to_a)):
             if model.nodes[end.node].kind == "switch":
                 continue
             if new.rate is not None:
-                _replace_rate(end.node, end.interface, new)
+                _replace_rate(end.node, end.interface, old, new)
             elif old.rate is not None:
                 run(["ip", "netns", "exec", end.node, "tc", "qdisc", "del", "dev", end.interface,
                      "root"])
@@ -191,8 +198,8 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
         directions = ((port_a, port_b, before.a_to_b, after.a_to_b),
                       (port_b, port_a, before.b_to_a, after.b_to_a))
         for ingress, egress, old, new in directions:
-            if new.rate is not None and (new.rate, new.queue) != (old.rate, old.queue):
-                _replace_rate(wire, egress, new)
+            if new.rate is not None and stages.egress(egress, new) != stages.egress(egress, old):
+                _replace_rate(wire, egress, old, new)
             elif new.rate is None and old.rate is not None:
                 run(["ip", "netns", "exec", wire, "tc", "qdisc", "del", "dev", egress, "root"])
             if record.backend == "netem":
@@ -202,8 +209,17 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
                 after if x.name == link.name else x for x in now.links)), link, after)
 
 
-def _replace_rate(namespace: str, device: str, shaping: Shaping) -> None:
-    lines = [qdisc.command("replace") for qdisc in stages.egress(device, shaping)]
+def _replace_rate(namespace: str, device: str, old: Shaping, new: Shaping) -> None:
+    """The rate limiter and its queue as `new` has them. A queue of another kind cannot be
+    replaced in place (the kernel changes a qdisc only into its own kind): it is removed,
+    and the new one added under the rate limiter."""
+    bucket, queue = stages.egress(device, new)
+    lines = [bucket.command("replace")]
+    before = stages.egress(device, old)
+    if before and before[1].kind != queue.kind:
+        lines += [f"qdisc del dev {device} parent {queue.parent}", queue.command("add")]
+    else:
+        lines.append(queue.command("replace"))
     run(["ip", "netns", "exec", namespace, "tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 

@@ -107,12 +107,19 @@ def change(name: str | None, wanted: changes.Change) -> tuple[float, str]:
     return took, said
 
 
+def queues_of(model: topology.Topology) -> dict[str, str]:
+    """Each shaped link direction's queue discipline, by `link NAME a_to_b`."""
+    return {f"link {link.name} {side}": getattr(link, side).qdisc for link in model.links
+            for side in ("a_to_b", "b_to_a")}
+
+
 def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None,
        persistent: bool = True, say: Callable[[str], None] = print) -> ownership.LabRecord:
     require_root()
     capabilities = _probed()
     try:
         backend, why = capabilities.choose(shaper)
+        capabilities.require_queues(queues_of(model))
     except ValueError as error:
         raise LabError(str(error)) from None
     try:

@@ -1,5 +1,6 @@
 """A link direction's shaping as stages of data, chained by parent as Mininet's TCIntf chains
-them: at the wire's egress the rate limiter (tbf, root) and under it the queue (pfifo); with
+them: at the wire's egress the rate limiter (tbf, root) and under it the queue (a drop-tail
+pfifo, or the kernel's AQM: codel, fq_codel, pie, fq_pie, cake); with
 netem, delay, jitter and loss on the ifb the wire port's ingress is redirected to. `lab up`
 adds each stage, `lab link set` and events replace them: the same data, another verb, so no
 command text is ever edited.
@@ -63,9 +64,28 @@ def egress(device: str, shaping: Shaping) -> tuple[Qdisc, ...]:
     # tbf's own limit sizes a default byte queue that the pfifo replaces.
     bucket = Qdisc(device, "1:", "tbf", f"rate {rate}bit burst {burst} peakrate "
                    f"{int(PEAK_RATE)}bit mtu {SEGMENTING_MTU} limit 1000000")
-    queue = Qdisc(device, "10:", "pfifo", f"limit {shaping.queue or DEFAULT_QUEUE}",
-                  parent="1:1")
-    return bucket, queue
+    return bucket, queue_stage(device, shaping)
+
+
+def queue_stage(device: str, shaping: Shaping) -> Qdisc:
+    """The queue below the rate limiter: drop-tail (a pfifo of `queue` packets) or the
+    kernel's AQM with the same packet limit and the kernel's names for its parameters;
+    what is not given keeps the kernel's default."""
+    limit = shaping.queue or DEFAULT_QUEUE
+    if shaping.qdisc == "droptail":
+        return Qdisc(device, "10:", "pfifo", f"limit {limit}", parent="1:1")
+    options = [f"limit {limit}"]
+    for name in ("flows", "quantum"):
+        if getattr(shaping, name) is not None:
+            options.append(f"{name} {getattr(shaping, name)}")
+    for name in ("target", "interval", "tupdate"):
+        if getattr(shaping, name) is not None:
+            options.append(f"{name} {getattr(shaping, name) * 1e6:.0f}us")
+    if shaping.qdisc == "cake":  # its own shaper off: tbf above it sets the rate; it
+        options = ["unlimited", f"memlimit {limit * FRAME_BYTES}"]  # marks ECT always
+    else:
+        options.append("ecn" if shaping.ecn else "noecn")
+    return Qdisc(device, "10:", shaping.qdisc, " ".join(options), parent="1:1")
 
 
 def netem(device: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ...model.link_properties import QDISCS
 from ..system import CommandError, run
 
 SHAPERS = ("auto", "netem", "own")
 # The default of --shaper, for a user (or a test session) who always wants one backend.
 SHAPER_ENV = "SIMPLEPERF_SHAPER"
 
-# Active queue management the kernel may offer, for links that want the kernel's own.
-AQM_QDISCS = ("codel", "fq_codel", "pie", "fq", "cake")
+# Active queue management the kernel may offer, for links whose qdisc is one of them.
+AQM_QDISCS = QDISCS[1:]
 
 # Runs under `unshare --net`: the namespace has no name and the kernel frees it when the
 # shell exits, so nothing can be left behind, even if this process is killed meanwhile.
@@ -51,6 +52,17 @@ class Capabilities:
         lines = [f"  {name:<40} {'yes' if present else 'no'}" for name, present in has.items()]
         lines += [f"  {name:<40} {'yes' if name in self.aqm else 'no'}" for name in AQM_QDISCS]
         return "\n".join(lines)
+
+    def require_queues(self, wanted: dict[str, str]) -> None:
+        """wanted: link direction -> its qdisc. ValueError naming the first this kernel
+        lacks (either shaper puts the kernel's AQM below its rate limiter)."""
+        for where, name in wanted.items():
+            if name != "droptail" and name not in self.aqm:
+                has = ", ".join(sorted(self.aqm)) or "none of them"
+                raise ValueError(f"{where}: qdisc {name} needs the kernel's sch_{name}, which "
+                                 f"this kernel lacks (it has {has}); Debian's "
+                                 "linux-image-amd64 has codel, fq_codel, pie, fq_pie and cake "
+                                 "(scripts/netem-guest boots it)")
 
     def choose(self, given: str | None) -> tuple[str, str]:
         """('netem' or 'own', why) for --shaper auto|netem|own, or for SHAPER_ENV when not
