@@ -308,6 +308,27 @@ def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
     assert steady.next_release() is None
 
 
+def test_a_packet_that_arrives_while_the_queues_are_drained_waits_its_whole_delay():
+    """The wake-up's time is taken before the queues are read; a packet stamped after it
+    (it arrived during the drain) must still leave a full delay after its own stamp, not
+    after the wake-up (which released packets up to 1.4 ms early on a busy machine)."""
+    import time
+
+    from simpleperf.lab.net.shaping.delayline import DirectionQueue, QueueReader
+
+    class Arriving(QueueReader):
+        def batches(self, sock):
+            yield [(7, time.time())]  # the kernel stamped it just now
+
+    queue = DirectionQueue(1, delay=0.005, jitter=0.0, reorder=False, sock=object())  # type: ignore[arg-type]
+    woke = time.monotonic() - 0.002  # the wake-up, 2 ms before the read
+    reader = Arriving()
+    reader.read([queue], woke)
+    ((release, packet),) = queue.in_order
+    assert packet == 7 and release >= woke + 0.002 + 0.005 - 0.0002
+    assert release <= time.monotonic() + 0.005  # and never past when it was read
+
+
 def test_every_packet_of_a_read_leaves_its_own_delay_after_its_own_arrival():
     """A read holds many packets that arrived apart: none may wait for the last of them,
     and none may overtake an earlier one (here a jittered release)."""

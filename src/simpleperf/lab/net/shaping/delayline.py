@@ -272,16 +272,23 @@ class QueueReader:
         self.rng = random.Random()
 
     def read(self, queues: list[DirectionQueue], now: float) -> None:
+        """Every queue's new arrivals, admitted at their kernel stamps. A stamp is never
+        taken past the moment its batch was read (a packet cannot arrive later than that),
+        and never clamped to `now`, the wake-up's time: packets keep arriving while the
+        queues are drained, and one stamped after `now` would leave early by the
+        difference (seen: 0.3-1.4 ms early on a busy 2-core machine)."""
         offset = wall_minus_monotonic()  # kernel stamps are wall-clock; ours is monotonic
+        clock = time.monotonic
         for queue in queues:
             queue.last_read = now
             for packets in self.batches(queue.netlink):
+                read_at = clock()
                 arrivals = []
                 for packet_id, stamp in packets:
                     if stamp is None:
                         queue.stamped = False
-                    arrivals.append((packet_id,
-                                     now if stamp is None else min(now, stamp - offset)))
+                    arrivals.append((packet_id, read_at if stamp is None
+                                     else min(read_at, stamp - offset)))
                 if arrivals:
                     queue.admit(arrivals, self.rng)
 
