@@ -113,10 +113,12 @@ def only(table: dict[str, Any], allowed: set[str], where: str, error: type[Excep
                     f"{', '.join(sorted(allowed)) or 'none'})")
 
 
-def count(value: Any, where: str, low: int, high: int, error: type[Exception]) -> int:
-    """A whole number from low to high (not a bool, which TOML keeps apart)."""
+def count(value: Any, where: str, low: int, high: int, error: type[Exception],
+          unit: str = "") -> int:
+    """A whole number (of `unit`) from low to high (not a bool, which TOML keeps apart)."""
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise error(f"{where} must be a whole number from {low} to {high}, not {value!r}")
+        of = f" of {unit}" if unit else ""
+        raise error(f"{where} must be a whole number{of} from {low} to {high}, not {value!r}")
     return value
 
 

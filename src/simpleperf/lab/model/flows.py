@@ -158,7 +158,7 @@ def parse(raw: Any, where: str) -> Flow:
                                                ExperimentError)
     for name, read in FIELDS.items():
         if name in raw:
-            values.update(read(raw, kind, f"{where}: {name}"))
+            values.update(read(raw, kind, name, f"{where}: {name}"))
     values.update(_defaults(raw, kind, where))
     label = datafiles.text(raw.get("label", f"{raw['from']}-{raw['to']}"), f"{where}: label",
                            ExperimentError)
@@ -187,13 +187,12 @@ def _defaults(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]
 
 
 def _count_of(low: int, high: int) -> Any:
-    def read(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
-        name = where.rsplit(": ", 1)[1]
+    def read(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
         return {name: datafiles.count(raw[name], where, low, high, ExperimentError)}
     return read
 
 
-def _rate(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _rate(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     rate = raw["rate"]
     if rate not in ("auto", "probe"):
         try:
@@ -206,21 +205,22 @@ def _rate(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
     return {"rate": rate}
 
 
-def _length(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _length(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     low, high = (MIN_UDP_LENGTH, MAX_UDP_LENGTH) if kind.paced else (MIN_LENGTH, MAX_LENGTH)
     return {"length": datafiles.count(raw["length"], where, low, high, ExperimentError)}
 
 
-def _frames(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _frames(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     """A udp flow of video frames: its FPS:MEAN,STDEV, and MEAN as the flow's rate."""
     text = raw["frames"]
+    flow = where.removesuffix(f": {name}")
     if "rate" in raw:
-        raise ExperimentError(f"{where.rsplit(': ', 1)[0]}: frames applies to udp flows, "
+        raise ExperimentError(f"{flow}: frames applies to udp flows, "
                               "which then take their rate from it (leave out rate)")
     if not isinstance(text, str) or not text:
         raise ExperimentError(f"{where} must be a string such as \"60:20M,2M\"")
     if isinstance(raw.get("length"), int) and raw["length"] < MIN_ISOCHRONOUS_UDP_LENGTH:
-        raise ExperimentError(f"{where.rsplit(': ', 1)[0]}: frames need a length of at least "
+        raise ExperimentError(f"{flow}: frames need a length of at least "
                               f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")
     try:
         frames = parse_isochronous(text)
@@ -230,7 +230,7 @@ def _frames(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
     return {"frames": text, "rate": frames["frame_load"]}
 
 
-def _congestion(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _congestion(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     congestion = raw["congestion"]
     if not is_congestion_name(congestion):
         raise ExperimentError(f"{where} names a tcp flow's congestion control, such as "
@@ -238,7 +238,7 @@ def _congestion(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, An
     return {"congestion": congestion}
 
 
-def _dscp(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _dscp(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     """A name (EF, AF41, CS1, ...) or a number, as the tool's --dscp takes it."""
     code = dscp_code(raw["dscp"])
     if code is None:
@@ -246,7 +246,7 @@ def _dscp(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
     return {"dscp": code}
 
 
-def _window(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _window(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     window = raw["window"]
     try:
         size = parse_size(window) if isinstance(window, str) else int(window)
@@ -258,29 +258,28 @@ def _window(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
     return {"window": size}
 
 
-def _interval(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _interval(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     return {"interval": datafiles.seconds(raw["interval"], where, ExperimentError)}
 
 
-def _rtt_under_load(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _rtt_under_load(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     if not isinstance(raw["rtt_under_load"], bool):
         raise ExperimentError(f"{where} is true or false")
     return {"rtt_under_load": raw["rtt_under_load"]}
 
 
-def _size(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _size(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     return {"size": datafiles.size(raw["size"], where, 1, MAX_TRANSFER_SIZE, ExperimentError)}
 
 
-def _content(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
+def _content(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     if raw["content"] not in CONTENTS:
         raise ExperimentError(f"{where} must be one of {', '.join(CONTENTS)}, "
                               f"not {raw['content']!r}")
     return {"content": raw["content"]}
 
 
-def _command(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]:
-    name = where.rsplit(": ", 1)[1]
+def _command(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     command = raw[name]
     if (not isinstance(command, str) or not command.strip() or len(command) > MAX_COMMAND
             or "\x00" in command):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...units import parse_duration, parse_rate
+from . import datafiles
 from .errors import TopologyError
 
 MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
@@ -26,6 +27,7 @@ MAX_QUEUE = 1_000_000  # packets
 QDISCS = ("droptail", "codel", "fq_codel", "pie", "fq_pie", "cake")
 AQM_TIMES = (1e-6, 10.0)  # seconds: a target, interval or update period
 MAX_FLOWS = 65536  # fq_codel's and fq_pie's flow queues (the kernel's limit)
+MAX_QUANTUM = 1 << 20  # bytes a flow queue may send per round
 
 
 def rate(value: Any, where: str) -> float:
@@ -75,10 +77,7 @@ def flag(value: Any, where: str) -> bool:
 
 
 def packets(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_QUEUE:
-        raise TopologyError(f"{where} must be a whole number of packets from 1 to "
-                            f"{MAX_QUEUE}, not {value!r}")
-    return value
+    return datafiles.count(value, where, 1, MAX_QUEUE, TopologyError, "packets")
 
 
 def qdisc(value: Any, where: str) -> str:
@@ -95,33 +94,22 @@ def aqm_time(value: Any, where: str) -> float:
 
 
 def flow_queues(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FLOWS:
-        raise TopologyError(f"{where} must be a whole number from 1 to {MAX_FLOWS}, "
-                            f"not {value!r}")
-    return value
+    return datafiles.count(value, where, 1, MAX_FLOWS, TopologyError)
 
 
 def quantum(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 64 <= value <= 1 << 20:
-        raise TopologyError(f"{where} must be a whole number of bytes from 64 to 1048576, "
-                            f"not {value!r}")
-    return value
+    return datafiles.count(value, where, 64, MAX_QUANTUM, TopologyError, "bytes")
 
 
-def packets_text(text: str) -> int:
-    """A number of packets given as text (a flag, a sweep's value)."""
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"must be a whole number of packets, not '{text}'") from None
-
-
-def int_text(text: str) -> int:
-    """A whole number given as text (a flag, a sweep's value)."""
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"must be a whole number, not '{text}'") from None
+def whole_text(unit: str = "") -> Callable[[str], int]:
+    """Reads a whole number (of `unit`) given as text: a flag, a sweep's value."""
+    def read(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            of = f" of {unit}" if unit else ""
+            raise ValueError(f"must be a whole number{of}, not '{text}'") from None
+    return read
 
 
 @dataclass(frozen=True)
@@ -157,7 +145,7 @@ PROPERTIES: tuple[LinkProperty, ...] = (
                  sweep=False),
     LinkProperty("loss", "loss", loss, "random loss in each direction", "1%"),
     LinkProperty("queue", "max_queue_size", packets, "the queue's limit in packets (needs a "
-                 "rate)", "50", at_switch=True, from_text=packets_text),
+                 "rate)", "50", at_switch=True, from_text=whole_text("packets")),
     LinkProperty("qdisc", "qdisc", qdisc, f"queue discipline: {', '.join(QDISCS)}",
                  "fq_codel", at_switch=True),
     LinkProperty("ecn", "ecn", flag, "the queue discipline marks ECN-capable packets CE "
@@ -172,10 +160,10 @@ PROPERTIES: tuple[LinkProperty, ...] = (
                  "(default 15ms)", "15ms", at_switch=True, qdiscs=("pie", "fq_pie")),
     LinkProperty("flows", "flows", flow_queues, "flow queues of fq_codel and fq_pie "
                  "(default 1024)", "1024", at_switch=True, qdiscs=("fq_codel", "fq_pie"),
-                 from_text=int_text),
+                 from_text=whole_text()),
     LinkProperty("quantum", "quantum", quantum, "bytes a flow queue may send per round "
                  "(fq_codel, fq_pie; default 1514)", "1514", at_switch=True,
-                 qdiscs=("fq_codel", "fq_pie"), from_text=int_text),
+                 qdiscs=("fq_codel", "fq_pie"), from_text=whole_text()),
 )
 BY_NAME = {p.name: p for p in PROPERTIES}
 BY_MININET = {p.mininet: p for p in PROPERTIES}

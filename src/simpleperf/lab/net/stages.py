@@ -74,6 +74,9 @@ def queue_stage(device: str, shaping: Shaping) -> Qdisc:
     limit = shaping.queue or DEFAULT_QUEUE
     if shaping.qdisc == "droptail":
         return Qdisc(device, "10:", "pfifo", f"limit {limit}", parent="1:1")
+    if shaping.qdisc == "cake":  # its own shaper off: tbf above it sets the rate; it marks
+        return Qdisc(device, "10:", "cake", f"unlimited memlimit {limit * FRAME_BYTES}",
+                     parent="1:1")  # ECN-capable packets always
     options = [f"limit {limit}"]
     for name in ("flows", "quantum"):
         if getattr(shaping, name) is not None:
@@ -81,10 +84,7 @@ def queue_stage(device: str, shaping: Shaping) -> Qdisc:
     for name in ("target", "interval", "tupdate"):
         if getattr(shaping, name) is not None:
             options.append(f"{name} {getattr(shaping, name) * 1e6:.0f}us")
-    if shaping.qdisc == "cake":  # its own shaper off: tbf above it sets the rate; it
-        options = ["unlimited", f"memlimit {limit * FRAME_BYTES}"]  # marks ECT always
-    else:
-        options.append("ecn" if shaping.ecn else "noecn")
+    options.append("ecn" if shaping.ecn else "noecn")
     return Qdisc(device, "10:", shaping.qdisc, " ".join(options), parent="1:1")
 
 
