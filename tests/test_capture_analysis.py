@@ -233,3 +233,43 @@ def test_a_damaged_capture_is_an_error_or_a_warning_never_a_crash(tmp_path_facto
         return
     tcp.analyze(found.packets)
     udp.analyze(found.packets)
+
+
+def test_ecn_marks_and_echoes_are_counted_as_wireshark_shows_them(tmp_path: Path) -> None:
+    """CE-marked packets (the IP ECN field), and ECE and CWR outside the handshake (where
+    they negotiate ECN rather than echo a mark), per direction, against tshark's filters."""
+    def frame(source, destination, flags, tos, payload=0):
+        raw = bytearray(_frame(source, destination, 1, 1, flags, payload))
+        raw[15] = tos  # the IP header's second byte, after Ethernet's 14
+        checksum_free = dpkt.ethernet.Ethernet(bytes(raw))
+        checksum_free.data.sum = 0  # recomputed when packed
+        return bytes(checksum_free)
+
+    plan = [(CLIENT, SERVER, 0x02 | 0x40 | 0x80, 0),  # SYN asking for ECN: neither counts
+            (SERVER, CLIENT, 0x12 | 0x40, 0),  # SYN-ACK agreeing
+            (CLIENT, SERVER, 0x18, 2, MSS), (CLIENT, SERVER, 0x18, 3, MSS),  # ECT(0), CE
+            (SERVER, CLIENT, 0x10 | 0x40, 0), (SERVER, CLIENT, 0x10 | 0x40, 0),  # echoes
+            (CLIENT, SERVER, 0x18 | 0x80, 3, MSS),  # CWR, and marked again
+            (CLIENT, SERVER, 0x18, 1, MSS)]  # ECT(1)
+    path = tmp_path / "ecn.pcap"
+    _write(path, [(1_700_000_000 + i / 1e3, frame(*row)) for i, row in enumerate(plan)])
+    ours = {(d.source_port, d.destination_port): (d.ce_marked, d.ece_flags, d.cwr_flags)
+            for d in tcp.analyze(packets.read(path).packets)}
+
+    def tshark(expression: str) -> dict[tuple[int, int], int]:
+        out = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", expression, "-T",
+                              "fields", "-e", "tcp.srcport", "-e", "tcp.dstport"],
+                             capture_output=True, text=True, check=True).stdout
+        found: dict[tuple[int, int], int] = {}
+        for line in out.splitlines():
+            ends = tuple(int(x) for x in line.split("\t"))
+            found[ends] = found.get(ends, 0) + 1  # type: ignore[index]
+        return found
+
+    theirs = [tshark("ip.dsfield.ecn == 3"),
+              tshark("tcp.flags.ece == 1 && tcp.flags.syn == 0"),
+              tshark("tcp.flags.cwr == 1 && tcp.flags.syn == 0")]
+    for ends, counts in ours.items():
+        assert counts == tuple(found.get(ends, 0) for found in theirs), ends
+    assert ours[(CLIENT[1], SERVER[1])] == (2, 0, 1)
+    assert ours[(SERVER[1], CLIENT[1])] == (0, 2, 0)

@@ -81,12 +81,13 @@ def test_bad_buffers_are_refused():
         reader.drain(right.fileno(), bytearray(1024), 1024)  # closed
 
 
-def send_datagrams(namespace: str, count: int) -> tuple[float, float]:
-    """`count` UDP datagrams to the namespace's own discard port; the wall-clock window."""
+def send_datagrams(namespace: str, count: int, size: int = 1) -> tuple[float, float]:
+    """`count` UDP datagrams of `size` bytes to the namespace's own discard port; the
+    wall-clock window."""
     began = time.time()
     subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c",
                     "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                    f"for _ in range({count}): s.sendto(b'x', ('127.0.0.1', 9))"],
+                    f"for _ in range({count}): s.sendto(b'x' * {size}, ('127.0.0.1', 9))"],
                    check=True, timeout=60)
     return began, time.time()
 
@@ -105,7 +106,7 @@ def test_both_readers_take_every_packet_of_a_real_queue(empty_namespace, monkeyp
     stamper.setsockopt(socket.SOL_SOCKET, delayline.SO_TIMESTAMP, 1)
     queue = delayline.open_queue_socket(empty_namespace, number)
     with stamper, queue:
-        seen: list[tuple[int, float | None]] = []
+        seen: list[nfqueue.Queued] = []
         for pure in (False, True):
             if pure:
                 monkeypatch.setenv("SIMPLEPERF_PURE_PYTHON", "1")
@@ -118,11 +119,45 @@ def test_both_readers_take_every_packet_of_a_real_queue(empty_namespace, monkeyp
             assert len(packets) == 5000, pure
             if not pure:  # one call's limit, then the rest
                 assert len(batches[0]) == reader.MAX_PACKETS < 5000
-            ids = [packet_id for packet_id, _ in packets]
+            ids = [packet_id for packet_id, *_ in packets]
             first = ids[0] if not seen else seen[-1][0] + 1
             assert ids == list(range(first, first + 5000))
-            assert all(began - 0.001 <= stamp <= ended + 0.001 for _, stamp in packets
+            assert all(began - 0.001 <= stamp <= ended + 0.001 for _, stamp, *_ in packets
                        if stamp is not None)
-            assert all(stamp is not None for _, stamp in packets)
+            assert all(stamp is not None for _, stamp, *_ in packets)
+            assert all(packet[2:] == (0, b"") for packet in packets)  # metadata only
             queue.send(nfqueue.verdict_up_to(number, ids[-1]))
             seen += packets
+
+
+@pytest.mark.lab
+@pytest.mark.root
+@pytest.mark.own_shaper
+def test_a_queue_for_the_own_discipline_gives_lengths_and_headers(empty_namespace,
+                                                                   monkeypatch):
+    """Bound for headers, both readers give each packet's IP length and its first bytes (all
+    of a short packet, HEADER_BYTES of a long one, whose full length the kernel states)."""
+    number = 8
+    subprocess.run(["ip", "netns", "exec", empty_namespace, "iptables", "-t", "raw", "-A",
+                    "PREROUTING", "-i", "lo", "-p", "udp", "--dport", "9", "-j", "NFQUEUE",
+                    "--queue-num", str(number)], check=True)
+    queue = delayline.open_queue_socket(empty_namespace, number, headers=True)
+    with queue:
+        for pure, size in ((False, 1), (True, 1), (False, 1000), (True, 1000)):
+            monkeypatch.setenv("SIMPLEPERF_PURE_PYTHON", "1" if pure else "0")
+            send_datagrams(empty_namespace, 50, size)
+            time.sleep(0.2)
+            read = delayline.QueueReader()
+            assert (read.compiled is None) is pure
+            packets = [packet for batch in read.batches(queue) for packet in batch]
+            assert len(packets) == 50
+            length = 20 + 8 + size
+            assert {p[2] for p in packets} == {length}
+            shown = min(length, nfqueue.HEADER_BYTES)
+            for _, _, _, header in packets:
+                assert len(header) == shown
+                assert header[0] == 0x45 and header[9] == 17  # IPv4, UDP
+                assert struct.unpack("!H", header[2:4])[0] == length
+                assert struct.unpack("!H", header[22:24])[0] == 9  # the destination port
+            for packet_id, *_ in packets:
+                queue.send(nfqueue.verdict(number, packet_id, accept=False))

@@ -300,7 +300,7 @@ def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
     steady.stamped = False  # without kernel arrival times, reading late would delay packets
     assert steady.unread_wait == 0.0
     steady.stamped = True
-    steady.admit([(5, 1.0), (6, 1.001)], random.Random(1))
+    steady.admit([(5, 1.0, 0, b""), (6, 1.001, 0, b"")], random.Random(1))
     assert steady.next_release() == pytest.approx(1.010)
     assert steady.due(1.0099) == []
     assert steady.due(1.0109) == [nfqueue.verdict_up_to(1, 5)]  # each its own delay
@@ -318,7 +318,7 @@ def test_a_packet_that_arrives_while_the_queues_are_drained_waits_its_whole_dela
 
     class Arriving(QueueReader):
         def batches(self, sock):
-            yield [(7, time.time())]  # the kernel stamped it just now
+            yield [(7, time.time(), 0, b"")]  # the kernel stamped it just now
 
     queue = DirectionQueue(1, delay=0.005, jitter=0.0, reorder=False, sock=object())  # type: ignore[arg-type]
     woke = time.monotonic() - 0.002  # the wake-up, 2 ms before the read
@@ -335,10 +335,11 @@ def test_every_packet_of_a_read_leaves_its_own_delay_after_its_own_arrival():
     from simpleperf.lab.net.shaping.delayline import DirectionQueue
 
     steady = DirectionQueue(3, delay=0.005, jitter=0.0, reorder=False)
-    steady.admit([(10, 2.0), (11, 2.0002), (12, 2.0002), (13, 2.0009)], random.Random(1))
+    steady.admit([(n, t, 0, b"") for n, t in ((10, 2.0), (11, 2.0002), (12, 2.0002),
+                                                 (13, 2.0009))], random.Random(1))
     assert list(steady.in_order) == [(2.005, 10), (2.0052, 12), (2.0059, 13)]
     jittered = DirectionQueue(4, delay=0.005, jitter=0.0005, reorder=False)
-    arrivals = [(n, 3.0 + n * 1e-3) for n in range(200)]
+    arrivals = [(n, 3.0 + n * 1e-3, 0, b"") for n in range(200)]
     jittered.admit(arrivals, random.Random(2))
     releases = [release for release, _ in jittered.in_order]
     assert releases == sorted(releases) and len(set(releases)) == len(releases)
@@ -479,12 +480,45 @@ def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_af
 
 
 def test_a_discipline_the_kernel_lacks_is_named_before_anything_is_built() -> None:
-    from simpleperf.lab.net import lifecycle
+    from simpleperf.lab.net import build
 
-    kernel = Capabilities(tbf=True, netem=False, ifb=True, nfqueue=True,
+    kernel = Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True,
                           aqm=frozenset({"fq_codel"}))
     model = topology.pair(rate="10M", qdisc="fq_codel")
-    kernel.require_queues(lifecycle.queues_of(model))  # it has that one
+    kernel.require_queues(build.kernel_queues(model, "netem"), "netem")  # it has that one
+    codel = topology.pair(rate="10M", qdisc="codel")
     with pytest.raises(ValueError, match="link h1-h2 a_to_b: qdisc codel needs the kernel's "
-                       "sch_codel, which this kernel lacks \\(it has fq_codel\\)"):
-        kernel.require_queues(lifecycle.queues_of(topology.pair(rate="10M", qdisc="codel")))
+                       "sch_codel, which this kernel lacks \\(it has fq_codel\\); --shaper "
+                       "own runs codel, pie, fq_codel, fq_pie itself"):
+        kernel.require_queues(build.kernel_queues(codel, "netem"), "netem")
+    # The own shaper runs codel itself; cake it leaves to the kernel, which lacks it.
+    assert build.kernel_queues(codel, "own") == {}
+    cake = topology.pair(rate="10M", qdisc="cake")
+    with pytest.raises(ValueError, match="sch_cake, which this kernel lacks .*, and the own "
+                       "shaper implements only codel, pie, fq_codel, fq_pie"):
+        kernel.require_queues(build.kernel_queues(cake, "own"), "own")
+
+
+def test_hosts_and_routers_set_their_tcps_ecn_and_congestion_control() -> None:
+    from simpleperf.lab.net import build
+
+    data = {"name": "t", "hosts": {"h1": {"ecn": True, "congestion": "bbr"}, "h2": {}},
+            "routers": {"r1": {"ecn": False}},
+            "links": [{"a": "h1", "b": "r1", "a_address": "10.0.0.1/24",
+                       "b_address": "10.0.0.2/24"},
+                      {"a": "r1", "b": "h2", "a_address": "10.0.1.1/24",
+                       "b_address": "10.0.1.2/24"}]}
+    model = topology.from_dict(data, "t")
+    assert model.nodes["h1"].sysctls == ["net.ipv4.tcp_ecn=1",
+                                         "net.ipv4.tcp_congestion_control=bbr"]
+    assert model.nodes["r1"].sysctls == ["net.ipv4.tcp_ecn=0"]
+    assert model.nodes["h2"].sysctls == []
+    plan = build.plan(model, "own")
+    assert "net.ipv4.tcp_ecn=1" in plan.namespaces["h1"].sysctls
+    assert not any("tcp_" in x for x in plan.namespaces["h2"].sysctls)
+    for node, message in (({"ecn": "yes"}, "node h1: ecn must be true or false"),
+                          ({"congestion": "no such!"}, "node h1: congestion names a TCP"),
+                          ({"colour": "red"}, "node h1")):
+        bad = {**data, "hosts": {"h1": node, "h2": {}}}
+        with pytest.raises(TopologyError, match=message):
+            topology.from_dict(bad, "t")

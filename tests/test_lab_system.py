@@ -543,38 +543,111 @@ def test_the_netem_kernel_offers_the_aqm_qdiscs():
 
 
 @pytest.mark.guest
-def test_a_links_queue_discipline_is_the_kernels_or_one_line():
-    """With the kernel's AQM (the guest's): the discipline sits below the rate limiter with
-    the link's limit and tuning, and `link set` swaps it for another kind and back. Without
-    it (this machine): one line naming what is missing, and nothing built."""
+def test_a_links_queue_discipline_runs_in_the_kernel_or_the_delay_line():
+    """With netem (the guest's kernel): the kernel's discipline below the rate limiter with
+    the link's limit and tuning, and `link set` swaps it for another kind and back. With the
+    own shaper: the lab's own in the delay line (no kernel stage at the port), which `link
+    set` hands back to the kernel's pfifo and takes again; a discipline with no own
+    implementation that the kernel lacks is one line. `lab status` says which runs."""
     from simpleperf.lab.net.shaping.probe import probe
 
-    if "fq_codel" not in probe().aqm:
-        done = lab("up", "pair", "--rate", "10M", "--qdisc", "fq_codel", check=False)
-        assert done.returncode == 1 and "Traceback" not in done.stderr
-        assert "qdisc fq_codel needs the kernel's sch_fq_codel" in done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert_gone({"h1", "h2", "pair-wire"})
-        return
     lab("up", "pair", "--rate", "10M", "--queue", "100", "--delay", "1ms", "--qdisc",
         "fq_codel", "--ecn", "--target", "2ms")
     try:
         def queue() -> str:
             shown = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
                                    capture_output=True, text=True, check=True).stdout
-            (line,) = [x for x in shown.splitlines() if "parent 1:1" in x]
-            return line
+            return "\n".join(x for x in shown.splitlines() if "parent 1:1" in x)
 
-        assert re.search(r"fq_codel 10: parent 1:1 limit 100p flows 1024 .*target 2ms "
-                         r".*\becn\b", queue()), queue()
-        lab("link", "h1-h2", "set", "--qdisc", "codel")
-        assert re.search(r"codel 10: parent 1:1 limit 100p target 5ms interval 100ms ecn",
-                         queue()), queue()
+        def delay_line_plan() -> dict:
+            plans = [entry for path in ownership.RECORD_DIR.glob("pair.delayline*.json")
+                     for entry in json.loads(path.read_text())]
+            (entry,) = [e for e in plans if e["queue"] == 1]
+            return entry
+
+        status = lab("status", "pair").stdout
+        if session_shaper() == "netem":
+            assert "queue fq_codel: the kernel's sch_fq_codel (netem shaper)" in status
+            assert re.search(r"fq_codel 10: parent 1:1 limit 100p flows 1024 .*target 2ms "
+                             r".*\becn\b", queue()), queue()
+            lab("link", "h1-h2", "set", "--qdisc", "codel")
+            assert re.search(r"codel 10: parent 1:1 limit 100p target 5ms interval 100ms ecn",
+                             queue()), queue()
+        else:
+            assert "queue fq_codel: the lab's own, in the delay line (the own shaper)" in status
+            assert queue() == ""
+            entry = delay_line_plan()
+            assert (entry["qdisc"], entry["rate"]) == ("fq_codel", 10e6)
+            assert entry["settings"] == {"limit": 100, "ecn": True, "target": 0.002,
+                                         "interval": None, "tupdate": None, "flows": None,
+                                         "quantum": None}
+            lab("link", "h1-h2", "set", "--qdisc", "droptail")
+            assert "pfifo 10: parent 1:1 limit 100p" in queue()
+            assert "qdisc" not in delay_line_plan()
+            lab("link", "h1-h2", "set", "--qdisc", "codel")
+            assert queue() == "" and delay_line_plan()["qdisc"] == "codel"
+        assert in_node("h1", "ping", "-c", "2", "-i", "0.2", "10.0.0.2").returncode == 0
         lab("link", "h1-h2", "set", "--qdisc", "droptail")
         assert "pfifo 10: parent 1:1 limit 100p" in queue()
-        assert in_node("h1", "ping", "-c", "2", "-i", "0.2", "10.0.0.2").returncode == 0
+        if "cake" not in probe().aqm:
+            done = lab("link", "h1-h2", "set", "--qdisc", "cake", check=False)
+            assert done.returncode == 1 and "Traceback" not in done.stderr
+            assert "qdisc cake needs the kernel's sch_cake, which this kernel lacks" in \
+                done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+            assert "pfifo 10: parent 1:1 limit 100p" in queue()  # nothing changed
     finally:
         lab("down", "pair", check=False)
+
+
+ECN_PAIR = """name = "pair"
+[hosts]
+h1 = { ecn = true }
+h2 = { ecn = true }
+[[links]]
+name = "h1-h2"
+a = "h1"
+a_address = "10.0.0.1/24"
+b = "h2"
+b_address = "10.0.0.2/24"
+bw = 10
+delay = "10ms"
+qdisc = "codel"
+ecn = true
+"""
+
+
+@pytest.mark.own_shaper
+@pytest.mark.timing
+def test_the_own_codel_keeps_the_queue_short_and_marks_instead_of_dropping(tmp_path):
+    """CoDel in the delay line with a CUBIC flow saturating 10 Mbit/s: pings beside it see
+    the base RTT plus about the target, not the buffer (drop-tail: over 200 ms here); with
+    ECN asked for by both hosts (their topology's `ecn`), the receiver gets CE-marked
+    packets, the sender's result counts their echoes, and it retransmits nothing it would
+    otherwise have lost."""
+    (tmp_path / "pair.toml").write_text(ECN_PAIR)
+    lab("up", str(tmp_path / "pair.toml"))
+    try:
+        assert all(in_node(node, "sysctl", "-n", "net.ipv4.tcp_ecn").stdout.strip() == "1"
+                   for node in ("h1", "h2"))
+        with server_in_h2() as port:
+            client = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c",
+                                       "10.0.0.2", "-p", port, "-t", "6", "--native", "-C",
+                                       "cubic", "--no-latency", "-J"], stdout=subprocess.PIPE)
+            time.sleep(2)  # past slow start
+            rtts = ping_rtts("h1", "10.0.0.2", 30, 0.1)
+            out, _ = client.communicate(timeout=30)
+        end = json.loads(out)["end"]
+        assert end["sum_received"]["bits_per_second"] >= 0.9 * 10e6 * 1448 / 1514
+        assert end["sum_sent"]["delivered_ce"] > 0  # the sender's TCP_INFO saw the echoes
+        assert 20 <= statistics.median(rtts) <= 20 + 3 * 5 + 1, sorted(rtts)
+        # the fresh namespaces' absolute counters
+        counters = {node: dict(line.split()[:2] for line in in_node(
+            node, "nstat", "-a").stdout.splitlines()[1:]) for node in ("h1", "h2")}
+        assert int(counters["h2"].get("IpExtInCEPkts", 0)) > 0
+        assert int(counters["h1"].get("TcpRetransSegs", 0)) == 0
+    finally:
+        lab("down", "pair")
 
 
 @pytest.mark.own_shaper
@@ -588,3 +661,31 @@ def test_status_names_a_delay_line_that_stopped(pair_lab):
         time.sleep(0.05)
     out = lab("status", "pair").stdout
     assert f"pid {victim}, NOT RUNNING: links with delay pass nothing" in out
+
+
+def test_a_hosts_congestion_control_is_its_namespaces_default_or_one_line(tmp_path):
+    """A namespace may default only to an allowed algorithm (the kernel's rule): one the
+    kernel has but does not allow is one line saying how to allow it, and nothing is built;
+    an allowed one is the host's TCP default."""
+    def listed(name: str) -> list[str]:
+        return Path(f"/proc/sys/net/ipv4/tcp_{name}_congestion_control").read_text().split()
+
+    allowed = listed("allowed")
+    topology_file = tmp_path / "pair.toml"
+    topology_file.write_text(ECN_PAIR.replace("h1 = { ecn = true }",
+                                              f'h1 = {{ congestion = "{allowed[-1]}" }}'))
+    lab("up", str(topology_file))
+    try:
+        assert in_node("h1", "sysctl", "-n", "net.ipv4.tcp_congestion_control"
+                       ).stdout.strip() == allowed[-1]
+    finally:
+        lab("down", "pair")
+    refused = [name for name in listed("available") if name not in allowed]
+    for name in refused[:1]:
+        topology_file.write_text(ECN_PAIR.replace("h1 = { ecn = true }",
+                                                  f'h1 = {{ congestion = "{name}" }}'))
+        done = lab("up", str(topology_file), check=False)
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+        assert f"node h1: congestion {name} cannot be a network namespace's default" in \
+            done.stderr
+        assert_gone({"h1", "h2", "pair-wire"})

@@ -32,6 +32,8 @@ FIELDS = (
     ResultField("queue_growth_ms", float, "queue_growth_ms", "receiver", "udp", "max",
                 signed=True),
     ResultField("retransmits", int, "retransmits", "sender", "tcp", "sum"),
+    # segments the receiver echoed as CE-marked (the sender's TCP_INFO): new in simpleperf
+    ResultField("delivered_ce", int, "delivered_ce", "sender", "tcp", "sum"),
     ResultField("max_snd_cwnd", int, "max_snd_cwnd", "sender", "tcp"),
     ResultField("max_snd_wnd", int, "max_snd_wnd", "sender", "tcp"),
     ResultField("max_rtt_us", int, "max_rtt", "sender", "tcp"),

@@ -181,6 +181,8 @@ def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
     if info is not None:
         samples.append(info)
         entry["retransmits"] = info.total_retrans - base.retransmits
+        if info.delivered_ce is not None:
+            entry["delivered_ce"] = info.delivered_ce
     if samples:
         entry["max_snd_cwnd"] = max(s.snd_cwnd * s.snd_mss for s in samples)
         entry["mean_rtt_us"] = int(sum(s.rtt_us for s in samples) / len(samples))

@@ -16,7 +16,7 @@ from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .model import link_properties, theory, topology
 from .model.datafiles import DataFileError
-from .net import changes, lifecycle, ownership
+from .net import build, changes, lifecycle, ownership, stages
 from .net.capture import CaptureError
 from .net.routing import tables
 from .net.shaping.probe import SHAPER_ENV, SHAPERS
@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     _change_parsers(commands)
     _capture_parsers(commands)
     return parser
+
+
+def _queue_runners(model: topology.Topology, link: topology.Link, backend: str) -> list[str]:
+    """Who runs each active queue discipline of a link, and why, in words."""
+    routed = build.wire_ports(model, link) is not None
+    return [f"queue {runner}" for runner in sorted(
+        {stages.queue_runner(s, backend, routed) for s in (link.a_to_b, link.b_to_a)
+         if s.qdisc != "droptail"})]
 
 
 def _change_parsers(commands: Any) -> None:
@@ -180,6 +188,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         record = lifecycle.up(model, spec, args.shaper, persistent=True)
         print(f"lab {model.name} is up ({len(record.namespaces)} namespaces, shaper "
               f"{record.shaper}) in {time.monotonic() - started:.2f} s")
+        for link in model.links:
+            for said in _queue_runners(model, link, record.backend):
+                print(f"  link {link.name}: {said}")
         print(f"  simpleperf lab status {model.name}   |   simpleperf lab exec h1 -- ping ...  "
               f"|   simpleperf lab down {model.name}")
         return EXIT_OK
@@ -270,8 +281,9 @@ def describe(record: ownership.LabRecord) -> str:
         interfaces = ", ".join(f"{end.interface} {end.address or ''}".strip()
                                for end, _ in model.endpoints_of(node.name))
         routes = "; ".join(str(route) for route in node.routes)
+        tcp = ", ".join(setting.removeprefix("net.ipv4.") for setting in node.sysctls)
         lines.append(f"  {node.name:<6} {node.kind:<7} {interfaces}"
-                     + (f"   [{routes}]" if routes else ""))
+                     + (f"   [{routes}]" if routes else "") + (f"   ({tcp})" if tcp else ""))
     lines.append("links (delay is one-way, per direction)")
     for link in model.links:
         ends = " <-> ".join(f"{e.interface}" + (f" {e.address.ip}" if e.address else "")
@@ -283,6 +295,7 @@ def describe(record: ownership.LabRecord) -> str:
                        f"{link.b.node}->{link.a.node}: {link.b_to_a.describe()}")
         state = "DOWN  " if link.name in record.links_down else ""
         lines.append(f"  {link.name:<6} {ends:<42} {state}{shaping}")
+        lines += [f"         {said}" for said in _queue_runners(model, link, record.backend)]
     if model.runs_daemons and record.state == "up":
         model = tables.routed(model)
         lines += routing_lines(record, model)

@@ -11,7 +11,7 @@ TCP_INFO = getattr(socket, "TCP_INFO", 11)
 # Offsets in struct tcp_info (linux/tcp.h); fields only ever get appended, so a shorter
 # answer from an older kernel simply lacks the later ones.
 _FIELDS = {"rtt_us": 68, "rttvar_us": 72, "snd_cwnd": 80, "snd_mss": 16, "pmtu": 60,
-           "total_retrans": 100, "snd_wnd": 228}
+           "total_retrans": 100, "delivered_ce": 196, "snd_wnd": 228}
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class TcpInfo:
     snd_cwnd: int  # in segments
     snd_mss: int
     total_retrans: int
+    delivered_ce: int | None  # segments the peer echoed as CE-marked (ECE); Linux 4.18+
     snd_wnd: int | None  # the peer's advertised window; None before Linux 5.4
     pmtu: int  # the path MTU TCP uses
 

@@ -38,6 +38,7 @@ class Packet:
     flags: int = 0
     window: int = 0
     head: bytes = b""  # UDP: the first captured payload bytes (at most UDP_HEAD_BYTES)
+    ecn: int = 0  # the IP header's ECN field: 0 not ECT, 1 ECT(1), 2 ECT(0), 3 CE
 
     @property
     def endpoints(self) -> tuple[str, int, str, int]:
@@ -103,8 +104,8 @@ class _Short(Exception):
 
 _IPV4, _IPV6, _VLAN = 0x0800, 0x86DD, 0x8100
 _U16 = struct.Struct("!H")
-_IPV4_HEADER = struct.Struct("!BxHxxxxxBxx4s4s")  # version+IHL, total length, protocol, ends
-_IPV6_HEADER = struct.Struct("!xxxxHBx16s16s")  # payload length, next header, ends
+_IPV4_HEADER = struct.Struct("!BBHxxxxxBxx4s4s")  # version+IHL, TOS, length, protocol, ends
+_IPV6_HEADER = struct.Struct("!IHBx16s16s")  # version+class+label, payload, next, ends
 _TCP_HEADER = struct.Struct("!HHIIBBH")  # ports, seq, ack, offset, flags, window
 _UDP_HEADER = struct.Struct("!HHH")  # ports, length
 
@@ -130,13 +131,16 @@ def _decode(time_ns: int, frame: bytes, link: int, names: dict[bytes, str]) -> P
         start, kind = _network_start(frame, link)
         version = frame[start] >> 4 if kind == 0 else {_IPV4: 4, _IPV6: 6}.get(kind, 0)
         if version == 4:
-            first, total, protocol, source, destination = _IPV4_HEADER.unpack_from(frame,
-                                                                                    start)
+            first, tos, total, protocol, source, destination = _IPV4_HEADER.unpack_from(
+                frame, start)
             transport = start + (first & 0x0F) * 4
             carried = total - (first & 0x0F) * 4
+            ecn = tos & 0x03
         elif version == 6:
-            carried, protocol, source, destination = _IPV6_HEADER.unpack_from(frame, start)
+            head, carried, protocol, source, destination = _IPV6_HEADER.unpack_from(frame,
+                                                                                    start)
             transport = start + 40
+            ecn = (head >> 20) & 0x03
         else:
             return None
         if protocol == 6:
@@ -144,12 +148,13 @@ def _decode(time_ns: int, frame: bytes, link: int, names: dict[bytes, str]) -> P
                 frame, transport)
             return Packet(time_ns, _name(source, names), _name(destination, names), ports_from,
                           ports_to, 6, max(carried - (offset >> 4) * 4, 0), seq, ack, flags,
-                          window)
+                          window, ecn=ecn)
         if protocol == 17:
             ports_from, ports_to, length = _UDP_HEADER.unpack_from(frame, transport)
             return Packet(time_ns, _name(source, names), _name(destination, names), ports_from,
                           ports_to, 17, max(length - 8, 0),
-                          head=bytes(frame[transport + 8:transport + 8 + UDP_HEAD_BYTES]))
+                          head=bytes(frame[transport + 8:transport + 8 + UDP_HEAD_BYTES]),
+                          ecn=ecn)
         return None
     except (struct.error, IndexError):
         raise _Short from None

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .packets import Packet
+if TYPE_CHECKING:  # only in annotations: reading the counts needs no dpkt
+    from .packets import Packet
 
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+ECE, CWR = 0x40, 0x80  # RFC 3168
+CE = 3  # the IP header's ECN field: Congestion Experienced
 _MASK = 0xFFFFFFFF
 FAST_RETRANSMISSION_WINDOW_NS = 20_000_000
 OUT_OF_ORDER_DEFAULT_NS = 3_000_000
@@ -44,7 +47,7 @@ def _after(a: int, b: int) -> bool:
 
 COUNTS = ("packets", "data_segments", "bytes", "retransmissions", "fast_retransmissions",
           "spurious_retransmissions", "out_of_order", "resent", "lost_segments",
-          "duplicate_acks")
+          "duplicate_acks", "ce_marked", "ece_flags", "cwr_flags")
 
 
 def spread(values: list[float]) -> tuple[float, float, float] | None:
@@ -80,6 +83,9 @@ class TcpDirection:
     resent: int = 0
     lost_segments: int = 0
     duplicate_acks: int = 0
+    ce_marked: int = 0  # packets whose IP ECN field is CE (a queue marked them)
+    ece_flags: int = 0  # ECE outside the handshake: the receiver echoes a CE mark
+    cwr_flags: int = 0  # CWR: the sender answered an echo by reducing its window
     rtt_samples_ms: list[float] = field(default_factory=list)
     new_bytes: dict[int, int] = field(default_factory=dict)  # interval -> bytes
     _sent_once: dict[int, int] = field(default_factory=dict)  # segment end -> time
@@ -169,6 +175,12 @@ def _account(packet: Packet, forward: TcpDirection, reverse: TcpDirection,
         forward.first_time = now
     forward.packets += 1
     forward.last_time = now
+    if packet.ecn == CE:
+        forward.ce_marked += 1
+    if flags & ECE and not flags & SYN:
+        forward.ece_flags += 1
+    if flags & CWR and not flags & SYN:
+        forward.cwr_flags += 1
     if length:
         forward.data_segments += 1
         forward.bytes += length

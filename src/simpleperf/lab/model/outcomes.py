@@ -40,6 +40,7 @@ class FlowOutcome:
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count
+    delivered_ce: int | None = None  # tcp: segments echoed CE-marked (the sender's TCP_INFO)
     congestion: str | None = None  # tcp, scp, http: the congestion control the sender ran
     seconds: float | None = None  # scp, http, command: start to exit
     exit_status: int | None = None  # scp, http, command

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...options import is_congestion_name
 from . import datafiles, routing
 from .errors import TopologyError
 from .link_properties import MININET_NAMES, PROPERTIES, check_qdisc, parse_mininet, to_mininet
@@ -27,7 +28,11 @@ LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
 LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", "cost",
                *MININET_NAMES}
-NODE_FIELDS = {"hosts": {"routes"}, "routers": {"routes", "asn", "frr"}, "switches": set()}
+# A host's or router's TCP: `ecn` (net.ipv4.tcp_ecn: true asks for ECN on the connections
+# it opens, false refuses it; unset, the kernel's default answers ECN only when asked) and
+# `congestion` (net.ipv4.tcp_congestion_control: what its TCP senders run unless told).
+NODE_FIELDS = {"hosts": {"routes", "ecn", "congestion"},
+               "routers": {"routes", "asn", "frr", "ecn", "congestion"}, "switches": set()}
 DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
 
 
@@ -98,6 +103,16 @@ class Node:
     routes: tuple[Route, ...] = ()
     asn: int | None = None  # its autonomous system, when BGP runs
     frr: str = ""  # a raw FRR configuration fragment for this router
+    ecn: bool | None = None  # its TCP asks for ECN (None: the kernel's default)
+    congestion: str | None = None  # its TCP's congestion control (None: the system's)
+
+    @property
+    def sysctls(self) -> list[str]:
+        """The settings of its namespace that `ecn` and `congestion` make."""
+        settings = [] if self.ecn is None else [f"net.ipv4.tcp_ecn={int(self.ecn)}"]
+        if self.congestion is not None:
+            settings.append(f"net.ipv4.tcp_congestion_control={self.congestion}")
+        return settings
 
 
 @dataclass(frozen=True)
@@ -232,7 +247,8 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
             _only(spec, NODE_FIELDS[kind], f"node {node_name}")
             nodes[node_name] = Node(node_name, kind[:-1] if kind != "switches" else "switch",
                                     asn=routing.asn(spec.get("asn"), node_name, routing_plan),
-                                    frr=routing.fragment(spec.get("frr"), node_name))
+                                    frr=routing.fragment(spec.get("frr"), node_name),
+                                    **_tcp_settings(spec, f"node {node_name}"))
             raw_routes[node_name] = spec.get("routes", [])
     if not nodes:
         raise TopologyError("the topology has no nodes")
@@ -252,6 +268,20 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
         routing.check_autonomous_systems({r: nodes[r].asn for r in topology.routers()},
                                          topology.adjacent_routers())
     return topology
+
+
+def _tcp_settings(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    if "ecn" in spec:
+        if not isinstance(spec["ecn"], bool):
+            raise TopologyError(f"{where}: ecn must be true or false")
+        settings["ecn"] = spec["ecn"]
+    if "congestion" in spec:
+        if not is_congestion_name(spec["congestion"]):
+            raise TopologyError(f"{where}: congestion names a TCP congestion control, such "
+                                f"as \"cubic\" or \"dctcp\", not {spec['congestion']!r}")
+        settings["congestion"] = spec["congestion"]
+    return settings
 
 
 def _default_gateways(topology: Topology) -> dict[str, Node]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..model.topology import Link, Shaping, Topology, TopologyError
 from . import stages
+from .shaping.nfqueue import CE_MARK
 from .system import CommandError, run
 
 WIRE_SUFFIX = "-wire"
@@ -66,6 +67,14 @@ TTL_RESTORE = [f"-A PREROUTING -m ttl --ttl-eq 255 -j MARK --set-mark {FULL_TTL_
                f"-A POSTROUTING -m mark --mark {FULL_TTL_MARK} -j TTL --ttl-set 255"]
 
 
+# A packet the own discipline marked comes back from its queue with CE_MARK (the verdict
+# sets it): the ECN field is set to CE (the target fixes the checksum), the mark cleared,
+# before anything else in mangle looks at marks.
+CE_RULES = [f"-A PREROUTING -m mark --mark {CE_MARK:#x}/{CE_MARK:#x} -j ECN --ecn-ip-ect 3",
+            f"-A PREROUTING -m mark --mark {CE_MARK:#x}/{CE_MARK:#x} -j MARK --set-xmark "
+            f"0x0/{CE_MARK:#x}"]
+
+
 @dataclass
 class NamespacePlan:
     sysctls: list[str] = field(default_factory=list)
@@ -74,6 +83,7 @@ class NamespacePlan:
     ip_then: list[str] = field(default_factory=list)  # neighbours, rules, routes
     iptables: list[str] = field(default_factory=list)  # raw PREROUTING rules
     ttl_restore: bool = False
+    ce_rules: bool = False  # the own discipline's CE marks are set here
     tc: list[str] = field(default_factory=list)
 
     def script(self) -> str:
@@ -83,12 +93,13 @@ class NamespacePlan:
         for interface, settings in self.offloads.items():
             lines.append(f"ethtool -K {interface} {settings}")
         lines.append(_heredoc("ip -batch -", self.ip_first + self.ip_then))
-        if self.iptables or self.ttl_restore:
+        if self.iptables or self.ttl_restore or self.ce_rules:
             tables = []
             if self.iptables:
                 tables += ["*raw", *self.iptables, "COMMIT"]
-            if self.ttl_restore:
-                tables += ["*mangle", *TTL_RESTORE, "COMMIT"]
+            if self.ttl_restore or self.ce_rules:
+                tables += ["*mangle", *(CE_RULES if self.ce_rules else []),
+                           *(TTL_RESTORE if self.ttl_restore else []), "COMMIT"]
             lines.append(_heredoc("iptables-restore", tables))
         if self.tc:
             lines.append(_heredoc("tc -batch -", self.tc))
@@ -135,6 +146,8 @@ def plan(topology: Topology, backend: str) -> Plan:
                           "net.ipv6.conf.default.disable_ipv6=1"]
         space.ip_first.append("link set lo up")
         kind = topology.nodes[name].kind if name in topology.nodes else "wire"
+        if name in topology.nodes:
+            space.sysctls += topology.nodes[name].sysctls
         if kind in ("router", "wire"):
             space.sysctls.append("net.ipv4.ip_forward=1")
         if topology.runs_daemons and kind != "wire":
@@ -179,6 +192,20 @@ def routed_links(topology: Topology) -> list[Link]:
             if link.is_shaped and _both_routable(topology, link)]
 
 
+def kernel_queues(topology: Topology, backend: str, only: str | None = None
+                  ) -> dict[str, str]:
+    """The link directions (`link NAME a_to_b`) whose active queue discipline the kernel
+    must run, and which: all of them with netem; with the own shaper, those its delay line
+    does not (a discipline it lacks, or a link to a switch, where no delay line sits).
+    `only`: one link's."""
+    routed = routed_links(topology)
+    return {f"link {link.name} {side}": shaping.qdisc for link in topology.links
+            if only in (None, link.name)
+            for side, shaping in (("a_to_b", link.a_to_b), ("b_to_a", link.b_to_a))
+            if shaping.qdisc != "droptail"
+            and not (link in routed and stages.runs_own(shaping, backend))}
+
+
 def wire_ports(topology: Topology, link: Link) -> tuple[str, str] | None:
     """The wire namespace's ports of a routed link: towards a, towards b (None: the link is
     a plain veth pair)."""
@@ -210,9 +237,11 @@ def _shape_at_endpoints(topology: Topology, link: Link,
                                         stages.egress(end.interface, shaping)]
 
 
-def _per_packet(shaping: Shaping) -> bool:
-    """Loss and reordering act on single packets, never on an aggregate of them."""
-    return shaping.loss > 0 or (shaping.jitter > 0 and shaping.reorder)
+def _per_packet(shaping: Shaping, backend: str) -> bool:
+    """Loss, reordering and the own discipline act on single packets, never on an aggregate
+    of them."""
+    return (shaping.loss > 0 or (shaping.jitter > 0 and shaping.reorder)
+            or stages.runs_own(shaping, backend))
 
 
 def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, NamespacePlan],
@@ -233,11 +262,12 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
         f"neigh replace {a.address.ip} lladdr {mac_port_b} dev {b.interface} nud permanent")
     for end, shaping in ((a, link.a_to_b), (b, link.b_to_a)):
         namespaces[end.node].offloads[end.interface] = (
-            f"{SEND_PER_PACKET} {RECEIVE_AGGREGATED}" if _per_packet(shaping) else OFFLOADS_ON)
+            f"{SEND_PER_PACKET} {RECEIVE_AGGREGATED}" if _per_packet(shaping, backend)
+            else OFFLOADS_ON)
     space = namespaces[wire]
-    space.offloads[port_a] = (RECEIVE_PER_PACKET if _per_packet(link.a_to_b)
+    space.offloads[port_a] = (RECEIVE_PER_PACKET if _per_packet(link.a_to_b, backend)
                               else RECEIVE_AGGREGATED)
-    space.offloads[port_b] = (RECEIVE_PER_PACKET if _per_packet(link.b_to_a)
+    space.offloads[port_b] = (RECEIVE_PER_PACKET if _per_packet(link.b_to_a, backend)
                               else RECEIVE_AGGREGATED)
     space.ip_first += [f"link set {port_a} up", f"link set {port_b} up"]
     space.ttl_restore = True
@@ -249,10 +279,11 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
             f"neigh replace {far_end.ip} lladdr {far_mac} dev {egress} nud permanent",
             f"rule add iif {ingress} table {table} pref {table}",
             f"route add default via {far_end.ip} dev {egress} onlink table {table}"]
-        space.tc += [q.command("add") for q in stages.egress(egress, shaping)]
+        space.tc += [q.command("add") for q in stages.wire_stages(egress, shaping, backend)]
         if backend == "netem":
             netem_direction(space, ingress, shaping)
         else:
+            space.ce_rules = True
             _own_direction(space, ingress, shaping, number, wire, delay_queues)
     return root
 
@@ -262,10 +293,10 @@ def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: 
     if shaping.loss > 0:
         space.iptables.append(f"-A PREROUTING -i {ingress} -m statistic --mode random "
                               f"--probability {shaping.loss:.10f} -j DROP")
-    if shaping.needs_delay_line:
+    entry = stages.delay_line_entry(wire, queue, shaping, "own")
+    if entry is not None:
         space.iptables.append(f"-A PREROUTING -i {ingress} -j NFQUEUE --queue-num {queue}")
-        delay_queues.append({"namespace": wire, "queue": queue, "delay": shaping.delay,
-                             "jitter": shaping.jitter, "reorder": shaping.reorder})
+        delay_queues.append(entry)
 
 
 def netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:

@@ -72,14 +72,26 @@ def apply(record: ownership.LabRecord, model: Topology, change: Change) -> None:
                        change.action == "up")
     else:
         check_target(model, change)
-        wanted = (change.shaping or {}).get("qdisc")
-        if wanted not in (None, "droptail"):
-            try:
-                probe().require_queues({f"link {change.target}": str(wanted)})
-            except ValueError as error:
-                raise ChangeError(str(error)) from None
-        _set_shaping(record, model, find_link(model, change.target), change.shaping or {})
+        link = find_link(model, change.target)
+        _require_queues(record, model, link, change.shaping or {})
+        _set_shaping(record, model, link, change.shaping or {})
     record.save()
+
+
+def _require_queues(record: ownership.LabRecord, model: Topology, link: Link,
+                    fields: dict[str, Any]) -> None:
+    """Before anything changes: the kernel has the disciplines the link will need of it."""
+    if "qdisc" not in fields:
+        return
+    now = current(record, model)
+    after = _reshaped(find_link(now, link.name), fields)
+    changed = replace(now, links=tuple(after if x.name == link.name else x for x in now.links))
+    wanted = build.kernel_queues(changed, record.backend, only=link.name)
+    if wanted:
+        try:
+            probe().require_queues(wanted, record.backend)
+        except ValueError as error:
+            raise ChangeError(str(error)) from None
 
 
 def find_link(model: Topology, name: str) -> Link:
@@ -187,21 +199,16 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
                               (link.b, before.b_to_a, after.b_to_a)):
             if model.nodes[end.node].kind == "switch":
                 continue
-            if new.rate is not None:
-                _replace_rate(end.node, end.interface, old, new)
-            elif old.rate is not None:
-                run(["ip", "netns", "exec", end.node, "tc", "qdisc", "del", "dev", end.interface,
-                     "root"])
+            _replace_stages(end.node, stages.egress(end.interface, old),
+                            stages.egress(end.interface, new))
     else:
         wire = build.wire_namespace(model.name)
         port_a, port_b = ports
         directions = ((port_a, port_b, before.a_to_b, after.a_to_b),
                       (port_b, port_a, before.b_to_a, after.b_to_a))
         for ingress, egress, old, new in directions:
-            if new.rate is not None and stages.egress(egress, new) != stages.egress(egress, old):
-                _replace_rate(wire, egress, old, new)
-            elif new.rate is None and old.rate is not None:
-                run(["ip", "netns", "exec", wire, "tc", "qdisc", "del", "dev", egress, "root"])
+            _replace_stages(wire, stages.wire_stages(egress, old, record.backend),
+                            stages.wire_stages(egress, new, record.backend))
             if record.backend == "netem":
                 _replace_netem(wire, ingress, new)
         if record.backend != "netem":
@@ -209,17 +216,25 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
                 after if x.name == link.name else x for x in now.links)), link, after)
 
 
-def _replace_rate(namespace: str, device: str, old: Shaping, new: Shaping) -> None:
-    """The rate limiter and its queue as `new` has them. A queue of another kind cannot be
-    replaced in place (the kernel changes a qdisc only into its own kind): it is removed,
-    and the new one added under the rate limiter."""
-    bucket, queue = stages.egress(device, new)
-    lines = [bucket.command("replace")]
-    before = stages.egress(device, old)
-    if before and before[1].kind != queue.kind:
-        lines += [f"qdisc del dev {device} parent {queue.parent}", queue.command("add")]
+def _replace_stages(namespace: str, before: tuple[stages.Qdisc, ...],
+                    after: tuple[stages.Qdisc, ...]) -> None:
+    """A device's stages from `before` to `after` (rate limiter, then queue). A queue of
+    another kind cannot be replaced in place (the kernel changes a qdisc only into its own
+    kind): it is removed, and the new one added under the rate limiter."""
+    if before == after:
+        return
+    if not after:
+        lines = [f"qdisc del dev {before[0].device} root"]
+    elif not before:
+        lines = [stage.command("add") for stage in after]
     else:
-        lines.append(queue.command("replace"))
+        bucket, queue = after
+        lines = [bucket.command("replace")]
+        if before[1].kind != queue.kind:
+            lines += [f"qdisc del dev {queue.device} parent {queue.parent}",
+                      queue.command("add")]
+        else:
+            lines.append(queue.command("replace"))
     run(["ip", "netns", "exec", namespace, "tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 
@@ -240,14 +255,16 @@ def _replace_netem(wire: str, ingress: str, shaping: Shaping) -> None:
 
 def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, after: Link
                 ) -> None:
-    """Loss: the wire's raw table anew. Delay and jitter: the delay lines read their plan
-    again (SIGHUP); a direction built without a delay line cannot gain one."""
+    """Loss: the wire's raw table anew. Delay, jitter and the own discipline: the delay lines
+    read their plan again (SIGHUP); a direction built without a delay line cannot gain one."""
     for built, new, side in ((link.a_to_b, after.a_to_b, "a_to_b"),
                              (link.b_to_a, after.b_to_a, "b_to_a")):
-        if new.needs_delay_line and not built.needs_delay_line:
-            raise ChangeError(f"link {link.name} {side} was built without delay: the own "
-                              "shaper's delay lines are made at lab up, so give the link a "
-                              "delay in the topology (even '0.1ms') to change it later")
+        if (stages.delay_line_entry("", 0, new, record.backend) is not None
+                and stages.delay_line_entry("", 0, built, record.backend) is None):
+            raise ChangeError(f"link {link.name} {side} was built without delay or a queue "
+                              "discipline: the own shaper's delay lines are made at lab up, "
+                              "so give the link a delay in the topology (even '0.1ms') to "
+                              "change it later")
     wire = build.wire_namespace(changed.name)
     plan = build.plan(changed, record.backend)
     raw = ["*raw", *plan.namespaces[wire].iptables, "COMMIT"]

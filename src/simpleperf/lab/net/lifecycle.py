@@ -17,7 +17,14 @@ from . import build, changes, ownership
 from .routing import convergence, daemons, perpacket
 from .shaping import delayline
 from .shaping.probe import Capabilities, probe
-from .system import CommandError, await_ready, existing_namespaces, module_command, require_tools
+from .system import (
+    CommandError,
+    await_ready,
+    existing_namespaces,
+    module_command,
+    require_namespace_congestion,
+    require_tools,
+)
 
 REQUIRED_TOOLS = ("ip", "tc", "iptables-restore", "ethtool", "sysctl", "unshare")
 CONVERGENCE_BOUND = 30.0  # seconds for routing daemons to give every host a path to every other
@@ -107,25 +114,21 @@ def change(name: str | None, wanted: changes.Change) -> tuple[float, str]:
     return took, said
 
 
-def queues_of(model: topology.Topology) -> dict[str, str]:
-    """Each shaped link direction's queue discipline, by `link NAME a_to_b`."""
-    return {f"link {link.name} {side}": getattr(link, side).qdisc for link in model.links
-            for side in ("a_to_b", "b_to_a")}
-
-
 def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None,
        persistent: bool = True, say: Callable[[str], None] = print) -> ownership.LabRecord:
     require_root()
     capabilities = _probed()
     try:
         backend, why = capabilities.choose(shaper)
-        capabilities.require_queues(queues_of(model))
+        capabilities.require_queues(build.kernel_queues(model, backend), backend)
     except ValueError as error:
         raise LabError(str(error)) from None
     try:
         plan = build.plan(model, backend)
         if model.runs_daemons:
             daemons.require_frr(model)
+        require_namespace_congestion({node.name: node.congestion
+                                      for node in model.nodes.values() if node.congestion})
     except (topology.TopologyError, CommandError) as error:
         raise LabError(str(error)) from None
     with ownership.locked(model.name):

@@ -4,14 +4,20 @@ pfifo, or the kernel's AQM: codel, fq_codel, pie, fq_pie, cake); with
 netem, delay, jitter and loss on the ifb the wire port's ingress is redirected to. `lab up`
 adds each stage, `lab link set` and events replace them: the same data, another verb, so no
 command text is ever edited.
+
+With the own shaper, a direction with an active queue discipline has no kernel stages: the
+delay line runs its rate, queue and discipline (shaping/bottleneck.py), and the plan entry
+that tells it how is made here too (`delay_line_entry`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..model.theory import FRAME_BYTES
 from ..model.topology import Shaping
+from .shaping import aqm
 
 DEFAULT_QUEUE = 1000  # Linux's default txqueuelen, as an unshaped NIC would have
 # tbf sends a packet once its bucket holds the packet's size, and the bucket's capacity caps
@@ -52,6 +58,52 @@ class Qdisc:
         place = "root" if self.parent is None else f"parent {self.parent}"
         return f"qdisc {verb} dev {self.device} {place} handle {self.handle} {self.kind} " \
                f"{self.options}"
+
+
+def runs_own(shaping: Shaping, backend: str) -> bool:
+    """Does the lab's own discipline run this routed direction's queue (in the delay line)?
+    With the own shaper, for every active discipline it implements; drop-tail stays the
+    kernel's pfifo, and a discipline without an own implementation (cake) the kernel's."""
+    return (backend == "own" and shaping.rate is not None and shaping.qdisc != "droptail"
+            and shaping.qdisc in aqm.OWN_QDISCS)
+
+
+def queue_runner(shaping: Shaping, backend: str, routed: bool) -> str:
+    """Who runs a direction's queue discipline, in words (lab up and lab status)."""
+    if shaping.qdisc == "droptail":
+        return "drop-tail (the kernel's pfifo)"
+    if routed and runs_own(shaping, backend):
+        return f"{shaping.qdisc}: the lab's own, in the delay line (the own shaper)"
+    why = "netem shaper" if backend == "netem" else (
+        "a switch's port" if not routed else "no own implementation")
+    return f"{shaping.qdisc}: the kernel's sch_{shaping.qdisc} ({why})"
+
+
+def own_settings(shaping: Shaping) -> aqm.Settings:
+    return aqm.Settings(limit=shaping.queue or DEFAULT_QUEUE, ecn=shaping.ecn,
+                        target=shaping.target, interval=shaping.interval,
+                        tupdate=shaping.tupdate, flows=shaping.flows, quantum=shaping.quantum)
+
+
+def delay_line_entry(namespace: str, queue: int, shaping: Shaping, backend: str
+                     ) -> dict[str, Any] | None:
+    """What the delay line does to the packets of kernel queue `queue` (see
+    delayline.serve): None when the direction needs no delay line."""
+    own = runs_own(shaping, backend)
+    if not (own or shaping.needs_delay_line):
+        return None
+    entry: dict[str, Any] = {"namespace": namespace, "queue": queue, "delay": shaping.delay,
+                             "jitter": shaping.jitter, "reorder": shaping.reorder}
+    if own:
+        entry.update(qdisc=shaping.qdisc, rate=shaping.rate,
+                     settings=asdict(own_settings(shaping)))
+    return entry
+
+
+def wire_stages(device: str, shaping: Shaping, backend: str) -> tuple[Qdisc, ...]:
+    """The kernel's stages at a routed direction's egress (none where the own discipline
+    runs it)."""
+    return () if runs_own(shaping, backend) else egress(device, shaping)
 
 
 def egress(device: str, shaping: Shaping) -> tuple[Qdisc, ...]:

@@ -116,6 +116,29 @@ def require_congestion(names: set[str]) -> None:
                            f"(it has: {', '.join(tcp.available_congestion()) or 'none listed'})")
 
 
+ALLOWED_CONGESTION = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+
+def require_namespace_congestion(wanted: dict[str, str]) -> None:
+    """wanted: node -> the congestion control its namespace is to default to. The kernel
+    lets a namespace other than the first default only to an allowed one (a process with
+    CAP_NET_ADMIN may still pick any per socket, as flows' `congestion` does)."""
+    require_congestion(set(wanted.values()))
+    try:
+        with open(ALLOWED_CONGESTION) as listed:
+            allowed = listed.read().split()
+    except OSError:
+        return
+    for node, name in sorted(wanted.items()):
+        if name not in allowed:
+            raise CommandError(
+                f"node {node}: congestion {name} cannot be a network namespace's default: the "
+                f"kernel allows only net.ipv4.tcp_allowed_congestion_control ({' '.join(allowed)})"
+                f"; add {name} there (sysctl -w net.ipv4.tcp_allowed_congestion_control="
+                f"\"{' '.join([*allowed, name])}\") or name it on the flows (congestion = "
+                f"\"{name}\")")
+
+
 def module_command(module: str, *arguments: str) -> tuple[list[str], dict[str, str]]:
     """`python -m module` as a command and the environment it needs: the lab's helper
     processes import this very package, wherever it was installed or run from."""

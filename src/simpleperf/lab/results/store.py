@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
+from ..analysis import tcp
 from ..model.experiment import FIRST_PORT
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..net.system import system_congestion_control
@@ -45,7 +46,7 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     one_way_p99_ms REAL, base_one_way_ms REAL, frames INTEGER, frames_lost INTEGER,
     frame_latency_mean_ms REAL, frame_latency_p99_ms REAL, congestion TEXT, bottleneck TEXT,
     epochs REAL, share_tolerance REAL, epoch_seconds REAL, write_to_read_mean_ms REAL,
-    write_to_read_p99_ms REAL, one_way_p50_ms REAL);
+    write_to_read_p99_ms REAL, one_way_p50_ms REAL, delivered_ce INTEGER);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -53,13 +54,7 @@ CREATE TABLE rate_trial (flow_id INTEGER REFERENCES flow(id), trial INTEGER, off
     received REAL, lost_percent REAL, queue_growth_ms REAL, good INTEGER);
 CREATE TABLE capture (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id),
     place TEXT, path TEXT, packets INTEGER, dropped INTEGER, cut_short INTEGER, error TEXT);
-CREATE TABLE capture_tcp (capture_id INTEGER REFERENCES capture(id), flow_id INTEGER, source
-    TEXT, source_port INTEGER, destination TEXT, destination_port INTEGER, packets INTEGER,
-    data_segments INTEGER, bytes INTEGER, seconds REAL, retransmissions INTEGER,
-    fast_retransmissions INTEGER, spurious_retransmissions INTEGER, out_of_order INTEGER,
-    resent INTEGER, lost_segments INTEGER, duplicate_acks INTEGER,
-    retransmission_ratio REAL, rtt_min REAL, rtt_avg REAL, rtt_max REAL, rtt_samples INTEGER,
-    throughput TEXT);
+CREATE_CAPTURE_TCP
 CREATE TABLE capture_udp (capture_id INTEGER REFERENCES capture(id), flow_id INTEGER, source
     TEXT, source_port INTEGER, destination TEXT, destination_port INTEGER, datagrams INTEGER,
     bytes INTEGER, gaps INTEGER, reordered INTEGER, duplicates INTEGER, jitter_ms REAL,
@@ -70,11 +65,16 @@ CREATE TABLE event (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id),
 CREATE TABLE event_flow (event_id INTEGER REFERENCES event(id), label TEXT, outage REAL,
     dip REAL, recovery REAL, predicted REAL, base_rtt_ms REAL);
 """
-TCP_COLUMNS = ("source", "source_port", "destination", "destination_port", "packets",
-               "data_segments", "bytes", "seconds", "retransmissions", "fast_retransmissions",
-               "spurious_retransmissions", "out_of_order", "resent", "lost_segments",
-               "duplicate_acks", "retransmission_ratio", "rtt_min", "rtt_avg", "rtt_max",
-               "rtt_samples", "throughput")
+# A capture's TCP direction: its ends, every count of analysis.tcp, and what follows.
+TCP_TYPES = {"source": "TEXT", "source_port": "INTEGER", "destination": "TEXT",
+             "destination_port": "INTEGER", **{count: "INTEGER" for count in tcp.COUNTS},
+             "seconds": "REAL", "retransmission_ratio": "REAL", "rtt_min": "REAL",
+             "rtt_avg": "REAL", "rtt_max": "REAL", "rtt_samples": "INTEGER",
+             "throughput": "TEXT"}
+TCP_COLUMNS = tuple(TCP_TYPES)
+SCHEMA = SCHEMA.replace("CREATE_CAPTURE_TCP", "CREATE TABLE capture_tcp (capture_id INTEGER "
+                        "REFERENCES capture(id), flow_id INTEGER, " + ", ".join(
+                            f"{name} {kind}" for name, kind in TCP_TYPES.items()) + ");")
 UDP_COLUMNS = ("source", "source_port", "destination", "destination_port", "datagrams",
                "bytes", "gaps", "reordered", "duplicates", "jitter_ms", "one_way_min_ms",
                "one_way_avg_ms", "one_way_max_ms")
@@ -153,7 +153,7 @@ class Store:
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                 " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -167,7 +167,8 @@ class Store:
                  *(flow.frames or (None, None)),
                  *(flow.frame_latency_ms or (None, None)), flow.congestion, flow.bottleneck,
                  flow.epochs, flow.share_tolerance, flow.epoch_seconds,
-                 *(flow.write_delay_ms or (None, None)), flow.one_way_p50_ms)).lastrowid
+                 *(flow.write_delay_ms or (None, None)), flow.one_way_p50_ms,
+                 flow.delivered_ce)).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
@@ -204,7 +205,8 @@ class Store:
             for row in taken.tcp:
                 values = [json.dumps(row[c]) if c == "throughput" else row[c]
                           for c in TCP_COLUMNS]
-                self.db.execute(f"INSERT INTO capture_tcp VALUES ({', '.join('?' * 23)})",
+                self.db.execute("INSERT INTO capture_tcp VALUES "
+                                f"({', '.join('?' * (2 + len(TCP_COLUMNS)))})",
                                 (capture_id, by_port.get(row["destination_port"])
                                  or by_port.get(row["source_port"]), *values))
             for row in taken.udp:

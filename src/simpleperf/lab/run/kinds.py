@@ -287,6 +287,7 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     end = result["end"]
     outcome.sender_throughput = end["sum_sent"]["bits_per_second"]
     outcome.retransmits = end["sum_sent"].get("retransmits")
+    outcome.delivered_ce = end["sum_sent"].get("delivered_ce")
     outcome.throughput = end["sum_received"]["bits_per_second"]
     outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
                                       for stream in end["streams"]]

@@ -3,7 +3,8 @@
  * The kernel sends one netlink message per queued packet, and a read of a netlink socket
  * returns one message: in Python every packet cost a system call and a parse of its
  * attributes. Here one recvmmsg takes up to 64 messages and C decodes them, giving Python
- * what nfqueue.packets gives it: (packet id, kernel arrival stamp or None). It matters where
+ * what nfqueue.packets gives it: (packet id, kernel arrival stamp or None, length, first
+ * bytes). It matters where
  * packets reach the delay line one by one (a direction with loss: 1.23 x the goodput of a
  * 1 Gbit/s link with 10 ms delay), not where aggregates do.
  *
@@ -28,6 +29,8 @@
 #define PACKET_MESSAGE ((3 << 8) | 0) /* NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET */
 #define NFQA_PACKET_HDR 1
 #define NFQA_TIMESTAMP 4
+#define NFQA_PAYLOAD 10
+#define NFQA_CAP_LEN 13
 
 static uint32_t host32(const unsigned char *at)
 {
@@ -51,8 +54,9 @@ static uint64_t big_endian(const unsigned char *at, int bytes)
     return value;
 }
 
-/* Appends (id, stamp or None) for one packet message's attributes; 0, or -1 on an error
- * set in Python. A message without an id is passed over, as nfqueue._decode_packet does. */
+/* Appends (id, stamp or None, length, first bytes) for one packet message's attributes;
+ * 0, or -1 on an error set in Python. A message without an id is passed over, as
+ * nfqueue._decode_packet does; the length is the payload's unless the kernel gave it. */
 static int decode_packet(const unsigned char *at, size_t length, PyObject *found)
 {
     size_t offset = 0;
@@ -60,6 +64,9 @@ static int decode_packet(const unsigned char *at, size_t length, PyObject *found
     uint32_t packet_id = 0;
     double stamp = 0.0;
     int stamped = 0;
+    const unsigned char *payload = NULL;
+    size_t payload_size = 0;
+    long long full_length = -1;
     while (offset + 4 <= length) {
         size_t size = host16(at + offset);
         unsigned kind = host16(at + offset + 2) & 0x3FFF;
@@ -73,13 +80,23 @@ static int decode_packet(const unsigned char *at, size_t length, PyObject *found
             stamp = (double)big_endian(at + offset + 4, 8)
                     + (double)big_endian(at + offset + 12, 8) / 1e6;
             stamped = 1;
+        } else if (kind == NFQA_PAYLOAD) {
+            payload = at + offset + 4;
+            payload_size = size - 4;
+        } else if (kind == NFQA_CAP_LEN && size >= 8) {
+            full_length = (long long)big_endian(at + offset + 4, 4);
         }
         offset += (size + 3) & ~(size_t)3;
     }
     if (!has_id)
         return 0;
-    PyObject *row = stamped ? Py_BuildValue("(kd)", (unsigned long)packet_id, stamp)
-                            : Py_BuildValue("(kO)", (unsigned long)packet_id, Py_None);
+    long long packet_length = full_length >= 0 ? full_length : (long long)payload_size;
+    const char *bytes = payload != NULL ? (const char *)payload : "";
+    PyObject *row = stamped
+        ? Py_BuildValue("(kdLy#)", (unsigned long)packet_id, stamp, packet_length, bytes,
+                        (Py_ssize_t)payload_size)
+        : Py_BuildValue("(kOLy#)", (unsigned long)packet_id, Py_None, packet_length, bytes,
+                        (Py_ssize_t)payload_size);
     if (row == NULL)
         return -1;
     int failed = PyList_Append(found, row);
@@ -109,7 +126,8 @@ PyDoc_STRVAR(drain_doc,
 "drain(fd, buffer, slot) -> (packets, drained)\n\n"
 "Read the queue socket `fd` without blocking, up to MAX_MESSAGES per recvmmsg, message i\n"
 "of a call into buffer[i * slot:(i + 1) * slot]. `packets`: (packet id, kernel arrival\n"
-"stamp in seconds since the epoch or None) of each queued-packet message, in order;\n"
+"stamp in seconds since the epoch or None, length, first bytes) of each queued-packet\n"
+"message, in order;\n"
 "`drained`: the socket had nothing more (False when the call stopped at its limit of\n"
 "packets). Lost notifications (ENOBUFS) are read past, as the pure-Python path does.");
 

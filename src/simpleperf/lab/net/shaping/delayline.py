@@ -10,6 +10,11 @@ Timing: arrival is the kernel's receive timestamp (enabled by holding one socket
 SO_TIMESTAMP), not when this process got round to reading; wake-ups are scheduled early by
 the lateness the timer has shown so far (about 0.1-0.2 ms on a VM).
 
+A direction whose queue the lab's own discipline runs (bottleneck.py) is read with each
+packet's first bytes, one packet at a time; the delay line then owns its rate, queue and
+discipline as well as its delay, gives each packet its own verdict (drop, or accept,
+perhaps marked for the wire's rule to set CE) and is woken for the wire's departures.
+
 Run as: python3 -m simpleperf.lab.net.shaping.delayline PLAN.json (the lab starts and stops it)
 """
 
@@ -35,7 +40,8 @@ from typing import Any
 from ....transport import compiled
 from ....transport.udp import SO_RCVBUFFORCE
 from ..system import namespace_inode
-from . import nfqueue
+from . import aqm, nfqueue
+from .bottleneck import Bottleneck, packet_of
 
 queue_reader = compiled.built("simpleperf.lab.net.shaping._queue_reader")
 
@@ -48,6 +54,7 @@ MAX_QUEUED_PACKETS = 200_000
 RECEIVE_BUFFER = 32 << 20
 REALTIME_PRIORITY = 10
 MAX_LATENESS = 0.002  # seconds; beyond this a wake-up was not the timer's doing
+SEND_CHUNK = 1 << 16  # bytes of verdicts per send
 
 
 @dataclass
@@ -59,6 +66,8 @@ class DirectionQueue:
     jitter: float
     reorder: bool
     sock: socket.socket | None = None  # bound by serve()
+    bottleneck: Bottleneck | None = None  # the own discipline's queue, rate and delay
+    discipline: tuple[str, str] | None = None  # discipline_key of its plan entry
 
     @property
     def netlink(self) -> socket.socket:
@@ -77,16 +86,21 @@ class DirectionQueue:
         as the kernel stamps arrivals."""
         return self.delay if self.jitter == 0 and self.stamped else 0.0
 
-    def admit(self, arrivals: list[tuple[int, float]], rng: random.Random) -> None:
-        """arrivals: (packet id, monotonic arrival time), in id order. Each packet leaves its
-        own delay after its own arrival (a read may hold many packets, which arrived apart)."""
+    def admit(self, arrivals: list[tuple[int, float, int, bytes]], rng: random.Random
+              ) -> None:
+        """arrivals: (packet id, monotonic arrival time, length, first bytes), in id order.
+        Each packet leaves its own delay after its own arrival (a read may hold many packets,
+        which arrived apart), or goes to the bottleneck's discipline."""
+        if self.bottleneck is not None:
+            self.bottleneck.arrive([packet_of(*arrival) for arrival in arrivals])
+            return
         if self.reorder and self.jitter > 0:
-            for packet_id, arrived in arrivals:
+            for packet_id, arrived, _, _ in arrivals:
                 wait = max(0.0, rng.gauss(self.delay, self.jitter))
                 heapq.heappush(self.by_time, (arrived + wait, packet_id))
             return
         in_order, last_release = self.in_order, self.last_release
-        for packet_id, arrived in arrivals:
+        for packet_id, arrived, _, _ in arrivals:
             wait = (self.delay if self.jitter == 0
                     else max(0.0, rng.gauss(self.delay, self.jitter)))
             # A packet never leaves before one that entered the link earlier.
@@ -99,6 +113,8 @@ class DirectionQueue:
         self.last_release = last_release
 
     def due(self, now: float) -> list[bytes]:
+        if self.bottleneck is not None:
+            return self._bottleneck_due(now)
         messages = []
         highest = None
         while self.in_order and self.in_order[0][0] <= now:
@@ -109,15 +125,36 @@ class DirectionQueue:
             messages.append(nfqueue.verdict(self.number, heapq.heappop(self.by_time)[1]))
         return messages
 
+    def _bottleneck_due(self, now: float) -> list[bytes]:
+        assert self.bottleneck is not None
+        released = self.bottleneck.due(now)
+        number, verdict = self.number, nfqueue.verdict
+        messages = [verdict(number, packet.id, accept=False)
+                    for packet in self.bottleneck.take_dropped()]
+        messages += [verdict(number, packet.id, mark=nfqueue.CE_MARK if packet.marked else None)
+                     for packet in released]
+        return messages
+
+    def release_all(self) -> list[bytes]:
+        """Every packet held, accepted now (the queue leaves the lab's own discipline)."""
+        messages = self.due(float("inf"))
+        self.in_order.clear()
+        self.by_time.clear()
+        return messages
+
     def next_release(self) -> float | None:
+        if self.bottleneck is not None:
+            return self.bottleneck.next_event()
         if self.in_order:
             first = self.in_order[0][0]
             return min(first, self.by_time[0][0]) if self.by_time else first
         return self.by_time[0][0] if self.by_time else None
 
 
-def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
-    """A netlink socket created inside `namespace` (it stays bound there), bound to a queue."""
+def open_queue_socket(namespace: str | None, number: int, headers: bool = False
+                      ) -> socket.socket:
+    """A netlink socket created inside `namespace` (it stays bound there), bound to a queue
+    (`headers`: each packet's first bytes copied, see nfqueue.mode)."""
     libc = ctypes.CDLL(None, use_errno=True)
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
@@ -139,7 +176,7 @@ def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
     sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
     sock.bind((0, 0))
-    for message in nfqueue.bind(number, MAX_QUEUED_PACKETS):
+    for message in nfqueue.bind(number, MAX_QUEUED_PACKETS, headers):
         sock.send(message)
         failures = [code for code in nfqueue.errors(sock.recv(65536)) if code]
         if failures:
@@ -149,22 +186,35 @@ def open_queue_socket(namespace: str | None, number: int) -> socket.socket:
     return sock
 
 
+def bottleneck_of(entry: dict[str, Any], rng: random.Random) -> Bottleneck | None:
+    """The own discipline's bottleneck a plan entry asks for: a "qdisc" with a "rate" (bits/s)
+    and the discipline's settings (build.delay_line_entry writes them)."""
+    if entry.get("qdisc") is None:
+        return None
+    settings = aqm.Settings(**entry["settings"])
+    return Bottleneck(entry["rate"], aqm.make(entry["qdisc"], settings), entry["delay"],
+                      entry["jitter"], rng)
+
+
 def serve(plan: list[dict[str, Any]],
           reread: Callable[[], list[dict[str, Any]]] | None = None) -> None:
-    """plan: [{"namespace", "queue", "delay", "jitter", "reorder"}, ...] (seconds).
-    `reread`: returns the plan again after a SIGHUP (`lab link set` changed a delay); a
-    queue's new delay applies to the packets that arrive from then on."""
+    """plan: [{"namespace", "queue", "delay", "jitter", "reorder", and for the own
+    discipline "qdisc", "rate", "settings"}, ...] (seconds, bits/s). `reread`: returns the
+    plan again after a SIGHUP (`lab link set` changed the link); a queue's new delay applies
+    to the packets that arrive from then on."""
     _run_ahead()
     # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
     # on arrival; the queue messages then carry the true arrival time.
     stamper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stamper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
-    queues = [DirectionQueue(e["queue"], e["delay"], e["jitter"], e["reorder"])
-              for e in plan]
-    for queue, entry in zip(queues, plan, strict=True):
-        queue.sock = open_queue_socket(entry["namespace"], entry["queue"])
-    watchdog = NamespaceWatch([e["namespace"] for e in plan if e["namespace"]])
     reader = QueueReader()
+    queues = [DirectionQueue(e["queue"], e["delay"], e["jitter"], e["reorder"],
+                             bottleneck=bottleneck_of(e, reader.rng),
+                             discipline=discipline_key(e)) for e in plan]
+    for queue, entry in zip(queues, plan, strict=True):
+        queue.sock = open_queue_socket(entry["namespace"], entry["queue"],
+                                       queue.bottleneck is not None)
+    watchdog = NamespaceWatch([e["namespace"] for e in plan if e["namespace"]])
     clock = time.monotonic
     lateness = Lateness(timer_lateness(clock))
     signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
@@ -181,7 +231,7 @@ def serve(plan: list[dict[str, Any]],
             except InterruptedError:
                 continue
             if reloads.fd in ready and reloads.take() and reread is not None:
-                _apply(queues, reread())
+                _apply(queues, reread(), reader.rng)
             now = clock()
             if watchdog.gone(now):
                 return
@@ -191,8 +241,24 @@ def serve(plan: list[dict[str, Any]],
             if timed is not None:
                 lateness.learn(now - timed)
             for queue in queues:
-                for message in queue.due(now):
-                    queue.netlink.send(message)
+                _send(queue.netlink, queue.due(now))
+
+
+def _send(sock: socket.socket, messages: list[bytes]) -> None:
+    """Verdicts, many to a send (the kernel reads every message of one)."""
+    if len(messages) == 1:
+        sock.send(messages[0])
+        return
+    batch: list[bytes] = []
+    size = 0
+    for message in messages:
+        if size + len(message) > SEND_CHUNK:
+            sock.send(b"".join(batch))
+            batch, size = [], 0
+        batch.append(message)
+        size += len(message)
+    if batch:
+        sock.send(b"".join(batch))
 
 
 def _run_ahead() -> None:
@@ -284,15 +350,15 @@ class QueueReader:
             for packets in self.batches(queue.netlink):
                 read_at = clock()
                 arrivals = []
-                for packet_id, stamp in packets:
+                for packet_id, stamp, length, header in packets:
                     if stamp is None:
                         queue.stamped = False
                     arrivals.append((packet_id, read_at if stamp is None
-                                     else min(read_at, stamp - offset)))
+                                     else min(read_at, stamp - offset), length, header))
                 if arrivals:
                     queue.admit(arrivals, self.rng)
 
-    def batches(self, sock: socket.socket) -> Iterator[list[tuple[int, float | None]]]:
+    def batches(self, sock: socket.socket) -> Iterator[list[nfqueue.Queued]]:
         """The queued packets waiting in `sock`, a batch at a time, until it is empty."""
         if self.compiled is not None:
             drained = False
@@ -343,13 +409,41 @@ class Stopped(Exception):
 
 
 
-def _apply(queues: list[DirectionQueue], plan: list[dict[str, Any]]) -> None:
+def _apply(queues: list[DirectionQueue], plan: list[dict[str, Any]],
+           rng: random.Random) -> None:
+    """A link set anew: delays and rates apply to what arrives from now on. A queue that
+    changes discipline hands on what waited in the old one (in arrival order); one that
+    joins or leaves the own discipline accepts what it held at once."""
     by_number = {entry["queue"]: entry for entry in plan}
     for queue in queues:
         entry = by_number.get(queue.number)
-        if entry is not None:
-            queue.delay, queue.jitter = entry["delay"], entry["jitter"]
-            queue.reorder = entry["reorder"]
+        if entry is None:
+            continue
+        queue.delay, queue.jitter = entry["delay"], entry["jitter"]
+        queue.reorder = entry["reorder"]
+        old, key = queue.bottleneck, discipline_key(entry)
+        if key == queue.discipline:
+            if old is not None:
+                old.rate, old.delay, old.jitter = entry["rate"], entry["delay"], entry["jitter"]
+            continue
+        if old is None or key is None:
+            _send(queue.netlink, nfqueue.mode(queue.number, key is not None))
+            _send(queue.netlink, queue.release_all())
+            queue.bottleneck = bottleneck_of(entry, rng)
+        else:
+            new = bottleneck_of(entry, rng)
+            assert new is not None
+            new.free_at, new.last_release, new.sent = old.free_at, old.last_release, old.sent
+            new.arrive(old.discipline.drain())
+            queue.bottleneck = new
+        queue.discipline = key
+
+
+def discipline_key(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """What makes two plan entries the same discipline (a rate or delay changes in place)."""
+    if entry.get("qdisc") is None:
+        return None
+    return entry["qdisc"], json.dumps(entry["settings"], sort_keys=True)
 
 
 def _stop(signum, frame):

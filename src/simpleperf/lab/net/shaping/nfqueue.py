@@ -1,7 +1,9 @@
 """nfnetlink_queue messages as bytes, and packet ids out of bytes. No sockets here.
 
-Only what the delay line needs: bind a queue with metadata-only copies, read the ids of
-queued packets, and give verdicts (one packet, or every packet up to an id).
+Only what the delay line needs: bind a queue (metadata only, or the first HEADER_BYTES of
+each packet for a queue whose discipline looks at headers), read the queued packets (id,
+arrival stamp, length, first bytes), and give verdicts (one packet, perhaps setting its
+mark, or every packet up to an id).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ NFQNL_MSG_CONFIG = 2
 NFQNL_MSG_VERDICT_BATCH = 3
 NFQA_PACKET_HDR = 1
 NFQA_VERDICT_HDR = 2
+NFQA_MARK = 3
+NFQA_TIMESTAMP = 4
+NFQA_PAYLOAD = 10
+NFQA_CAP_LEN = 13
 NFQA_CFG_CMD = 1
 NFQA_CFG_PARAMS = 2
 NFQA_CFG_QUEUE_MAXLEN = 3
@@ -24,6 +30,11 @@ NFQA_CFG_FLAGS = 5
 NFQA_CFG_F_GSO = 1 << 2
 NFQNL_CFG_CMD_BIND = 1
 NFQNL_COPY_META = 1
+NFQNL_COPY_PACKET = 2
+HEADER_BYTES = 64  # an IPv4 header with options and the ports after it
+# The mark a verdict gives a packet its discipline marked: the wire's mangle rules set CE
+# on it and clear the mark (build.CE_RULES).
+CE_MARK = 0x10000
 NF_DROP = 0
 NF_ACCEPT = 1
 NLM_F_REQUEST = 1
@@ -46,30 +57,43 @@ def _message(kind: int, queue: int, attributes: bytes, flags: int, seq: int) -> 
                           NLM_F_REQUEST | flags, seq, 0) + body
 
 
-def bind(queue: int, max_packets: int, seq: int = 1) -> list[bytes]:
-    """Messages that bind `queue`, ask for metadata only, size the kernel's queue, and take
-    GRO/GSO aggregates whole (one entry and one verdict for many packets; the rate limiter
-    after the delay splits them again)."""
+def bind(queue: int, max_packets: int, headers: bool = False, seq: int = 1) -> list[bytes]:
+    """Messages that bind `queue`, size the kernel's queue and set its mode (see `mode`)."""
     return [
         _message(NFQNL_MSG_CONFIG, queue,
                  _attribute(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0)),
                  NLM_F_ACK, seq),
         _message(NFQNL_MSG_CONFIG, queue,
-                 _attribute(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)),
-                 NLM_F_ACK, seq + 1),
-        _message(NFQNL_MSG_CONFIG, queue,
                  _attribute(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", max_packets)),
-                 NLM_F_ACK, seq + 2),
+                 NLM_F_ACK, seq + 1),
+        *mode(queue, headers, NLM_F_ACK, seq + 2)]
+
+
+def mode(queue: int, headers: bool, flags: int = 0, seq: int = 0) -> list[bytes]:
+    """Metadata only, GRO/GSO aggregates whole (one entry and one verdict for many packets;
+    the rate limiter after the delay splits them again); or, for a queue whose discipline
+    reads headers and sizes, each packet's first HEADER_BYTES and every packet on its own
+    (the kernel cuts aggregates before queueing them)."""
+    copy = (struct.pack("!IB", HEADER_BYTES, NFQNL_COPY_PACKET) if headers
+            else struct.pack("!IB", 0, NFQNL_COPY_META))
+    return [
+        _message(NFQNL_MSG_CONFIG, queue, _attribute(NFQA_CFG_PARAMS, copy), flags, seq),
         _message(NFQNL_MSG_CONFIG, queue,
                  _attribute(NFQA_CFG_MASK, struct.pack("!I", NFQA_CFG_F_GSO))
-                 + _attribute(NFQA_CFG_FLAGS, struct.pack("!I", NFQA_CFG_F_GSO)),
-                 NLM_F_ACK, seq + 3),
+                 + _attribute(NFQA_CFG_FLAGS, struct.pack("!I", 0 if headers
+                                                          else NFQA_CFG_F_GSO)),
+                 flags, seq + 1),
     ]
 
 
-def verdict(queue: int, packet_id: int, accept: bool = True) -> bytes:
-    return _message(NFQNL_MSG_VERDICT, queue, _attribute(
-        NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT if accept else NF_DROP, packet_id)), 0, 0)
+def verdict(queue: int, packet_id: int, accept: bool = True, mark: int | None = None
+            ) -> bytes:
+    """Accept or drop one packet; `mark`: set the packet's mark (the wire's rules act on it)."""
+    attributes = _attribute(NFQA_VERDICT_HDR,
+                            struct.pack("!II", NF_ACCEPT if accept else NF_DROP, packet_id))
+    if mark is not None:
+        attributes += _attribute(NFQA_MARK, struct.pack("!I", mark))
+    return _message(NFQNL_MSG_VERDICT, queue, attributes, 0, 0)
 
 
 def verdict_up_to(queue: int, packet_id: int) -> bytes:
@@ -84,7 +108,6 @@ class NetlinkError(Exception):
         self.errno = errno
 
 
-NFQA_TIMESTAMP = 4
 _PACKET_MESSAGE = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET
 
 
@@ -102,8 +125,12 @@ def errors(data: bytes | memoryview) -> list[int]:
     return found
 
 
-def packets(data: bytes | memoryview) -> list[tuple[int, float | None]]:
-    """(packet id, kernel arrival time in seconds since the epoch or None) of the queued-packet
+Queued = tuple[int, float | None, int, bytes]
+
+
+def packets(data: bytes | memoryview) -> list[Queued]:
+    """(packet id, kernel arrival time in seconds since the epoch or None, the packet's length
+    (0 when only metadata is copied), its first bytes (b"" then)) of the queued-packet
     messages in one read (the compiled reader, _queue_reader.c, decodes them as this does)."""
     starts = []
     offset, end = 0, len(data)
@@ -122,18 +149,26 @@ def packets(data: bytes | memoryview) -> list[tuple[int, float | None]]:
     return found
 
 
-def _decode_packet(data, offset: int, end: int) -> tuple[int, float | None] | None:
+def _decode_packet(data, offset: int, end: int) -> Queued | None:
     packet_id = None
     arrival = None
+    header = b""
+    length = None
     while offset + 4 <= end:
-        length, kind = struct.unpack_from("=HH", data, offset)
-        if length < 4 or offset + length > end:
+        size, kind = struct.unpack_from("=HH", data, offset)
+        if size < 4 or offset + size > end:
             break
         kind &= 0x3FFF
-        if kind == NFQA_PACKET_HDR and length >= 8:
+        if kind == NFQA_PACKET_HDR and size >= 8:
             packet_id = struct.unpack_from("!I", data, offset + 4)[0]
-        elif kind == NFQA_TIMESTAMP and length >= 20:
+        elif kind == NFQA_TIMESTAMP and size >= 20:
             seconds, micros = struct.unpack_from("!QQ", data, offset + 4)
             arrival = seconds + micros / 1e6
-        offset += (length + 3) & ~3
-    return None if packet_id is None else (packet_id, arrival)
+        elif kind == NFQA_PAYLOAD:
+            header = bytes(data[offset + 4:offset + size])
+        elif kind == NFQA_CAP_LEN and size >= 8:
+            length = struct.unpack_from("!I", data, offset + 4)[0]
+        offset += (size + 3) & ~3
+    if packet_id is None:
+        return None
+    return packet_id, arrival, len(header) if length is None else length, header

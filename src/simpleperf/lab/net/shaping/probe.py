@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ...model.link_properties import QDISCS
 from ..system import CommandError, run
+from .aqm import OWN_QDISCS
 
 SHAPERS = ("auto", "netem", "own")
 # The default of --shaper, for a user (or a test session) who always wants one backend.
@@ -32,6 +33,9 @@ PROBE=nfqueue try iptables-restore <<'RULES'
 -A PREROUTING -i p0 -m statistic --mode random --probability 0.5 -j DROP
 -A PREROUTING -i p0 -j NFQUEUE --queue-num 1
 COMMIT
+*mangle
+-A PREROUTING -m mark --mark 0x10000/0x10000 -j ECN --ecn-ip-ect 3
+COMMIT
 RULES
 """.replace("AQM_QDISCS", " ".join(AQM_QDISCS))
 
@@ -48,21 +52,30 @@ class Capabilities:
         """One line per capability, as `simpleperf lab probe` prints them."""
         has = {"tbf (rate limits)": self.tbf, "netem (delay, jitter, loss)": self.netem,
                "ifb (netem on arriving packets)": self.ifb,
-               "NFQUEUE and statistic (the own shaper)": self.nfqueue}
+               "NFQUEUE, statistic, ECN (the own shaper)": self.nfqueue}
         lines = [f"  {name:<40} {'yes' if present else 'no'}" for name, present in has.items()]
-        lines += [f"  {name:<40} {'yes' if name in self.aqm else 'no'}" for name in AQM_QDISCS]
+        lines += [f"  {f'{name} (sch_{name})':<40} {'yes' if name in self.aqm else 'no'}; "
+                  + ("the own shaper runs its own" if name in OWN_QDISCS
+                     else "the own shaper uses the kernel's") for name in AQM_QDISCS]
         return "\n".join(lines)
 
-    def require_queues(self, wanted: dict[str, str]) -> None:
-        """wanted: link direction -> its qdisc. ValueError naming the first this kernel
-        lacks (either shaper puts the kernel's AQM below its rate limiter)."""
+    def require_queues(self, wanted: dict[str, str], backend: str) -> None:
+        """wanted: link direction -> the qdisc the kernel must run there (build.kernel_queues).
+        ValueError naming the first this kernel lacks, and what would run it."""
+        own = ", ".join(name for name in OWN_QDISCS if name != "droptail")
         for where, name in wanted.items():
-            if name != "droptail" and name not in self.aqm:
-                has = ", ".join(sorted(self.aqm)) or "none of them"
-                raise ValueError(f"{where}: qdisc {name} needs the kernel's sch_{name}, which "
-                                 f"this kernel lacks (it has {has}); Debian's "
-                                 "linux-image-amd64 has codel, fq_codel, pie, fq_pie and cake "
-                                 "(scripts/netem-guest boots it)")
+            if name in self.aqm:
+                continue
+            has = ", ".join(sorted(self.aqm)) or "none of them"
+            lacks = (f"{where}: qdisc {name} needs the kernel's sch_{name}, which this kernel "
+                     f"lacks (it has {has})")
+            if backend == "netem" and name in OWN_QDISCS:
+                raise ValueError(f"{lacks}; --shaper own runs {own} itself")
+            if backend == "own" and name in OWN_QDISCS:  # only at a switch's port
+                raise ValueError(f"{lacks}, and it joins a switch, where only the kernel's "
+                                 "qdisc can sit: put the queue on a link between routers")
+            raise ValueError(f"{lacks}, and the own shaper implements only {own}; Debian's "
+                             "linux-image-amd64 has sch_cake (scripts/netem-guest boots it)")
 
     def choose(self, given: str | None) -> tuple[str, str]:
         """('netem' or 'own', why) for --shaper auto|netem|own, or for SHAPER_ENV when not
@@ -82,8 +95,8 @@ class Capabilities:
                              + ("" if self.ifb else " or no ifb device")
                              + "; use --shaper own")
         if wanted == "own" and not self.nfqueue:
-            raise ValueError(f"{asked} needs the iptables NFQUEUE target and statistic "
-                             "match (kernel netfilter), which this kernel lacks")
+            raise ValueError(f"{asked} needs the iptables NFQUEUE and ECN targets and the "
+                             "statistic match (kernel netfilter), which this kernel lacks")
         if wanted != "auto":
             return wanted, f"chosen with {asked_by}"
         if netem_ok:

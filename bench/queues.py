@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Queue disciplines on a pair link, each beside drop-tail measured in the same run (needs
+root). Every line prints the measurement, its target and ok/MISS:
+
+  - CoDel, one saturating CUBIC flow at 10 and 100 Mbit/s, a 1000-packet buffer, 10 ms
+    delay: the standing queue's delay (ping RTT beside the flow minus the idle RTT) at the
+    median within [target, 3 x target]; goodput at least 0.95 x drop-tail's, whose queue
+    delay (the full buffer's) is printed beside it;
+  - FQ-CoDel, a ping beside four bulk CUBIC flows: ping RTT p50 <= base + 2 x target;
+  - ECN: CoDel with ECN and both hosts asking for it: CE marks counted at the receiver,
+    retransmissions at most a tenth of the same run without ECN;
+  - the own discipline's capacity with 10 ms delay: the highest of 100M, 300M, 1G that one
+    TCP flow fills to 0.9 x through fq_codel, and the delay line's CPU, beside drop-tail's
+    (the kernel's pfifo and tbf, the delay line only delaying).
+
+    python3 bench/queues.py [--quick] [--shaper own|netem]
+
+With the own shaper (this machine: its kernel has no AQM qdiscs) the disciplines are the
+lab's own, in the delay line; with --shaper netem on a kernel that has them (scripts/netem-
+guest), the kernel's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+from simpleperf.lab.model import topology
+from simpleperf.lab.net import lifecycle, ownership
+
+PYTHON = sys.executable
+SHAPER: str | None = None
+BASE_RTT_MS = 20.0  # 10 ms each way
+
+
+def report(name: str, measured: str, target: str, ok: bool | None) -> None:
+    verdict = {True: "ok", False: "MISS", None: "info"}[ok]
+    print(f"{name:<46} {measured:<44} {target:<26} {verdict}", flush=True)
+
+
+def in_node(node: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", node, *command], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def up(**spec) -> None:
+    if ownership.load("pair"):
+        lifecycle.down("pair")
+    lifecycle.up(topology.pair(**spec), {"pair": spec}, SHAPER, say=lambda _: None)
+
+
+def counters(node: str) -> dict[str, int]:
+    lines = in_node(node, "nstat", "-a", "-z").stdout.splitlines()[1:]
+    return {fields[0]: int(fields[1]) for fields in map(str.split, lines) if len(fields) > 1}
+
+
+def load(seconds: float, flows: int = 1, ecn: bool = False, ping_every: float = 0.1,
+         settle: float = 2.0) -> dict:
+    """`flows` CUBIC flows h1 -> h2 for `seconds`, pings beside them after `settle` s: the
+    goodput, the pings' RTTs, and the hosts' CE and retransmission counters."""
+    for node in ("h1", "h2"):
+        in_node(node, "sysctl", "-qw", f"net.ipv4.tcp_ecn={1 if ecn else 0}",
+                "net.ipv4.tcp_wmem=4096 16384 33554432", "net.ipv4.tcp_rmem=4096 131072 33554432")
+    port = "18099"
+    server = subprocess.Popen(["ip", "netns", "exec", "h2", PYTHON, "-m", "simpleperf", "-s",
+                               "-p", port], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.7)
+        client = subprocess.Popen(["ip", "netns", "exec", "h1", PYTHON, "-m", "simpleperf",
+                                   "-c", "-I", "10.0.0.2", "-p", port, "-t", str(seconds),
+                                   "-P", str(flows), "--native", "-J", "--no-latency",
+                                   "-C", "cubic"], stdout=subprocess.PIPE, text=True)
+        time.sleep(settle)
+        count = int((seconds - settle - 0.5) / ping_every)
+        pings = in_node("h1", "ping", "-n", "-c", str(count), "-i", str(ping_every), "-W", "2",
+                        "10.0.0.2").stdout
+        out, _ = client.communicate(timeout=seconds + 60)
+    finally:
+        server.terminate()
+        server.wait(10)
+    rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", pings)]
+    sent, received = counters("h1"), counters("h2")
+    return {"goodput": json.loads(out)["end"]["sum_received"]["bits_per_second"],
+            "rtts": rtts, "ce": received.get("IpExtInCEPkts", 0),
+            "retransmitted": sent.get("TcpRetransSegs", 0)}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def codel_checks(seconds: float) -> None:
+    for rate_text, rate in (("10M", 10e6), ("100M", 100e6)):
+        runs = {}
+        for qdisc in ("droptail", "codel"):
+            up(rate=rate_text, delay="10ms", queue=1000, qdisc=qdisc)
+            runs[qdisc] = load(seconds)
+            lifecycle.down("pair")
+        tail, codel = runs["droptail"], runs["codel"]
+        standing = median(codel["rtts"]) - BASE_RTT_MS
+        report(f"codel {rate_text}: standing queue delay", f"{standing:.1f} ms (drop-tail "
+               f"{median(tail['rtts']) - BASE_RTT_MS:.1f} ms)", "5 to 15 ms",
+               5 <= standing <= 15)
+        ratio = codel["goodput"] / tail["goodput"]
+        report(f"codel {rate_text}: goodput / drop-tail's", f"{ratio:.3f} ({codel['goodput'] / 1e6:.2f}"
+               f" / {tail['goodput'] / 1e6:.2f} Mbit/s)", ">= 0.95", ratio >= 0.95)
+
+
+def fq_codel_checks(seconds: float) -> None:
+    runs = {}
+    for qdisc in ("droptail", "fq_codel"):
+        up(rate="10M", delay="10ms", queue=1000, qdisc=qdisc)
+        runs[qdisc] = load(seconds, flows=4)
+        lifecycle.down("pair")
+    ping = median(runs["fq_codel"]["rtts"])
+    report("fq_codel: ping p50 beside 4 flows", f"{ping:.1f} ms (drop-tail "
+           f"{median(runs['droptail']['rtts']):.1f} ms)", f"<= {BASE_RTT_MS + 10:g} ms",
+           ping <= BASE_RTT_MS + 10)
+
+
+def ecn_checks(seconds: float) -> None:
+    runs = {}
+    for ecn in (False, True):
+        up(rate="10M", delay="10ms", queue=1000, qdisc="codel", ecn=ecn)
+        runs[ecn] = load(seconds, ecn=ecn)
+        lifecycle.down("pair")
+    marked, plain = runs[True], runs[False]
+    report("codel ecn: CE marks at the receiver", f"{marked['ce']} (without ECN "
+           f"{plain['ce']})", "> 0", marked["ce"] > 0)
+    report("codel ecn: retransmissions", f"{marked['retransmitted']} (without ECN "
+           f"{plain['retransmitted']})", "<= 0.1 x without",
+           marked["retransmitted"] <= 0.1 * max(plain["retransmitted"], 1))
+
+
+def process_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def capacity_checks(seconds: float) -> None:
+    highest = None
+    for rate_text, rate in (("100M", 100e6), ("300M", 300e6), ("1G", 1e9)):
+        cells = {}
+        for qdisc in ("droptail", "fq_codel"):
+            queue = max(1000, int(rate * 0.02 / (1514 * 8)))
+            up(rate=rate_text, delay="10ms", queue=queue, qdisc=qdisc)
+            lines = [p.pid for p in ownership.load("pair").processes]
+            before = process_seconds(lines)
+            result = load(seconds, ping_every=0.5)
+            cpu = (process_seconds(lines) - before) / seconds
+            lifecycle.down("pair")
+            cells[qdisc] = (result["goodput"], cpu)
+        goodput, cpu = cells["fq_codel"]
+        if goodput >= 0.9 * rate:
+            highest = rate_text
+        report(f"fq_codel {rate_text} with 10ms delay", f"{goodput / rate:.2f} x rate, delay "
+               f"line {cpu:.2f} cores (drop-tail {cells['droptail'][0] / rate:.2f} x, "
+               f"{cells['droptail'][1]:.2f})", ">= 0.9 x", goodput >= 0.9 * rate)
+    report("own discipline: highest rate at 0.9 x", highest or "none", "1G (goal)",
+           highest == "1G")
+
+
+def main() -> int:
+    global SHAPER
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter transfers")
+    parser.add_argument("--shaper", choices=("own", "netem"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench: needs root (network namespaces)", file=sys.stderr)
+        return 1
+    SHAPER = args.shaper
+    seconds = 8.0 if args.quick else 15.0
+    print(f"{'':<46} {'measured (same-run drop-tail)':<44} {'target':<26}")
+    codel_checks(seconds)
+    fq_codel_checks(seconds)
+    ecn_checks(seconds)
+    capacity_checks(seconds / 2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

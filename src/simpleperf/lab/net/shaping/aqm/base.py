@@ -1,0 +1,72 @@
+"""What every discipline is given and answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ECN field of the IP header (RFC 3168)
+NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
+MTU_BYTES = 1514  # the largest frame a link carries, as the kernel's psched_mtu gives it
+
+
+class Packet:
+    """One queued packet: its queue id, arrival (seconds), frame size (bytes), flow key and
+    ECN field. `marked`: the discipline set CE on it."""
+
+    __slots__ = ("id", "arrival", "size", "flow", "ecn", "marked")
+
+    def __init__(self, packet_id: int, arrival: float, size: int = MTU_BYTES, flow: int = 0,
+                 ecn: int = NOT_ECT) -> None:
+        self.id = packet_id
+        self.arrival = arrival
+        self.size = size
+        self.flow = flow
+        self.ecn = ecn
+        self.marked = False
+
+    @property
+    def ecn_capable(self) -> bool:
+        return self.ecn != NOT_ECT
+
+    def mark(self) -> bool:
+        """Set CE, as the kernel's INET_ECN_set_ce: only an ECN-capable packet takes it."""
+        if self.ecn == NOT_ECT:
+            return False
+        self.marked = True
+        return True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A discipline's parameters; None: the kernel's default for that discipline."""
+
+    limit: int = 1000  # packets
+    ecn: bool = False
+    target: float | None = None  # seconds
+    interval: float | None = None  # CoDel's
+    tupdate: float | None = None  # PIE's
+    flows: int | None = None  # flow queues
+    quantum: int | None = None  # bytes per round
+
+
+class Discipline:
+    """A queue: `enqueue` takes a packet at its arrival time and returns what it dropped
+    (the packet itself when the queue is full, or others: a flow-queueing discipline drops
+    from its fattest flow); `dequeue` at the moment the wire is free returns the packet to
+    send (None: empty) and what it dropped on the way. Counters: drops and marks."""
+
+    def __init__(self) -> None:
+        self.packets = 0
+        self.bytes = 0
+        self.drops = 0
+        self.marks = 0
+
+    def enqueue(self, packet: Packet, now: float) -> list[Packet]:
+        raise NotImplementedError
+
+    def dequeue(self, now: float) -> tuple[Packet | None, list[Packet]]:
+        raise NotImplementedError
+
+    def drain(self) -> list[Packet]:
+        """Every packet held, in arrival order, taken out without judging them."""
+        raise NotImplementedError

@@ -1,0 +1,242 @@
+"""The own shaper's queue disciplines (lab/net/shaping/aqm) on synthetic arrivals, driven by
+the bottleneck that serialises them at a link's rate: the rules their RFCs and the kernel's
+qdiscs state, and conservation whatever the arrivals."""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpleperf.lab.net.shaping import aqm, nfqueue
+from simpleperf.lab.net.shaping.aqm import codel, pie
+from simpleperf.lab.net.shaping.aqm.base import CE, ECT0, NOT_ECT
+from simpleperf.lab.net.shaping.bottleneck import Bottleneck, packet_of
+from simpleperf.lab.net.shaping.delayline import DirectionQueue
+
+FRAME = 1514
+
+
+def run(name: str, arrivals: list[tuple[float, int, int, int]], rate: float,
+        delay: float = 0.0, **settings_) -> tuple[list[tuple[float, aqm.Packet]],
+                                                  list[aqm.Packet], Bottleneck]:
+    """arrivals: (time, size, flow, ecn). Released (time, packet) and dropped, after all."""
+    line = Bottleneck(rate, aqm.make(name, aqm.Settings(**settings_)), delay,
+                      rng=random.Random(1))
+    released: list[tuple[float, aqm.Packet]] = []
+    packets = [aqm.Packet(i, t, size, flow, ecn) for i, (t, size, flow, ecn)
+               in enumerate(arrivals)]
+    for packet in packets:
+        line.arrive([packet])
+    line.run_until(math.inf)
+    released = list(line.sent)
+    return released, line.take_dropped(), line
+
+
+def steady(rate_bps: float, seconds: float, flow: int = 0, ecn: int = NOT_ECT,
+           start: float = 0.0, size: int = FRAME) -> list[tuple[float, int, int, int]]:
+    gap = size * 8 / rate_bps
+    return [(start + i * gap, size, flow, ecn) for i in range(int(seconds / gap))]
+
+
+ARRIVALS = st.lists(st.tuples(st.floats(0, 0.01), st.integers(64, FRAME), st.integers(0, 5),
+                              st.sampled_from([NOT_ECT, ECT0, CE])), max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(aqm.OWN_QDISCS), ARRIVALS, st.floats(1e5, 1e8), st.booleans(),
+       st.integers(1, 50))
+def test_every_packet_leaves_or_is_dropped_once_in_order_within_its_flow(
+        name, gaps, rate, ecn, limit):
+    arrivals, now = [], 0.0
+    for gap, size, flow, mark in gaps:
+        now += gap
+        arrivals.append((now, size, flow, mark))
+    released, dropped, line = run(name, arrivals, rate, 0.01, limit=limit, ecn=ecn)
+    ids = [p.id for _, p in released] + [p.id for p in dropped]
+    assert sorted(ids) == list(range(len(arrivals)))
+    assert line.discipline.packets == 0 and line.discipline.bytes == 0
+    assert line.discipline.drops == len(dropped)
+    times = [t for t, _ in released]
+    assert times == sorted(times)  # the wire sends one at a time
+    for flow in range(6):
+        mine = [p.id for _, p in released if p.flow == flow]
+        assert mine == sorted(mine)
+    if name in ("droptail", "codel", "pie"):
+        assert [p.id for _, p in released] == sorted(p.id for _, p in released)
+    assert all(p.ecn != NOT_ECT for _, p in released if p.marked)
+    if not ecn:
+        assert not any(p.marked for _, p in released)
+
+
+def test_the_wire_sends_at_its_rate_and_each_packet_then_travels_the_delay():
+    arrivals = [(0.0, 1500, 0, NOT_ECT)] * 5  # a burst of five 1500-byte frames
+    released, dropped, _ = run("droptail", arrivals, 12e6, delay=0.010)
+    assert not dropped
+    assert [round(t, 9) for t, _ in released] == [0.011, 0.012, 0.013, 0.014, 0.015]
+
+
+def test_drop_tail_drops_what_finds_the_queue_full():
+    released, dropped, _ = run("droptail", [(0.0, 1500, 0, NOT_ECT)] * 10, 12e6, limit=4)
+    # one on the wire at once, four waiting: the other five are dropped
+    assert [p.id for p in dropped] == [5, 6, 7, 8, 9]
+    assert len(released) == 5
+
+
+def test_codel_leaves_a_queue_below_its_target_alone():
+    released, dropped, _ = run("codel", steady(9e6, 5.0), 10e6)
+    assert not dropped and len(released) == len(steady(9e6, 5.0))
+
+
+def test_codel_drops_after_an_interval_above_target_then_faster_by_the_square_root():
+    """Twice the link's rate, unresponsive: the first drop comes once the sojourn has been
+    above 5 ms for 100 ms; then the k-th drop of the cycle is due 100 ms x (1 + 1/sqrt(2)
+    + ... + 1/sqrt(k - 1)) after the first (decided at the first departure from then on)."""
+    released, dropped, line = run("codel", steady(20e6, 1.0), 10e6, limit=100_000)
+    wire = FRAME * 8 / 10e6
+    # the k-th packet leaves at k wire times, having arrived at k / 2: its sojourn passes
+    # the target at the departure of packet ceil(2 x target / wire)
+    above = math.ceil(2 * 0.005 / wire) * wire
+    times = drop_times(released, dropped, wire)
+    assert above + 0.100 < times[0] <= above + 0.100 + wire
+    for k in range(2, 12):
+        due = times[0] + sum(0.100 / math.sqrt(j) for j in range(1, k))
+        assert due <= times[k - 1] <= due + wire, (k, times[k - 1] - due)
+    assert line.discipline.marks == 0
+
+
+def drop_times(released: list[tuple[float, aqm.Packet]], dropped: list[aqm.Packet],
+               wire: float) -> list[float]:
+    """When each packet was dropped: when the packet sent in its place left the queue
+    (with no delay, a packet is released when the wire has sent it)."""
+    started = {p.id: t - wire for t, p in released}
+    times = []
+    for packet_id in sorted(p.id for p in dropped):
+        later = next(i for i in range(packet_id + 1, packet_id + 10_000) if i in started)
+        times.append(started[later])
+    return times
+
+
+def test_codel_with_ecn_marks_capable_packets_and_drops_the_others():
+    capable = steady(20e6, 1.0, ecn=ECT0)
+    released, dropped, line = run("codel", capable, 10e6, limit=100_000, ecn=True)
+    assert not dropped
+    assert line.discipline.marks > 5
+    assert sum(p.marked for _, p in released) == line.discipline.marks
+    _, dropped, line = run("codel", steady(20e6, 1.0), 10e6, limit=100_000, ecn=True)
+    assert len(dropped) > 5 and line.discipline.marks == 0
+
+
+def test_pie_leaves_a_light_load_alone_and_raises_its_probability_under_overload():
+    _, dropped, line = run("pie", steady(8e6, 3.0), 10e6)
+    assert not dropped and line.discipline.state.prob == 0.0
+    released, dropped, line = run("pie", steady(20e6, 3.0), 10e6, limit=100_000)
+    assert line.discipline.state.prob > 0.1
+    # about half must go for the rest to fit the link; PIE drops on arrival, tail drops none
+    assert 0.35 < len(dropped) / (len(dropped) + len(released)) < 0.6
+    assert line.discipline.packets == 0
+
+
+def test_pie_lets_a_burst_through_within_its_allowance():
+    """A burst arriving at once onto an idle queue: nothing is dropped early during the
+    150 ms burst allowance, even with the queue delay far above the target."""
+    burst = [(0.0, FRAME, 0, NOT_ECT)] * 100  # 121 ms of the wire at 10 Mbit/s
+    _, dropped, _ = run("pie", burst, 10e6)
+    assert not dropped
+
+
+def test_pie_updates_follow_the_rfc_formula():
+    state = pie.PieState(0.015, 0.015, False, random.Random(1))
+    state.qdelay = 0.040  # delay 25 ms over the target, from 0
+    state.update(backlog=100_000)
+    # prob 0 < 1e-6: alpha and beta halved, then quartered five times (power 100 .. 1e6)
+    scale = 0.5 / 4 ** 5
+    expected = (0.040 - 0.015) * pie.ALPHA * scale + 0.040 * pie.BETA * scale
+    assert state.prob == pytest.approx(expected)
+    state.prob = 0.5
+    state.qdelay_old = state.qdelay = 0.300  # far over: capped at 2 %, plus 2 % above 250 ms
+    state.update(backlog=100_000)
+    assert state.prob == pytest.approx(0.54)
+
+
+def test_fq_codel_shares_the_link_equally_between_backlogged_flows():
+    arrivals = sorted(steady(20e6, 2.0, flow=1) + steady(5e6, 2.0, flow=2,
+                                                          size=700) + steady(15e6, 2.0, flow=3))
+    released, _, _ = run("fq_codel", arrivals, 10e6, limit=10_000)
+    window = [p for t, p in released if 0.5 <= t <= 1.5]
+    sent = {flow: sum(p.size for p in window if p.flow == flow) for flow in (1, 2, 3)}
+    assert max(sent.values()) / min(sent.values()) < 1.05, sent
+
+
+def test_fq_codel_serves_a_sparse_flow_ahead_of_a_bulk_ones_queue():
+    """A ping every 10 ms beside a flow at twice the link's rate: each ping waits at most
+    for the frame on the wire and one quantum, while the bulk flow's queue is standing."""
+    bulk = steady(20e6, 2.0, flow=1)
+    pings = [(0.5 + i * 0.010, 98, 2, NOT_ECT) for i in range(100)]
+    released, _, _ = run("fq_codel", sorted(bulk + pings), 10e6, limit=10_000)
+    wire = FRAME * 8 / 10e6
+    ping_waits = [t - p.arrival - p.size * 8 / 10e6 for t, p in released if p.flow == 2]
+    bulk_waits = [t - p.arrival for t, p in released if p.flow == 1 and p.arrival > 0.5]
+    assert len(ping_waits) == 100
+    assert max(ping_waits) <= 2 * wire + 1e-9
+    assert sorted(bulk_waits)[len(bulk_waits) // 2] > 0.004  # CoDel's target and more
+
+
+def test_fq_codel_drops_from_the_fattest_flow_when_full():
+    arrivals = [(0.0, FRAME, 1, NOT_ECT)] * 30 + [(0.0, FRAME, 2, NOT_ECT)] * 3
+    _, dropped, line = run("fq_codel", arrivals, 10e6, limit=20)
+    assert dropped and {p.flow for p in dropped} == {1}
+    assert line.discipline.drops == len(dropped)
+
+
+def test_fq_pie_isolates_flows_and_controls_each():
+    arrivals = sorted(steady(20e6, 3.0, flow=1) + steady(1e6, 3.0, flow=2, size=200))
+    released, dropped, _ = run("fq_pie", arrivals, 10e6, limit=100_000)
+    assert dropped and {p.flow for p in dropped} == {1}
+    light = [t - p.arrival for t, p in released if p.flow == 2 and p.arrival > 1.0]
+    assert max(light) < 0.005
+
+
+def ipv4(protocol: int, ecn: int, ports: bytes, total: int = 1500) -> bytes:
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, ecn, total, 0, 0, 64, protocol, 0,
+                         bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+    return header + ports + b"\0" * 40
+
+
+def test_a_packets_flow_size_and_ecn_come_from_its_headers():
+    a = packet_of(1, 0.0, 1500, ipv4(6, 2, struct.pack("!HH", 40000, 5201)))
+    b = packet_of(2, 0.0, 1500, ipv4(6, 0, struct.pack("!HH", 40000, 5201)))
+    c = packet_of(3, 0.0, 1500, ipv4(6, 1, struct.pack("!HH", 40001, 5201)))
+    assert (a.size, a.ecn, b.ecn, c.ecn) == (1514, ECT0, NOT_ECT, 1)
+    assert a.flow == b.flow != c.flow
+    ping = [packet_of(i, 0.0, 84, ipv4(1, 0, bytes([8, 0, 0x12, i, 0, 7, 0, i]))) for i in
+            range(2)]  # echo requests: same identifier, changing checksum and sequence
+    assert ping[0].flow == ping[1].flow
+    unknown = packet_of(5, 0.0, 0, b"")  # a queue switched while its packet waited
+    assert unknown.size == aqm.base.MTU_BYTES
+
+
+def test_the_delay_line_gives_each_packet_its_discipline_s_verdict():
+    queue = DirectionQueue(4, 0.010, 0.0, False)
+    queue.bottleneck = Bottleneck(12e6, aqm.make("codel", aqm.Settings(limit=2, ecn=True)),
+                                  0.010)
+    arrivals = [(i, 0.0, 1486, ipv4(17, 2, b"\0\1\0\2")) for i in range(4)]
+    queue.admit(arrivals, random.Random(1))
+    assert queue.due(0.0105) == [nfqueue.verdict(4, 3, accept=False)]  # the queue was full
+    assert queue.next_release() == pytest.approx(0.011)
+    assert queue.due(0.011) == [nfqueue.verdict(4, 0)]
+    assert queue.due(1.0) == [nfqueue.verdict(4, 1), nfqueue.verdict(4, 2)]
+    marked = aqm.Packet(9, 0.0, 1514, ecn=ECT0)
+    assert marked.mark()
+    queue.bottleneck.sent.append((2.0, marked))
+    assert queue.due(2.0) == [nfqueue.verdict(4, 9, mark=nfqueue.CE_MARK)]
+
+
+def test_codel_state_starts_over_when_the_queue_empties():
+    state = codel.CodelState(0.005, 0.100, False)
+    assert state.dequeue(lambda: None, lambda: 0, 1.0) == (None, [])
+    assert not state.dropping
