@@ -689,3 +689,20 @@ def test_a_hosts_congestion_control_is_its_namespaces_default_or_one_line(tmp_pa
         assert f"node h1: congestion {name} cannot be a network namespace's default" in \
             done.stderr
         assert_gone({"h1", "h2", "pair-wire"})
+
+
+@pytest.mark.own_shaper
+@pytest.mark.timing
+def test_a_saturating_flow_carries_what_the_trace_offers(pair_lab, tmp_path):
+    """A link that follows a trace (12 Mbit/s of 1500-byte opportunities) carries a CUBIC
+    flow at the trace's rate, less TCP's headers; a broken trace builds nothing."""
+    broken = tmp_path / "broken.trace"
+    broken.write_text("1\n3\n2\n")
+    done = lab("up", "pair", "--trace", str(broken), check=False)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "line 3: 2 ms comes before the line above (3 ms)" in done.stderr
+    assert_gone({"h1", "h2", "pair-wire"})
+    pair_lab("--trace", "constant-12M", "--delay", "5ms")
+    received = tcp_transfer(6, "-C", "cubic")["end"]["sum_received"]["bits_per_second"]
+    capacity = 12e6 * 1448 / 1500  # each opportunity: one full segment with timestamps
+    assert 0.93 * capacity <= received <= 1.01 * capacity, received

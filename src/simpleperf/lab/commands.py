@@ -61,8 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
     up.add_argument("topology", help="portfolio, pair, or a path to a TOML file")
     _shaper_option(up)
-    _property_flags(up.add_argument_group("pair (two hosts h1, h2 joined by one link)"),
-                    link_properties.PROPERTIES)
+    pair = up.add_argument_group("pair (two hosts h1, h2 joined by one link)")
+    _property_flags(pair, link_properties.PROPERTIES)
+    for direction, way in (("uplink", "h1 to h2"), ("downlink", "h2 to h1")):
+        pair.add_argument(f"--{direction}-trace", metavar="TRACE",
+                          help=f"a trace for {way} only (as mm-link's {direction})")
     down = commands.add_parser("down", help="remove a lab and everything it created")
     down.add_argument("name", nargs="?", help="which lab (default: the only one up)")
     status = commands.add_parser("status", help="nodes, links, shaping, expected RTTs")
@@ -80,7 +83,7 @@ def _queue_runners(model: topology.Topology, link: topology.Link, backend: str) 
     routed = build.wire_ports(model, link) is not None
     return [f"queue {runner}" for runner in sorted(
         {stages.queue_runner(s, backend, routed) for s in (link.a_to_b, link.b_to_a)
-         if s.qdisc != "droptail"})]
+         if s.qdisc != "droptail" or s.trace})]
 
 
 def _change_parsers(commands: Any) -> None:
@@ -240,14 +243,19 @@ def _change(args: argparse.Namespace) -> int:
 def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]:
     given = {name: getattr(args, name) for name in link_properties.NAMES
              if getattr(args, name) not in (None, False)}
+    one_way = {side: getattr(args, f"{direction}_trace") for side, direction in
+               (("a_to_b", "uplink"), ("b_to_a", "downlink"))
+               if getattr(args, f"{direction}_trace")}
     if args.topology == "pair":
-        params = {name: getattr(args, name) for name in link_properties.NAMES}
+        params: dict[str, Any] = {name: getattr(args, name) for name in link_properties.NAMES}
+        params.update({side: {"trace": trace} for side, trace in one_way.items()})
         try:
             return topology.pair(**params), {"pair": params}
         except topology.TopologyError as error:
             raise UsageError(str(error).replace("link h1-h2: ", "pair: ")) from None
-    if given:
-        raise UsageError(f"--{next(iter(given))} only applies to the pair topology")
+    if given or one_way:
+        flag = next(iter(given)) if given else "uplink-trace or --downlink-trace"
+        raise UsageError(f"--{flag} only applies to the pair topology")
     model = topology.load(args.topology)
     return model, {"file": model.source}
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...units import parse_duration, parse_rate
-from . import datafiles
+from . import datafiles, traces
 from .errors import TopologyError
 
 MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
@@ -101,6 +101,11 @@ def quantum(value: Any, where: str) -> int:
     return datafiles.count(value, where, 64, MAX_QUANTUM, TopologyError, "bytes")
 
 
+def trace(value: Any, where: str) -> str:
+    """A Mahimahi trace (a shipped name or a path), read and checked now: its path."""
+    return traces.load(value, where).path
+
+
 def whole_text(unit: str = "") -> Callable[[str], int]:
     """Reads a whole number (of `unit`) given as text: a flag, a sweep's value."""
     def read(text: str) -> int:
@@ -164,6 +169,9 @@ PROPERTIES: tuple[LinkProperty, ...] = (
     LinkProperty("quantum", "quantum", quantum, "bytes a flow queue may send per round "
                  "(fq_codel, fq_pie; default 1514)", "1514", at_switch=True,
                  qdiscs=("fq_codel", "fq_pie"), from_text=whole_text()),
+    LinkProperty("trace", "trace", trace, "a Mahimahi trace (a shipped name: "
+                 f"{', '.join(traces.shipped())}; or a file) that sets when the link may "
+                 "send, instead of bw (the own shaper)", "lte-walk", live=False),
 )
 BY_NAME = {p.name: p for p in PROPERTIES}
 BY_MININET = {p.mininet: p for p in PROPERTIES}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...options import is_congestion_name
-from . import datafiles, routing
+from . import datafiles, routing, traces
 from .errors import TopologyError
 from .link_properties import MININET_NAMES, PROPERTIES, check_qdisc, parse_mininet, to_mininet
 from .routing import Routing
@@ -54,6 +54,8 @@ class Shaping:
     tupdate: float | None = None  # PIE's update period, seconds
     flows: int | None = None  # fq_codel's and fq_pie's flow queues
     quantum: int | None = None  # bytes a flow queue sends per round
+    trace: str | None = None  # a Mahimahi trace's path: it sets when the link sends, and
+    # `rate` is then its mean (what theory assumes)
 
     @property
     def is_shaped(self) -> bool:
@@ -65,7 +67,9 @@ class Shaping:
 
     def describe(self) -> str:
         parts = []
-        if self.rate is not None:
+        if self.trace is not None:
+            parts.append(f"trace {Path(self.trace).stem} (mean {_format_rate(self.rate or 0)})")
+        elif self.rate is not None:
             parts.append(f"{_format_rate(self.rate)}")
         if self.delay or self.jitter:
             parts.append(f"delay {self.delay * 1e3:g} ms one-way")
@@ -385,6 +389,14 @@ def reshape(spec: Any, where: str, base: Shaping) -> Shaping:
         base = replace(base, **{p.name: getattr(fresh, p.name) for p in PROPERTIES
                                 if p.qdiscs and (p.name != "ecn"
                                                  or values["qdisc"] not in p.qdiscs)})
+    if "trace" in values:
+        if "rate" in values:
+            raise TopologyError(f"{where}: trace and bw both set how fast the link sends: "
+                                "give one")
+        values["rate"] = traces.load(values["trace"], f"{where}: trace").mean_rate
+    elif "rate" in values and base.trace is not None:
+        raise TopologyError(f"{where}: the link's trace sets how fast it sends: bw cannot "
+                            "change it")
     shaping = replace(base, **values)
     if shaping.queue is not None and shaping.rate is None:
         raise TopologyError(f"{where}: max_queue_size needs bw (a queue only forms behind a "
@@ -478,13 +490,17 @@ def l2_segments(topology: Topology) -> list[list[Endpoint]]:
 
 def pair(**values: Any) -> Topology:
     """Two hosts joined by one link: a classic lab's two computers and its tc command.
-    `values` by the link properties' names (rate="100M", queue=50, reorder=True)."""
+    `values` by the link properties' names (rate="100M", queue=50, reorder=True), and
+    a_to_b / b_to_a: one direction's own, by the same names."""
+    one_way: dict[str, Any] = {side: to_mininet(values.pop(side))
+                               for side in ("a_to_b", "b_to_a") if side in values}
     unknown = sorted(set(values) - {p.name for p in PROPERTIES})
     if unknown:
         raise TopologyError(f"pair: {unknown[0]} is not a link property "
                             f"({', '.join(p.name for p in PROPERTIES)})")
     link: dict[str, Any] = {"name": "h1-h2", "a": "h1", "a_address": "10.0.0.1/24",
-                            "b": "h2", "b_address": "10.0.0.2/24", **to_mininet(values)}
+                            "b": "h2", "b_address": "10.0.0.2/24", **to_mininet(values),
+                            **one_way}
     data = {"name": "pair", "description": "two hosts joined by one shaped link",
             "hosts": {"h1": {}, "h2": {}}, "links": [link]}
     return from_dict(data, "pair")

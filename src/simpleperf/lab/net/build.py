@@ -228,10 +228,10 @@ def _shape_at_endpoints(topology: Topology, link: Link,
     """A link to a switch: rate and queue at each end's egress; nothing else is possible."""
     switch = next(e.node for e in (link.a, link.b) if topology.nodes[e.node].kind == "switch")
     for end, shaping in ((link.a, link.a_to_b), (link.b, link.b_to_a)):
-        if shaping.delay or shaping.jitter or shaping.loss:
-            raise TopologyError(f"link {link.name}: delay, jitter and loss need both ends to "
-                                f"be hosts or routers, and {switch} is a switch: put the "
-                                "slow link between routers")
+        if shaping.delay or shaping.jitter or shaping.loss or shaping.trace:
+            raise TopologyError(f"link {link.name}: delay, jitter, loss and traces need both "
+                                f"ends to be hosts or routers, and {switch} is a switch: put "
+                                "the slow link between routers")
         if shaping.rate is not None:
             namespaces[end.node].tc += [q.command("add") for q in
                                         stages.egress(end.interface, shaping)]
@@ -274,6 +274,9 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
     directions = ((port_a, port_b, b.address, mac_b, link.a_to_b, 2 * index - 1),
                   (port_b, port_a, a.address, mac_a, link.b_to_a, 2 * index))
     for ingress, egress, far_end, far_mac, shaping, number in directions:
+        if shaping.trace is not None and backend != "own":
+            raise TopologyError(f"link {link.name}: a trace is followed by the own shaper's "
+                                "delay line (netem cannot): use --shaper own")
         table = 1000 + number
         space.ip_then += [
             f"neigh replace {far_end.ip} lladdr {far_mac} dev {egress} nud permanent",

@@ -270,7 +270,8 @@ def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, afte
     raw = ["*raw", *plan.namespaces[wire].iptables, "COMMIT"]
     run(["ip", "netns", "exec", wire, "iptables-restore", "--table", "raw"],
         stdin="\n".join(raw) + "\n")
-    wanted = {queue["queue"]: queue for queue in plan.delay_queues}
+    wanted = {queue["queue"]: {**queue, "epoch": record.created} if queue.get("trace")
+              else queue for queue in plan.delay_queues}
     for config in sorted(ownership.RECORD_DIR.glob(f"{record.lab}.delayline*.json")):
         queues = json.loads(config.read_text())
         updated = [wanted.get(queue["queue"], queue) for queue in queues]

@@ -13,6 +13,7 @@ that tells it how is made here too (`delay_line_entry`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from ..model.theory import FRAME_BYTES
@@ -62,18 +63,23 @@ class Qdisc:
 
 def runs_own(shaping: Shaping, backend: str) -> bool:
     """Does the lab's own discipline run this routed direction's queue (in the delay line)?
-    With the own shaper, for every active discipline it implements; drop-tail stays the
+    With the own shaper, for every active discipline it implements, and for every queue
+    behind a trace (which only the delay line can follow); otherwise drop-tail stays the
     kernel's pfifo, and a discipline without an own implementation (cake) the kernel's."""
-    return (backend == "own" and shaping.rate is not None and shaping.qdisc != "droptail"
-            and shaping.qdisc in aqm.OWN_QDISCS)
+    if backend != "own" or shaping.rate is None:
+        return False
+    if shaping.trace is not None:
+        return True
+    return shaping.qdisc != "droptail" and shaping.qdisc in aqm.OWN_QDISCS
 
 
 def queue_runner(shaping: Shaping, backend: str, routed: bool) -> str:
     """Who runs a direction's queue discipline, in words (lab up and lab status)."""
+    if routed and runs_own(shaping, backend):
+        follows = f", following trace {Path(shaping.trace).stem}" if shaping.trace else ""
+        return f"{shaping.qdisc}: the lab's own, in the delay line (the own shaper){follows}"
     if shaping.qdisc == "droptail":
         return "drop-tail (the kernel's pfifo)"
-    if routed and runs_own(shaping, backend):
-        return f"{shaping.qdisc}: the lab's own, in the delay line (the own shaper)"
     why = "netem shaper" if backend == "netem" else (
         "a switch's port" if not routed else "no own implementation")
     return f"{shaping.qdisc}: the kernel's sch_{shaping.qdisc} ({why})"
@@ -95,7 +101,7 @@ def delay_line_entry(namespace: str, queue: int, shaping: Shaping, backend: str
     entry: dict[str, Any] = {"namespace": namespace, "queue": queue, "delay": shaping.delay,
                              "jitter": shaping.jitter, "reorder": shaping.reorder}
     if own:
-        entry.update(qdisc=shaping.qdisc, rate=shaping.rate,
+        entry.update(qdisc=shaping.qdisc, rate=shaping.rate, trace=shaping.trace,
                      settings=asdict(own_settings(shaping)))
     return entry
 

@@ -92,7 +92,8 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
             save(case, "throughput-vs-theory", _theory_figure(plt, case, transfers))
         for step in steps:
             timed = [f for f in step["flows"] if f["intervals"]]
-            if timed and (len(step["flows"]) > 1 or step.get("events")):
+            traced = any(f.get("trace_capacity") for f in timed)
+            if timed and (len(step["flows"]) > 1 or step.get("events") or traced):
                 save(case, f"{step['name']}-throughput", _over_time_figure(plt, step, timed))
             seen = [(taken["place"], row) for taken in step.get("captures", [])
                     for row in taken["tcp"]
@@ -246,12 +247,23 @@ def _theory_figure(plt, case: str, transfers: list[tuple[dict, dict[str, Any]]])
 
 
 def _over_time_figure(plt, step: dict[str, Any], timed: list[dict[str, Any]]):
-    """Throughput of each flow of a step, interval by interval."""
+    """Throughput of each flow of a step, interval by interval, and what a trace on a flow's
+    path offered meanwhile."""
     figure, axis = plt.subplots(figsize=(9, 3.2))
     for flow in timed:
         starts = [i[0] for i in flow["intervals"]] + [flow["intervals"][-1][1]]
         rates = [i[2] / 1e6 for i in flow["intervals"]]
         axis.step(starts, rates + rates[-1:], where="post", label=flow["label"])
+    shown = set()
+    for flow in timed:
+        if not flow.get("trace_capacity") or flow["trace_capacity"][0] in shown:
+            continue
+        name, offered = flow["trace_capacity"]
+        shown.add(name)
+        starts = [i[0] for i in offered] + [offered[-1][1]]
+        rates = [i[2] / 1e6 for i in offered]
+        axis.step(starts, rates + rates[-1:], where="post", linestyle="--", color="0.4",
+                  label=f"trace {name}: capacity")
     for event in step.get("events", []):
         if event["applied"] is not None:
             axis.axvline(event["applied"], color="0.3", linestyle="--", linewidth=1)

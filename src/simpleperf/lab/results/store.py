@@ -46,7 +46,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     one_way_p99_ms REAL, base_one_way_ms REAL, frames INTEGER, frames_lost INTEGER,
     frame_latency_mean_ms REAL, frame_latency_p99_ms REAL, congestion TEXT, bottleneck TEXT,
     epochs REAL, share_tolerance REAL, epoch_seconds REAL, write_to_read_mean_ms REAL,
-    write_to_read_p99_ms REAL, one_way_p50_ms REAL, delivered_ce INTEGER);
+    write_to_read_p99_ms REAL, one_way_p50_ms REAL, delivered_ce INTEGER,
+    trace_capacity TEXT);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -153,7 +154,7 @@ class Store:
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                 " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -168,7 +169,7 @@ class Store:
                  *(flow.frame_latency_ms or (None, None)), flow.congestion, flow.bottleneck,
                  flow.epochs, flow.share_tolerance, flow.epoch_seconds,
                  *(flow.write_delay_ms or (None, None)), flow.one_way_p50_ms,
-                 flow.delivered_ce)).lastrowid
+                 flow.delivered_ce, json.dumps(flow.trace_capacity))).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
@@ -293,6 +294,7 @@ def _load(path: Path) -> dict[str, Any]:
                 item["parameters"] = json.loads(item["parameters"])
                 item["connections"] = json.loads(item["connections"])
                 item["paths"] = json.loads(item.get("paths") or "[]")  # older runs: none
+                item["trace_capacity"] = json.loads(item.get("trace_capacity") or "null")
                 item["intervals"] = [list(r) for r in db.execute(
                     "SELECT start, \"end\", bits_per_second FROM interval WHERE flow_id = ?",
                     (flow["id"],))]

@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from ..model import theory
+from ..model import theory, traces
 from ..model.experiment import FIRST_PORT, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
 from ..model.topology import Topology
@@ -134,6 +135,9 @@ class StepRunner:
         if self.built.runs_daemons:
             for outcome in outcomes:
                 _trace(self.model, outcome)
+        created = time.monotonic() - (time.time() - self.record.created)  # the lab's start
+        for outcome in outcomes:
+            _trace_capacity(self.built, created, outcome)
         played = []
         if self._events is not None:
             played = self._events.end(outcomes)
@@ -262,6 +266,36 @@ def _trace(model: Topology, outcome: FlowOutcome) -> None:
         hops = theory.path(model, outcome.flow.source, outcome.address).hops
         nodes = [outcome.flow.source] + [link.other(node).node for link, node in hops]
         outcome.theory_path = " ".join(n for n in nodes if model.nodes[n].kind != "switch")
+
+
+def _trace_capacity(model: Topology, epoch: float, outcome: FlowOutcome) -> None:
+    """What the trace on the flow's path offered in each of its intervals, the slowest
+    trace's where several lie on it (the lab's delay lines start every trace at the lab's
+    creation, `epoch`, on the monotonic clock that flows' starts are marked with). Where
+    that trace is the path's bottleneck, theory's prediction (made from the trace's mean
+    rate) is scaled to what it offered while the flow ran."""
+    if outcome.started is None or not outcome.intervals:
+        return
+    with contextlib.suppress(ValueError):
+        hops = theory.path(model, outcome.flow.source, outcome.address).hops
+        directions = [link.direction_from(node) for link, node in hops]
+        traced = [shaping for shaping in directions if shaping.trace is not None]
+        if not traced:
+            return
+        slowest = min(traced, key=lambda shaping: shaping.rate or 0.0)
+        assert slowest.trace is not None and slowest.rate is not None
+        trace = traces.load(slowest.trace)
+        offset = outcome.started - epoch
+        offered = [(start, end, trace.offered(offset + start, offset + end))
+                   for start, end, _ in outcome.intervals]
+        outcome.trace_capacity = (Path(slowest.trace).stem, offered)
+        rates = [shaping.rate for shaping in directions if shaping.rate is not None]
+        if outcome.predicted and slowest.rate <= min(rates):
+            span = offered[-1][1] - offered[0][0]
+            mean = sum(rate * (end - start) for start, end, rate in offered) / span
+            others = [shaping.rate for shaping in directions
+                      if shaping.trace is None and shaping.rate is not None]
+            outcome.predicted *= min([mean, *others]) / slowest.rate
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:

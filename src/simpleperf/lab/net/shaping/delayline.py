@@ -39,9 +39,10 @@ from typing import Any
 
 from ....transport import compiled
 from ....transport.udp import SO_RCVBUFFORCE
+from ...model import traces
 from ..system import namespace_inode
 from . import aqm, nfqueue
-from .bottleneck import Bottleneck, packet_of
+from .bottleneck import Bottleneck, TraceWire, Wire, packet_of
 
 queue_reader = compiled.built("simpleperf.lab.net.shaping._queue_reader")
 
@@ -188,12 +189,17 @@ def open_queue_socket(namespace: str | None, number: int, headers: bool = False
 
 def bottleneck_of(entry: dict[str, Any], rng: random.Random) -> Bottleneck | None:
     """The own discipline's bottleneck a plan entry asks for: a "qdisc" with a "rate" (bits/s)
-    and the discipline's settings (build.delay_line_entry writes them)."""
+    or a "trace" (a file's path), and the discipline's settings (stages.delay_line_entry
+    writes them)."""
     if entry.get("qdisc") is None:
         return None
     settings = aqm.Settings(**entry["settings"])
+    wire = None
+    if entry.get("trace"):  # it began at "epoch" (wall clock), else now
+        began = time.monotonic() - (time.time() - entry.get("epoch", time.time()))
+        wire = TraceWire(traces.load(entry["trace"]), began)
     return Bottleneck(entry["rate"], aqm.make(entry["qdisc"], settings), entry["delay"],
-                      entry["jitter"], rng)
+                      entry["jitter"], rng, wire)
 
 
 def serve(plan: list[dict[str, Any]],
@@ -424,7 +430,9 @@ def _apply(queues: list[DirectionQueue], plan: list[dict[str, Any]],
         old, key = queue.bottleneck, discipline_key(entry)
         if key == queue.discipline:
             if old is not None:
-                old.rate, old.delay, old.jitter = entry["rate"], entry["delay"], entry["jitter"]
+                if not entry.get("trace"):
+                    old.wire = Wire(entry["rate"])
+                old.delay, old.jitter = entry["delay"], entry["jitter"]
             continue
         if old is None or key is None:
             _send(queue.netlink, nfqueue.mode(queue.number, key is not None))
