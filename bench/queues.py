@@ -9,6 +9,8 @@ root). Every line prints the measurement, its target and ok/MISS:
   - FQ-CoDel, a ping beside four bulk CUBIC flows: ping RTT p50 <= base + 2 x target;
   - ECN: CoDel with ECN and both hosts asking for it: CE marks counted at the receiver,
     retransmissions at most a tenth of the same run without ECN;
+  - a trace: one saturating CUBIC flow over the shipped constant-12M and lte-walk traces
+    delivers within 3 % of what the trace offered over the run (less TCP/IP headers);
   - the own discipline's capacity with 10 ms delay: the highest of 100M, 300M, 1G that one
     TCP flow fills to 0.9 x through fq_codel, and the delay line's CPU, beside drop-tail's
     (the kernel's pfifo and tbf, the delay line only delaying).
@@ -139,6 +141,24 @@ def ecn_checks(seconds: float) -> None:
            marked["retransmitted"] <= 0.1 * max(plain["retransmitted"], 1))
 
 
+def trace_checks(seconds: float) -> None:
+    from simpleperf.lab.model import traces
+
+    for name in ("constant-12M", "lte-walk"):
+        up(trace=name, delay="10ms", queue=1000)
+        created = ownership.load("pair").created
+        began = time.time()
+        result = load(seconds, ping_every=0.5, settle=0.5)
+        lifecycle.down("pair")
+        trace = traces.load(name)
+        # the client's run, on the trace's clock (it started when the lab was created)
+        start = began + 0.7 - created
+        offered = trace.offered(start, start + seconds) * 1448 / 1500
+        ratio = result["goodput"] / offered
+        report(f"trace {name}: goodput / offered", f"{ratio:.3f} ({result['goodput'] / 1e6:.2f}"
+               f" / {offered / 1e6:.2f} Mbit/s)", "0.97 to 1.03", 0.97 <= ratio <= 1.03)
+
+
 def process_seconds(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -186,6 +206,7 @@ def main() -> int:
     codel_checks(seconds)
     fq_codel_checks(seconds)
     ecn_checks(seconds)
+    trace_checks(seconds)
     capacity_checks(seconds / 2)
     return 0
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.lab.model import link_properties, theory, topology
+from simpleperf.lab.model import flows, link_properties, theory, topology
+from simpleperf.lab.model.outcomes import FlowOutcome
 from simpleperf.lab.model.theory import FRAME_BYTES
 from simpleperf.lab.model.topology import TopologyError
 from simpleperf.lab.net import build, stages
@@ -398,13 +399,15 @@ def test_every_link_property_is_defined_once_and_reaches_every_way_in() -> None:
     parser = commands.build_parser()
     for prop in link_properties.PROPERTIES:
         given = [f"--{prop.name}"] + ([prop.example] if prop.example else [])
-        value = getattr(parser.parse_args(["up", "pair", "--rate", "10M", *given]), prop.name)
+        rate = [] if prop.replaces == "rate" else ["--rate", "10M"]  # a trace: no bw
+        value = getattr(parser.parse_args(["up", "pair", *rate, *given]), prop.name)
         expected = prop.parse(value, prop.name)
         assert expected not in (None, 0, False)  # the example shapes the link
         queue = {"qdisc": prop.qdiscs[0]} if prop.qdiscs else {}  # a parameter's discipline
-        paired = topology.pair(**{"rate": "10M", **queue, prop.name: value}).links[0]
-        from_file = topology.reshape({"bw": "10M", **queue, prop.mininet: value}, "link x",
-                                     topology.Shaping())
+        paired = topology.pair(**{"rate": "10M", **queue, prop.name: value}
+                               if rate else {prop.name: value}).links[0]
+        from_file = topology.reshape({"bw": "10M", **queue, prop.mininet: value} if rate
+                                     else {prop.mininet: value}, "link x", topology.Shaping())
         assert getattr(paired.a_to_b, prop.name) == getattr(from_file, prop.name) == expected
         if prop.live:
             assert getattr(parser.parse_args(["link", "L1", "set", *given]), prop.name) == value
@@ -522,3 +525,58 @@ def test_hosts_and_routers_set_their_tcps_ecn_and_congestion_control() -> None:
         bad = {**data, "hosts": {"h1": node, "h2": {}}}
         with pytest.raises(TopologyError, match=message):
             topology.from_dict(bad, "t")
+
+
+def test_flows_that_do_not_back_off_take_their_rate_first_in_a_queue_served_in_order(
+        portfolio) -> None:
+    """Through drop-tail (or CoDel, PIE) a paced UDP flow keeps sending what it sends and
+    the TCP flows share the rest; flow queueing gives it only its max-min share."""
+    paths = [theory.path(portfolio, "h1", "h4"), theory.path(portfolio, "h2", "h5"),
+             theory.path(portfolio, "h3", "h6")]
+    demands = [20e6, None, None]  # L2 is 30 Mbit/s
+    fair = theory.max_min_shares(paths, demands)
+    first = theory.max_min_shares(paths, demands, inelastic=[True, False, False])
+    assert [round(r / 1e6, 3) for r in fair] == [10, 10, 10]
+    assert [round(r / 1e6, 3) for r in first] == [20, 5, 5]
+    over = theory.max_min_shares(paths, [40e6, 20e6, None], inelastic=[True, True, False])
+    assert [round(r / 1e6, 3) for r in over] == [20, 10, 0]  # scaled to fit the link
+    model = topology.pair(rate="10M", qdisc="fq_codel")
+    udp = FlowOutcome(flows.parse({"kind": "udp", "from": "h1", "to": "h2", "rate": "8M"},
+                                  "t"), "10.0.0.2")
+    tcp = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2"}, "t"), "10.0.0.2")
+    theory.predict(model, [udp, tcp], "cubic")
+    assert udp.predicted is not None and udp.predicted < 5e6  # FQ: half the link at most
+    for qdisc in ("droptail", "codel", "pie"):
+        udp.predicted = tcp.predicted = None
+        theory.predict(topology.pair(rate="10M", qdisc=qdisc), [udp, tcp], "cubic")
+        assert udp.predicted == pytest.approx(8e6)
+        assert tcp.predicted is not None and tcp.predicted < 2e6
+
+
+def test_a_window_bound_uses_the_round_trips_the_flow_met_and_classes_have_no_share():
+    model = topology.pair(rate="10M", delay="10ms")
+    web = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2", "window": "16K",
+                                   "rtt_under_load": True}, "t"), "10.0.0.2")
+    theory.predict(model, [web], "cubic")
+    assert web.window_bound == pytest.approx(theory.window_bound(16_000, 0.020))
+    web.rtts = [40.0, 40.0, 120.0, 120.0]  # pinged beside it under load
+    theory.predict(model, [web], "cubic")
+    harmonic = 4 / (2 / 0.040 + 2 / 0.120)  # 60 ms: the window moved at 1 / mean(1 / RTT)
+    assert web.window_bound == pytest.approx(theory.window_bound(16_000, harmonic))
+    assert web.predicted == pytest.approx(web.window_bound)
+    classes = topology.pair(rate="10M", qdisc="classes")
+    bulk = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2"}, "t"),
+                       "10.0.0.2")
+    theory.predict(classes, [bulk], "cubic")
+    assert bulk.predicted is None and "DiffServ classes" in (bulk.no_theory or "")
+
+
+def test_a_ping_beside_load_is_judged_between_the_base_and_every_queue_full() -> None:
+    from simpleperf.lab.model import verdicts
+
+    ping = {"label": "p", "kind": "ping", "ok": True, "base_rtt_ms": 20.0,
+            "rtt_median": 150.0, "loaded_rtt_ms": 400.0}
+    assert not verdicts.flow_verdict(ping).within  # alone: the base RTT
+    assert verdicts.flow_verdict(ping, loaded=True).within
+    assert not verdicts.flow_verdict({**ping, "rtt_median": 450.0}, loaded=True).within
+    assert not verdicts.flow_verdict({**ping, "rtt_median": 10.0}, loaded=True).within

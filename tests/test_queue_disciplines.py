@@ -21,15 +21,12 @@ from simpleperf.lab.net.shaping.delayline import DirectionQueue
 FRAME = 1514
 
 
-def run(name: str, arrivals: list[tuple[float, int, int, int]], rate: float,
-        delay: float = 0.0, **settings_) -> tuple[list[tuple[float, aqm.Packet]],
-                                                  list[aqm.Packet], Bottleneck]:
-    """arrivals: (time, size, flow, ecn). Released (time, packet) and dropped, after all."""
-    line = Bottleneck(rate, aqm.make(name, aqm.Settings(**settings_)), delay,
+def run(name: str, arrivals: list[tuple], rate: float, delay: float = 0.0, **settings_
+        ) -> tuple[list[tuple[float, aqm.Packet]], list[aqm.Packet], Bottleneck]:
+    """arrivals: (time, size, flow, ecn[, dscp]). Released (time, packet) and dropped."""
+    line = Bottleneck(rate, aqm.make(name, aqm.Settings(rate=rate, **settings_)), delay,
                       rng=random.Random(1))
-    released: list[tuple[float, aqm.Packet]] = []
-    packets = [aqm.Packet(i, t, size, flow, ecn) for i, (t, size, flow, ecn)
-               in enumerate(arrivals)]
+    packets = [aqm.Packet(i, *arrival) for i, arrival in enumerate(arrivals)]
     for packet in packets:
         line.arrive([packet])
     line.run_until(math.inf)
@@ -38,13 +35,14 @@ def run(name: str, arrivals: list[tuple[float, int, int, int]], rate: float,
 
 
 def steady(rate_bps: float, seconds: float, flow: int = 0, ecn: int = NOT_ECT,
-           start: float = 0.0, size: int = FRAME) -> list[tuple[float, int, int, int]]:
+           start: float = 0.0, size: int = FRAME, dscp: int = 0) -> list[tuple]:
     gap = size * 8 / rate_bps
-    return [(start + i * gap, size, flow, ecn) for i in range(int(seconds / gap))]
+    return [(start + i * gap, size, flow, ecn, dscp) for i in range(int(seconds / gap))]
 
 
 ARRIVALS = st.lists(st.tuples(st.floats(0, 0.01), st.integers(64, FRAME), st.integers(0, 5),
-                              st.sampled_from([NOT_ECT, ECT0, CE])), max_size=300)
+                              st.sampled_from([NOT_ECT, ECT0, CE]),
+                              st.sampled_from([0, 46, 34, 10, 8, 48])), max_size=300)
 
 
 @settings(max_examples=60, deadline=None)
@@ -53,19 +51,22 @@ ARRIVALS = st.lists(st.tuples(st.floats(0, 0.01), st.integers(64, FRAME), st.int
 def test_every_packet_leaves_or_is_dropped_once_in_order_within_its_flow(
         name, gaps, rate, ecn, limit):
     arrivals, now = [], 0.0
-    for gap, size, flow, mark in gaps:
+    for gap, size, flow, mark, dscp in gaps:
         now += gap
-        arrivals.append((now, size, flow, mark))
+        arrivals.append((now, size, flow, mark, dscp))
     released, dropped, line = run(name, arrivals, rate, 0.01, limit=limit, ecn=ecn)
     ids = [p.id for _, p in released] + [p.id for p in dropped]
     assert sorted(ids) == list(range(len(arrivals)))
     assert line.discipline.packets == 0 and line.discipline.bytes == 0
     assert line.discipline.drops == len(dropped)
     times = [t for t, _ in released]
+    flows_of = {p.id: (p.flow, p.dscp) for _, p in released}
     assert times == sorted(times)  # the wire sends one at a time
-    for flow in range(6):
-        mine = [p.id for _, p in released if p.flow == flow]
-        assert mine == sorted(mine)
+    for flow in range(6):  # in order within a flow (and a class, where classes sort them)
+        for dscp in (0, 46, 34, 10, 8, 48):
+            mine = [p.id for _, p in released if p.flow == flow and p.dscp == dscp]
+            assert mine == sorted(mine)
+    assert len(flows_of) == len(released)
     if name in ("droptail", "codel", "pie"):
         assert [p.id for _, p in released] == sorted(p.id for _, p in released)
     assert all(p.ecn != NOT_ECT for _, p in released if p.marked)
@@ -240,3 +241,30 @@ def test_codel_state_starts_over_when_the_queue_empties():
     state = codel.CodelState(0.005, 0.100, False)
     assert state.dequeue(lambda: None, lambda: 0, 1.0) == (None, [])
     assert not state.dropping
+
+
+def test_classes_send_expedited_first_police_it_and_share_the_rest_by_weight():
+    """EF beside saturating AF41, BE and CS1 on 10 Mbit/s: EF waits for at most the frame
+    on the wire; EF beyond 30 % of the link is dropped by its policer; the others share
+    what is left 25 : 20 : 5, as their weights say."""
+    from simpleperf.lab.net.shaping.aqm import classes
+
+    voice = [(0.5 + i * 0.020, 200, 9, NOT_ECT, 46) for i in range(100)]  # 80 kbit/s of EF
+    bulk = sorted(steady(10e6, 3.0, flow=1, dscp=34) + steady(10e6, 3.0, flow=2, dscp=0)
+                  + steady(10e6, 3.0, flow=3, dscp=8))
+    released, _, line = run("classes", sorted(voice + bulk), 10e6, limit=100_000)
+    wire = FRAME * 8 / 10e6
+    waits = [t - p.arrival - p.size * 8 / 10e6 for t, p in released if p.dscp == 46]
+    assert len(waits) == 100 and max(waits) <= wire + 1e-9
+    window = [p for t, p in released if 1.0 <= t <= 2.0 and p.dscp != 46]
+    sent = {dscp: sum(p.size for p in window if p.dscp == dscp) for dscp in (34, 0, 8)}
+    assert sent[34] / sent[0] == pytest.approx(25 / 20, rel=0.05)
+    assert sent[0] / sent[8] == pytest.approx(20 / 5, rel=0.05)
+    # EF at the link's full rate: about 30 % of it gets through (and the burst)
+    flood = steady(10e6, 2.0, flow=9, dscp=46)
+    released, dropped, line = run("classes", flood, 10e6, limit=100_000)
+    carried = len(released) * FRAME * 8 / 2.0
+    burst = classes.PRIORITY_BURST * classes.PRIORITY_SHARE * 10e6 / 2.0
+    assert carried == pytest.approx(classes.PRIORITY_SHARE * 10e6 + burst, rel=0.05)
+    assert line.discipline.policed == len(dropped) > 0
+    assert classes.class_of(40) == "af4" and classes.class_of(7) == "be"

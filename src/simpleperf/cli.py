@@ -173,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(with -J, a title key)")
     client.add_argument("-S", "--tos", help="IP TOS byte of the test's packets, 0..255 "
                         "(0x.. hex, 0.. octal), at both ends")
-    client.add_argument("--dscp", help="DSCP of the test's packets: 0..63 or a name (EF, "
-                        "AF11..AF43, CS0..CS7, VA, LE), at both ends")
+    client.add_argument("--dscp", help=f"DSCP of the test's packets: {DSCP_RULE}, at both "
+                        "ends")
     client.add_argument("-k", "--blockcount", help="send this many blocks of -l bytes "
                         "(datagrams with -u), instead of -t or -n")
     client.add_argument("--snd-timeout", metavar="MS", help="end the test when data stays "

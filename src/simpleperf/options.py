@@ -91,10 +91,10 @@ def is_congestion_name(text: object) -> bool:
 
 
 # RFC 4594's DSCP names (and RFC 5865's VA, RFC 8622's LE): the code point, 0..63.
-DSCP_NAMES = {"EF": 46, "VA": 44, "LE": 1,
+DSCP_NAMES = {"EF": 46, "VA": 44, "LE": 1, "BE": 0, "DF": 0,
               **{f"CS{n}": 8 * n for n in range(8)},
               **{f"AF{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)}}
-DSCP_RULE = "0..63 or a name (EF, AF11..AF43, CS0..CS7, VA, LE)"
+DSCP_RULE = "0..63 or a name (EF, AF11..AF43, CS0..CS7, VA, LE, BE or DF)"
 
 
 def dscp_code(text: object) -> int | None:

@@ -22,9 +22,11 @@ from .errors import TopologyError
 MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
 MAX_DELAY = 10.0  # seconds
 MAX_QUEUE = 1_000_000  # packets
-# Queue disciplines a link direction's queue can run: drop-tail (a pfifo), or the kernel's
-# active queue management (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE, CAKE).
-QDISCS = ("droptail", "codel", "fq_codel", "pie", "fq_pie", "cake")
+# Queue disciplines a link direction's queue can run: drop-tail (a pfifo), active queue
+# management the kernel has too (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE,
+# CAKE), and DiffServ classes (the own shaper's, as routers configure them).
+KERNEL_QDISCS = ("codel", "fq_codel", "pie", "fq_pie", "cake")
+QDISCS = ("droptail", *KERNEL_QDISCS, "classes")
 AQM_TIMES = (1e-6, 10.0)  # seconds: a target, interval or update period
 MAX_FLOWS = 65536  # fq_codel's and fq_pie's flow queues (the kernel's limit)
 MAX_QUANTUM = 1 << 20  # bytes a flow queue may send per round
@@ -129,6 +131,7 @@ class LinkProperty:
     at_switch: bool = False  # can act at a switch's port (only a rate limiter sits there)
     from_text: Callable[[str], Any] = str  # a value given as text, before parse
     qdiscs: tuple[str, ...] = ()  # a queue discipline's parameter: the disciplines it tunes
+    replaces: str = ""  # another property it stands in for (a trace: the rate)
 
     @property
     def switch(self) -> bool:
@@ -155,7 +158,7 @@ PROPERTIES: tuple[LinkProperty, ...] = (
                  "fq_codel", at_switch=True),
     LinkProperty("ecn", "ecn", flag, "the queue discipline marks ECN-capable packets CE "
                  "instead of dropping them", live=False, sweep=False, at_switch=True,
-                 qdiscs=QDISCS[1:]),
+                 qdiscs=KERNEL_QDISCS),
     LinkProperty("target", "target", aqm_time, "AQM target queue delay (kernel default: "
                  "codel, fq_codel 5ms; pie, fq_pie 15ms)", "5ms", at_switch=True,
                  qdiscs=("codel", "fq_codel", "pie", "fq_pie")),
@@ -171,7 +174,8 @@ PROPERTIES: tuple[LinkProperty, ...] = (
                  qdiscs=("fq_codel", "fq_pie"), from_text=whole_text()),
     LinkProperty("trace", "trace", trace, "a Mahimahi trace (a shipped name: "
                  f"{', '.join(traces.shipped())}; or a file) that sets when the link may "
-                 "send, instead of bw (the own shaper)", "lte-walk", live=False),
+                 "send, instead of bw (the own shaper)", "lte-walk", live=False,
+                 replaces="rate"),
 )
 BY_NAME = {p.name: p for p in PROPERTIES}
 BY_MININET = {p.mininet: p for p in PROPERTIES}

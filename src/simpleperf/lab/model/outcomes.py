@@ -37,6 +37,8 @@ class FlowOutcome:
     share_tolerance: float | None = None
     base_rtt: float | None = None  # ms
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full
+    loaded_rtt: float | None = None  # ms: base plus every queue of both ways full
+    no_theory: str | None = None  # why theory predicts no throughput for it, in words
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count

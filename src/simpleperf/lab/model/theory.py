@@ -6,6 +6,7 @@ prefix, connected subnets first), so a prediction follows the packets' real path
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import math
 from collections import deque
@@ -135,10 +136,13 @@ def base_rtt(topology: Topology, a: str, b: str) -> float:
 
 
 def max_min_shares(paths: Sequence[Path], demands: Sequence[float | None] | None = None,
-                   capacities: dict[tuple[str, str], float] | None = None) -> list[float]:
+                   capacities: dict[tuple[str, str], float] | None = None,
+                   inelastic: Sequence[bool] | None = None) -> list[float]:
     """Max-min fair rates (bits/s) by water-filling over every shaped link direction the flows
     share. A flow with a demand (e.g. a paced UDP flow) never gets more than it asks for;
-    a flow on no shaped link gets infinity."""
+    a flow on no shaped link gets infinity. An `inelastic` flow (with a demand) is served
+    first: it does not back off, and a queue shared first come first served carries what it
+    sends (scaled down where such flows alone exceed a link); the others share the rest."""
     demands = list(demands) if demands is not None else [None] * len(paths)
     if capacities is None:
         capacities = {}
@@ -147,6 +151,8 @@ def max_min_shares(paths: Sequence[Path], demands: Sequence[float | None] | None
                 rate = link.direction_from(node).rate
                 if rate is not None:
                     capacities[resource] = rate
+    if inelastic is not None and any(inelastic):
+        return _inelastic_first(paths, demands, capacities, list(inelastic))
     uses = [{r for r in flow.resources() if r in capacities} for flow in paths]
     rates = [0.0] * len(paths)
     active = set(range(len(paths)))
@@ -179,6 +185,29 @@ def max_min_shares(paths: Sequence[Path], demands: Sequence[float | None] | None
 
 def _or_infinite(demand: float | None) -> float:
     return math.inf if demand is None else demand
+
+
+def _inelastic_first(paths: Sequence[Path], demands: list[float | None],
+                     capacities: dict[tuple[str, str], float], inelastic: list[bool]
+                     ) -> list[float]:
+    fixed = [i for i, flag in enumerate(inelastic) if flag and demands[i] is not None]
+    load = {r: sum(demands[i] or 0.0 for i in fixed if r in paths[i].resources())
+            for r in capacities}
+    rates = [0.0] * len(paths)
+    remaining = dict(capacities)
+    for i in fixed:
+        scale = min([1.0] + [capacities[r] / load[r] for r in paths[i].resources()
+                             if r in capacities and load[r] > 0])
+        rates[i] = (demands[i] or 0.0) * scale
+        for r in paths[i].resources():
+            if r in remaining:
+                remaining[r] = max(0.0, remaining[r] - rates[i])
+    others = [i for i in range(len(paths)) if i not in fixed]
+    shared = max_min_shares([paths[i] for i in others], [demands[i] for i in others],
+                            remaining)
+    for i, rate in zip(others, shared, strict=True):
+        rates[i] = rate
+    return rates
 
 
 def window_bound(window_bytes: float, rtt: float) -> float:
@@ -230,6 +259,26 @@ def share_tolerance(congestion: str, epochs: float | None) -> float | None:
     return float(min(1.0, (1 - beta ** epochs) / ((1 - beta) * epochs)))
 
 
+def met_rtt(outcome: FlowOutcome) -> float:
+    """The round trip (seconds) a window-limited flow's bound uses: the path's base RTT, or,
+    once it ran, the RTTs pinged beside it (a standing queue lengthens them, and a window
+    moves once per round trip it meets). Their harmonic mean: the flow's average rate is
+    the window times the time-average of 1 / RTT, which pings spread evenly in time
+    sample."""
+    base = (outcome.base_rtt or 0.0) / 1e3
+    seen = [rtt / 1e3 for rtt in outcome.rtts if rtt > 0]
+    if not seen:
+        return base
+    return max(base, len(seen) / sum(1 / rtt for rtt in seen))
+
+
+# Disciplines that do not share a link max-min among its flows: no share theory.
+WEIGHTED_QDISCS = ("classes",)
+# One queue served in arrival order (an AQM drops from it, whoever sent): a flow that does
+# not back off takes what it sends; flow queueing (fq_codel, fq_pie, cake) shares max-min.
+FIFO_QDISCS = ("droptail", "codel", "pie")
+
+
 def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str,
             seconds: Sequence[float] | None = None) -> None:
     """Theory beside every flow of a step: base RTT (and with every forward queue full),
@@ -239,6 +288,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     paths: list[Path] = []
     owners: list[int] = []
     demands: list[float | None] = []
+    inelastic: list[bool] = []
     for index, outcome in enumerate(outcomes):
         flow = outcome.flow
         try:
@@ -250,14 +300,22 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         if not flow.spec.loads_path:
             continue  # no demand theory can know
         share = udp_goodput_share(datagram_bytes(flow.length))
+        demand = None  # as much as its share
+        if flow.spec.paced and outcome.rate is not None:
+            demand = outcome.rate / share
+        elif flow.spec.tcp and flow.window and outcome.window_bound:
+            demand = outcome.window_bound / TCP_GOODPUT / flow.parallel  # a window a trip
+        # a paced flow through queues that serve in arrival order takes what it sends
+        unresponsive = flow.spec.paced and all(s.qdisc in FIFO_QDISCS
+                                               for s in forward.shaping())
         for _ in range(flow.parallel):
             paths.append(forward)
             owners.append(index)
-            demands.append(None if not flow.spec.paced or outcome.rate is None
-                           else outcome.rate / share)
+            demands.append(demand)
+            inelastic.append(unresponsive)
     if not paths:
         return
-    shares = max_min_shares(paths, demands)
+    shares = max_min_shares(paths, demands, inelastic=inelastic)
     binding = _binding(paths, shares)
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
@@ -266,6 +324,14 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
+    for outcome in outcomes:
+        with contextlib.suppress(TopologyError):
+            forward = path(topology, outcome.flow.source, outcome.address)
+            if outcome.flow.spec.loads_path and any(
+                    s.qdisc in WEIGHTED_QDISCS for s in forward.shaping()):
+                outcome.predicted = None
+                outcome.no_theory = ("DiffServ classes share its link by weight and "
+                                     "priority, which max-min fair shares do not model")
     _shared(topology, outcomes, owners, shares, binding, congestion, seconds)
 
 
@@ -335,6 +401,9 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
     queues = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in forward.shaping()
                  if s.rate is not None and s.queue is not None)
     outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
+    back = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in backward.shaping()
+               if s.rate is not None and s.queue is not None)
+    outcome.loaded_rtt = outcome.full_queue_rtt + back * 1e3
     if flow.spec.paced and flow.rate == "auto":
         bottleneck = forward.bottleneck or 1e9
         outcome.rate = 0.9 * bottleneck * udp_goodput_share(datagram_bytes(flow.length))
@@ -343,7 +412,7 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
         outcome.window_bound = window_bound(flow.spec.window_cap, rtt)
     if flow.spec.tcp and rtt > 0:
         if flow.window:
-            outcome.window_bound = flow.parallel * window_bound(flow.window, rtt)
+            outcome.window_bound = flow.parallel * window_bound(flow.window, met_rtt(outcome))
         if forward.loss > 0 and congestion in LOSS_BASED:
             outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
                                                                 forward.loss)

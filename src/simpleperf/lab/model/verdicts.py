@@ -31,6 +31,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from .flows import KINDS
+
 THROUGHPUT_LOW = 0.90  # goodput against theory: slow start and headers cost a few percent
 THROUGHPUT_HIGH = 1.05  # more than the bottleneck allows is a shaping fault
 RTT_SLACK_MS = 1.0
@@ -88,8 +90,10 @@ def share_bounds(flow: dict[str, Any], sharing: int) -> tuple[float, float]:
     return 1 - tolerance, 1 + (sharing / connections(flow) - 1) * tolerance
 
 
-def flow_verdict(flow: dict[str, Any], sharing: int = 1) -> FlowVerdict | None:
-    """`sharing`: the connections of the step at the flow's bottleneck, when it shares one."""
+def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
+                 ) -> FlowVerdict | None:
+    """`sharing`: the connections of the step at the flow's bottleneck, when it shares one;
+    `loaded`: other flows of the step load the network (a ping then sees queues)."""
     label = f"{flow['label']} {flow['kind']}"
     if not flow["ok"]:
         return FlowVerdict(label, False, f"failed: {flow['error']}")
@@ -98,6 +102,11 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1) -> FlowVerdict | None:
         if base is None or measured is None:
             return None
         slack = max(RTT_SLACK_MS, RTT_SLACK_FRACTION * base)
+        full = flow.get("loaded_rtt_ms")
+        if loaded and full is not None:  # between the base and every queue on the way full
+            return FlowVerdict(label, base - slack <= measured <= full + slack,
+                               f"RTT under load {measured:.1f} ms, theory {base:.1f} .. "
+                               f"{full:.1f}")
         return FlowVerdict(label, abs(measured - base) <= slack,
                            f"RTT {measured:.1f} ms, theory {base:.1f}")
     predicted, measured = flow["predicted"], flow["throughput"]
@@ -132,8 +141,8 @@ def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
     median = flow.get("one_way_p50_ms")
     measured = median if median is not None else flow.get("one_way_mean_ms")
     floor = flow.get("base_one_way_ms")
-    if not flow["ok"] or measured is None or floor is None:
-        return None
+    if not flow["ok"] or measured is None or floor is None or flow.get("no_theory"):
+        return None  # (DiffServ classes drain a class's queue at its share, not the link)
     queues = (flow["full_queue_rtt_ms"] or 0.0) - (flow["base_rtt_ms"] or 0.0)
     high = floor + queues + DELAY_SLACK_MS
     return FlowVerdict(f"{flow['label']} {flow['kind']}",
@@ -182,7 +191,8 @@ def sharing_notes(step: dict[str, Any]) -> list[str]:
     for flow in step["flows"]:
         if flow.get("bottleneck"):
             groups.setdefault(flow["bottleneck"], []).append(flow)
-    notes = []
+    notes = [f"{step['name']}: {flow['label']} not judged: {flow['no_theory']}"
+             for flow in step["flows"] if flow["ok"] and flow.get("no_theory")]
     for flow in step["flows"]:
         startup = flow.get("epoch_seconds")
         if (flow["ok"] and startup is not None and not flow.get("bottleneck")
@@ -223,7 +233,9 @@ def case_verdicts(steps: list[dict[str, Any]]) -> list[CaseVerdict]:
             for flow in step["flows"]:
                 if flow.get("bottleneck"):
                     sharing[flow["bottleneck"]] += connections(flow)
-            verdicts = [flow_verdict(flow, sharing[flow.get("bottleneck")])
+            loads = sum(KINDS[flow["kind"]].loads_path for flow in step["flows"]
+                        if flow["kind"] in KINDS)
+            verdicts = [flow_verdict(flow, sharing[flow.get("bottleneck")], loads > 0)
                         for flow in step["flows"]] + shared_verdicts(step)
             verdicts += [delay_verdict(flow) for flow in step["flows"]]
             for verdict in verdicts:

@@ -88,7 +88,8 @@ def queue_runner(shaping: Shaping, backend: str, routed: bool) -> str:
 def own_settings(shaping: Shaping) -> aqm.Settings:
     return aqm.Settings(limit=shaping.queue or DEFAULT_QUEUE, ecn=shaping.ecn,
                         target=shaping.target, interval=shaping.interval,
-                        tupdate=shaping.tupdate, flows=shaping.flows, quantum=shaping.quantum)
+                        tupdate=shaping.tupdate, flows=shaping.flows, quantum=shaping.quantum,
+                        rate=shaping.rate)
 
 
 def delay_line_entry(namespace: str, queue: int, shaping: Shaping, backend: str

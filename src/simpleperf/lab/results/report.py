@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from ..model.flows import KINDS
 from ..model.verdicts import TOLERANCE, case_verdicts
 from .tables import (
     capture_report,
@@ -83,6 +84,9 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
     points = sweep_points(run)
     if points:
         save("sweep", "throughput", _sweep_figure(plt, points))
+    latencies = _loaded_pings_by_sweep(run)
+    if latencies:
+        save("sweep", "latency", _sweep_latency_figure(plt, run, latencies))
     by_case: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
     for step in run["steps"]:
         by_case.setdefault(step["case"], []).append(step)
@@ -100,7 +104,8 @@ def _figures(run: dict[str, Any], folder: Path) -> OrderedDict[str, list[tuple[s
                     if len(row["throughput"]) > 1 and row["data_segments"] >= 100]
             if seen:
                 save(case, f"{step['name']}-captured", _captured_figure(plt, step, seen))
-            loaded = [f for f in step["flows"] if f["kind"] != "ping" and f["rtts"]]
+            loads = any(KINDS[f["kind"]].loads_path for f in step["flows"] if f["kind"] in KINDS)
+            loaded = [f for f in step["flows"] if f["rtts"] and (f["kind"] != "ping" or loads)]
             if loaded:
                 save(case, f"{step['name']}-rtt", _rtt_figure(plt, step, loaded))
         fair = [s for s in steps if s["fairness"] is not None]
@@ -193,6 +198,43 @@ def _connections_figure(plt, case: str,
     right.set_ylabel("retransmitted segments, % (capture)")
     left.legend(fontsize=8)
     figure.suptitle(f"Case {case}: throughput and retransmission ratio against connections")
+    return figure
+
+
+def _loaded_pings_by_sweep(run: dict[str, Any]) -> dict[str, list[float]]:
+    """Per sweep value, in the order run: the RTTs of every ping beside flows that load the
+    network (Flent's latency under load)."""
+    found: dict[str, list[float]] = {}
+    for step in run["steps"]:
+        if step.get("sweep_value") is None:
+            continue
+        if not any(KINDS[f["kind"]].loads_path for f in step["flows"] if f["kind"] in KINDS):
+            continue
+        for flow in step["flows"]:
+            if flow["kind"] == "ping" and flow["rtts"]:
+                found.setdefault(step["sweep_value"], []).extend(flow["rtts"])
+    return found
+
+
+def _sweep_latency_figure(plt, run: dict[str, Any], latencies: dict[str, list[float]]):
+    """The CDF of ping RTT under load at each sweep value, beside the idle RTT."""
+    figure, axis = plt.subplots(figsize=(9, 3.6))
+    for value, rtts in latencies.items():
+        ordered = sorted(rtts)
+        median = ordered[len(ordered) // 2]
+        axis.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))],
+                  where="post", label=f"{value} (median {median:.1f} ms)")
+    bases = [f["base_rtt_ms"] for s in run["steps"] for f in s["flows"]
+             if f["kind"] == "ping" and f.get("base_rtt_ms") is not None]
+    if bases:
+        axis.axvline(min(bases), color="0.3", linestyle=":", linewidth=1)
+    axis.set_xscale("log")
+    axis.set_xlabel("ping RTT under load, ms (log; dotted: idle theory)")
+    axis.set_ylabel("cumulative probability")
+    axis.set_ylim(0, 1.02)
+    parameter = next(s["sweep_parameter"] for s in run["steps"] if s.get("sweep_parameter"))
+    axis.set_title(f"Latency under load against {parameter}")
+    axis.legend(fontsize=8)
     return figure
 
 

@@ -132,6 +132,10 @@ class StepRunner:
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = kinds.ping_times(out)
+        if any(outcomes[index].flow.window for index in pingers):
+            # a window-limited flow moved a window per round trip it met: theory anew
+            theory.predict(self.model, outcomes, system_congestion_control(),
+                           [self._duration(o) for o in outcomes])
         if self.built.runs_daemons:
             for outcome in outcomes:
                 _trace(self.model, outcome)
@@ -198,10 +202,11 @@ class StepRunner:
                 duration = flow.duration or self.timing.duration
                 interval = min(self.timing.ping_interval, 1.0)
                 count = max(3, int((duration - 1.0) / interval))
+                marked = [] if flow.dscp is None else ["-Q", str(flow.dscp << 2)]
                 pingers[index] = self._start(flow.source, [
-                    *LAUNCH, f"{start_at + 1.0:.6f}", "--",
-                    "ping", "-n", "-c", str(count), "-i", str(interval), outcome.address],
-                    f"ping in {flow.source}")
+                    *LAUNCH, f"{start_at + 1.0:.6f}", "--", "ping", "-n", "-c", str(count),
+                    "-i", str(interval), *marked, outcome.address],
+                    f"ping in {flow.source}")  # marked as the flow: what it meets
         return clients, pingers
 
     def _stop_servers(self, servers: dict[int, subprocess.Popen],

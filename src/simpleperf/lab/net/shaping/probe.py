@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...model.link_properties import QDISCS
+from ...model.link_properties import KERNEL_QDISCS
 from ..system import CommandError, run
 from .aqm import OWN_QDISCS
 
@@ -14,7 +14,7 @@ SHAPERS = ("auto", "netem", "own")
 SHAPER_ENV = "SIMPLEPERF_SHAPER"
 
 # Active queue management the kernel may offer, for links whose qdisc is one of them.
-AQM_QDISCS = QDISCS[1:]
+AQM_QDISCS = KERNEL_QDISCS
 
 # Runs under `unshare --net`: the namespace has no name and the kernel frees it when the
 # shell exits, so nothing can be left behind, even if this process is killed meanwhile.
@@ -57,15 +57,21 @@ class Capabilities:
         lines += [f"  {f'{name} (sch_{name})':<40} {'yes' if name in self.aqm else 'no'}; "
                   + ("the own shaper runs its own" if name in OWN_QDISCS
                      else "the own shaper uses the kernel's") for name in AQM_QDISCS]
+        lines.append(f"  {'classes (DiffServ)':<40} the own shaper's only")
         return "\n".join(lines)
 
     def require_queues(self, wanted: dict[str, str], backend: str) -> None:
         """wanted: link direction -> the qdisc the kernel must run there (build.kernel_queues).
         ValueError naming the first this kernel lacks, and what would run it."""
-        own = ", ".join(name for name in OWN_QDISCS if name != "droptail")
+        own = ", ".join(name for name in OWN_QDISCS if name in AQM_QDISCS)
         for where, name in wanted.items():
             if name in self.aqm:
                 continue
+            if name not in AQM_QDISCS:  # no kernel has it: the delay line's alone
+                raise ValueError(f"{where}: qdisc {name} is the lab's own, run by the own "
+                                 "shaper's delay line between hosts or routers: use "
+                                 "--shaper own" + (", and put it on a link between routers"
+                                                   if backend == "own" else ""))
             has = ", ".join(sorted(self.aqm)) or "none of them"
             lacks = (f"{where}: qdisc {name} needs the kernel's sch_{name}, which this kernel "
                      f"lacks (it has {has})")

@@ -10,18 +10,19 @@ MTU_BYTES = 1514  # the largest frame a link carries, as the kernel's psched_mtu
 
 
 class Packet:
-    """One queued packet: its queue id, arrival (seconds), frame size (bytes), flow key and
-    ECN field. `marked`: the discipline set CE on it."""
+    """One queued packet: its queue id, arrival (seconds), frame size (bytes), flow key, ECN
+    field and DSCP. `marked`: the discipline set CE on it."""
 
-    __slots__ = ("id", "arrival", "size", "flow", "ecn", "marked")
+    __slots__ = ("id", "arrival", "size", "flow", "ecn", "dscp", "marked")
 
     def __init__(self, packet_id: int, arrival: float, size: int = MTU_BYTES, flow: int = 0,
-                 ecn: int = NOT_ECT) -> None:
+                 ecn: int = NOT_ECT, dscp: int = 0) -> None:
         self.id = packet_id
         self.arrival = arrival
         self.size = size
         self.flow = flow
         self.ecn = ecn
+        self.dscp = dscp
         self.marked = False
 
     @property
@@ -47,6 +48,7 @@ class Settings:
     tupdate: float | None = None  # PIE's
     flows: int | None = None  # flow queues
     quantum: int | None = None  # bytes per round
+    rate: float | None = None  # bits/s of the link (classes police their priority by it)
 
 
 class Discipline:
