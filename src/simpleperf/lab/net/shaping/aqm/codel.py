@@ -9,10 +9,10 @@ after leaving resumes near the previous rate (count = the drops of the last cycl
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 
 from .base import MTU_BYTES, Discipline, Packet, Settings
+from .fifo import Fifo
 
 TARGET = 0.005  # seconds, the kernel's default
 INTERVAL = 0.100
@@ -87,30 +87,11 @@ class CodelState:
         return packet, dropped
 
 
-class Codel(Discipline):
+class Codel(Fifo):
     def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.limit = settings.limit
-        self.queue: deque[Packet] = deque()
+        super().__init__(settings.limit)
         self.state = CodelState(settings.target or TARGET, settings.interval or INTERVAL,
                                 settings.ecn)
-
-    def enqueue(self, packet: Packet, now: float) -> list[Packet]:
-        if self.packets >= self.limit:
-            self.drops += 1
-            return [packet]
-        self.queue.append(packet)
-        self.packets += 1
-        self.bytes += packet.size
-        return []
-
-    def _take(self) -> Packet | None:
-        if not self.queue:
-            return None
-        packet = self.queue.popleft()
-        self.packets -= 1
-        self.bytes -= packet.size
-        return packet
 
     def dequeue(self, now: float) -> tuple[Packet | None, list[Packet]]:
         packet, dropped = self.state.dequeue(self._take, lambda: self.bytes, now)
@@ -118,12 +99,6 @@ class Codel(Discipline):
         if packet is not None and packet.marked:
             self.marks += 1
         return packet, dropped
-
-    def drain(self) -> list[Packet]:
-        held = list(self.queue)
-        self.queue.clear()
-        self.packets = self.bytes = 0
-        return held
 
 
 def make(settings: Settings) -> Discipline:

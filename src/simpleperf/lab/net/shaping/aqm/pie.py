@@ -13,9 +13,9 @@ queued."""
 from __future__ import annotations
 
 import random
-from collections import deque
 
 from .base import MTU_BYTES, Discipline, Packet, Settings
+from .fifo import Fifo
 
 TARGET = 0.015  # seconds, the kernel's defaults
 TUPDATE = 0.015
@@ -124,41 +124,28 @@ class PieState:
             self.burst_time = max(0.0, self.burst_time - gap)
 
 
-class Pie(Discipline):
+class Pie(Fifo):
     def __init__(self, settings: Settings, rng: random.Random | None = None) -> None:
-        super().__init__()
-        self.limit = settings.limit
-        self.queue: deque[Packet] = deque()
+        super().__init__(settings.limit)
         self.state = PieState(settings.target or TARGET, settings.tupdate or TUPDATE,
                               settings.ecn, rng or random.Random())
 
     def enqueue(self, packet: Packet, now: float) -> list[Packet]:
         self.state.catch_up(now, self.bytes)
-        if self.packets >= self.limit or not self.state.admit(packet, self.bytes):
+        if self.full or not self.state.admit(packet, self.bytes):
             self.drops += 1
             return [packet]
         if packet.marked:
             self.marks += 1
-        self.queue.append(packet)
-        self.packets += 1
-        self.bytes += packet.size
+        self._admit(packet)
         return []
 
     def dequeue(self, now: float) -> tuple[Packet | None, list[Packet]]:
         self.state.catch_up(now, self.bytes)
-        if not self.queue:
-            return None, []
-        packet = self.queue.popleft()
-        self.packets -= 1
-        self.bytes -= packet.size
-        self.state.left(packet, now, not self.queue)
+        packet = self._take()
+        if packet is not None:
+            self.state.left(packet, now, not self.queue)
         return packet, []
-
-    def drain(self) -> list[Packet]:
-        held = list(self.queue)
-        self.queue.clear()
-        self.packets = self.bytes = 0
-        return held
 
 
 def make(settings: Settings) -> Discipline:
