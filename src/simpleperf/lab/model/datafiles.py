@@ -33,6 +33,16 @@ class DataFileError(ValueError):
         super().__init__(line)
 
 
+def read_bounded(path: Path, limit: int, error: type[Exception]) -> bytes:
+    """A file's bytes, at most `limit` + 1 of them (more than `limit`: too large for what
+    the caller takes); `error` with one line when it cannot be read."""
+    try:
+        with open(path, "rb") as source:
+            return source.read(limit + 1)
+    except OSError as failure:
+        raise error(f"cannot read {path}: {failure.strerror}") from None
+
+
 def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
          ) -> tuple[str, Path]:
     """The text of a shipped file by name ('portfolio') or of a file by path: UTF-8 and at
@@ -46,11 +56,7 @@ def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
             shipped = ", ".join(sorted(p.stem for p in data_dir.glob("*.toml")))
             raise error(f"no {kind} named '{name_or_path}' (shipped: {shipped}; or give a path "
                         "to a .toml file)")
-    try:
-        with open(path, "rb") as source:
-            data = source.read(MAX_FILE_BYTES + 1)
-    except OSError as failure:
-        raise error(f"cannot read {path}: {failure.strerror}") from None
+    data = read_bounded(path, MAX_FILE_BYTES, error)
     if len(data) > MAX_FILE_BYTES:
         raise error(f"{path} is not a {kind} file: larger than {MAX_FILE_BYTES} bytes")
     try:

@@ -6,7 +6,6 @@ prefix, connected subnets first), so a prediction follows the packets' real path
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import math
 from collections import deque
@@ -289,6 +288,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     owners: list[int] = []
     demands: list[float | None] = []
     inelastic: list[bool] = []
+    weighted: set[int] = set()  # flows through a link that classes share by weight
     for index, outcome in enumerate(outcomes):
         flow = outcome.flow
         try:
@@ -299,6 +299,8 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         _predict_flow(outcome, forward, backward, flow.congestion or congestion)
         if not flow.spec.loads_path:
             continue  # no demand theory can know
+        if any(s.qdisc in WEIGHTED_QDISCS for s in forward.shaping()):
+            weighted.add(index)
         share = udp_goodput_share(datagram_bytes(flow.length))
         demand = None  # as much as its share
         if flow.spec.paced and outcome.rate is not None:
@@ -324,14 +326,10 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
-    for outcome in outcomes:
-        with contextlib.suppress(TopologyError):
-            forward = path(topology, outcome.flow.source, outcome.address)
-            if outcome.flow.spec.loads_path and any(
-                    s.qdisc in WEIGHTED_QDISCS for s in forward.shaping()):
-                outcome.predicted = None
-                outcome.no_theory = ("DiffServ classes share its link by weight and "
-                                     "priority, which max-min fair shares do not model")
+    for index in weighted:
+        outcomes[index].predicted = None
+        outcomes[index].no_theory = ("DiffServ classes share its link by weight and priority, "
+                                     "which max-min fair shares do not model")
     _shared(topology, outcomes, owners, shares, binding, congestion, seconds)
 
 

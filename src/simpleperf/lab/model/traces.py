@@ -15,11 +15,13 @@ below: `python3 -m simpleperf.lab.model.traces DIRECTORY` writes them again, byt
 from __future__ import annotations
 
 import bisect
+import functools
 import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import datafiles
 from .errors import TopologyError
 
 PACKET_BYTES = 1500  # what one opportunity delivers (Mahimahi's PACKET_SIZE)
@@ -86,17 +88,27 @@ def shipped() -> list[str]:
 
 
 def load(name_or_path: str, where: str = "trace") -> Trace:
-    """The trace, checked: TopologyError with one line for anything that is not one."""
+    """The trace, checked: TopologyError with one line for anything that is not one. A file
+    is read and parsed once while it stays the same (a topology, each of its directions,
+    and every step's results ask for it)."""
     path = locate(name_or_path, where)
     try:
-        with open(path, "rb") as source:
-            data = source.read(MAX_TRACE_BYTES + 1)
+        status = path.stat()
+        return Trace(str(path), _opportunities(path, status.st_mtime_ns, status.st_size))
     except OSError as failure:
         raise TopologyError(f"{where}: cannot read {path}: {failure.strerror}") from None
+    except TopologyError as error:
+        raise TopologyError(f"{where}: {error}") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _opportunities(path: Path, mtime_ns: int, size: int) -> tuple[int, ...]:
+    """The file's schedule; the file's time and size are part of the cache's key."""
+    data = datafiles.read_bounded(path, MAX_TRACE_BYTES, TopologyError)
     if len(data) > MAX_TRACE_BYTES:
-        raise TopologyError(f"{where}: {path} is larger than {MAX_TRACE_BYTES >> 20} MB: not "
-                            "a trace this lab takes")
-    return Trace(str(path), parse(data, f"{where}: {path}"))
+        raise TopologyError(f"{path} is larger than {MAX_TRACE_BYTES >> 20} MB: not a trace "
+                            "this lab takes")
+    return parse(data, str(path))
 
 
 def parse(data: bytes, where: str) -> tuple[int, ...]:

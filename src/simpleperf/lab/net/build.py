@@ -123,6 +123,12 @@ class Plan:
     def namespace_names(self) -> list[str]:
         return list(self.namespaces)
 
+    def delay_line_entries(self, created: float) -> list[dict[str, Any]]:
+        """The delay lines' plan for a lab created at `created` (wall clock): every trace
+        starts then, so results can tell what it offered when."""
+        return [{**queue, "epoch": created} if queue.get("trace") else queue
+                for queue in self.delay_queues]
+
 
 def wire_namespace(lab: str) -> str:
     return lab + WIRE_SUFFIX

@@ -259,8 +259,8 @@ def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, afte
     read their plan again (SIGHUP); a direction built without a delay line cannot gain one."""
     for built, new, side in ((link.a_to_b, after.a_to_b, "a_to_b"),
                              (link.b_to_a, after.b_to_a, "b_to_a")):
-        if (stages.delay_line_entry("", 0, new, record.backend) is not None
-                and stages.delay_line_entry("", 0, built, record.backend) is None):
+        if (stages.uses_delay_line(new, record.backend)
+                and not stages.uses_delay_line(built, record.backend)):
             raise ChangeError(f"link {link.name} {side} was built without delay or a queue "
                               "discipline: the own shaper's delay lines are made at lab up, "
                               "so give the link a delay in the topology (even '0.1ms') to "
@@ -270,8 +270,7 @@ def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, afte
     raw = ["*raw", *plan.namespaces[wire].iptables, "COMMIT"]
     run(["ip", "netns", "exec", wire, "iptables-restore", "--table", "raw"],
         stdin="\n".join(raw) + "\n")
-    wanted = {queue["queue"]: {**queue, "epoch": record.created} if queue.get("trace")
-              else queue for queue in plan.delay_queues}
+    wanted = {queue["queue"]: queue for queue in plan.delay_line_entries(record.created)}
     for config in sorted(ownership.RECORD_DIR.glob(f"{record.lab}.delayline*.json")):
         queues = json.loads(config.read_text())
         updated = [wanted.get(queue["queue"], queue) for queue in queues]

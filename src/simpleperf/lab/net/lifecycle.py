@@ -143,7 +143,7 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None
                 ownership.record_namespaces_created(record)
             build.execute(plan)
             if plan.delay_queues:
-                _start_delay_lines(record, plan.delay_queues)
+                _start_delay_lines(record, plan.delay_line_entries(record.created))
             if model.runs_daemons:
                 _start_routing(record, model, say)
             record.complete = True
@@ -206,9 +206,6 @@ def _start_delay_lines(record: ownership.LabRecord, queues: list[dict[str, Any]]
     workers = min(len(queues), os.cpu_count() or 1)
     command, environment = module_command(DELAY_LINE_MODULE)
     started = []
-    # Every trace starts at the lab's creation, so results can tell what it offered when.
-    queues = [{**queue, "epoch": record.created} if queue.get("trace") else queue
-              for queue in queues]
     for number in range(1, workers + 1):
         config = ownership.RECORD_DIR / f"{record.lab}.delayline{number}.json"
         config.write_text(json.dumps(queues[number - 1::workers]))

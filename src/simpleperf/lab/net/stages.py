@@ -92,13 +92,19 @@ def own_settings(shaping: Shaping) -> aqm.Settings:
                         rate=shaping.rate)
 
 
+def uses_delay_line(shaping: Shaping, backend: str) -> bool:
+    """Does the own shaper give this routed direction a delay line (for its delay and jitter,
+    or to run its queue)?"""
+    return shaping.needs_delay_line or runs_own(shaping, backend)
+
+
 def delay_line_entry(namespace: str, queue: int, shaping: Shaping, backend: str
                      ) -> dict[str, Any] | None:
     """What the delay line does to the packets of kernel queue `queue` (see
     delayline.serve): None when the direction needs no delay line."""
-    own = runs_own(shaping, backend)
-    if not (own or shaping.needs_delay_line):
+    if not uses_delay_line(shaping, backend):
         return None
+    own = runs_own(shaping, backend)
     entry: dict[str, Any] = {"namespace": namespace, "queue": queue, "delay": shaping.delay,
                              "jitter": shaping.jitter, "reorder": shaping.reorder}
     if own:

@@ -152,7 +152,6 @@ class Bottleneck:
         return min(times) if times else None
 
 
-
 def packet_of(packet_id: int, arrival: float, length: int, header: bytes) -> Packet:
     """A queued IPv4 packet from its first bytes: frame size, ECN field, DSCP, and flow key
     (the addresses and protocol, and the ports, or an ICMP echo's identifier)."""
