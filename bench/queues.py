@@ -9,13 +9,18 @@ root). Every line prints the measurement, its target and ok/MISS:
   - FQ-CoDel, a ping beside four bulk CUBIC flows: ping RTT p50 <= base + 2 x target;
   - ECN: CoDel with ECN and both hosts asking for it: CE marks counted at the receiver,
     retransmissions at most a tenth of the same run without ECN;
+  - DualPI2 (L4S): a UDP flow with simpleperf's scalable response (--l4s, ECT(1)) beside a
+    classic CUBIC flow at 10 and 20 Mbit/s: the L4S flow's queue delay p99 (its one-way
+    delay's p99 less its least) <= 2 ms while the classic queue (ping RTT less the idle RTT)
+    stands near the 15 ms target; beside it the same flows through drop-tail;
   - a trace: one saturating CUBIC flow over the shipped constant-12M and lte-walk traces
     delivers within 3 % of what the trace offered over the run (less TCP/IP headers);
   - the own discipline's capacity with 10 ms delay: the highest of 100M, 300M, 1G that one
     TCP flow fills to 0.9 x through fq_codel, and the delay line's CPU, beside drop-tail's
     (the kernel's pfifo and tbf, the delay line only delaying).
 
-    python3 bench/queues.py [--quick] [--shaper own|netem]
+    python3 bench/queues.py [--quick] [--shaper own|netem] [--only codel,fq_codel,ecn,dualpi2,
+                                                                trace,capacity]
 
 With the own shaper (this machine: its kernel has no AQM qdiscs) the disciplines are the
 lab's own, in the delay line; with --shaper netem on a kernel that has them (scripts/netem-
@@ -141,6 +146,59 @@ def ecn_checks(seconds: float) -> None:
            marked["retransmitted"] <= 0.1 * max(plain["retransmitted"], 1))
 
 
+def l4s_beside_classic(seconds: float) -> dict:
+    """A classic CUBIC flow h1 -> h2 for `seconds`, and from 2 s an --l4s UDP flow beside
+    it (with --trip-times) and classic pings: the L4S flow's result, the pings' RTTs."""
+    port = "18098"
+    server = subprocess.Popen(["ip", "netns", "exec", "h2", PYTHON, "-m", "simpleperf", "-s",
+                               "-p", port], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.7)
+        classic = subprocess.Popen(["ip", "netns", "exec", "h1", PYTHON, "-m", "simpleperf",
+                                    "-c", "10.0.0.2", "-p", port, "-t", str(seconds),
+                                    "--native", "-J", "--no-latency", "-C", "cubic"],
+                                   stdout=subprocess.PIPE, text=True)
+        time.sleep(2)
+        pinger = subprocess.Popen(["ip", "netns", "exec", "h1", "ping", "-n", "-c",
+                                   str(int((seconds - 3) / 0.1)), "-i", "0.1", "10.0.0.2"],
+                                  stdout=subprocess.PIPE, text=True)
+        scalable = in_node("h1", PYTHON, "-m", "simpleperf", "-c", "10.0.0.2", "-p", port,
+                           "-t", str(seconds - 3), "-u", "--l4s", "--trip-times", "-J",
+                           "--no-latency")
+        pings, _ = pinger.communicate(timeout=seconds + 30)
+        out, _ = classic.communicate(timeout=seconds + 60)
+    finally:
+        server.terminate()
+        server.wait(10)
+    receiver = json.loads(scalable.stdout)["end"]["streams"][0]["receiver"]
+    return {"l4s": receiver, "classic": json.loads(out)["end"]["sum_received"],
+            "rtts": [float(m) for m in re.findall(r"time=([\d.]+) ms", pings)]}
+
+
+def dualpi2_checks(seconds: float) -> None:
+    for rate_text in ("10M", "20M"):
+        runs = {}
+        for qdisc in ("droptail", "dualpi2"):
+            up(rate=rate_text, delay="10ms", queue=1000, qdisc=qdisc)
+            runs[qdisc] = l4s_beside_classic(seconds)
+            lifecycle.down("pair")
+        queue = {}
+        for qdisc, run in runs.items():
+            delays = run["l4s"]["one_way_delay"]
+            queue[qdisc] = (delays["p99_ms"] - delays["min_ms"],
+                            median(run["rtts"]) - BASE_RTT_MS)
+        (l4s, classic), (tail_l4s, tail_classic) = queue["dualpi2"], queue["droptail"]
+        report(f"dualpi2 {rate_text}: L4S queue delay p99", f"{l4s:.2f} ms (drop-tail "
+               f"{tail_l4s:.1f} ms)", "<= 2 ms", l4s <= 2)
+        report(f"dualpi2 {rate_text}: classic queue delay p50", f"{classic:.1f} ms (drop-tail "
+               f"{tail_classic:.1f} ms)", "near 15 ms (5 to 30)", 5 <= classic <= 30)
+        mine, theirs = (runs["dualpi2"]["l4s"]["bits_per_second"],
+                        runs["dualpi2"]["classic"]["bits_per_second"])
+        report(f"dualpi2 {rate_text}: L4S / classic goodput",
+               f"{mine / 1e6:.2f} / {theirs / 1e6:.2f} Mbit/s, "
+               f"{runs['dualpi2']['l4s'].get('ce_marked', 0)} CE", "info", None)
+
+
 def trace_checks(seconds: float) -> None:
     from simpleperf.lab.model import traces
 
@@ -196,6 +254,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter transfers")
     parser.add_argument("--shaper", choices=("own", "netem"))
+    parser.add_argument("--only", help="a comma-separated list of the checks to run")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces)", file=sys.stderr)
@@ -203,11 +262,17 @@ def main() -> int:
     SHAPER = args.shaper
     seconds = 8.0 if args.quick else 15.0
     print(f"{'':<46} {'measured (same-run drop-tail)':<44} {'target':<26}")
-    codel_checks(seconds)
-    fq_codel_checks(seconds)
-    ecn_checks(seconds)
-    trace_checks(seconds)
-    capacity_checks(seconds / 2)
+    checks = {"codel": codel_checks, "fq_codel": fq_codel_checks, "ecn": ecn_checks,
+              "dualpi2": dualpi2_checks, "trace": trace_checks,
+              "capacity": lambda s: capacity_checks(s / 2)}
+    chosen = args.only.split(",") if args.only else list(checks)
+    unknown = [name for name in chosen if name not in checks]
+    if unknown:
+        print(f"bench: no check {unknown[0]} (there are {', '.join(checks)})",
+              file=sys.stderr)
+        return 2
+    for name in chosen:
+        checks[name](seconds)
     return 0
 
 

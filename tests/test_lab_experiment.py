@@ -68,6 +68,12 @@ flows = [{ kind = "tcp", from = "h1", to = "h4" }]
     (('to = "h4"', 'to = "h4", duration = "soon"'), "duration = 'soon' is not a time"),
     (('to = "h4"', 'to = "h4", parallel = 129'), "parallel must be a whole number from 1 to 128"),
     (('to = "h4"', 'to = "h4", speed = 1'), "unknown field 'speed'"),
+    (('to = "h4"', 'to = "h4", l4s = true'), "l4s only applies to udp flows"),
+    (('kind = "tcp", from', 'kind = "udp", l4s = "yes", from'), "flow 1: l4s is true or false"),
+    (('kind = "tcp", from', 'kind = "udp", l4s = true, rate = "auto", from'),
+     "an l4s flow sets its own rate from CE marks: its rate can only be a ceiling"),
+    (('kind = "tcp", from', 'kind = "udp", l4s = true, frames = "30:2M", from'),
+     "an l4s flow sets its own rate: leave out frames"),
     (('name = "one"', 'name = "one"\nrepeat = 0'), "repeat must be a whole number from 1"),
     (('topology = "portfolio"', ''), "topology must name a topology"),
     (('flows = [{ kind = "tcp", from = "h1", to = "h4" }]', 'flows = []'),
@@ -78,6 +84,31 @@ def test_malformed_experiments_name_the_step_and_field(change, message):
     assert text != BASE
     with pytest.raises(ExperimentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         experiment.parse(text)
+
+
+def test_an_l4s_flow_asks_the_tool_for_its_scalable_response_with_a_rate_as_ceiling():
+    """`l4s = true`: --l4s, no rate of its own (no "auto"), a rate given is the ceiling;
+    theory takes it as elastic (it backs off), not as a paced flow that takes what it
+    sends."""
+    from simpleperf.lab.run import kinds
+
+    plan = experiment.parse(BASE.replace('kind = "tcp", from = "h1", to = "h4" }',
+                                         'kind = "udp", from = "h1", to = "h4", l4s = true }, '
+                                         '{ kind = "udp", from = "h1", to = "h4", l4s = true, '
+                                         'rate = "5M" }'))
+    free, capped = plan.steps[0].flows
+    assert free.l4s and free.rate is None and capped.rate == 5e6
+    model = topology.load("portfolio")
+    outcomes = [FlowOutcome(f, str(model.address_of(f.target))) for f in (free, capped)]
+    theory.predict(model, outcomes, "cubic")
+    runner = kinds.UdpRunner()
+    assert runner.arguments(outcomes[0]) == ["-u", "--l4s", "-l", "1470"]
+    assert runner.arguments(outcomes[1]) == ["-u", "--l4s", "-b", "5000000", "-l", "1470"]
+    # the capped one takes its 5 Mbit/s, the other what is left of the 30 Mbit/s bottleneck
+    # (r1-r2) in goodput of 1470-byte datagrams
+    free_share, capped_share = (o.predicted / 1e6 for o in outcomes)
+    assert capped_share == pytest.approx(5.0)
+    assert free_share + capped_share == pytest.approx(30 * 1470 / 1512)
 
 
 def test_unknown_node_is_caught_before_the_lab_is_built():

@@ -398,7 +398,7 @@ def test_every_link_property_is_defined_once_and_reaches_every_way_in() -> None:
     assert [f.name for f in fields(topology.Shaping)] == list(link_properties.NAMES)
     parser = commands.build_parser()
     for prop in link_properties.PROPERTIES:
-        given = [f"--{prop.name}"] + ([prop.example] if prop.example else [])
+        given = [prop.flag] + ([prop.example] if prop.example else [])
         rate = [] if prop.replaces == "rate" else ["--rate", "10M"]  # a trace: no bw
         value = getattr(parser.parse_args(["up", "pair", *rate, *given]), prop.name)
         expected = prop.parse(value, prop.name)
@@ -413,7 +413,7 @@ def test_every_link_property_is_defined_once_and_reaches_every_way_in() -> None:
             assert getattr(parser.parse_args(["link", "L1", "set", *given]), prop.name) == value
             assert prop.mininet in events.SET_FIELDS
         else:
-            with pytest.raises(UsageError, match=f"unrecognized arguments: --{prop.name}"):
+            with pytest.raises(UsageError, match=f"unrecognized arguments: {prop.flag}"):
                 parser.parse_args(["link", "L1", "set", *given])
             assert prop.mininet not in events.SET_FIELDS
         assert (prop.name in experiment.LINK_SWEEPS) == prop.sweep
@@ -468,7 +468,7 @@ def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_af
                           ({"qdisc": "codel"}, "qdisc needs bw"),
                           ({"bw": "10M", "target": "5ms"}, "target applies to qdisc codel"),
                           ({"bw": "10M", "qdisc": "codel", "tupdate": "15ms"},
-                           "tupdate applies to qdisc pie or fq_pie, and the queue is codel"),
+                           "tupdate applies to qdisc pie or fq_pie or dualpi2, and the queue is codel"),
                           ({"bw": "10M", "qdisc": "pie", "target": "0s"}, "from 1us to 10s"),
                           ({"bw": "10M", "qdisc": "fq_codel", "flows": 0}, "from 1 to 65536"),
                           ({"bw": "10M", "ecn": True}, "ecn applies to qdisc codel")):
@@ -492,13 +492,23 @@ def test_a_discipline_the_kernel_lacks_is_named_before_anything_is_built() -> No
     codel = topology.pair(rate="10M", qdisc="codel")
     with pytest.raises(ValueError, match="link h1-h2 a_to_b: qdisc codel needs the kernel's "
                        "sch_codel, which this kernel lacks \\(it has fq_codel\\); --shaper "
-                       "own runs codel, pie, fq_codel, fq_pie itself"):
+                       "own runs codel, pie, fq_codel, fq_pie, dualpi2 itself"):
         kernel.require_queues(build.kernel_queues(codel, "netem"), "netem")
+    # DualPI2 (Linux 6.17): the own shaper's where the kernel lacks it, as Debian's 6.1 does
+    dual = topology.pair(rate="10M", qdisc="dualpi2", step="2ms", coupling=3)
+    with pytest.raises(ValueError, match="qdisc dualpi2 needs the kernel's sch_dualpi2, "
+                       "which this kernel lacks .*--shaper own runs .*dualpi2 itself"):
+        kernel.require_queues(build.kernel_queues(dual, "netem"), "netem")
+    assert build.kernel_queues(dual, "own") == {}
+    from simpleperf.lab.net import stages
+    (_, queue) = stages.egress("w1b", dual.links[0].a_to_b)
+    assert queue.command("add") == ("qdisc add dev w1b parent 1:1 handle 10: dualpi2 limit "
+                                    "1000 step_thresh 2000us coupling_factor 3 l4s_ect")
     # The own shaper runs codel itself; cake it leaves to the kernel, which lacks it.
     assert build.kernel_queues(codel, "own") == {}
     cake = topology.pair(rate="10M", qdisc="cake")
     with pytest.raises(ValueError, match="sch_cake, which this kernel lacks .*, and the own "
-                       "shaper implements only codel, pie, fq_codel, fq_pie"):
+                       "shaper implements only codel, pie, fq_codel, fq_pie, dualpi2"):
         kernel.require_queues(build.kernel_queues(cake, "own"), "own")
 
 

@@ -580,7 +580,8 @@ def test_a_links_queue_discipline_runs_in_the_kernel_or_the_delay_line():
             assert (entry["qdisc"], entry["rate"]) == ("fq_codel", 10e6)
             assert entry["settings"] == {"limit": 100, "ecn": True, "target": 0.002,
                                          "interval": None, "tupdate": None, "flows": None,
-                                         "quantum": None, "rate": 10e6}
+                                         "quantum": None, "rate": 10e6, "step": None,
+                                         "coupling": None, "any_ect": False}
             lab("link", "h1-h2", "set", "--qdisc", "droptail")
             assert "pfifo 10: parent 1:1 limit 100p" in queue()
             assert "qdisc" not in delay_line_plan()
@@ -648,6 +649,36 @@ def test_the_own_codel_keeps_the_queue_short_and_marks_instead_of_dropping(tmp_p
         assert int(counters["h1"].get("TcpRetransSegs", 0)) == 0
     finally:
         lab("down", "pair")
+
+
+@pytest.mark.own_shaper
+@pytest.mark.timing
+def test_the_own_dualpi2_keeps_l4s_datagrams_out_of_the_classic_queue(pair_lab):
+    """DualPI2 in the delay line at 20 Mbit/s: a classic CUBIC flow's queue stands near the
+    PI2 target (pings beside it: the 10 ms base RTT plus 5 to 40 ms), while an --l4s UDP
+    flow beside it (ECT(1), its window moved by CE marks) is marked instead of dropped and
+    its datagrams wait about a millisecond (one-way p90 within 2 ms of its least)."""
+    pair_lab("--rate", "20M", "--delay", "5ms", "--qdisc", "dualpi2", "--step", "1ms")
+    with server_in_h2() as port:
+        classic = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c",
+                                    "10.0.0.2", "-p", port, "-t", "8", "--native", "-C",
+                                    "cubic", "--no-latency", "-J"], stdout=subprocess.PIPE)
+        time.sleep(2)
+        pinger = subprocess.Popen(["ip", "netns", "exec", "h1", "ping", "-n", "-c", "40",
+                                   "-i", "0.1", "10.0.0.2"], stdout=subprocess.PIPE, text=True)
+        scalable = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-t", "5", "-u",
+                           "--l4s", "--trip-times", "--no-latency", "-J")
+        pings, _ = pinger.communicate(timeout=30)
+        classic_out, _ = classic.communicate(timeout=30)
+    assert scalable.returncode == 0, scalable.stderr
+    receiver = json.loads(scalable.stdout)["end"]["streams"][0]["receiver"]
+    assert receiver["ce_marked"] > 0 and receiver["lost_packets"] == 0
+    delays = receiver["one_way_delay"]
+    assert delays["p90_ms"] - delays["min_ms"] <= 2.0, delays
+    rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", pings)]
+    assert 15 <= statistics.median(rtts) <= 50, sorted(rtts)
+    carried = json.loads(classic_out)["end"]["sum_received"]["bits_per_second"]
+    assert carried + receiver["bits_per_second"] >= 0.85 * 20e6 * 1448 / 1514
 
 
 @pytest.mark.own_shaper

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.lab.net.shaping import aqm, nfqueue
-from simpleperf.lab.net.shaping.aqm import codel, pie
-from simpleperf.lab.net.shaping.aqm.base import CE, ECT0, NOT_ECT
+from simpleperf.lab.net.shaping.aqm import codel, dualpi2, pie
+from simpleperf.lab.net.shaping.aqm.base import CE, ECT0, ECT1, NOT_ECT
 from simpleperf.lab.net.shaping.bottleneck import Bottleneck, packet_of
 from simpleperf.lab.net.shaping.delayline import DirectionQueue
 
@@ -41,7 +41,7 @@ def steady(rate_bps: float, seconds: float, flow: int = 0, ecn: int = NOT_ECT,
 
 
 ARRIVALS = st.lists(st.tuples(st.floats(0, 0.01), st.integers(64, FRAME), st.integers(0, 5),
-                              st.sampled_from([NOT_ECT, ECT0, CE]),
+                              st.sampled_from([NOT_ECT, ECT0, ECT1, CE]),
                               st.sampled_from([0, 46, 34, 10, 8, 48])), max_size=300)
 
 
@@ -62,15 +62,20 @@ def test_every_packet_leaves_or_is_dropped_once_in_order_within_its_flow(
     times = [t for t, _ in released]
     flows_of = {p.id: (p.flow, p.dscp) for _, p in released}
     assert times == sorted(times)  # the wire sends one at a time
-    for flow in range(6):  # in order within a flow (and a class, where classes sort them)
+    # in order within a flow (and a class, where classes sort them; and a queue, where
+    # DualPI2 sorts them by their ECN field)
+    queue_of = (lambda p: p.ecn & 1) if name == "dualpi2" else (lambda p: 0)
+    for flow in range(6):
         for dscp in (0, 46, 34, 10, 8, 48):
-            mine = [p.id for _, p in released if p.flow == flow and p.dscp == dscp]
-            assert mine == sorted(mine)
+            for queue in (0, 1):
+                mine = [p.id for _, p in released
+                        if p.flow == flow and p.dscp == dscp and queue_of(p) == queue]
+                assert mine == sorted(mine)
     assert len(flows_of) == len(released)
     if name in ("droptail", "codel", "pie"):
         assert [p.id for _, p in released] == sorted(p.id for _, p in released)
     assert all(p.ecn != NOT_ECT for _, p in released if p.marked)
-    if not ecn:
+    if not ecn and name != "dualpi2":  # DualPI2 marks ECN-capable packets always
         assert not any(p.marked for _, p in released)
 
 
@@ -268,3 +273,88 @@ def test_classes_send_expedited_first_police_it_and_share_the_rest_by_weight():
     assert carried == pytest.approx(classes.PRIORITY_SHARE * 10e6 + burst, rel=0.05)
     assert line.discipline.policed == len(dropped) > 0
     assert classes.class_of(40) == "af4" and classes.class_of(7) == "be"
+
+
+def test_dualpi2_keeps_l4s_packets_out_of_the_classic_standing_queue():
+    """A classic flow at 1.2 x the link's rate beside sparse ECT(1) packets on 10 Mbit/s:
+    the classic queue stands near the PI2 target (15 ms) while L4S packets wait at most for
+    the frame on the wire and one classic frame (the credit scheduler serves L first, but
+    owes the classic queue its share)."""
+    classic = steady(12e6, 4.0, flow=1)
+    sparse = [(0.01 + i * 0.010, 200, 2, ECT1) for i in range(400)]
+    released, dropped, line = run("dualpi2", sorted(classic + sparse), 10e6, limit=100_000)
+    wire = FRAME * 8 / 10e6
+    late = [(t, p) for t, p in released if t > 2.0]
+    classic_waits = [t - p.arrival - p.size * 8 / 10e6 for t, p in late if p.flow == 1]
+    l4s_waits = [t - p.arrival - p.size * 8 / 10e6 for t, p in late if p.flow == 2]
+    assert max(l4s_waits) <= 2 * wire + 1e-9
+    median = sorted(classic_waits)[len(classic_waits) // 2]
+    assert 0.005 < median < 0.045  # the PI2 controller holds it near the target
+    # Once settled, only classic packets are dropped: dropping a sixth takes p'^2 = 1/6, and
+    # k x p' stays below 1 (the start-up overshoots into overload, where L drops too).
+    assert dropped and all(p.flow == 1 for p in dropped if p.arrival > 1.5)
+    assert 0.3 < line.discipline.prob < 0.5
+
+
+def test_dualpi2_update_follows_the_pi_formula_from_the_larger_queue_delay():
+    line = dualpi2.DualPi2(aqm.Settings(limit=1000), random.Random(1))
+    for i in range(30):  # a classic backlog arriving at 0 s, nothing leaving
+        line.enqueue(aqm.Packet(i, 0.0), 0.0)
+    line.enqueue(aqm.Packet(99, 0.010, ecn=ECT1), 0.010)
+    line.dequeue(0.0161)  # the first update, at 16 ms: the classic head has waited 16 ms
+    expected = dualpi2.ALPHA * (0.016 - 0.015) + dualpi2.BETA * 0.016
+    assert line.prob == pytest.approx(expected)
+
+
+def test_dualpi2_couples_l4s_marking_to_the_classic_drop_probability():
+    """With p' held, L packets are marked with k x p' and classic not-ECT packets dropped
+    with p'^2 (ECT(0) ones marked instead); on overload (k x p' > 1) L packets are dropped
+    with p'^2 too."""
+    def verdicts(prob: float, ecn: int, count: int = 20_000) -> tuple[float, float]:
+        line = dualpi2.DualPi2(aqm.Settings(limit=count + 1, tupdate=10.0),
+                               random.Random(7))
+        line.prob = prob
+        for i in range(count):
+            line.enqueue(aqm.Packet(i, 0.0, ecn=ecn), 0.0)
+        sent = dropped = 0
+        while True:
+            packet, gone = line.dequeue(0.0)
+            dropped += len(gone)
+            if packet is None:
+                break
+            sent += 1
+        return line.marks / count, dropped / count
+    marked, dropped = verdicts(0.2, ECT1)
+    assert marked == pytest.approx(2 * 0.2, abs=0.015) and dropped == 0
+    marked, dropped = verdicts(0.2, NOT_ECT)
+    assert dropped == pytest.approx(0.2 ** 2, abs=0.006) and marked == 0
+    marked, dropped = verdicts(0.2, ECT0)
+    assert marked == pytest.approx(0.2 ** 2, abs=0.006) and dropped == 0
+    marked, dropped = verdicts(0.7, ECT1)  # k x p' = 1.4: overload
+    assert dropped == pytest.approx(0.7 ** 2, abs=0.015)
+    assert marked == pytest.approx(1 - 0.7 ** 2, abs=0.015)
+
+
+def test_dualpi2_marks_l4s_packets_that_waited_past_the_step():
+    """ECT(1) alone at 1.1 x the link for 0.3 s: none dropped; every L packet that found
+    more than one packet queued (it waits over two frames then) and waited over the 1 ms
+    step is marked; none before a queue built up."""
+    released, dropped, line = run("dualpi2", steady(11e6, 0.3, flow=3, ecn=ECT1), 10e6,
+                                  limit=100_000)
+    assert not dropped
+    waited = [(t - p.arrival - p.size * 8 / 10e6, p.marked) for t, p in released]
+    wire = FRAME * 8 / 10e6
+    behind_two = [marked for wait, marked in waited if wait > max(2 * wire, 0.001) + 1e-6]
+    assert len(behind_two) > 100 and all(behind_two)
+    assert line.discipline.step_marks >= len(behind_two)
+    assert not any(marked for wait, marked in waited[:2])  # no queue yet: nothing marked
+
+
+def test_dualpi2_protects_the_classic_queue_with_a_tenth_of_the_link():
+    l4s = steady(20e6, 2.0, flow=1, ecn=ECT1)
+    classic = steady(20e6, 2.0, flow=2)
+    released, _, _ = run("dualpi2", sorted(l4s + classic), 10e6, limit=100_000,
+                         tupdate=10.0)  # no PI2 drops: the scheduler alone
+    window = [p for t, p in released if 0.5 <= t <= 1.5]
+    share = sum(p.size for p in window if p.flow == 2) / sum(p.size for p in window)
+    assert share == pytest.approx(dualpi2.C_PROTECTION / 100, abs=0.01)

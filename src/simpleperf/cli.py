@@ -284,7 +284,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
                 "trip_times": "--trip-times", "histograms": "--histograms",
-                "isochronous": "--isochronous"}
+                "isochronous": "--isochronous", "l4s": "--l4s"}
 
 
 def _negative_values(argv: list[str]) -> list[str]:

@@ -1,5 +1,5 @@
-"""iperf2's latency flags on the command line: --trip-times, --histograms and --isochronous,
-their parsing and the combinations they refuse (each a one-line UsageError)."""
+"""iperf2's latency flags on the command line: --trip-times, --histograms, --isochronous and
+UDP's --l4s, their parsing and the combinations they refuse (each a one-line UsageError)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,15 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--isochronous", nargs="?", const="", metavar="FPS:MEAN,STDEV",
                        help="frames of a video stream: FPS a second, sizes log-normal around "
                             "MEAN bits/s (default 60:20M,0); per-frame latency and loss")
+    group.add_argument("--l4s", action="store_true",
+                       help="UDP marked ECT(1), the L4S identifier, at the rate the receiver's "
+                            "counts of CE marks set (a scalable response, as DCTCP and TCP "
+                            "Prague have; -b is its ceiling, none by default)")
 
 
 def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     """The client options with these flags' values, checked against the rest."""
-    changes: dict[str, Any] = {"trip_times": bool(args.trip_times)}
+    changes: dict[str, Any] = {"trip_times": bool(args.trip_times), "l4s": bool(args.l4s)}
     if args.histograms is not None:
         changes.update(histograms=True, **_histograms(args.histograms))
     if args.isochronous is not None:
@@ -113,7 +117,25 @@ def parse_isochronous(text: str) -> dict[str, float]:
     return {"frame_rate": fps, "frame_load": mean, "frame_stdev": stdev}
 
 
+def _check_l4s(options: ClientOptions) -> None:
+    if not options.l4s:
+        return
+    if not options.udp:
+        raise UsageError("--l4s sets a UDP stream's rate from CE marks: add -u (TCP's "
+                         "scalable response is the congestion control's: -C dctcp)")
+    if options.iperf3:
+        raise UsageError("--l4s needs a simpleperf server: an iperf3 server sends no "
+                         "feedback of CE marks")
+    if options.frame_rate > 0:
+        raise UsageError("--l4s sets the rate itself: it cannot be combined with "
+                         "--isochronous")
+    if options.tos & 3:
+        raise UsageError(f"--l4s sets the ECN field (ECT(1)): -S/--tos {options.tos} must "
+                         "leave its two low bits 0")
+
+
 def _check(options: ClientOptions) -> None:
+    _check_l4s(options)
     timed = options.trip_times or options.frame_rate > 0
     if options.histograms and not timed:
         raise UsageError("--histograms shows one-way delays: add --trip-times or "

@@ -218,6 +218,7 @@ class ClientOptions:
     frame_rate: float = 0.0  # --isochronous: frames a second; 0 for a steady stream
     frame_load: float = DEFAULT_FRAME_LOAD  # bits/s, the frames' mean
     frame_stdev: float = 0.0  # bits/s
+    l4s: bool = False  # --l4s: UDP marked ECT(1), its rate set by the receiver's CE counts
 
     @property
     def rows_every(self) -> float | None:
@@ -234,7 +235,7 @@ class ClientOptions:
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.file is not None, self.trip_times, self.frame_rate > 0,
-                    self.secret is not None))
+                    self.secret is not None, self.l4s))
 
     @property
     def direction(self) -> str:

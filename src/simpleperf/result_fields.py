@@ -31,6 +31,8 @@ FIELDS = (
     # how much the receiver's queue grew over the test (UDP): new in simpleperf
     ResultField("queue_growth_ms", float, "queue_growth_ms", "receiver", "udp", "max",
                 signed=True),
+    # datagrams that arrived CE-marked (an --l4s receiver): new in simpleperf
+    ResultField("ce_marked", int, "ce_marked", "receiver", "udp", "sum"),
     ResultField("retransmits", int, "retransmits", "sender", "tcp", "sum"),
     # segments the receiver echoed as CE-marked (the sender's TCP_INFO): new in simpleperf
     ResultField("delivered_ce", int, "delivered_ce", "sender", "tcp", "sum"),

@@ -54,12 +54,13 @@ class TestSpec:
     frame_stdev: float = 0.0  # ... its standard deviation (log-normal frame sizes)
     whole_segments: bool = False  # TCP senders round writes down to whole segments (no -l)
     fq_rate: float = 0.0  # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
+    l4s: bool = False  # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> TestSpec:
-        """What a client's command line asks for."""
+        """What a client's command line asks for (--l4s: -b is a ceiling, none by default)."""
         rate = options.rate if options.rate is not None else (
-            DEFAULT_UDP_RATE if options.udp else 0.0)
+            DEFAULT_UDP_RATE if options.udp and not options.l4s else 0.0)
         return cls(
             protocol="udp" if options.udp else "tcp", direction=options.direction,
             parallel=options.parallel,
@@ -75,7 +76,7 @@ class TestSpec:
             histogram_bins=options.histogram_bins,
             frame_rate=options.frame_rate, frame_load=options.frame_load,
             frame_stdev=options.frame_stdev,
-            whole_segments=not options.udp and not options.length_given)
+            whole_segments=not options.udp and not options.length_given, l4s=options.l4s)
 
     @property
     def isochronous(self) -> bool:

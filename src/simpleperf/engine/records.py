@@ -77,6 +77,7 @@ class Stream:
     frames: FrameAccount | None = None  # an isochronous receiver's frames
     frames_sent: int = 0  # an isochronous sender's
     frames_slipped: int = 0
+    ce_marked: int | None = None  # an --l4s receiver's datagrams that arrived CE-marked
 
     @property
     def role(self) -> str:

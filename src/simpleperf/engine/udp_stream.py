@@ -13,7 +13,7 @@ from ..errors import SimpleperfError
 from ..testspec import TestSpec
 from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
-from . import frames, udp_receive
+from . import frames, l4s, udp_receive
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -25,6 +25,9 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
          stop: threading.Event) -> None:
     if spec.isochronous:
         frames.send(stream, spec, start, deadline, stop)
+        return
+    if spec.l4s:
+        l4s.send(stream, spec, start, deadline, stop)
         return
     size = spec.length
     batch = udp.enable_segmentation(stream.sock, size) \
@@ -125,6 +128,9 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     if spec.isochronous:
         frames.receive(stream, spec, stop)
         return
+    if spec.l4s:
+        l4s.receive(stream, stop)
+        return
     udp_receive.receive(stream, stop)
 
 
@@ -157,6 +163,8 @@ def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
         growth = stream.account.queue_growth
         if growth is not None:
             entry["queue_growth_ms"] = growth * 1000
+        if stream.ce_marked is not None:
+            entry["ce_marked"] = stream.ce_marked
 
 
 def drained(stream: Stream, quiet: float) -> bool:

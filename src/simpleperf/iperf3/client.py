@@ -71,6 +71,10 @@ class _Iperf3Test:
                     f"the server at {options.host} port {options.port} is an iperf3 server, "
                     "which measures no one-way delay: --trip-times and --isochronous need a "
                     "simpleperf server")
+            if options.l4s:
+                raise SimpleperfError(
+                    f"the server at {options.host} port {options.port} is an iperf3 server, "
+                    "which sends no feedback of CE marks: --l4s needs a simpleperf server")
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._expect()  # PARAM_EXCHANGE
             control.sendall(iperf3.encode_json(iperf3.parameters_message(

@@ -136,9 +136,9 @@ def _property_flags(group: Any, properties: tuple[link_properties.LinkProperty, 
     """A flag per link property, as the property table defines it."""
     for prop in properties:
         if prop.switch:
-            group.add_argument(f"--{prop.name}", action="store_true", help=prop.help)
+            group.add_argument(prop.flag, action="store_true", help=prop.help)
         else:
-            group.add_argument(f"--{prop.name}", type=_text_type(prop.from_text),
+            group.add_argument(prop.flag, type=_text_type(prop.from_text),
                                help=prop.help)
 
 
@@ -228,10 +228,11 @@ def _change(args: argparse.Namespace) -> int:
     shaping = link_properties.to_mininet(given)
     if args.action == "set" and not shaping:
         raise UsageError("link set needs at least one of "
-                         + ", ".join(f"--{p.name}" for p in link_properties.LIVE))
+                         + ", ".join(p.flag for p in link_properties.LIVE))
     named = [name for name, value in given.items() if value is not None]
     if args.action != "set" and named:
-        raise UsageError(f"--{named[0]} goes with 'set', not '{args.action}'")
+        raise UsageError(f"{link_properties.BY_NAME[named[0]].flag} goes with 'set', not "
+                         f"'{args.action}'")
     wanted = changes.Change(args.name, args.action, shaping or None)
     took, routing = lifecycle.change(args.lab, wanted)
     print(f"{args.command} {wanted.describe()} ({took * 1e3:.0f} ms)")
@@ -254,8 +255,9 @@ def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]
         except topology.TopologyError as error:
             raise UsageError(str(error).replace("link h1-h2: ", "pair: ")) from None
     if given or one_way:
-        flag = next(iter(given)) if given else "uplink-trace or --downlink-trace"
-        raise UsageError(f"--{flag} only applies to the pair topology")
+        flag = link_properties.BY_NAME[next(iter(given))].flag if given else \
+            "--uplink-trace or --downlink-trace"
+        raise UsageError(f"{flag} only applies to the pair topology")
     model = topology.load(args.topology)
     return model, {"file": model.source}
 

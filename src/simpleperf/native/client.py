@@ -138,7 +138,8 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
         ("-A N,M", options.server_affinity is not None),
         ("--repeating-payload", options.repeating_payload), ("-F", options.file is not None),
         ("--rtt", options.rtt), ("--probe", options.probe),
-        ("--trip-times", options.trip_times), ("--isochronous", options.frame_rate > 0)
+        ("--trip-times", options.trip_times), ("--isochronous", options.frame_rate > 0),
+        ("--l4s", options.l4s)
     ) if used]
     if unsupported:
         control.close()

@@ -72,6 +72,13 @@ assert DATAGRAM_HEADER.size == MIN_UDP_LENGTH
 UDP_KEY_SIZE = 8
 AUTH_DATAGRAM_HEADER = struct.Struct(f"!IIQ{UDP_KEY_SIZE}s")
 assert AUTH_DATAGRAM_HEADER.size == AUTH_UDP_LENGTH
+# --l4s over UDP: the receiver tells the sender, at most every L4S_FEEDBACK_SECONDS, how many
+# datagrams arrived and how many of them CE-marked (both counted from the test's start), the
+# highest number seen, and the send time stamped on the newest (the sender's RTT sample);
+# with a shared secret, the test's UDP key follows.
+L4S_FEEDBACK = struct.Struct("!4sQQQII")
+L4S_FEEDBACK_MAGIC = b"SPCE"
+L4S_FEEDBACK_SECONDS = 0.001
 # --trip-times over TCP: every write of the sender opens with its send time (nanoseconds of
 # the sender's wall clock), its number from 1, and its length with this header, so that the
 # receiver finds each write's end in the byte stream and times it from write to read (the
@@ -218,6 +225,7 @@ def parse_spec(message: dict[str, Any]) -> TestSpec:
         "frame_stdev": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
         "whole_segments": lambda v: isinstance(v, bool),
         "fq_rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
+        "l4s": lambda v: isinstance(v, bool),
     }
     values: dict[str, Any] = {}
     for name, check in checks.items():
@@ -234,6 +242,8 @@ def parse_spec(message: dict[str, Any]) -> TestSpec:
         raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
     if spec.protocol == "tcp" and spec.timed and spec.length < WRITE_HEADER.size:
         raise ProtocolError(f"timed TCP writes need at least {WRITE_HEADER.size} bytes")
+    if spec.l4s and (spec.protocol != "udp" or spec.isochronous):
+        raise ProtocolError("l4s applies to a steady UDP stream")
     if spec.isochronous and spec.protocol == "udp" and \
             spec.length < MIN_ISOCHRONOUS_UDP_LENGTH:
         raise ProtocolError("isochronous UDP datagrams need at least "

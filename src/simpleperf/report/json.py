@@ -161,7 +161,7 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
         if protocol == "udp":
             merged = dict(sender)
             for key in ("jitter_ms", "lost_packets", "lost_percent", "out_of_order",
-                        "queue_growth_ms"):
+                        "queue_growth_ms", "ce_marked"):
                 if key in receiver:
                     merged[key] = receiver[key]
             if "lost_packets" in receiver:
@@ -188,7 +188,8 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
 def _udp_sum(sent: dict[str, Any], received: dict[str, Any]) -> dict[str, Any]:
     """iperf3's UDP 'sum': the sender's bytes, the receiver's jitter and loss."""
     entry = dict(sent)
-    for key in ("jitter_ms", "lost_packets", "lost_percent", "packets", "queue_growth_ms"):
+    for key in ("jitter_ms", "lost_packets", "lost_percent", "packets", "queue_growth_ms",
+                "ce_marked"):
         if key in received:
             entry[key] = received[key]
     return entry
@@ -213,10 +214,9 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
                          out_of_order=view.get("out_of_order", 0))
         if "queue_growth_ms" in view:
             entry["queue_growth_ms"] = view["queue_growth_ms"]
-    else:
-        for field in result_fields.shown("tcp", sender):
-            if field.key in view and field.json not in entry:
-                entry[field.json] = view[field.key]
+    for field in result_fields.shown(protocol, sender):
+        if field.key in view and field.json not in entry:
+            entry[field.json] = view[field.key]
     return entry
 
 

@@ -154,6 +154,11 @@ def delay_lines(label: str, role: str, view: dict[str, Any], protocol: str,
         if "frames_slipped" in view:
             counts.append(f"{view['frames_slipped']} slipped")
         lines.append(f"{label:<{COLUMN}}isochronous ({role}): {', '.join(counts)}")
+    if view.get("ce_marked") is not None:
+        arrived = (view.get("packets") or 0) - (view.get("lost") or 0)
+        share = f" ({view['ce_marked'] / arrived * 100:.2f}%)" if arrived > 0 else ""
+        lines.append(f"{label:<{COLUMN}}L4S ({role}): {view['ce_marked']} of {arrived} "
+                     f"datagrams that arrived were CE-marked{share}")
     return lines
 
 

@@ -85,7 +85,7 @@ class FlowKind:
 KINDS: dict[str, FlowKind] = {kind.name: kind for kind in (
     FlowKind("tcp", frozenset({"parallel", "length", "window", "congestion", "dscp",
                                "rtt_under_load"}), tcp=True, share_judged=True, measured=True),
-    FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load"}),
+    FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load", "l4s"}),
              paced=True, measured=True),
     FlowKind("ping", frozenset({"count", "interval", "dscp"}), ends="count",
              loads_path=False),
@@ -124,6 +124,7 @@ class Flow:
     client: str | None = None  # command: run in the source node at the start, timed
     frames: str | None = None  # udp: video frames, iperf2's --isochronous FPS:MEAN,STDEV
     dscp: int | None = None  # tcp, udp, ping: the packets' DSCP code point (0..63)
+    l4s: bool = False  # udp: ECT(1), at the rate CE marks set (--l4s); `rate` is a ceiling
 
     @property
     def spec(self) -> FlowKind:
@@ -172,7 +173,7 @@ def _defaults(raw: dict[str, Any], kind: FlowKind, where: str) -> dict[str, Any]
     """What a kind needs that its table left out: a paced flow's rate, a transfer's size
     and content; a command's client is not optional."""
     values: dict[str, Any] = {}
-    if kind.paced and "rate" not in raw and "frames" not in raw:
+    if kind.paced and "rate" not in raw and "frames" not in raw and not raw.get("l4s"):
         values["rate"] = "auto"
     if kind.moves_size:
         if "size" not in raw:
@@ -268,6 +269,18 @@ def _rtt_under_load(raw: dict[str, Any], kind: FlowKind, name: str, where: str) 
     return {"rtt_under_load": raw["rtt_under_load"]}
 
 
+def _l4s(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
+    if not isinstance(raw["l4s"], bool):
+        raise ExperimentError(f"{where} is true or false")
+    flow = where.removesuffix(f": {name}")
+    if raw["l4s"] and "frames" in raw:
+        raise ExperimentError(f"{flow}: an l4s flow sets its own rate: leave out frames")
+    if raw["l4s"] and raw.get("rate") in ("auto", "probe"):
+        raise ExperimentError(f"{flow}: an l4s flow sets its own rate from CE marks: its "
+                              "rate can only be a ceiling such as '50M'")
+    return {"l4s": raw["l4s"]}
+
+
 def _size(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     return {"size": datafiles.size(raw["size"], where, 1, MAX_TRANSFER_SIZE, ExperimentError)}
 
@@ -292,5 +305,5 @@ def _command(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict
 FIELDS = {"parallel": _count_of(1, MAX_PARALLEL), "rate": _rate, "frames": _frames,
           "length": _length, "congestion": _congestion, "window": _window, "dscp": _dscp,
           "count": _count_of(1, MAX_COUNT), "interval": _interval,
-          "rtt_under_load": _rtt_under_load, "size": _size, "content": _content,
+          "rtt_under_load": _rtt_under_load, "l4s": _l4s, "size": _size, "content": _content,
           "objects": _count_of(1, MAX_OBJECTS), "server": _command, "client": _command}

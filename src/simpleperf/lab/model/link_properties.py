@@ -23,13 +23,14 @@ MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
 MAX_DELAY = 10.0  # seconds
 MAX_QUEUE = 1_000_000  # packets
 # Queue disciplines a link direction's queue can run: drop-tail (a pfifo), active queue
-# management the kernel has too (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE,
-# CAKE), and DiffServ classes (the own shaper's, as routers configure them).
-KERNEL_QDISCS = ("codel", "fq_codel", "pie", "fq_pie", "cake")
+# management a kernel may have too (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE,
+# CAKE, RFC 9332 DualPI2), and DiffServ classes (the own shaper's, as routers configure them).
+KERNEL_QDISCS = ("codel", "fq_codel", "pie", "fq_pie", "cake", "dualpi2")
 QDISCS = ("droptail", *KERNEL_QDISCS, "classes")
 AQM_TIMES = (1e-6, 10.0)  # seconds: a target, interval or update period
 MAX_FLOWS = 65536  # fq_codel's and fq_pie's flow queues (the kernel's limit)
 MAX_QUANTUM = 1 << 20  # bytes a flow queue may send per round
+MAX_COUPLING = 255  # DualPI2's k (the kernel's u8)
 
 
 def rate(value: Any, where: str) -> float:
@@ -103,6 +104,10 @@ def quantum(value: Any, where: str) -> int:
     return datafiles.count(value, where, 64, MAX_QUANTUM, TopologyError, "bytes")
 
 
+def coupling(value: Any, where: str) -> int:
+    return datafiles.count(value, where, 1, MAX_COUPLING, TopologyError)
+
+
 def trace(value: Any, where: str) -> str:
     """A Mahimahi trace (a shipped name or a path), read and checked now: its path."""
     return traces.load(value, where).path
@@ -121,7 +126,7 @@ def whole_text(unit: str = "") -> Callable[[str], int]:
 
 @dataclass(frozen=True)
 class LinkProperty:
-    name: str  # Shaping's field; --NAME; the key in [pair] and sweeps
+    name: str  # Shaping's field; the flag (`flag`); the key in [pair] and sweeps
     mininet: str  # the key in a topology's links and in events (Mininet's name)
     parse: Callable[[Any, str], Any]  # (value, where) -> the model's value, or TopologyError
     description: str
@@ -132,6 +137,11 @@ class LinkProperty:
     from_text: Callable[[str], Any] = str  # a value given as text, before parse
     qdiscs: tuple[str, ...] = ()  # a queue discipline's parameter: the disciplines it tunes
     replaces: str = ""  # another property it stands in for (a trace: the rate)
+
+    @property
+    def flag(self) -> str:
+        """Its command-line flag (argparse gives it back under `name`)."""
+        return "--" + self.name.replace("_", "-")
 
     @property
     def switch(self) -> bool:
@@ -160,12 +170,21 @@ PROPERTIES: tuple[LinkProperty, ...] = (
                  "instead of dropping them", live=False, sweep=False, at_switch=True,
                  qdiscs=KERNEL_QDISCS),
     LinkProperty("target", "target", aqm_time, "AQM target queue delay (kernel default: "
-                 "codel, fq_codel 5ms; pie, fq_pie 15ms)", "5ms", at_switch=True,
-                 qdiscs=("codel", "fq_codel", "pie", "fq_pie")),
+                 "codel, fq_codel 5ms; pie, fq_pie, dualpi2 15ms)", "5ms", at_switch=True,
+                 qdiscs=("codel", "fq_codel", "pie", "fq_pie", "dualpi2")),
     LinkProperty("interval", "interval", aqm_time, "CoDel's interval (default 100ms)",
                  "100ms", at_switch=True, qdiscs=("codel", "fq_codel")),
-    LinkProperty("tupdate", "tupdate", aqm_time, "PIE's drop probability update period "
-                 "(default 15ms)", "15ms", at_switch=True, qdiscs=("pie", "fq_pie")),
+    LinkProperty("tupdate", "tupdate", aqm_time, "the probability's update period of PIE "
+                 "(default 15ms) and DualPI2 (16ms)", "15ms", at_switch=True,
+                 qdiscs=("pie", "fq_pie", "dualpi2")),
+    LinkProperty("step", "step", aqm_time, "DualPI2's marking threshold for its L4S queue "
+                 "(default 1ms)", "1ms", at_switch=True, qdiscs=("dualpi2",)),
+    LinkProperty("coupling", "coupling", coupling, "DualPI2's coupling factor k between its "
+                 "queues (default 2)", "2", at_switch=True, qdiscs=("dualpi2",),
+                 from_text=whole_text()),
+    LinkProperty("any_ect", "any_ect", flag, "DualPI2 puts every ECN-capable packet in its "
+                 "L4S queue (ECT(0) too, as DCTCP sends), not only ECT(1)", live=False,
+                 sweep=False, at_switch=True, qdiscs=("dualpi2",)),
     LinkProperty("flows", "flows", flow_queues, "flow queues of fq_codel and fq_pie "
                  "(default 1024)", "1024", at_switch=True, qdiscs=("fq_codel", "fq_pie"),
                  from_text=whole_text()),

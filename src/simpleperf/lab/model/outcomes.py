@@ -42,7 +42,8 @@ class FlowOutcome:
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count
-    delivered_ce: int | None = None  # tcp: segments echoed CE-marked (the sender's TCP_INFO)
+    delivered_ce: int | None = None  # tcp: segments echoed CE-marked (the sender's TCP_INFO);
+    # udp with l4s: datagrams that arrived CE-marked
     # the slowest trace on its path: (its name, (start s, end s, bits/s offered) per interval)
     trace_capacity: tuple[str, list[tuple[float, float, float]]] | None = None
     congestion: str | None = None  # tcp, scp, http: the congestion control the sender ran

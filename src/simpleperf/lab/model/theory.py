@@ -273,9 +273,10 @@ def met_rtt(outcome: FlowOutcome) -> float:
 
 # Disciplines that do not share a link max-min among its flows: no share theory.
 WEIGHTED_QDISCS = ("classes",)
-# One queue served in arrival order (an AQM drops from it, whoever sent): a flow that does
-# not back off takes what it sends; flow queueing (fq_codel, fq_pie, cake) shares max-min.
-FIFO_QDISCS = ("droptail", "codel", "pie")
+# One queue served in arrival order (an AQM drops from it, whoever sent; DualPI2 couples its
+# two queues into one's shares): a flow that does not back off takes what it sends; flow
+# queueing (fq_codel, fq_pie, cake) shares max-min.
+FIFO_QDISCS = ("droptail", "codel", "pie", "dualpi2")
 
 
 def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str,
@@ -307,9 +308,10 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             demand = outcome.rate / share
         elif flow.spec.tcp and flow.window and outcome.window_bound:
             demand = outcome.window_bound / TCP_GOODPUT / flow.parallel  # a window a trip
-        # a paced flow through queues that serve in arrival order takes what it sends
-        unresponsive = flow.spec.paced and all(s.qdisc in FIFO_QDISCS
-                                               for s in forward.shaping())
+        # a paced flow through queues that serve in arrival order takes what it sends (an
+        # l4s one backs off: its rate is a ceiling)
+        unresponsive = flow.spec.paced and not flow.l4s and all(
+            s.qdisc in FIFO_QDISCS for s in forward.shaping())
         for _ in range(flow.parallel):
             paths.append(forward)
             owners.append(index)

@@ -51,7 +51,10 @@ class Shaping:
     ecn: bool = False  # the discipline marks ECN-capable packets CE instead of dropping
     target: float | None = None  # AQM target delay, seconds (None: the kernel's default)
     interval: float | None = None  # CoDel's interval, seconds
-    tupdate: float | None = None  # PIE's update period, seconds
+    tupdate: float | None = None  # PIE's and DualPI2's update period, seconds
+    step: float | None = None  # DualPI2's L4S marking threshold, seconds
+    coupling: int | None = None  # DualPI2's coupling factor
+    any_ect: bool = False  # DualPI2 classifies ECT(0) as L4S too
     flows: int | None = None  # fq_codel's and fq_pie's flow queues
     quantum: int | None = None  # bytes a flow queue sends per round
     trace: str | None = None  # a Mahimahi trace's path: it sets when the link sends, and

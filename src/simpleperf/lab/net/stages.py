@@ -89,7 +89,8 @@ def own_settings(shaping: Shaping) -> aqm.Settings:
     return aqm.Settings(limit=shaping.queue or DEFAULT_QUEUE, ecn=shaping.ecn,
                         target=shaping.target, interval=shaping.interval,
                         tupdate=shaping.tupdate, flows=shaping.flows, quantum=shaping.quantum,
-                        rate=shaping.rate)
+                        rate=shaping.rate, step=shaping.step, coupling=shaping.coupling,
+                        any_ect=shaping.any_ect)
 
 
 def uses_delay_line(shaping: Shaping, backend: str) -> bool:
@@ -142,6 +143,8 @@ def queue_stage(device: str, shaping: Shaping) -> Qdisc:
     if shaping.qdisc == "cake":  # its own shaper off: tbf above it sets the rate; it marks
         return Qdisc(device, "10:", "cake", f"unlimited memlimit {limit * FRAME_BYTES}",
                      parent="1:1")  # ECN-capable packets always
+    if shaping.qdisc == "dualpi2":
+        return Qdisc(device, "10:", "dualpi2", _dualpi2_options(shaping, limit), parent="1:1")
     options = [f"limit {limit}"]
     for name in ("flows", "quantum"):
         if getattr(shaping, name) is not None:
@@ -151,6 +154,18 @@ def queue_stage(device: str, shaping: Shaping) -> Qdisc:
             options.append(f"{name} {getattr(shaping, name) * 1e6:.0f}us")
     options.append("ecn" if shaping.ecn else "noecn")
     return Qdisc(device, "10:", shaping.qdisc, " ".join(options), parent="1:1")
+
+
+def _dualpi2_options(shaping: Shaping, limit: int) -> str:
+    """tc-dualpi2's words; it marks ECN-capable packets always (no ecn option)."""
+    options = [f"limit {limit}"]
+    for name, word in (("target", "target"), ("tupdate", "tupdate"), ("step", "step_thresh")):
+        if getattr(shaping, name) is not None:
+            options.append(f"{word} {getattr(shaping, name) * 1e6:.0f}us")
+    if shaping.coupling is not None:
+        options.append(f"coupling_factor {shaping.coupling}")
+    options.append("any_ect" if shaping.any_ect else "l4s_ect")
+    return " ".join(options)
 
 
 def netem(device: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:

@@ -118,6 +118,9 @@ class UdpRunner(SimpleperfRunner):
         length = ["-l", str(theory.datagram_bytes(flow.length))]
         if flow.frames is not None:  # video frames set their own rate
             return ["-u", f"--isochronous={flow.frames}", *length]
+        if flow.l4s:  # CE marks set its rate; a rate given is its ceiling
+            ceiling = ["-b", str(int(outcome.rate))] if outcome.rate else []
+            return ["-u", "--l4s", *ceiling, *length]
         if outcome.rate is None:
             outcome.rate = FALLBACK_UDP_RATE
         return ["-u", "-b", str(int(outcome.rate)), *length]
@@ -287,7 +290,8 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     end = result["end"]
     outcome.sender_throughput = end["sum_sent"]["bits_per_second"]
     outcome.retransmits = end["sum_sent"].get("retransmits")
-    outcome.delivered_ce = end["sum_sent"].get("delivered_ce")
+    outcome.delivered_ce = end["sum_sent"].get("delivered_ce",
+                                               end["sum_received"].get("ce_marked"))
     outcome.throughput = end["sum_received"]["bits_per_second"]
     outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
                                       for stream in end["streams"]]

@@ -272,9 +272,11 @@ def _progress(outcome: StepOutcome) -> list[str]:
                          + (f" (theory {flow.predicted / 1e6:.2f})" if flow.predicted else ""))
         if flow.seconds is not None:
             parts.append(f"{flow.seconds:.2f} s, exit status {flow.exit_status}")
-        if flow.delivered_ce:
+        if flow.delivered_ce and flow.flow.spec.tcp:
             parts.append(f"{flow.delivered_ce} segments echoed CE-marked, {flow.retransmits} "
                          "retransmitted")
+        elif flow.delivered_ce:
+            parts.append(f"{flow.delivered_ce} datagrams arrived CE-marked")
         if flow.loss_percent is not None:
             parts.append(f"jitter {flow.jitter_ms:.3f} ms, loss {flow.loss_percent:.3f} %")
         if flow.one_way_ms is not None:

@@ -2,7 +2,8 @@
 for the wire, where the kernel's qdisc cannot do it (the own shaper). Each discipline is
 the published algorithm, following the Linux qdisc of the same name where the two differ
 (the guest compares them): drop-tail, CoDel (RFC 8289), PIE (RFC 8033), and flow queueing
-over either (FQ-CoDel, RFC 8290; FQ-PIE); and DiffServ classes as routers configure them.
+over either (FQ-CoDel, RFC 8290; FQ-PIE), the DualQ Coupled AQM for L4S (DualPI2, RFC
+9332); and DiffServ classes as routers configure them.
 
 Sans-IO: a discipline is given packets and times and answers which to send, drop or mark;
 `bottleneck.py` drives one at the link's rate and the delay line gives the verdicts. A new
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import classes, codel, fifo, fq, pie
+from . import classes, codel, dualpi2, fifo, fq, pie
 from .base import Discipline, Packet, Settings
 
 DISCIPLINES: dict[str, Callable[[Settings], Discipline]] = {
@@ -22,6 +23,7 @@ DISCIPLINES: dict[str, Callable[[Settings], Discipline]] = {
     "pie": pie.make,
     "fq_codel": fq.make_codel,
     "fq_pie": fq.make_pie,
+    "dualpi2": dualpi2.make,
     "classes": classes.make,
 }
 OWN_QDISCS = tuple(DISCIPLINES)

@@ -49,6 +49,9 @@ class Settings:
     flows: int | None = None  # flow queues
     quantum: int | None = None  # bytes per round
     rate: float | None = None  # bits/s of the link (classes police their priority by it)
+    step: float | None = None  # DualPI2's L queue marking threshold, seconds
+    coupling: int | None = None  # DualPI2's k
+    any_ect: bool = False  # DualPI2 takes ECT(0) into its L queue too (DCTCP's packets)
 
 
 class Discipline:
