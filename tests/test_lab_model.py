@@ -468,7 +468,8 @@ def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_af
                           ({"qdisc": "codel"}, "qdisc needs bw"),
                           ({"bw": "10M", "target": "5ms"}, "target applies to qdisc codel"),
                           ({"bw": "10M", "qdisc": "codel", "tupdate": "15ms"},
-                           "tupdate applies to qdisc pie or fq_pie or dualpi2, and the queue is codel"),
+                           "tupdate applies to qdisc pie or fq_pie or dualpi2, and the queue is "
+                           "codel"),
                           ({"bw": "10M", "qdisc": "pie", "target": "0s"}, "from 1us to 10s"),
                           ({"bw": "10M", "qdisc": "fq_codel", "flows": 0}, "from 1 to 65536"),
                           ({"bw": "10M", "ecn": True}, "ecn applies to qdisc codel")):

@@ -681,6 +681,44 @@ def test_the_own_dualpi2_keeps_l4s_datagrams_out_of_the_classic_queue(pair_lab):
     assert carried + receiver["bits_per_second"] >= 0.85 * 20e6 * 1448 / 1514
 
 
+# 5 Mbit/s, a frame every 2.4 ms: a step of 5 ms (a few frames, as RFC 9332 advises for slow
+# links); the guest is emulated, one core, and slow.
+DUALPI2_PAIR = ECN_PAIR.replace('qdisc = "codel"\necn = true', 'qdisc = "dualpi2"\n'
+                                'any_ect = true\nstep = "5ms"\nbw = 5').replace("bw = 10\n", "")
+
+
+@pytest.mark.guest
+@pytest.mark.netem_shaper
+def test_dctcp_through_the_own_dualpi2_is_marked_not_dropped_and_keeps_its_queue_short(
+        tmp_path):
+    """Debian's kernel (the guest's) has DCTCP, a scalable congestion control; it sends
+    ECT(0), which DualPI2 with any_ect takes into its L4S queue (no kernel here has
+    sch_dualpi2: the own shaper runs it). DCTCP's segments are CE-marked, nothing is
+    retransmitted, and its round trips stay within the step and two frames of its least
+    (a classic flow would fill the 1000-packet buffer: 2.4 s)."""
+    topology_file = tmp_path / "pair.toml"
+    topology_file.write_text(DUALPI2_PAIR)
+    lab("up", str(topology_file), "--shaper", "own")
+    try:
+        port = str(free_port())
+        # DCTCP sends its SYN ECT(0) (a data centre's habit); a listener that is not DCTCP
+        # takes that for a broken path and refuses ECN, so the server listens with it too
+        server = Ready("h2", *SIMPLEPERF, "-s", "-p", port, "-C", "dctcp", ready="listening")
+        try:
+            done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-t", "5",
+                           "--native", "--no-latency", "-J", "-C", "dctcp")
+        finally:
+            server.stop()
+        assert done.returncode == 0, done.stderr
+        end = json.loads(done.stdout)["end"]
+        sender = end["sum_sent"]
+        assert sender["delivered_ce"] > 0 and sender["retransmits"] == 0, sender
+        rtt = end["streams"][0]["sender"]  # microseconds, TCP_INFO's
+        assert rtt["mean_rtt"] - rtt["min_rtt"] <= 5_000 + 2 * 2_400, rtt  # the step, 2 frames
+    finally:
+        lab("down", "pair")
+
+
 @pytest.mark.own_shaper
 def test_status_names_a_delay_line_that_stopped(pair_lab):
     pair_lab("--delay", "2ms")

@@ -21,6 +21,7 @@ import threading
 import time
 
 from ..errors import SimpleperfError
+from ..options import MAX_RATE  # the ceiling without -b
 from ..protocol.native import L4S_FEEDBACK, L4S_FEEDBACK_MAGIC, L4S_FEEDBACK_SECONDS
 from ..stats import UdpReceiveAccount
 from ..testspec import TestSpec
@@ -39,7 +40,6 @@ MIN_ROUND_TRIP = 0.0001  # seconds: the shortest round trip the pacing counts wi
 INITIAL_ROUND_TRIP = 0.025
 PACING_GAIN = (2.0, 1.25)  # the pace, as a multiple of window / round trip: start, after
 SILENCE_SECONDS = 0.2  # no feedback for this long or three round trips: a lost window
-MAX_RATE = 100e9  # bits/s: the ceiling without -b
 FEEDBACK_BYTES = 256
 WAIT_SECONDS = 0.005  # the longest a sender waits for feedback before looking again
 
