@@ -21,11 +21,12 @@ SIZE = 1470
 def round_of(control: l4s.ScalableWindow, arrived: int, marked: int = 0, lost: int = 0,
              sample: float = 0.010, now: float = 0.0) -> None:
     """One round trip's feedback: `arrived` more datagrams, `marked` of them CE, `lost`
-    missing; the round then ends (its highest number covers what was sent)."""
+    missing, from a sender with its whole window in flight (window-limited); the round ends
+    if these cover what was in flight at its start."""
     received, was_marked, highest = control.counted
-    sent = control.window_end + arrived + lost
-    control.feedback(received + arrived, was_marked + marked, highest + arrived + lost,
-                     sample, sent, now)
+    highest += arrived + lost
+    sent = highest + int(control.window)
+    control.feedback(received + arrived, was_marked + marked, highest, sample, sent, now)
 
 
 def test_the_start_doubles_the_window_each_round_trip_until_a_mark():
@@ -35,9 +36,9 @@ def test_the_start_doubles_the_window_each_round_trip_until_a_mark():
     assert control.window == 20  # a datagram more for each that arrived
     round_of(control, 20)
     assert control.window == 40 and control.starting
-    round_of(control, 40, marked=4)  # alpha was 1, smoothed towards 0.1 by 1/16
+    control.feedback(60, 4, 60, 0.010, 100, 0.0)  # marks half-way through the round: at once
     alpha = 1.0
-    for fraction in (0, 0, 0.1):
+    for fraction in (0, 0, 4 / 30):
         alpha += l4s.GAIN * (fraction - alpha)
     assert control.alpha == pytest.approx(alpha)
     assert not control.starting and control.window == pytest.approx(40 * (1 - alpha / 2))
@@ -48,7 +49,7 @@ def test_after_the_start_a_round_without_marks_adds_one_and_one_with_marks_cuts_
     round_of(control, 10, marked=1)
     window = control.window
     for _ in range(5):
-        round_of(control, int(window))
+        round_of(control, control.window_end - control.counted[2])  # covers its round
     assert control.window == pytest.approx(window + 5)
     before, alpha = control.window, control.alpha
     round_of(control, 20, marked=20)  # every one marked: alpha moves a sixteenth towards 1
@@ -57,15 +58,23 @@ def test_after_the_start_a_round_without_marks_adds_one_and_one_with_marks_cuts_
 
 
 def test_a_loss_halves_the_window_as_a_classic_flow_would():
-    """In the start, as TCP's slow start: the window grew with what arrived until the loss
-    was seen (to 40), then halves; after it, a loss halves it again."""
+    """In the start, as TCP's slow start: the feedback that shows a loss stops the growth and
+    halves the window at once, in the middle of a round trip; after it, a round trip with a
+    loss halves it again."""
     control = l4s.ScalableWindow(SIZE, 0)
     round_of(control, 10)
-    round_of(control, 20, lost=1)
-    assert control.window == pytest.approx(20) and control.cuts == 1
+    assert control.window == 20 and control.window_end == 21
+    control.feedback(15, 0, 16, 0.010, 25, 0.0)  # number 16 seen, 15 arrived: one missing
+    assert control.window == pytest.approx(10) and control.cuts == 1
     assert not control.starting
     round_of(control, 20, lost=2)
-    assert control.window == pytest.approx(10) and control.cuts == 2
+    assert control.window == pytest.approx(5) and control.cuts == 2
+
+
+def test_a_window_the_sender_does_not_fill_does_not_grow():
+    control = l4s.ScalableWindow(SIZE, 0)
+    control.feedback(10, 0, 10, 0.010, 12, 0.0)  # 2 in flight of a window of 10
+    assert control.window == l4s.INITIAL_WINDOW
 
 
 def test_silence_takes_the_window_as_lost_and_lets_the_sender_go_on():

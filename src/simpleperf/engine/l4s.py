@@ -82,10 +82,16 @@ class ScalableWindow:
                 self.round_trip * 7 / 8 + sample / 8
         self.acked = max(self.acked, highest)
         before_received, before_marked, before_highest = self.counted
-        if self.starting and marked == before_marked:
+        # the start ends at its first mark or loss, at once (as TCP's slow start ends at its
+        # first ECE or duplicate acknowledgements), not a round trip of growth later
+        news = marked > before_marked or highest - received > before_highest - before_received
+        # a window the sender does not fill does not grow (as Linux's tcp_is_cwnd_limited):
+        # a sender held back by its own host would otherwise grow it without bound
+        limited = sent - highest >= self.window / 2
+        if self.starting and not news and limited:
             self.window += max(0, received - self.received)  # a datagram per datagram
         self.received = max(self.received, received)
-        if highest < self.window_end:
+        if highest < self.window_end and not (self.starting and news):
             return
         arrived = received - before_received
         fresh_marks = marked - before_marked
@@ -95,7 +101,7 @@ class ScalableWindow:
             self._cut(0.5)  # a loss
         elif fresh_marks > 0:
             self._cut(1 - self.alpha / 2)
-        elif not self.starting:
+        elif not self.starting and limited:
             self.window += 1
         self.window = min(self.window, self._largest())
         self.counted = (received, marked, highest)
