@@ -139,7 +139,7 @@ def test_an_l4s_stream_sends_ect1_and_reports_its_ce_count(server, direction):
     assert receiver["ce_marked"] == 0 and end["sum_received"]["ce_marked"] == 0
     assert receiver["lost_packets"] <= receiver["packets"] // 100
     assert end["sum_received"]["bits_per_second"] > 50e6  # far past the 1 Mbit/s default
-    text = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-u", "--l4s", "-b", "5M",
+    text = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-u", "--udp-l4s", "-b", "5M",
                           "-t", "1", "--no-latency", *direction)
     assert text.returncode == 0, text.stderr
     assert "L4S (receiver): 0 of " in text.stdout

@@ -45,10 +45,11 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--isochronous", nargs="?", const="", metavar="FPS:MEAN,STDEV",
                        help="frames of a video stream: FPS a second, sizes log-normal around "
                             "MEAN bits/s (default 60:20M,0); per-frame latency and loss")
-    group.add_argument("--l4s", action="store_true",
+    group.add_argument("--l4s", "--udp-l4s", action="store_true",
                        help="UDP marked ECT(1), the L4S identifier, at the rate the receiver's "
                             "counts of CE marks set (a scalable response, as DCTCP and TCP "
-                            "Prague have; -b is its ceiling, none by default)")
+                            "Prague have; -b is its ceiling, none by default; --udp-l4s is "
+                            "iperf2's name)")
 
 
 def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
