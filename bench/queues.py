@@ -99,17 +99,25 @@ def load(seconds: float, flows: int = 1, ecn: bool = False, ping_every: float = 
             "retransmitted": sent.get("TcpRetransSegs", 0)}
 
 
+def beside_droptail(qdisc: str, measure, **link) -> dict:
+    """`measure()` on a pair link of `link` with drop-tail, then with `qdisc`: the two
+    results by discipline, the lab taken down after each."""
+    runs = {}
+    for each in ("droptail", qdisc):
+        up(qdisc=each, **link)
+        runs[each] = measure()
+        lifecycle.down("pair")
+    return runs
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
 def codel_checks(seconds: float) -> None:
     for rate_text in ("10M", "100M"):
-        runs = {}
-        for qdisc in ("droptail", "codel"):
-            up(rate=rate_text, delay="10ms", queue=1000, qdisc=qdisc)
-            runs[qdisc] = load(seconds)
-            lifecycle.down("pair")
+        runs = beside_droptail("codel", lambda: load(seconds), rate=rate_text, delay="10ms",
+                               queue=1000)
         tail, codel = runs["droptail"], runs["codel"]
         standing = median(codel["rtts"]) - BASE_RTT_MS
         report(f"codel {rate_text}: standing queue delay", f"{standing:.1f} ms (drop-tail "
@@ -122,11 +130,8 @@ def codel_checks(seconds: float) -> None:
 
 
 def fq_codel_checks(seconds: float) -> None:
-    runs = {}
-    for qdisc in ("droptail", "fq_codel"):
-        up(rate="10M", delay="10ms", queue=1000, qdisc=qdisc)
-        runs[qdisc] = load(seconds, flows=4)
-        lifecycle.down("pair")
+    runs = beside_droptail("fq_codel", lambda: load(seconds, flows=4), rate="10M",
+                           delay="10ms", queue=1000)
     ping = median(runs["fq_codel"]["rtts"])
     report("fq_codel: ping p50 beside 4 flows", f"{ping:.1f} ms (drop-tail "
            f"{median(runs['droptail']['rtts']):.1f} ms)", f"<= {BASE_RTT_MS + 10:g} ms",
@@ -190,11 +195,8 @@ def l4s_queue_delay(document: dict, floor: float) -> tuple[float, float]:
 
 def dualpi2_checks(seconds: float) -> None:
     for rate_text in ("10M", "20M"):
-        runs = {}
-        for qdisc in ("droptail", "dualpi2"):
-            up(rate=rate_text, delay="10ms", queue=1000, qdisc=qdisc)
-            runs[qdisc] = l4s_beside_classic(seconds)
-            lifecycle.down("pair")
+        runs = beside_droptail("dualpi2", lambda: l4s_beside_classic(seconds),
+                               rate=rate_text, delay="10ms", queue=1000)
         receiver = runs["dualpi2"]["l4s"]["end"]["streams"][0]["receiver"]
         floor = receiver["one_way_delay"]["min_ms"]  # its queue empties: the path's least
         (whole, worst), (tail_whole, _) = (l4s_queue_delay(runs[q]["l4s"], floor)
@@ -241,16 +243,14 @@ def process_seconds(pids: list[int]) -> float:
 def capacity_checks(seconds: float) -> None:
     highest = None
     for rate_text, rate in (("100M", 100e6), ("300M", 300e6), ("1G", 1e9)):
-        cells = {}
-        for qdisc in ("droptail", "fq_codel"):
-            queue = max(1000, int(rate * 0.02 / (1514 * 8)))
-            up(rate=rate_text, delay="10ms", queue=queue, qdisc=qdisc)
+        def goodput_and_cpu() -> tuple[float, float]:
             lines = [p.pid for p in ownership.load("pair").processes]
             before = process_seconds(lines)
             result = load(seconds, ping_every=0.5)
-            cpu = (process_seconds(lines) - before) / seconds
-            lifecycle.down("pair")
-            cells[qdisc] = (result["goodput"], cpu)
+            return result["goodput"], (process_seconds(lines) - before) / seconds
+
+        cells = beside_droptail("fq_codel", goodput_and_cpu, rate=rate_text, delay="10ms",
+                                queue=max(1000, int(rate * 0.02 / (1514 * 8))))
         goodput, cpu = cells["fq_codel"]
         if goodput >= 0.9 * rate:
             highest = rate_text

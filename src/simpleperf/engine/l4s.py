@@ -27,6 +27,7 @@ from ..stats import UdpReceiveAccount
 from ..testspec import TestSpec
 from ..transport import stamping, tcp, udp
 from ..transport.buffers import aligned
+from . import udp_receive
 from .pacing import wait_until
 from .records import Stream
 
@@ -176,8 +177,9 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             break
         _read_feedback(sock, feedback, stream.key, control, number, now, wall())
         control.silence(now, number)
-        if not control.may_send(number) or now < next_send:
-            wait = WAIT_SECONDS if not control.may_send(number) else next_send - now
+        open_window = control.may_send(number)
+        if not open_window or now < next_send:
+            wait = next_send - now if open_window else WAIT_SECONDS
             select.select([sock], [], [], min(wait, WAIT_SECONDS))
             continue
         now_wall = wall()
@@ -226,7 +228,6 @@ def receive(stream: Stream, stop: threading.Event) -> None:
     space = udp.ANCILLARY_SPACE + 2 * socket.CMSG_SPACE(4)
     buffer = aligned(udp.MAX_GSO_BYTES + 65536)
     header, key = stream.header, stream.key
-    key_at = header.size
     clock = time.monotonic
     received = datagrams = marked = 0
     stream.ce_marked = 0
@@ -245,29 +246,20 @@ def receive(stream: Stream, stop: threading.Event) -> None:
         except (BlockingIOError, ConnectionRefusedError):
             continue
         segment, arrival = udp.read_ancillary(ancillary, count)
-        ecn = ecn_of(ancillary)
-        packets = []
-        for offset in range(0, count, max(1, min(segment, count))):
-            length = min(segment, count - offset)
-            if length < header.size or (key is not None and bytes(
-                    buffer[offset + key_at:offset + key_at + len(key)]) != key):
-                account.bad += 1
-                continue
-            seconds, micros, number = header.unpack_from(buffer, offset)
-            packets.append((number, seconds + micros * 1e-6, arrival))
-            newest = (seconds, micros)
-            received += length
+        packets, moved = udp_receive.datagrams_of(account, buffer, count,
+                                                  max(1, min(segment, count)), header, key,
+                                                  arrival)
         account.feed_packets(packets)
         datagrams += len(packets)
-        if ecn == CE:
+        if ecn_of(ancillary) == CE:
             marked += len(packets)
             stream.ce_marked = marked
         if packets:
+            received += moved
+            udp_receive.progress(stream, received, clock)
+            sent_at = packets[-1][1]  # the newest's send time, echoed as an RTT sample
+            newest = (int(sent_at), int((sent_at - int(sent_at)) * 1e6))
             now = clock()
-            if stream.first is None:
-                stream.first = now
-            stream.num_bytes = received
-            stream.last = now
             untold = True
             if now - told >= L4S_FEEDBACK_SECONDS:
                 told, untold = now, False

@@ -71,7 +71,7 @@ def _receive_compiled(stream: Stream, account: UdpReceiveAccount, stop: threadin
         if got:
             moved = account_read(account, stream.header, buffer, slot, table, got, fastpath)
             received += moved
-            _progress(stream, received, clock)
+            progress(stream, received, clock)
             now = clock()
             if got < MESSAGES_PER_READ:
                 rest = rest_after(moved, now - since, buffer_bytes)
@@ -136,7 +136,7 @@ def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
                                header_size, arrival)
             received += count
         account.feed_packets(packets)
-        _progress(stream, received, clock)
+        progress(stream, received, clock)
 
 
 def _receive_one_read_at_a_time(stream: Stream, account: UdpReceiveAccount,
@@ -158,7 +158,7 @@ def _receive_one_read_at_a_time(stream: Stream, account: UdpReceiveAccount,
         account_message(account, buffer, 0, count, segment, header.unpack_from, header.size,
                          arrival)
         received += count
-        _progress(stream, received, clock)
+        progress(stream, received, clock)
 
 
 def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
@@ -181,20 +181,36 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
         if _all_keyed(buffer, count, step, key, key_at):  # the usual case, checked in C
             _account_batch(account, buffer, 0, count, step, unpack_from, key_end, arrival)
             received += count
-            _progress(stream, received, clock)
+            progress(stream, received, clock)
             continue
-        packets = []
-        for offset in range(0, count, step):
-            length = min(step, count - offset)
-            if length < key_end or buffer[offset + key_at:offset + key_end] != key:
-                account.bad += 1
-                continue
-            seconds, micros, number = unpack_from(buffer, offset)
-            packets.append((number, seconds + micros * 1e-6, arrival))
-            received += length
+        packets, moved = datagrams_of(account, buffer, count, step, DATAGRAM_HEADER, key,
+                                      arrival)
+        received += moved
         account.feed_packets(packets)
         if packets:
-            _progress(stream, received, clock)
+            progress(stream, received, clock)
+
+
+def datagrams_of(account: UdpReceiveAccount, buffer: memoryview, count: int, step: int,
+                 header: struct.Struct, key: bytes | None, arrival: float
+                 ) -> tuple[list[tuple[int, float, float]], int]:
+    """The datagrams of one read of `count` bytes, `step` bytes each (a coalesced run, or
+    one): (number, send time, arrival) of each, and their bytes. One too short for the
+    header, or without the test's key when it has one, is counted as bad and nothing else."""
+    key_at = header.size
+    key_end = key_at + (len(key) if key is not None else 0)
+    packets = []
+    moved = 0
+    for offset in range(0, count, step):
+        length = min(step, count - offset)
+        if length < key_end or (key is not None
+                                and buffer[offset + key_at:offset + key_end] != key):
+            account.bad += 1
+            continue
+        seconds, micros, number = header.unpack_from(buffer, offset)
+        packets.append((number, seconds + micros * 1e-6, arrival))
+        moved += length
+    return packets, moved
 
 
 def _all_keyed(buffer: memoryview, count: int, step: int, key: bytes, key_at: int) -> bool:
@@ -209,7 +225,7 @@ def _all_keyed(buffer: memoryview, count: int, step: int, key: bytes, key_at: in
                for index, byte in enumerate(key))
 
 
-def _progress(stream: Stream, received: int, clock: Callable[[], float]) -> None:
+def progress(stream: Stream, received: int, clock: Callable[[], float]) -> None:
     if stream.first is None:
         stream.first = clock()
     stream.num_bytes = received

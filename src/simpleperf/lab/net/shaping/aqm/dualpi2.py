@@ -136,6 +136,10 @@ class DualPi2(Discipline):
     def _roll(self, probability: float) -> bool:
         return self.rng.random() < probability
 
+    def _squared_roll(self) -> bool:
+        """True with probability p'^2: two rolls, as the kernel makes them."""
+        return self._roll(self.prob) and self._roll(self.prob)
+
     def _mark(self, packet: Packet) -> None:
         if not packet.marked and packet.mark():
             self.marks += 1
@@ -148,13 +152,13 @@ class DualPi2(Discipline):
         overloaded = coupled > 1.0
         if low:
             if overloaded:
-                if self._roll(self.prob) and self._roll(self.prob):
+                if self._squared_roll():
                     return True  # overload: a classic drop keeps L's delay
                 self._mark(packet)
             elif self._roll(coupled):
                 self._mark(packet)
             return False
-        if self._roll(self.prob) and self._roll(self.prob):  # p'^2
+        if self._squared_roll():
             if packet.ecn_capable and not overloaded:
                 self._mark(packet)
                 return False
