@@ -796,3 +796,32 @@ def test_diffserv_classes_let_expedited_packets_pass_a_full_best_effort_queue(pa
     assert len(expedited) >= 14 and len(plain) >= 9
     assert statistics.median(expedited) <= 10 + 3, sorted(expedited)
     assert statistics.median(plain) >= 10 + 40, sorted(plain)  # a standing BE queue
+
+
+@pytest.mark.own_shaper
+@pytest.mark.timing
+def test_rpm_finds_a_drop_tail_links_full_buffer_and_fq_codel_takes_it_away(pair_lab):
+    """simpleperf --rpm through 10 Mbit/s with a 200-packet buffer (242 ms when full) and
+    10 ms of base RTT: over drop-tail its probes on new connections wait for about the
+    whole buffer and the rating is Poor; with fq_codel on the same link they pass the
+    bulk flows at about the base RTT, the self probes within tens of ms, and the RPM is
+    many times higher. CUBIC at both ends (the draft's load is whatever the hosts run;
+    BBR's losses in this buffer make the per-interval goodput jump)."""
+    pair_lab("--rate", "10M", "--delay", "5ms", "--queue", "200")
+    full_ms = 200 * FRAME_BYTES * 8 / 10e6 * 1e3
+    runs = {}
+    with server_in_h2() as port:
+        for qdisc in ("droptail", "fq_codel"):
+            lab("link", "h1-h2", "set", "--qdisc", qdisc)
+            done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "--rpm", "-t",
+                           "8", "-C", "cubic", "-J", timeout=60)
+            assert done.returncode == 0, done.stderr
+            runs[qdisc] = json.loads(done.stdout)["end"]["responsiveness"]
+    bloated, managed = runs["droptail"], runs["fq_codel"]
+    for run in (bloated, managed):
+        assert run["goodput"] >= 0.85 * 10e6 * 1448 / 1514, run
+    assert 10 + full_ms / 2 <= bloated["trimmed_ms"]["foreign"] <= 10 + full_ms + 20, bloated
+    assert bloated["rating"] == "Poor"
+    assert managed["trimmed_ms"]["foreign"] <= 10 + 2 * 5 + 10, managed
+    assert managed["trimmed_ms"]["loaded"] <= 100, managed
+    assert managed["rpm"] >= 5 * bloated["rpm"]

@@ -100,7 +100,8 @@ def test_percentiles_and_rtt_summary():
     summary = summarise_rtt([10.0, 20.0, 30.0, 40.0])
     assert (summary.minimum, summary.average, summary.maximum) == (10.0, 25.0, 40.0)
     assert abs(summary.mdev - 11.180339887) < 1e-6  # ping's mdev: population deviation
-    assert summary.rpm == 60000 / 25.0
+    assert summary.trimmed == 20.0  # the highest 5 % left out: int(4 x 0.95) = 3 kept
+    assert summary.rpm == 60000 / 20.0
     assert summarise_rtt([]) is None
 
 

@@ -29,6 +29,8 @@ from .options import (
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
     DEFAULT_PORT,
     DEFAULT_RATE_WINDOW,
+    DEFAULT_RPM_INTERVAL,
+    DEFAULT_RPM_SECONDS,
     DEFAULT_RTT_INTERVAL,
     DEFAULT_SERVER_IP,
     DEFAULT_TIMESTAMP_FORMAT,
@@ -44,6 +46,7 @@ from .options import (
     MAX_PORT,
     MAX_RATE,
     MAX_RATE_WINDOW,
+    MAX_RPM_INTERVAL,
     MAX_RTT_COUNT,
     MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
@@ -53,6 +56,7 @@ from .options import (
     MIN_PORT,
     MIN_RATE_WINDOW,
     MIN_REPORT_INTERVAL,
+    MIN_RPM_INTERVAL,
     MIN_RTT_INTERVAL,
     MIN_UDP_LENGTH,
     MIN_WINDOW,
@@ -255,6 +259,13 @@ def _add_native_options(native) -> None:
     native.add_argument("--count", help="--rtt: number of probes (default: for -t seconds)")
     native.add_argument("--rtt-interval", help="seconds between RTT probes (default "
                         f"{DEFAULT_RTT_INTERVAL:g})")
+    native.add_argument("--rpm", action="store_true", help="responsiveness under working "
+                        "conditions (draft-ietf-ippm-responsiveness): load-generating "
+                        "connections added until goodput and round trips are stable, in "
+                        "round trips per minute; -R for download, -t the time limit "
+                        f"(default {DEFAULT_RPM_SECONDS:g} s)")
+    native.add_argument("--rpm-interval", help="--rpm: seconds per interval of the draft's "
+                        f"algorithm (default {DEFAULT_RPM_INTERVAL:g}; the draft's table says 5)")
     native.add_argument("--no-latency", action="store_true",
                         help="no RTT probes during the test")
     native.add_argument("--probe", action="store_true", help="UDP: search the highest rate "
@@ -282,6 +293,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "dont_fragment": "--dont-fragment",
                 "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
+                "rpm": "--rpm", "rpm_interval": "--rpm-interval",
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
                 "trip_times": "--trip-times", "histograms": "--histograms",
                 "isochronous": "--isochronous", "l4s": "--l4s"}
@@ -402,7 +414,10 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         count=_optional_int("--count", args.count, 1, MAX_RTT_COUNT),
         rtt_interval=_positive_seconds("--rtt-interval", args.rtt_interval,
                                        DEFAULT_RTT_INTERVAL, low=MIN_RTT_INTERVAL),
-        latency=not args.no_latency,
+        latency=not args.no_latency, rpm=args.rpm,
+        rpm_interval=_positive_seconds("--rpm-interval", args.rpm_interval,
+                                       DEFAULT_RPM_INTERVAL, low=MIN_RPM_INTERVAL,
+                                       high=MAX_RPM_INTERVAL),
         local=_ip_address("-B/--bind-address", args.bind_address)
         if args.bind_address is not None else None,
         family=_family(args), secret=_secret(args.auth_secret_file),
@@ -415,11 +430,39 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
             "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
+    options = _check_rpm(options, args)
     options = latency_flags.apply(_with_file(options, args), args)
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "
                          f"that need more than classic), not '{args.interval}'")
+    return options
+
+
+def _check_rpm(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
+    """--rpm ramps its own TCP connections: what shapes another test is refused, and -t,
+    when not given, is the draft's usual time limit."""
+    if not options.rpm:
+        if args.rpm_interval is not None:
+            raise UsageError("--rpm-interval is an --rpm option")
+        return options
+    used = [flag for given, flag in (
+        (options.udp, "-u"), (options.bidir, "--bidir"), (options.rtt, "--rtt"),
+        (options.probe, "--probe"), (options.iperf3, "--iperf3"),
+        (options.parallel > 1, "-P"), (options.rate is not None, "-b"),
+        (options.num_bytes is not None and args.time is None, "-n/-k"),
+        (args.file is not None, "-F"), (options.zerocopy, "-Z"), (options.omit > 0, "-O"),
+        (args.trip_times or args.isochronous is not None, "--trip-times/--isochronous"),
+        (options.l4s, "--l4s"), (options.json_stream, "--json-stream"))
+        if given]
+    if used:
+        raise UsageError(f"--rpm runs the draft's own TCP load and probes: it cannot be "
+                         f"combined with {', '.join(used)}")
+    if options.rpm_interval * 2 > options.duration and args.time is not None:
+        raise UsageError(f"--rpm needs at least two intervals: -t {args.time} is shorter "
+                         f"than twice --rpm-interval {options.rpm_interval:g}")
+    if args.time is None:
+        return dataclasses.replace(options, duration=DEFAULT_RPM_SECONDS)
     return options
 
 

@@ -14,6 +14,11 @@ class SimpleperfError(Exception):
     exit_status = EXIT_FAILURE
 
 
+class ReportedError(SimpleperfError):
+    """A failure the run's -J document already carries under `error` (with what was
+    measured before it): said on stderr, not in a second document."""
+
+
 class UsageError(Exception):
     """A command-line or data-file mistake; str(error) is the single line shown; exit 2."""
 

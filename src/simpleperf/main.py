@@ -17,6 +17,7 @@ from .errors import (
     EXIT_OK,
     EXIT_USAGE,
     Interrupted,
+    ReportedError,
     SimpleperfError,
     UsageError,
 )
@@ -55,7 +56,11 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM ends a run the way Ctrl-C
 
 def _run_client(options: ClientOptions) -> None:
     """Hand the test to the driver it needs; each is imported only when used."""
-    if options.rtt:
+    if options.rpm:
+        from .native import responsiveness
+
+        responsiveness.run(options, _printer(options))
+    elif options.rtt:
         from .native import round_trips
 
         round_trips.run(options, _printer(options))
@@ -118,7 +123,8 @@ def _run(options: ClientOptions | ServerOptions) -> int:
         return EXIT_INTERRUPTED
     except SimpleperfError as error:
         _error(str(error))
-        if isinstance(options, ClientOptions) and options.json:
+        if isinstance(options, ClientOptions) and options.json and not isinstance(
+                error, ReportedError):
             _json_error(str(error))
         return error.exit_status
     except KeyboardInterrupt:

@@ -17,6 +17,9 @@ DEFAULT_LENGTH = 256 * 1024  # TCP read/write size
 DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
 DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
 DEFAULT_RTT_INTERVAL = 0.1
+DEFAULT_RPM_SECONDS = 20.0  # --rpm's time limit when -t is not given
+DEFAULT_RPM_INTERVAL = 1.0  # --rpm-interval: the draft's ID (its table says 5 s)
+MIN_RPM_INTERVAL, MAX_RPM_INTERVAL = 0.1, 60.0
 CONNECT_TIMEOUT_SECONDS = 10.0  # a connection's handshake, unless --connect-timeout
 DEFAULT_TIMESTAMP_FORMAT = "%c "  # --timestamps without a format, as iperf3
 DEFAULT_NATIVE_INTERVAL = 1.0  # seconds per row of a native test, as iperf3 prints them
@@ -195,6 +198,8 @@ class ClientOptions:
     count: int | None = None  # --rtt probes
     rtt_interval: float = DEFAULT_RTT_INTERVAL
     latency: bool = True  # RTT probes during native tests
+    rpm: bool = False  # --rpm: responsiveness under working conditions (the IETF draft)
+    rpm_interval: float = DEFAULT_RPM_INTERVAL
     # Either protocol:
     local: str | None = None  # -B
     family: int = 0  # socket.AF_UNSPEC, or AF_INET / AF_INET6 with -4 / -6
@@ -235,7 +240,7 @@ class ClientOptions:
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.file is not None, self.trip_times, self.frame_rate > 0,
-                    self.secret is not None, self.l4s))
+                    self.secret is not None, self.l4s, self.rpm))
 
     @property
     def direction(self) -> str:

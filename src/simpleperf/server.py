@@ -194,6 +194,9 @@ class Server:
         if kind == native.ECHO:
             self.native.echo.serve(conn, rest)
             return False, False
+        if kind == native.LOAD:
+            self.native.load.serve(conn, rest, peer)
+            return False, False
         self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
         self.native.serve_control(conn, peer, rest)
         return False, True

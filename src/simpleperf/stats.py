@@ -282,10 +282,12 @@ class RttSummary:
     p90: float
     p99: float
 
+    trimmed: float  # the draft's single-sided trimmed mean (RPM_TRIM kept)
+
     @property
     def rpm(self) -> float:
-        """Responsiveness: round trips per minute at the median RTT."""
-        return 60000.0 / self.p50 if self.p50 > 0 else 0.0
+        """Round trips per minute over these probes' trimmed mean (see rpm())."""
+        return rpm(self.trimmed)
 
 
 def summarise_rtt(samples_ms: Sequence[float]) -> RttSummary | None:
@@ -297,4 +299,43 @@ def summarise_rtt(samples_ms: Sequence[float]) -> RttSummary | None:
     return RttSummary(count, min(samples_ms), average, max(samples_ms),
                       max(0.0, square_mean - average * average) ** 0.5,
                       percentile(samples_ms, 0.5), percentile(samples_ms, 0.9),
-                      percentile(samples_ms, 0.99))
+                      percentile(samples_ms, 0.99), trimmed_mean(samples_ms))
+
+
+# Responsiveness, as draft-ietf-ippm-responsiveness defines it: round trips per minute,
+# 60000 over a round trip in milliseconds, the round trip a single-sided trimmed mean that
+# keeps the lowest 95 % of the samples. `--rpm` runs the draft's whole method (ramped load,
+# probes on new and on loaded connections); a test's `latency` block applies the same
+# arithmetic to the probes it has (on one separate connection, already open).
+RPM_TRIM = 0.95
+
+
+def trimmed_mean(values: Sequence[float], keep: float = RPM_TRIM) -> float:
+    """The mean of the lowest `keep` of the values (at least one of them)."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    kept = ordered[:max(1, int(len(ordered) * keep))]
+    return sum(kept) / len(kept)
+
+
+def rpm(round_trip_ms: float) -> float:
+    """Round trips per minute; 0 for a round trip that is not positive."""
+    return 60000.0 / round_trip_ms if round_trip_ms > 0 else 0.0
+
+
+def responsiveness(connect_ms: float, foreign_ms: float, loaded_ms: float
+                   ) -> tuple[float, float, float]:
+    """The draft's TCP-only formula over trimmed means: (foreign, loaded, responsiveness)
+    RPM, the foreign one over the handshake and the request on a new connection."""
+    foreign = rpm((connect_ms + foreign_ms) / 2)
+    loaded = rpm(loaded_ms)
+    return foreign, loaded, (foreign + loaded) / 2
+
+
+RPM_RATINGS = ((6000.0, "Excellent"), (1000.0, "Good"), (300.0, "Fair"), (0.0, "Poor"))
+
+
+def rpm_rating(value: float) -> str:
+    """The draft's four classes: 300, 1000 and 6000 RPM (200, 60 and 10 ms) between them."""
+    return next(name for floor, name in RPM_RATINGS if value >= floor)

@@ -45,6 +45,7 @@ from ..transport import tcp, udp
 from ..udp_port import UdpPort
 from .control import ControlChannel
 from .echo import EchoService
+from .load import LoadService
 from .session import NativeSession
 
 HANDSHAKE_SECONDS = 10.0  # greeting to test description, however slowly it trickles
@@ -80,6 +81,7 @@ class NativeService:
         self.stopping = stopping
         self.policy = policy
         self.echo = EchoService(options.secret, stopping, say, options.idle_limit)
+        self.load = LoadService(policy, options.secret, stopping, say)
         self.port = port  # the UDP side of the server's port
         self.document: Callable[[dict[str, Any]], None] = lambda _: None  # -J, by the server
         self._tests: dict[bytes, PendingTest] = {}

@@ -6,7 +6,8 @@ Every TCP connection opens with a six-byte preface: MAGIC, a kind byte and the v
   then a UTF-8 JSON object with a string "type"): events.py types them, exchange.py orders
   them;
 - data (kind D): then the 16-byte test token and a 2-byte stream number, then raw payload;
-- echo (kind E): then 16-byte probes that the server sends straight back (RTT tests).
+- echo (kind E): then 16-byte probes that the server sends straight back (RTT tests);
+- load (kind L): a load-generating connection of --rpm; see load.py.
 
 UDP datagrams open with the same MAGIC: stream hello (U) and its acknowledgement (A) carry
 token and stream number; echo probes (e) come back unchanged. Data datagrams carry no magic:
@@ -56,7 +57,7 @@ from ..testspec import DIRECTIONS, TestSpec
 
 MAGIC = b"SPRF"
 VERSION = 1
-CONTROL, DATA, ECHO = b"C", b"D", b"E"
+CONTROL, DATA, ECHO, LOAD = b"C", b"D", b"E", b"L"
 UDP_HELLO, UDP_ACK, UDP_ECHO = b"U", b"A", b"e"
 PREFACE_SIZE = len(MAGIC) + 2
 TOKEN_SIZE = 16
@@ -109,7 +110,7 @@ def parse_preface(data: bytes) -> bytes:
         raise ProtocolError(f"unsupported simpleperf protocol version {data[5]} "
                             f"(this server speaks version {VERSION})")
     kind = data[4:5]
-    if kind not in (CONTROL, DATA, ECHO):
+    if kind not in (CONTROL, DATA, ECHO, LOAD):
         raise ProtocolError(f"unknown connection kind {kind!r}")
     return kind
 

@@ -241,7 +241,8 @@ def latency_section(idle: RttSummary | None, loaded: RttSummary | None) -> dict[
             return None
         return {"count": summary.count, "min_ms": summary.minimum, "mean_ms": summary.average,
                 "max_ms": summary.maximum, "mdev_ms": summary.mdev, "p50_ms": summary.p50,
-                "p90_ms": summary.p90, "p99_ms": summary.p99, "rpm": summary.rpm}
+                "p90_ms": summary.p90, "p99_ms": summary.p99,
+                "trimmed_mean_ms": summary.trimmed, "rpm": summary.rpm}
     return {"idle": block(idle), "loaded": block(loaded)}
 
 

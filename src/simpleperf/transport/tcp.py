@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import ipaddress
@@ -204,6 +205,16 @@ def bind_local(sock: socket.socket, local: str | None, port: int = 0) -> None:
                                       f"port {port}" if port else ""]))
         raise SimpleperfError(f"cannot bind to local {what}: "
                               f"{(error.strerror or str(error)).lower()}") from None
+
+
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+
+
+def set_unsent_limit(sock: socket.socket, limit: int) -> None:
+    """TCP_NOTSENT_LOWAT: the socket takes more only while less than `limit` bytes wait
+    unsent (nothing happens where the option is missing)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, limit)
 
 
 def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:

@@ -40,6 +40,22 @@ def read(sock: socket.socket) -> TcpInfo | None:
     return TcpInfo(**values)
 
 
+_BYTES_ACKED = struct.Struct("Q")
+_BYTES_ACKED_OFFSET = 120  # tcpi_bytes_acked, Linux 4.1+
+
+
+def bytes_acked(sock: socket.socket) -> int | None:
+    """Bytes the peer has acknowledged on a connection we send on (what arrived, not what
+    was written); None where the kernel does not say."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 256)
+    except OSError:
+        return None
+    if len(raw) < _BYTES_ACKED_OFFSET + _BYTES_ACKED.size:
+        return None
+    return _BYTES_ACKED.unpack_from(raw, _BYTES_ACKED_OFFSET)[0]
+
+
 def rtt_seconds(sock: socket.socket) -> float:
     """The kernel's smoothed RTT of a connection in seconds; 0.0 where it is unknown."""
     info = read(sock)

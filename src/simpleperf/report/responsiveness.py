@@ -1,0 +1,82 @@
+"""What `simpleperf --rpm` prints: a row per interval, then goodput and responsiveness with
+the draft's confidence; with -J one JSON document (docs/json-output.md, "Responsiveness")."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import Any
+
+from ..engine.responsiveness import (
+    CONNECT,
+    FOREIGN,
+    LOADED,
+    IntervalRecord,
+    RpmParameters,
+    RpmResult,
+)
+from ..options import ClientOptions
+from ..stats import rpm
+from ..units import format_iperf3_rate
+from .json import identity
+
+
+def _direction(options: ClientOptions) -> str:
+    return "download" if options.reverse else "upload"
+
+
+def header(options: ClientOptions, parameters: RpmParameters, limit: float) -> str:
+    return (f"Responsiveness (draft-ietf-ippm-responsiveness) to {options.host} port "
+            f"{options.port}: {_direction(options)}, intervals of {parameters.interval:g} s, "
+            f"at most {limit:g} s\n"
+            "Interval          Conns  Goodput          Moving average     RPM")
+
+
+def _rate(bits_per_second: float, unit: str) -> str:
+    return format_iperf3_rate(bits_per_second / 8, 1.0, unit)
+
+
+def interval_line(record: IntervalRecord, parameters: RpmParameters, unit: str) -> str:
+    start = record.index * parameters.interval
+    span = f"{start:.2f}-{start + parameters.interval:.2f} sec"
+    measured = f"{record.rpm:.0f}" if record.rpm is not None else "-"
+    return (f"{span:<18}{record.connections:<7}{_rate(record.goodput, unit):<17}"
+            f"{_rate(record.moving_goodput, unit):<19}{measured}")
+
+
+def summary_lines(result: RpmResult, idle: tuple[float, float], unit: str) -> list[str]:
+    lines = [f"Goodput: {_rate(result.goodput, unit)} over {result.connections} "
+             f"load-generating connections (confidence {result.goodput_confidence})"]
+    if result.rpm is None:
+        lines.append("Responsiveness: not measured (no probe of some kind came back)")
+    else:
+        lines.append(f"Responsiveness: {result.rpm:.0f} RPM, {result.rating} (confidence "
+                     f"{result.confidence})")
+        trimmed, probes = result.trimmed_ms, result.probes
+        lines.append(f"  foreign {result.foreign_rpm:.0f} RPM: handshake "
+                     f"{trimmed[CONNECT]:.3f} ms, request {trimmed[FOREIGN]:.3f} ms "
+                     f"(trimmed means of {probes[FOREIGN]} new connections)")
+        lines.append(f"  loaded  {result.loaded_rpm:.0f} RPM: request {trimmed[LOADED]:.3f} "
+                     f"ms (trimmed mean of {probes[LOADED]} self probes)")
+    lines.append(f"Idle: handshake {idle[0]:.3f} ms, request {idle[1]:.3f} ms "
+                 f"({rpm((idle[0] + idle[1]) / 2):.0f} RPM)")
+    return lines
+
+
+def document(options: ClientOptions, parameters: RpmParameters, limit: float,
+             idle: tuple[float, float], result: RpmResult, failure: str | None) -> str:
+    """One JSON document: start (what ran), intervals, end (the result)."""
+    end: dict[str, Any] = result.as_dict()
+    intervals = end.pop("intervals")
+    value: dict[str, Any] = {
+        "start": {**identity(time.time()),
+                  "connecting_to": {"host": options.host, "port": options.port},
+                  "responsiveness": {"direction": _direction(options), "time_limit": limit,
+                                     "parameters": asdict(parameters)}},
+        "intervals": intervals,
+        "end": {"responsiveness": {**end, "idle_ms": {CONNECT: idle[0], FOREIGN: idle[1]}}},
+    }
+    if failure is not None:
+        value["error"] = failure
+    return json.dumps(value, indent=2)
