@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
+import subprocess
 import time
 
 import pytest
-from helpers import free_port, proc_status, run_simpleperf, start_server
+from helpers import SIMPLEPERF, free_port, proc_status, run_simpleperf, start_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -351,3 +353,18 @@ def test_a_load_sender_keeps_five_milliseconds_of_its_own_rate_unsent():
     assert unsent.limit == MIN_UNSENT
     unsent.update(0.4, 1_375_000 + 10**9)  # 80 Gbit/s: the limit grows, a record does not
     assert unsent.limit > 10**7 and unsent.record == MAX_RECORD
+
+
+@pytest.mark.loopback
+def test_an_interrupted_rpm_run_prints_what_it_measured_and_exits_130(server):
+    _, port = server
+    process = subprocess.Popen([*SIMPLEPERF, "-c", "127.0.0.1", "-p", str(port), "--rpm",
+                                "-t", "20", "--rpm-interval", "0.25", "-J"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)  # as Ctrl-C
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 130, err
+    document = json.loads(out)
+    assert document["error"] == "interrupted" and document["intervals"]
+    assert "Traceback" not in err
