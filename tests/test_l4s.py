@@ -13,6 +13,7 @@ from helpers import run_simpleperf, start_iperf3_server, start_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simpleperf import ecn
 from simpleperf.engine import l4s
 
 SIZE = 1470
@@ -119,9 +120,10 @@ def test_the_window_stays_between_its_least_and_what_the_ceiling_needs(rounds, c
 
 
 def test_ecn_is_read_from_either_families_ancillary_data():
-    assert l4s.ecn_of([(socket.IPPROTO_IP, socket.IP_TOS, b"\x03")]) == l4s.CE
+    assert l4s.ecn_of([(socket.IPPROTO_IP, socket.IP_TOS, b"\x03")]) == ecn.CE
     assert l4s.ecn_of([(socket.IPPROTO_IPV6, socket.IPV6_TCLASS,
-                        (0xB9).to_bytes(4, "little"))]) == 1
+                        (0xB9).to_bytes(4, "little"))]) == ecn.ECT1
+    assert ecn.with_field(0xB8, ecn.ECT1) == 0xB9 and ecn.dscp_of(0xB9) == 46
     assert l4s.ecn_of([]) == 0
 
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simpleperf.ecn import CE, ECT0, ECT1, NOT_ECT
 from simpleperf.lab.net.shaping import aqm, nfqueue
 from simpleperf.lab.net.shaping.aqm import codel, dualpi2, pie
-from simpleperf.lab.net.shaping.aqm.base import CE, ECT0, ECT1, NOT_ECT
 from simpleperf.lab.net.shaping.bottleneck import Bottleneck, packet_of
 from simpleperf.lab.net.shaping.delayline import DirectionQueue
 

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from . import ecn
 from .errors import UsageError
 from .options import (
     DEFAULT_FRAME_LOAD,
@@ -130,7 +131,7 @@ def _check_l4s(options: ClientOptions) -> None:
     if options.frame_rate > 0:
         raise UsageError("--l4s sets the rate itself: it cannot be combined with "
                          "--isochronous")
-    if options.tos & 3:
+    if ecn.of(options.tos):
         raise UsageError(f"--l4s sets the ECN field (ECT(1)): -S/--tos {options.tos} must "
                          "leave its two low bits 0")
 

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from .. import ecn
 from ..errors import SimpleperfError
 from ..options import MAX_RATE  # the ceiling without -b
 from ..protocol.native import L4S_FEEDBACK, L4S_FEEDBACK_MAGIC, L4S_FEEDBACK_SECONDS
@@ -31,7 +32,6 @@ from . import udp_receive
 from .pacing import wait_until
 from .records import Stream
 
-ECN_MASK, ECT1, CE = 3, 1, 3  # the IP header's ECN field (RFC 3168)
 GAIN = 1 / 16  # alpha's smoothing, DCTCP's g
 INITIAL_WINDOW = 10  # datagrams, as TCP's initial window (RFC 6928)
 MIN_WINDOW = 2
@@ -132,7 +132,7 @@ class ScalableWindow:
 
 def mark_ect1(sock: socket.socket, tos: int) -> None:
     """Every datagram leaves with ECT(1) in the ECN bits, the DSCP of -S/--dscp kept."""
-    tcp.set_tos(sock, (tos & ~ECN_MASK) | ECT1)
+    tcp.set_tos(sock, ecn.with_field(tos, ecn.ECT1))
 
 
 # The ECN field arrives with each read: IPv4's TOS byte (also on an IPv6 socket carrying
@@ -151,7 +151,7 @@ def ecn_of(ancillary: list) -> int:
         if (level, kind) in TOS_ANCILLARY and data:
             value = data[0] if level == socket.IPPROTO_IP else \
                 int.from_bytes(data[:4], sys.byteorder)
-            return value & ECN_MASK
+            return ecn.of(value)
     return 0
 
 
@@ -251,7 +251,7 @@ def receive(stream: Stream, stop: threading.Event) -> None:
                                                   arrival)
         account.feed_packets(packets)
         datagrams += len(packets)
-        if ecn_of(ancillary) == CE:
+        if ecn_of(ancillary) == ecn.CE:
             marked += len(packets)
             stream.ce_marked = marked
         if packets:

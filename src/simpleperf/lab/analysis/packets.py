@@ -14,6 +14,8 @@ from pathlib import Path
 
 import dpkt
 
+from ... import ecn
+
 UDP_HEAD_BYTES = 16  # simpleperf's and iperf3's datagram header: send time, sequence number
 _LINKS = {dpkt.pcap.DLT_EN10MB, dpkt.pcap.DLT_LINUX_SLL, dpkt.pcap.DLT_LINUX_SLL2,
           dpkt.pcap.DLT_RAW, 101}  # Ethernet, Linux cooked v1 and v2, raw IP (twice named)
@@ -135,12 +137,12 @@ def _decode(time_ns: int, frame: bytes, link: int, names: dict[bytes, str]) -> P
                 frame, start)
             transport = start + (first & 0x0F) * 4
             carried = total - (first & 0x0F) * 4
-            ecn = tos & 0x03
+            field = ecn.of(tos)
         elif version == 6:
             head, carried, protocol, source, destination = _IPV6_HEADER.unpack_from(frame,
                                                                                     start)
             transport = start + 40
-            ecn = (head >> 20) & 0x03
+            field = ecn.of(head >> 20)
         else:
             return None
         if protocol == 6:
@@ -148,13 +150,13 @@ def _decode(time_ns: int, frame: bytes, link: int, names: dict[bytes, str]) -> P
                 frame, transport)
             return Packet(time_ns, _name(source, names), _name(destination, names), ports_from,
                           ports_to, 6, max(carried - (offset >> 4) * 4, 0), seq, ack, flags,
-                          window, ecn=ecn)
+                          window, ecn=field)
         if protocol == 17:
             ports_from, ports_to, length = _UDP_HEADER.unpack_from(frame, transport)
             return Packet(time_ns, _name(source, names), _name(destination, names), ports_from,
                           ports_to, 17, max(length - 8, 0),
                           head=bytes(frame[transport + 8:transport + 8 + UDP_HEAD_BYTES]),
-                          ecn=ecn)
+                          ecn=field)
         return None
     except (struct.error, IndexError):
         raise _Short from None

@@ -28,12 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ... import ecn
+
 if TYPE_CHECKING:  # only in annotations: reading the counts needs no dpkt
     from .packets import Packet
 
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 ECE, CWR = 0x40, 0x80  # RFC 3168
-CE = 3  # the IP header's ECN field: Congestion Experienced
 _MASK = 0xFFFFFFFF
 FAST_RETRANSMISSION_WINDOW_NS = 20_000_000
 OUT_OF_ORDER_DEFAULT_NS = 3_000_000
@@ -175,7 +176,7 @@ def _account(packet: Packet, forward: TcpDirection, reverse: TcpDirection,
         forward.first_time = now
     forward.packets += 1
     forward.last_time = now
-    if packet.ecn == CE:
+    if packet.ecn == ecn.CE:
         forward.ce_marked += 1
     if flags & ECE and not flags & SYN:
         forward.ece_flags += 1

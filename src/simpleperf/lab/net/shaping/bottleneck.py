@@ -15,6 +15,7 @@ import bisect
 import random
 from collections import deque
 
+from .... import ecn
 from ...model.traces import PACKET_BYTES, Trace
 from .aqm import Discipline, Packet
 
@@ -164,5 +165,5 @@ def packet_of(packet_id: int, arrival: float, length: int, header: bytes) -> Pac
         key += header[start:start + 4]
     elif protocol == ICMP and header[start:start + 1] in (b"\x00", b"\x08"):
         key += header[start + 4:start + 6]
-    return Packet(packet_id, arrival, length + ETHERNET_HEADER, hash(key), header[1] & 0x03,
-                  header[1] >> 2)
+    return Packet(packet_id, arrival, length + ETHERNET_HEADER, hash(key), ecn.of(header[1]),
+                  ecn.dscp_of(header[1]))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# ECN field of the IP header (RFC 3168)
-NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
+from .....ecn import NOT_ECT
+
 MTU_BYTES = 1514  # the largest frame a link carries, as the kernel's psched_mtu gives it
 
 

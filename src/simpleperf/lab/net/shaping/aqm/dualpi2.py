@@ -23,7 +23,8 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from .base import ECT1, MTU_BYTES, Discipline, Packet, Settings
+from ..... import ecn
+from .base import MTU_BYTES, Discipline, Packet, Settings
 from .fifo import Fifo
 
 TARGET = 0.015  # seconds: the kernel's defaults
@@ -34,7 +35,7 @@ ALPHA = 0.16  # per second of delay error, per update
 BETA = 3.2
 C_PROTECTION = 10  # percent of the link the classic queue keeps when both are busy
 MAX_CATCH_UP = 1000  # updates replayed at once after an idle spell
-L4S_ECT1, L4S_ANY_ECT = ECT1, 3  # ECN-field masks: what goes into the L queue
+L4S_ECT1, L4S_ANY_ECT = ecn.ECT1, ecn.MASK  # ECN-field masks: what goes into the L queue
 
 
 class DualPi2(Discipline):
