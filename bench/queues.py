@@ -16,12 +16,18 @@ root). Every line prints the measurement, its target and ok/MISS:
     through drop-tail;
   - a trace: one saturating CUBIC flow over the shipped constant-12M and lte-walk traces
     delivers within 3 % of what the trace offered over the run (less TCP/IP headers);
+  - the own disciplines beside the kernel's (`--only kernel`, on a kernel that has netem and
+    them: scripts/netem-guest): CoDel and PIE with one CUBIC flow, FQ-CoDel with four, and
+    DiffServ classes (the kernel's htb tree) with one, at 10 Mbit/s and 10 ms each way: the
+    queue delay (ping RTT beside the load less the idle RTT before it, medians) and the
+    goodput of the own shaper's implementation over the kernel's, each within 10 %;
   - the own discipline's capacity with 10 ms delay: the highest of 100M, 300M, 1G that one
     TCP flow fills to 0.9 x through fq_codel, and the delay line's CPU, beside drop-tail's
     (the kernel's pfifo and tbf, the delay line only delaying).
 
     python3 bench/queues.py [--quick] [--shaper own|netem] [--only codel,fq_codel,ecn,dualpi2,
-                                                                trace,capacity]
+                                                                trace,capacity,kernel]
+    bash scripts/netem-guest --command "python3 bench/queues.py --quick --only kernel"
 
 With the own shaper (this machine: its kernel has no AQM qdiscs) the disciplines are the
 lab's own, in the delay line; with --shaper netem on a kernel that has them (scripts/netem-
@@ -57,10 +63,10 @@ def in_node(node: str, *command: str, timeout: float = 120) -> subprocess.Comple
                           text=True, timeout=timeout)
 
 
-def up(**spec) -> None:
+def up(shaper: str | None = None, **spec) -> None:
     if ownership.load("pair"):
         lifecycle.down("pair")
-    lifecycle.up(topology.pair(**spec), {"pair": spec}, SHAPER, say=lambda _: None)
+    lifecycle.up(topology.pair(**spec), {"pair": spec}, shaper or SHAPER, say=lambda _: None)
 
 
 def counters(node: str) -> dict[str, int]:
@@ -261,6 +267,27 @@ def capacity_checks(seconds: float) -> None:
            highest == "1G")
 
 
+def kernel_checks(seconds: float) -> None:
+    """Each discipline with the own shaper's implementation and with the kernel's (netem
+    shaper), the same load: own over kernel for queue delay and goodput."""
+    for qdisc, flows in (("codel", 1), ("fq_codel", 4), ("pie", 1), ("classes", 1)):
+        runs = {}
+        for shaper in ("netem", "own"):
+            up(shaper, qdisc=qdisc, rate="10M", delay="10ms", queue=1000)
+            idle = median([float(m) for m in re.findall(r"time=([\d.]+) ms", in_node(
+                "h1", "ping", "-n", "-c", "10", "-i", "0.1", "10.0.0.2").stdout)])
+            runs[shaper] = {**load(seconds, flows=flows), "idle": idle}
+            lifecycle.down("pair")
+        delays = {shaper: median(run["rtts"]) - run["idle"] for shaper, run in runs.items()}
+        ratio = delays["own"] / delays["netem"] if delays["netem"] > 0 else float("nan")
+        report(f"{qdisc}: queue delay, own / kernel's", f"{ratio:.3f} ({delays['own']:.1f} / "
+               f"{delays['netem']:.1f} ms)", "0.9 to 1.1", 0.9 <= ratio <= 1.1)
+        goodput = runs["own"]["goodput"] / runs["netem"]["goodput"]
+        report(f"{qdisc}: goodput, own / kernel's", f"{goodput:.3f} ("
+               f"{runs['own']['goodput'] / 1e6:.2f} / {runs['netem']['goodput'] / 1e6:.2f} "
+               "Mbit/s)", "0.9 to 1.1", 0.9 <= goodput <= 1.1)
+
+
 def main() -> int:
     global SHAPER
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -276,8 +303,9 @@ def main() -> int:
     print(f"{'':<46} {'measured (same-run drop-tail)':<44} {'target':<26}")
     checks = {"codel": codel_checks, "fq_codel": fq_codel_checks, "ecn": ecn_checks,
               "dualpi2": dualpi2_checks, "trace": trace_checks,
-              "capacity": lambda s: capacity_checks(s / 2)}
-    chosen = args.only.split(",") if args.only else list(checks)
+              "capacity": lambda s: capacity_checks(s / 2), "kernel": kernel_checks}
+    chosen = args.only.split(",") if args.only else [name for name in checks
+                                                      if name != "kernel"]
     unknown = [name for name in chosen if name not in checks]
     if unknown:
         print(f"bench: no check {unknown[0]} (there are {', '.join(checks)})",

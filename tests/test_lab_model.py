@@ -564,7 +564,7 @@ def test_flows_that_do_not_back_off_take_their_rate_first_in_a_queue_served_in_o
         assert tcp.predicted is not None and tcp.predicted < 2e6
 
 
-def test_a_window_bound_uses_the_round_trips_the_flow_met_and_classes_have_no_share():
+def test_a_window_bound_uses_the_round_trips_the_flow_met():
     model = topology.pair(rate="10M", delay="10ms")
     web = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2", "window": "16K",
                                    "rtt_under_load": True}, "t"), "10.0.0.2")
@@ -575,11 +575,70 @@ def test_a_window_bound_uses_the_round_trips_the_flow_met_and_classes_have_no_sh
     harmonic = 4 / (2 / 0.040 + 2 / 0.120)  # 60 ms: the window moved at 1 / mean(1 / RTT)
     assert web.window_bound == pytest.approx(theory.window_bound(16_000, harmonic))
     assert web.predicted == pytest.approx(web.window_bound)
-    classes = topology.pair(rate="10M", qdisc="classes")
-    bulk = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2"}, "t"),
-                       "10.0.0.2")
-    theory.predict(classes, [bulk], "cubic")
-    assert bulk.predicted is None and "DiffServ classes" in (bulk.no_theory or "")
+
+
+WEIGHTS_FOR_TEST = ("control", "af4", "af3", "af2", "af1", "be", "scavenger")
+
+
+def parsed(raw: dict) -> FlowOutcome:
+    return FlowOutcome(flows.parse({"from": "h1", "to": "h2", **raw}, "t"), "10.0.0.2")
+
+
+def test_diffserv_classes_give_priority_first_then_weighted_parts_of_the_rest() -> None:
+    from simpleperf.lab.model import diffserv
+
+    # The priority class first, to its cap; the rest by weight, what a class leaves to others.
+    shares = diffserv.class_shares(10e6, {"priority": 5e6, "af4": 2e6, "af2": math.inf,
+                                          "be": math.inf})
+    assert shares["priority"] == pytest.approx(3e6)  # policed to 30 %
+    assert shares["af4"] == pytest.approx(2e6)  # asks less than its 25/60 of 7M
+    assert shares["af2"] == pytest.approx(5e6 * 15 / 35)  # the 5M left, 15 : 20
+    assert shares["be"] == pytest.approx(5e6 * 20 / 35)
+    assert sum(shares.values()) == pytest.approx(10e6)
+    assert diffserv.class_shares(10e6, {"be": math.inf}) == {"be": 10e6}  # work conserving
+    assert diffserv.priority_delay(10e6, 1514) == pytest.approx((75_000 + 1514) * 8 / 10e6)
+
+
+@given(st.dictionaries(st.sampled_from(["priority", *WEIGHTS_FOR_TEST]),
+                       st.one_of(st.just(math.inf), st.floats(0, 2e7)), min_size=1))
+def test_class_shares_never_give_more_than_asked_nor_more_than_the_link(asked) -> None:
+    from simpleperf.lab.model import diffserv
+
+    shares = diffserv.class_shares(1e7, asked)
+    assert sum(shares.values()) <= 1e7 * (1 + 1e-9)
+    for name, share in shares.items():
+        assert 0 <= share <= asked[name] * (1 + 1e-9)
+    if any(math.isinf(v) for n, v in asked.items() if n != "priority"):
+        assert sum(shares.values()) == pytest.approx(1e7)  # an elastic class takes the rest
+
+
+def test_theory_shares_a_classes_link_by_class_as_the_qos_experiment_runs_it() -> None:
+    """The qos experiment's first step over `classes`: voice (EF) and video (AF41) take what
+    they send; what is left goes 15 : 20 to the web flow's class (AF21, its 16 KB window
+    would carry more) and the three bulk connections' (best effort), whose bottleneck is
+    their class, shared with another best-effort flow when there is one; voice's queue bound is the priority class's,
+    video's its class's queue drained at its part of the link."""
+    model = topology.pair(rate="10M", delay="10ms", queue=200, qdisc="classes")
+    voice = parsed({"kind": "udp", "rate": "64K", "length": 80, "dscp": "EF"})
+    video = parsed({"kind": "udp", "rate": "2M", "length": 576, "dscp": "AF41"})
+    bulk = parsed({"kind": "tcp", "parallel": 3})
+    web = parsed({"kind": "tcp", "window": "16K", "dscp": "AF21"})
+    theory.predict(model, [voice, video, bulk, web], "cubic", [30.0] * 4)
+    assert voice.predicted == pytest.approx(64e3) and video.predicted == pytest.approx(2e6)
+    rest = 10e6 - 64e3 / theory.udp_goodput_share(80) - 2e6 / theory.udp_goodput_share(576)
+    assert web.window_bound > rest * 15 / 35
+    assert web.predicted == pytest.approx(rest * 15 / 35 * theory.TCP_GOODPUT, rel=1e-6)
+    assert bulk.predicted == pytest.approx(rest * 20 / 35 * theory.TCP_GOODPUT, rel=1e-6)
+    assert bulk.no_theory is None and bulk.epoch_seconds is not None  # its class binds
+    assert bulk.bottleneck is None  # alone in its class: no other flow's share to reach
+    twin = parsed({"kind": "tcp"})
+    theory.predict(model, [voice, bulk, twin], "cubic", [30.0] * 3)
+    assert bulk.bottleneck == twin.bottleneck == "h1-h2 a to b (class be)"
+    assert voice.full_queue_rtt - voice.base_rtt == pytest.approx(
+        (75_000 + 1514) * 8 / 10e6 * 1e3)
+    video_part = 2e6 / theory.udp_goodput_share(576)
+    assert video.full_queue_rtt - video.base_rtt == pytest.approx(
+        200 * 1514 * 8 / video_part * 1e3)
 
 
 def test_a_ping_beside_load_is_judged_between_the_base_and_every_queue_full() -> None:
@@ -591,3 +650,47 @@ def test_a_ping_beside_load_is_judged_between_the_base_and_every_queue_full() ->
     assert verdicts.flow_verdict(ping, loaded=True).within
     assert not verdicts.flow_verdict({**ping, "rtt_median": 450.0}, loaded=True).within
     assert not verdicts.flow_verdict({**ping, "rtt_median": 10.0}, loaded=True).within
+
+
+def test_classes_with_the_kernel_are_an_htb_tree_as_the_own_classes_share_the_link() -> None:
+    """`classes` where the kernel runs the queue (netem, a switch's port): htb at the root
+    with the link rate, EF first (prio 0) up to its share, the other aggregates' rates in
+    proportion to the own discipline's weights and their quanta as its deficit round robin's,
+    a pfifo each, and u32 filters for every DSCP of the own table, IPv4 and IPv6."""
+    from simpleperf.lab.model import diffserv as classes
+    from simpleperf.lab.net import build, stages
+
+    model = topology.pair(rate="10M", qdisc="classes", queue=300)
+    assert build.kernel_queues(model, "netem") == {"link h1-h2 a_to_b": "classes",
+                                                   "link h1-h2 b_to_a": "classes"}
+    assert build.kernel_queues(model, "own") == {}  # the delay line's own
+    tree = stages.egress("w1b", model.links[0].a_to_b)
+    lines = [stage.command("add") for stage in tree]
+    assert lines[0] == "qdisc add dev w1b root handle 1: htb default 16"
+    assert lines[1].startswith("class add dev w1b parent 1: classid 1:1 htb rate 10000000bit "
+                               "ceil 10000000bit")
+    assert lines[2].startswith("class add dev w1b parent 1:1 classid 1:10 htb rate 3000000bit "
+                               "ceil 3000000bit prio 0")
+    rates = {s.classid: int(re.search(r"rate (\d+)bit", s.options).group(1))
+             for s in tree if isinstance(s, stages.TcClass) and s.classid != "1:1"}
+    for name, weight in classes.WEIGHTS.items():
+        assert rates[stages.CLASS_IDS[name]] == 7_000_000 * weight // 100
+    assert sum(rates.values()) == 10_000_000  # the whole link, nothing over
+    leaves = [s for s in tree if isinstance(s, stages.Qdisc) and s.kind == "pfifo"]
+    assert len(leaves) == len(classes.WEIGHTS) + 1
+    assert {s.options for s in leaves} == {"limit 300", "limit 50"}  # EF: 200 ms of 3M
+    filters = [s for s in tree if isinstance(s, stages.Filter)]
+    assert len(filters) == 2 * len(classes.CLASS_OF_DSCP)
+    assert ("filter add dev w1b parent 1: protocol ip prio 1 u32 match ip dsfield 0xb8 0xfc "
+            "flowid 1:10") in lines
+    assert ("filter add dev w1b parent 1: protocol ipv6 prio 2 u32 match ip6 priority 0x20 "
+            "0xfc flowid 1:17") in lines  # CS1, less than best effort
+    assert stages.queue_runner(model.links[0].a_to_b, "netem", True).startswith(
+        "classes: the kernel's htb")
+    no_htb = Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True, htb=False)
+    with pytest.raises(ValueError, match="link h1-h2 a_to_b: qdisc classes needs the "
+                       "kernel's htb qdisc and u32 filter, which this kernel lacks; "
+                       "--shaper own runs its own"):
+        no_htb.require_queues(build.kernel_queues(model, "netem"), "netem")
+    Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True, htb=True).require_queues(
+        build.kernel_queues(model, "netem"), "netem")

@@ -825,3 +825,36 @@ def test_rpm_finds_a_drop_tail_links_full_buffer_and_fq_codel_takes_it_away(pair
     assert managed["trimmed_ms"]["foreign"] <= 10 + 2 * 5 + 10, managed
     assert managed["trimmed_ms"]["loaded"] <= 100, managed
     assert managed["rpm"] >= 5 * bloated["rpm"]
+
+
+@pytest.mark.guest
+@pytest.mark.netem_shaper
+def test_classes_with_netem_are_an_htb_tree_that_lets_expedited_packets_pass(pair_lab):
+    """With netem, `classes` is the kernel's htb tree (stages.class_tree): behind a CUBIC
+    flow that fills the best-effort class's 100 packets (240 ms at 5 Mbit/s), pings marked
+    EF go through the expedited class (its counters count them) far sooner than unmarked
+    ones; `link set` hands the direction back to drop-tail."""
+    pair_lab("--rate", "5M", "--delay", "5ms", "--queue", "100", "--qdisc", "classes")
+    assert "queue classes: the kernel's htb" in lab("status", "pair").stdout
+    with server_in_h2() as port:
+        client = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c", "10.0.0.2",
+                                   "-p", port, "-t", "9", "--native", "-C", "cubic",
+                                   "--no-latency"], stdout=subprocess.DEVNULL)
+        time.sleep(3)  # the best-effort queue has filled
+        marked = in_node("h1", "ping", "-n", "-c", "12", "-i", "0.2", "-Q", "0xb8", "-W",
+                         "3", "10.0.0.2")
+        plain = ping_rtts("h1", "10.0.0.2", 8, 0.2)
+        client.wait(60)
+    expedited = [float(m) for m in re.findall(r"time=([\d.]+) ms", marked.stdout)]
+    assert len(expedited) >= 11 and len(plain) >= 7
+    assert 3 * statistics.median(expedited) <= statistics.median(plain), (expedited, plain)
+    shown = subprocess.run(["tc", "-n", "pair-wire", "-s", "class", "show", "dev", "w1b"],
+                           capture_output=True, text=True, check=True).stdout
+    ef = re.search(r"class htb 1:10 .*?Sent (\d+) bytes (\d+) pkt", shown, re.S)
+    assert ef is not None and int(ef.group(2)) >= 12, shown  # the pings, nothing else
+    be = re.search(r"class htb 1:16 .*?Sent (\d+) bytes", shown, re.S)
+    assert be is not None and int(be.group(1)) > 2_000_000, shown  # the bulk flow
+    lab("link", "h1-h2", "set", "--qdisc", "droptail")
+    after = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "pfifo 10: parent 1:1 limit 100p" in after and "htb" not in after, after

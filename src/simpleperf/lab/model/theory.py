@@ -10,9 +10,10 @@ import ipaddress
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from . import diffserv
 from .topology import Link, Shaping, Topology, TopologyError
 
 if TYPE_CHECKING:  # theory fills outcomes in; `lab up` and `status` need only the paths
@@ -39,6 +40,9 @@ CUBIC_C = 0.4  # RFC 9438: the cubic growth's constant, segments per second cube
 @dataclass(frozen=True)
 class Path:
     hops: tuple[Hop, ...]
+    # The DiffServ class of the path's packets: on a link direction that runs `classes`
+    # they use that class's part of the link, the resource (link, "a_to_b/af4").
+    klass: str | None = None
 
     def shaping(self) -> list[Shaping]:
         return [link.direction_from(node) for link, node in self.hops]
@@ -57,9 +61,44 @@ class Path:
         return 1 - math.prod(1 - s.loss for s in self.shaping())
 
     def resources(self) -> list[tuple[str, str]]:
-        """(link name, direction) pairs this path's packets use, in order."""
-        return [(link.name, "a_to_b" if node == link.a.node else "b_to_a")
-                for link, node in self.hops]
+        """(link name, direction) pairs this path's packets use, in order (the direction
+        with the path's class where the link direction runs DiffServ classes)."""
+        found = []
+        for link, node in self.hops:
+            direction = "a_to_b" if node == link.a.node else "b_to_a"
+            if self.klass is not None and link.direction_from(node).qdisc == "classes":
+                direction = f"{direction}{CLASS_MARK}{self.klass}"
+            found.append((link.name, direction))
+        return found
+
+
+CLASS_MARK = "/"  # between a direction and a class in a resource's name
+
+
+def class_capacities(paths: Sequence[Path], demands: Sequence[float | None]
+                     ) -> dict[tuple[str, str], float]:
+    """Every shaped link direction's rate; a direction that runs DiffServ classes split
+    into its classes' parts, as diffserv.class_shares gives them to what the paths through
+    it ask (a path without a demand asks all it can get)."""
+    capacities: dict[tuple[str, str], float] = {}
+    classed: dict[tuple[str, str], dict[str, float]] = {}
+    rates: dict[tuple[str, str], float] = {}
+    for flow, demand in zip(paths, demands, strict=True):
+        for (link, node), resource in zip(flow.hops, flow.resources(), strict=True):
+            rate = link.direction_from(node).rate
+            if rate is None:
+                continue
+            if CLASS_MARK not in resource[1]:
+                capacities[resource] = rate
+                continue
+            direction, name = resource[1].split(CLASS_MARK)
+            asked = classed.setdefault((resource[0], direction), {})
+            asked[name] = asked.get(name, 0.0) + (math.inf if demand is None else demand)
+            rates[(resource[0], direction)] = rate
+    for (link_name, direction), asked in classed.items():
+        for name, share in diffserv.class_shares(rates[(link_name, direction)], asked).items():
+            capacities[(link_name, f"{direction}{CLASS_MARK}{name}")] = share
+    return capacities
 
 
 def _route(topology: Topology, node: str, destination: ipaddress.IPv4Address
@@ -271,12 +310,11 @@ def met_rtt(outcome: FlowOutcome) -> float:
     return max(base, len(seen) / sum(1 / rtt for rtt in seen))
 
 
-# Disciplines that do not share a link max-min among its flows: no share theory.
-WEIGHTED_QDISCS = ("classes",)
 # One queue served in arrival order (an AQM drops from it, whoever sent; DualPI2 couples its
-# two queues into one's shares): a flow that does not back off takes what it sends; flow
+# two queues into one's shares; DiffServ classes are a drop-tail queue each, within the
+# class's part of the link): a flow that does not back off takes what it sends; flow
 # queueing (fq_codel, fq_pie, cake) shares max-min.
-FIFO_QDISCS = ("droptail", "codel", "pie", "dualpi2")
+FIFO_QDISCS = ("droptail", "codel", "pie", "dualpi2", "classes")
 
 
 def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str,
@@ -289,7 +327,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     owners: list[int] = []
     demands: list[float | None] = []
     inelastic: list[bool] = []
-    weighted: set[int] = set()  # flows through a link that classes share by weight
+    classed: dict[int, Path] = {}  # flows through DiffServ classes, by outcome
     for index, outcome in enumerate(outcomes):
         flow = outcome.flow
         try:
@@ -300,8 +338,9 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         _predict_flow(outcome, forward, backward, flow.congestion or congestion)
         if not flow.spec.loads_path:
             continue  # no demand theory can know
-        if any(s.qdisc in WEIGHTED_QDISCS for s in forward.shaping()):
-            weighted.add(index)
+        if any(s.qdisc == "classes" for s in forward.shaping()):
+            forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
+            classed[index] = forward
         share = udp_goodput_share(datagram_bytes(flow.length))
         demand = None  # as much as its share
         if flow.spec.paced and outcome.rate is not None:
@@ -319,8 +358,11 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             inelastic.append(unresponsive)
     if not paths:
         return
-    shares = max_min_shares(paths, demands, inelastic=inelastic)
-    binding = _binding(paths, shares)
+    capacities = class_capacities(paths, demands)
+    shares = max_min_shares(paths, demands, capacities, inelastic=inelastic)
+    binding = _binding(paths, shares, capacities)
+    for index, forward in classed.items():
+        _class_queues(outcomes[index], forward, capacities)
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
@@ -328,22 +370,36 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
-    for index in weighted:
-        outcomes[index].predicted = None
-        outcomes[index].no_theory = ("DiffServ classes share its link by weight and priority, "
-                                     "which max-min fair shares do not model")
-    _shared(topology, outcomes, owners, shares, binding, congestion, seconds)
+    _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds)
 
 
-def _binding(paths: Sequence[Path], shares: Sequence[float]) -> list[tuple[str, str] | None]:
-    """The link direction that limits each path's share: a full one on which no other path
-    gets more (max-min's bottleneck); None where none limits it."""
-    capacities: dict[tuple[str, str], float] = {}
-    for flow in paths:
-        for (link, node), resource in zip(flow.hops, flow.resources(), strict=True):
-            rate = link.direction_from(node).rate
-            if rate is not None:
-                capacities[resource] = rate
+def _class_queues(outcome: FlowOutcome, forward: Path,
+                  capacities: dict[tuple[str, str], float]) -> None:
+    """A flow through DiffServ classes: every forward queue full, where it crosses classes,
+    is its class's queue drained at the class's part of the link (at least what theory
+    gives it there), or for the priority class the policer's burst drained first."""
+    if outcome.full_queue_rtt is None or outcome.base_rtt is None:
+        return
+    queues = 0.0
+    for shaping, resource in zip(forward.shaping(), forward.resources(), strict=True):
+        if shaping.rate is None or shaping.queue is None:
+            continue
+        name = resource[1].split(CLASS_MARK)[1] if CLASS_MARK in resource[1] else None
+        if name == diffserv.PRIORITY:
+            queues += diffserv.priority_delay(shaping.rate, FRAME_BYTES)
+        elif name is not None and capacities.get(resource, 0.0) > 0:
+            queues += shaping.queue * FRAME_BYTES * 8 / capacities[resource]
+        else:
+            queues += shaping.queue * FRAME_BYTES * 8 / shaping.rate
+    back = (outcome.loaded_rtt or outcome.full_queue_rtt) - outcome.full_queue_rtt
+    outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
+    outcome.loaded_rtt = outcome.full_queue_rtt + back
+
+
+def _binding(paths: Sequence[Path], shares: Sequence[float],
+             capacities: dict[tuple[str, str], float]) -> list[tuple[str, str] | None]:
+    """The link direction (or class of one) that limits each path's share: a full one on
+    which no other path gets more (max-min's bottleneck); None where none limits it."""
     used = {r: sum(s for p, s in zip(paths, shares, strict=True) if r in p.resources())
             for r in capacities}
     found: list[tuple[str, str] | None] = []
@@ -357,7 +413,8 @@ def _binding(paths: Sequence[Path], shares: Sequence[float]) -> list[tuple[str, 
 
 
 def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[int],
-            shares: list[float], binding: list[tuple[str, str] | None], congestion: str,
+            shares: list[float], binding: list[tuple[str, str] | None],
+            capacities: dict[tuple[str, str], float], congestion: str,
             seconds: Sequence[float] | None) -> None:
     """For tcp flows: the congestion epoch on their bottleneck (the first is start-up: slow
     start, its overshoot and the climb back, of which theory promises no goodput); and for
@@ -372,9 +429,10 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
         assert resource is not None
         others = {owners[i] for i, r in enumerate(binding) if r == resource} - {index}
         link = links[resource[0]]
-        shaping = link.a_to_b if resource[1] == "a_to_b" else link.b_to_a
+        direction, _, name = resource[1].partition(CLASS_MARK)
+        shaping = link.a_to_b if direction == "a_to_b" else link.b_to_a
         algorithm = outcome.flow.congestion or congestion
-        capacity = shaping.rate or 0.0
+        capacity = capacities.get(resource, shaping.rate or 0.0)  # a class: its part
         share = shares[mine[0]]  # one connection's
         queue_seconds = (shaping.queue or 0) * FRAME_BYTES * 8 / capacity if capacity else 0.0
         rtt = (outcome.base_rtt or 0.0) / 1e3 + queue_seconds
@@ -383,7 +441,8 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
         if seconds is not None and outcome.epoch_seconds is not None:
             outcome.epochs = seconds[index] / outcome.epoch_seconds
         if others:  # not alone on its bottleneck: a share to converge to
-            outcome.bottleneck = f"{resource[0]} {resource[1].replace('_', ' ')}"
+            outcome.bottleneck = f"{resource[0]} {direction.replace('_', ' ')}" + (
+                f" (class {name})" if name else "")
             outcome.share_tolerance = share_tolerance(algorithm, outcome.epochs)
 
 

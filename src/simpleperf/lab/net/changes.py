@@ -216,19 +216,23 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
                 after if x.name == link.name else x for x in now.links)), link, after)
 
 
-def _replace_stages(namespace: str, before: tuple[stages.Qdisc, ...],
-                    after: tuple[stages.Qdisc, ...]) -> None:
+def _replace_stages(namespace: str, before: tuple[stages.Stage, ...],
+                    after: tuple[stages.Stage, ...]) -> None:
     """A device's stages from `before` to `after` (rate limiter, then queue). A queue of
     another kind cannot be replaced in place (the kernel changes a qdisc only into its own
-    kind): it is removed, and the new one added under the rate limiter."""
+    kind): it is removed, and the new one added under the rate limiter. A class tree
+    (DiffServ classes) on either side is removed whole and the new stages added."""
     if before == after:
         return
-    if not after:
+    trees = len(before) > 2 or len(after) > 2
+    if not after or (before and trees):
         lines = [f"qdisc del dev {before[0].device} root"]
+        lines += [stage.command("add") for stage in after]
     elif not before:
         lines = [stage.command("add") for stage in after]
     else:
         bucket, queue = after
+        assert isinstance(queue, stages.Qdisc) and isinstance(before[1], stages.Qdisc)
         lines = [bucket.command("replace")]
         if before[1].kind != queue.kind:
             lines += [f"qdisc del dev {queue.device} parent {queue.parent}",

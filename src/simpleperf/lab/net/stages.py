@@ -1,6 +1,8 @@
 """A link direction's shaping as stages of data, chained by parent as Mininet's TCIntf chains
 them: at the wire's egress the rate limiter (tbf, root) and under it the queue (a drop-tail
-pfifo, or the kernel's AQM: codel, fq_codel, pie, fq_pie, cake); with
+pfifo, or the kernel's AQM: codel, fq_codel, pie, fq_pie, cake, dualpi2); DiffServ
+`classes` as an htb tree instead (rate at its root, a class per DSCP aggregate, u32 filters
+on the DSCP); with
 netem, delay, jitter and loss on the ifb the wire port's ingress is redirected to. `lab up`
 adds each stage, `lab link set` and events replace them: the same data, another verb, so no
 command text is ever edited.
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..model import diffserv
 from ..model.theory import FRAME_BYTES
 from ..model.topology import Shaping
 from .shaping import aqm
@@ -61,6 +64,38 @@ class Qdisc:
                f"{self.options}"
 
 
+@dataclass(frozen=True)
+class TcClass:
+    """An htb class under `parent` (DiffServ classes)."""
+
+    device: str
+    classid: str
+    parent: str
+    options: str
+
+    def command(self, verb: str) -> str:
+        return f"class {verb} dev {self.device} parent {self.parent} classid {self.classid} " \
+               f"htb {self.options}"
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A u32 filter at the root sending the packets `match` selects to class `flowid`."""
+
+    device: str
+    protocol: str
+    prio: int
+    match: str
+    flowid: str
+
+    def command(self, verb: str) -> str:
+        return f"filter {verb} dev {self.device} parent 1: protocol {self.protocol} prio " \
+               f"{self.prio} u32 {self.match} flowid {self.flowid}"
+
+
+Stage = Qdisc | TcClass | Filter
+
+
 def runs_own(shaping: Shaping, backend: str) -> bool:
     """Does the lab's own discipline run this routed direction's queue (in the delay line)?
     With the own shaper, for every active discipline it implements, and for every queue
@@ -82,6 +117,8 @@ def queue_runner(shaping: Shaping, backend: str, routed: bool) -> str:
         return "drop-tail (the kernel's pfifo)"
     why = "netem shaper" if backend == "netem" else (
         "a switch's port" if not routed else "no own implementation")
+    if shaping.qdisc == "classes":
+        return f"classes: the kernel's htb, a class per DSCP aggregate ({why})"
     return f"{shaping.qdisc}: the kernel's sch_{shaping.qdisc} ({why})"
 
 
@@ -114,19 +151,21 @@ def delay_line_entry(namespace: str, queue: int, shaping: Shaping, backend: str
     return entry
 
 
-def wire_stages(device: str, shaping: Shaping, backend: str) -> tuple[Qdisc, ...]:
+def wire_stages(device: str, shaping: Shaping, backend: str) -> tuple[Stage, ...]:
     """The kernel's stages at a routed direction's egress (none where the own discipline
     runs it)."""
     return () if runs_own(shaping, backend) else egress(device, shaping)
 
 
-def egress(device: str, shaping: Shaping) -> tuple[Qdisc, ...]:
+def egress(device: str, shaping: Shaping) -> tuple[Stage, ...]:
     """Rate, then queue: a drop-tail queue of `queue` packets drained at the link rate (no
-    stage for a direction without a rate)."""
+    stage for a direction without a rate); DiffServ classes: their htb tree."""
     if shaping.rate is None:
         return ()
     rate = int(shaping.rate)
     burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
+    if shaping.qdisc == "classes":
+        return class_tree(device, rate, burst, shaping.queue or DEFAULT_QUEUE)
     # tbf's own limit sizes a default byte queue that the pfifo replaces.
     bucket = Qdisc(device, "1:", "tbf", f"rate {rate}bit burst {burst} peakrate "
                    f"{int(PEAK_RATE)}bit mtu {SEGMENTING_MTU} limit 1000000")
@@ -154,6 +193,48 @@ def queue_stage(device: str, shaping: Shaping) -> Qdisc:
             options.append(f"{name} {getattr(shaping, name) * 1e6:.0f}us")
     options.append("ecn" if shaping.ecn else "noecn")
     return Qdisc(device, "10:", shaping.qdisc, " ".join(options), parent="1:1")
+
+
+CLASS_IDS = {name: f"1:{16 + index:x}" for index, name in
+             enumerate((diffserv.PRIORITY, *diffserv.WEIGHTS))}
+
+
+def class_tree(device: str, rate: int, burst: int, limit: int) -> tuple[Stage, ...]:
+    """The own `classes` (aqm/classes.py) as a router's kernel would run them: htb at the
+    root holds the link rate; expedited forwarding is served first (htb prio 0) up to
+    PRIORITY_SHARE of it (its ceiling), with a queue of PRIORITY_BURST of that rate, as
+    the own policer lets a burst through (excess waits there rather than being policed at
+    once: a kernel may lack act_police); the other classes get their WEIGHTS of the rest,
+    may borrow up to the link rate, and borrow in proportion to their quanta (the own
+    deficit round robin's); each class a drop-tail pfifo of `limit` packets; u32 filters
+    match the DSCP (IPv4 and IPv6), anything else is best effort (htb's default)."""
+    priority_rate = int(rate * diffserv.PRIORITY_SHARE)
+    priority_queue = max(2, round(priority_rate / 8 * diffserv.PRIORITY_BURST / FRAME_BYTES))
+    rest = rate - priority_rate
+    smallest = min(diffserv.WEIGHTS.values())
+    default = CLASS_IDS["be"].split(":")[1]
+    stages: list[Stage] = [
+        Qdisc(device, "1:", "htb", f"default {default}"),
+        TcClass(device, "1:1", "1:", f"rate {rate}bit ceil {rate}bit burst {burst} "
+                f"cburst {burst}")]
+    for name, classid in CLASS_IDS.items():
+        if name == diffserv.PRIORITY:
+            options = (f"rate {priority_rate}bit ceil {priority_rate}bit prio 0 "
+                       f"quantum {FRAME_BYTES}")
+            queue = priority_queue
+        else:
+            weight = diffserv.WEIGHTS[name]
+            options = (f"rate {max(1, rest * weight // 100)}bit ceil {rate}bit prio 1 "
+                       f"quantum {weight // smallest * FRAME_BYTES}")
+            queue = limit
+        stages += [TcClass(device, classid, "1:1", f"{options} burst {burst} cburst {burst}"),
+                   Qdisc(device, f"{classid.split(':')[1]}0:", "pfifo", f"limit {queue}",
+                         parent=classid)]
+    for dscp, name in sorted(diffserv.CLASS_OF_DSCP.items()):
+        tos = f"0x{dscp << 2:02x} 0xfc"
+        stages += [Filter(device, "ip", 1, f"match ip dsfield {tos}", CLASS_IDS[name]),
+                   Filter(device, "ipv6", 2, f"match ip6 priority {tos}", CLASS_IDS[name])]
+    return tuple(stages)
 
 
 def _dualpi2_options(shaping: Shaping, limit: int) -> str:

@@ -24,6 +24,10 @@ try() { if "$@" >/dev/null 2>&1; then echo "$PROBE=yes"; else echo "$PROBE=no"; 
 PROBE=tbf try sh -c 'tc qdisc add dev p0 root handle 1: tbf rate 1mbit burst 1600 \
 peakrate 100mbit mtu 2200 limit 1000000 && tc qdisc add dev p0 parent 1:1 pfifo limit 10'
 PROBE=netem try tc qdisc add dev p1 root netem delay 1ms
+PROBE=htb try sh -c 'tc qdisc add dev p1 root handle 1: htb default 1 && tc class add \
+dev p1 parent 1: classid 1:1 htb rate 1mbit && tc filter add dev p1 parent 1: protocol ip \
+prio 1 u32 match ip dsfield 0xb8 0xfc flowid 1:1 && tc qdisc del dev p1 root'
+
 for qdisc in AQM_QDISCS; do
     PROBE=$qdisc try tc qdisc replace dev p1 root $qdisc
 done
@@ -47,6 +51,7 @@ class Capabilities:
     ifb: bool
     nfqueue: bool  # iptables NFQUEUE target and statistic match
     aqm: frozenset[str] = frozenset()  # which of AQM_QDISCS the kernel has
+    htb: bool = False  # htb classes and u32 filters: DiffServ classes in the kernel
 
     def describe(self) -> str:
         """One line per capability, as `simpleperf lab probe` prints them."""
@@ -57,7 +62,8 @@ class Capabilities:
         lines += [f"  {f'{name} (sch_{name})':<40} {'yes' if name in self.aqm else 'no'}; "
                   + ("the own shaper runs its own" if name in OWN_QDISCS
                      else "the own shaper uses the kernel's") for name in AQM_QDISCS]
-        lines.append(f"  {'classes (DiffServ)':<40} the own shaper's only")
+        lines.append(f"  {'classes (DiffServ: htb, u32)':<40} {'yes' if self.htb else 'no'}; "
+                     "the own shaper runs its own")
         return "\n".join(lines)
 
     def require_queues(self, wanted: dict[str, str], backend: str) -> None:
@@ -65,8 +71,13 @@ class Capabilities:
         ValueError naming the first this kernel lacks, and what would run it."""
         own = ", ".join(name for name in OWN_QDISCS if name in AQM_QDISCS)
         for where, name in wanted.items():
-            if name in self.aqm:
+            if name in self.aqm or name == "classes" and self.htb:
                 continue
+            if name == "classes":
+                raise ValueError(f"{where}: qdisc classes needs the kernel's htb qdisc and "
+                                 "u32 filter, which this kernel lacks"
+                                 + ("; --shaper own runs its own" if backend == "netem"
+                                    else ": put the queue on a link between routers"))
             if name not in AQM_QDISCS:  # no kernel has it: the delay line's alone
                 raise ValueError(f"{where}: qdisc {name} is the lab's own, run by the own "
                                  "shaper's delay line between hosts or routers: use "
@@ -118,9 +129,9 @@ def probe() -> Capabilities:
     done = run(["unshare", "--net", "sh", "-c", PROBE_SCRIPT], check=False)
     found = {name: value == "yes" for name, value in
              (line.split("=", 1) for line in done.stdout.split() if "=" in line)}
-    basics = ("tbf", "netem", "ifb", "nfqueue")
+    basics = ("tbf", "netem", "ifb", "nfqueue", "htb")
     if done.returncode not in (0, 1) or set(found) != {*basics, *AQM_QDISCS}:
         raise CommandError("cannot probe the kernel in a scratch network namespace: "
                            + (done.stderr.strip().splitlines() or ["unshare failed"])[-1])
     return Capabilities(found["tbf"], found["netem"], found["ifb"], found["nfqueue"],
-                        frozenset(name for name in AQM_QDISCS if found[name]))
+                        frozenset(name for name in AQM_QDISCS if found[name]), found["htb"])

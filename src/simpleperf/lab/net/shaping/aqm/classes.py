@@ -1,36 +1,19 @@
 """DiffServ classes as a router's queueing policy sets them (Cisco's LLQ with CBWFQ; the
-classes of RFC 4594): packets are sorted by their DSCP; expedited forwarding (EF, VA) goes
-first, strictly, but is policed to PRIORITY_SHARE of the link so it cannot starve the
-rest (what exceeds its token bucket, PRIORITY_BURST seconds of that rate, is dropped); the
-other classes share what is left by deficit round robin in proportion to their weights
-(WEIGHTS, percentages of the link); each class is a drop-tail queue of `limit` packets of
-its own (a router's per-class queue limit: bulk traffic filling its class's queue cannot
-take the buffer from another class). An empty class's share goes to the busy ones (work
-conserving)."""
+classes of RFC 4594; their table: model/diffserv.py): packets are sorted by their DSCP;
+expedited forwarding (EF, VA) goes first, strictly, but is policed to PRIORITY_SHARE of
+the link so it cannot starve the rest (what exceeds its token bucket, PRIORITY_BURST
+seconds of that rate, is dropped); the other classes share what is left by deficit round
+robin in proportion to their weights (WEIGHTS, percentages of the link); each class is a
+drop-tail queue of `limit` packets of its own (a router's per-class queue limit: bulk
+traffic filling its class's queue cannot take the buffer from another class). An empty
+class's share goes to the busy ones (work conserving)."""
 
 from __future__ import annotations
 
 from collections import deque
 
+from ....model.diffserv import PRIORITY, PRIORITY_BURST, PRIORITY_SHARE, WEIGHTS, class_of
 from .base import MTU_BYTES, Discipline, Packet, Settings
-
-PRIORITY = "priority"
-PRIORITY_SHARE = 0.30  # of the link rate: the policer of the priority class
-PRIORITY_BURST = 0.200  # seconds of that rate the policer lets through at once (Cisco's)
-# The classes and their shares of the link, by DSCP (RFC 4594's treatment aggregates).
-WEIGHTS = {"control": 5, "af4": 25, "af3": 20, "af2": 15, "af1": 10, "be": 20,
-           "scavenger": 5}
-CLASS_OF_DSCP = {46: PRIORITY, 44: PRIORITY,  # EF, VOICE-ADMIT
-                 48: "control", 56: "control",  # CS6, CS7: routing, network control
-                 32: "af4", 34: "af4", 36: "af4", 38: "af4", 40: "af4",  # CS4, AF4x, CS5
-                 24: "af3", 26: "af3", 28: "af3", 30: "af3",  # CS3, AF3x
-                 16: "af2", 18: "af2", 20: "af2", 22: "af2",  # CS2, AF2x
-                 10: "af1", 12: "af1", 14: "af1",  # AF1x
-                 8: "scavenger", 1: "scavenger"}  # CS1, LE: less than best effort
-
-
-def class_of(dscp: int) -> str:
-    return CLASS_OF_DSCP.get(dscp, "be")
 
 
 class Classes(Discipline):

@@ -1,0 +1,62 @@
+"""DiffServ classes as a router's queueing policy sets them (Cisco's LLQ with CBWFQ; the
+classes of RFC 4594), as data: which DSCP goes to which class, the classes' weights and
+the priority class's cap; and what they give each class of a link (pure). The own
+discipline (net/shaping/aqm/classes.py), the kernel's htb tree (net/stages.py) and theory
+read them from here."""
+
+from __future__ import annotations
+
+import math
+
+PRIORITY = "priority"
+PRIORITY_SHARE = 0.30  # of the link rate: the policer of the priority class
+PRIORITY_BURST = 0.200  # seconds of that rate the policer lets through at once (Cisco's)
+# The classes and their shares of the link, by DSCP (RFC 4594's treatment aggregates).
+WEIGHTS = {"control": 5, "af4": 25, "af3": 20, "af2": 15, "af1": 10, "be": 20,
+           "scavenger": 5}
+CLASS_OF_DSCP = {46: PRIORITY, 44: PRIORITY,  # EF, VOICE-ADMIT
+                 48: "control", 56: "control",  # CS6, CS7: routing, network control
+                 32: "af4", 34: "af4", 36: "af4", 38: "af4", 40: "af4",  # CS4, AF4x, CS5
+                 24: "af3", 26: "af3", 28: "af3", 30: "af3",  # CS3, AF3x
+                 16: "af2", 18: "af2", 20: "af2", 22: "af2",  # CS2, AF2x
+                 10: "af1", 12: "af1", 14: "af1",  # AF1x
+                 8: "scavenger", 1: "scavenger"}  # CS1, LE: less than best effort
+
+
+def class_of(dscp: int) -> str:
+    return CLASS_OF_DSCP.get(dscp, "be")
+
+
+def class_shares(rate: float, demands: dict[str, float]) -> dict[str, float]:
+    """What the classes give each busy class of a link of `rate` bits/s (`demands`: class
+    -> what its traffic would take, math.inf for elastic traffic): the priority class
+    first, up to PRIORITY_SHARE of the rate (its policer); the rest by weight, work
+    conserving as deficit round robin is: a class that asks less than its weighted part
+    keeps what it asks, and what it leaves goes to the others by their weights."""
+    shares = {name: 0.0 for name in demands}
+    left = rate
+    if PRIORITY in demands:
+        shares[PRIORITY] = min(demands[PRIORITY], PRIORITY_SHARE * rate)
+        left -= shares[PRIORITY]
+    active = {name for name in demands if name != PRIORITY and demands[name] > 0}
+    while active and left > 1e-9:
+        total = sum(WEIGHTS[name] for name in active)
+        offered = {name: left * WEIGHTS[name] / total for name in active}
+        sated = {name for name in active if demands[name] - shares[name] <= offered[name]}
+        if not sated:
+            for name in active:
+                shares[name] += offered[name]
+            break
+        for name in sated:
+            taken = demands[name] - shares[name]
+            shares[name] = demands[name]
+            left -= taken
+        active -= sated
+    return {name: share for name, share in shares.items() if math.isfinite(share)}
+
+
+def priority_delay(rate: float, frame_bytes: int) -> float:
+    """The longest a priority packet waits at a link of `rate` (seconds): behind the frame
+    on the wire and the priority bytes the policer lets in at once, which drain first."""
+    burst = max(2 * frame_bytes, PRIORITY_SHARE * rate / 8 * PRIORITY_BURST)
+    return (burst + frame_bytes) * 8 / rate
