@@ -445,7 +445,6 @@ def test_a_link_is_built_and_set_anew_from_the_same_stages() -> None:
     ("fq_codel", "fq_codel limit 100 flows 256 quantum 300 target 5000us interval 100000us ecn"),
     ("pie", "pie limit 100 target 15000us tupdate 15000us ecn"),
     ("fq_pie", "fq_pie limit 100 flows 256 quantum 300 target 15000us tupdate 15000us ecn"),
-    ("cake", "cake unlimited memlimit 151400"),
 ])
 def test_each_queue_discipline_is_one_stage_below_the_rate(qdisc: str, options: str) -> None:
     """The queue stage under tbf: the kernel's discipline with the link's packet limit and
@@ -461,6 +460,14 @@ def test_each_queue_discipline_is_one_stage_below_the_rate(qdisc: str, options: 
     assert (queue.parent, queue.handle) == ("1:1", "10:")
     assert f"{queue.kind} {queue.options}" == options
     assert qdisc in shaping.describe() or qdisc == "droptail"
+
+
+def test_cake_runs_alone_at_the_root_with_its_own_shaper_at_the_link_rate() -> None:
+    shaping = topology.reshape({"bw": "10M", "max_queue_size": 100, "qdisc": "cake",
+                                "interval": "50ms"}, "link x", topology.Shaping())
+    (root,) = stages.egress("w1b", shaping)
+    assert root.command("add") == ("qdisc add dev w1b root handle 1: cake bandwidth "
+                                   "10000000bit memlimit 151400 rtt 50000us")
 
 
 def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_afresh() -> None:
@@ -493,24 +500,21 @@ def test_a_discipline_the_kernel_lacks_is_named_before_anything_is_built() -> No
     codel = topology.pair(rate="10M", qdisc="codel")
     with pytest.raises(ValueError, match="link h1-h2 a_to_b: qdisc codel needs the kernel's "
                        "sch_codel, which this kernel lacks \\(it has fq_codel\\); --shaper "
-                       "own runs codel, pie, fq_codel, fq_pie, dualpi2 itself"):
+                       "own runs codel, pie, fq_codel, fq_pie, dualpi2, cake itself"):
         kernel.require_queues(build.kernel_queues(codel, "netem"), "netem")
     # DualPI2 (Linux 6.17): the own shaper's where the kernel lacks it, as Debian's 6.1 does
     dual = topology.pair(rate="10M", qdisc="dualpi2", step="2ms", coupling=3)
     with pytest.raises(ValueError, match="qdisc dualpi2 needs the kernel's sch_dualpi2, "
-                       "which this kernel lacks .*--shaper own runs .*dualpi2 itself"):
+                       "which this kernel lacks .*--shaper own runs .*dualpi2, cake itself"):
         kernel.require_queues(build.kernel_queues(dual, "netem"), "netem")
     assert build.kernel_queues(dual, "own") == {}
     from simpleperf.lab.net import stages
     (_, queue) = stages.egress("w1b", dual.links[0].a_to_b)
     assert queue.command("add") == ("qdisc add dev w1b parent 1:1 handle 10: dualpi2 limit "
                                     "1000 step_thresh 2000us coupling_factor 3 l4s_ect")
-    # The own shaper runs codel itself; cake it leaves to the kernel, which lacks it.
+    # The own shaper runs codel and cake itself.
     assert build.kernel_queues(codel, "own") == {}
-    cake = topology.pair(rate="10M", qdisc="cake")
-    with pytest.raises(ValueError, match="sch_cake, which this kernel lacks .*, and the own "
-                       "shaper implements only codel, pie, fq_codel, fq_pie, dualpi2"):
-        kernel.require_queues(build.kernel_queues(cake, "own"), "own")
+    assert build.kernel_queues(topology.pair(rate="10M", qdisc="cake"), "own") == {}
 
 
 def test_hosts_and_routers_set_their_tcps_ecn_and_congestion_control() -> None:
@@ -616,8 +620,9 @@ def test_theory_shares_a_classes_link_by_class_as_the_qos_experiment_runs_it() -
     """The qos experiment's first step over `classes`: voice (EF) and video (AF41) take what
     they send; what is left goes 15 : 20 to the web flow's class (AF21, its 16 KB window
     would carry more) and the three bulk connections' (best effort), whose bottleneck is
-    their class, shared with another best-effort flow when there is one; voice's queue bound is the priority class's,
-    video's its class's queue drained at its part of the link."""
+    their class, shared with another best-effort flow when there is one; voice's queue
+    bound is the priority class's, video's its class's queue drained at its part of the
+    link."""
     model = topology.pair(rate="10M", delay="10ms", queue=200, qdisc="classes")
     voice = parsed({"kind": "udp", "rate": "64K", "length": 80, "dscp": "EF"})
     video = parsed({"kind": "udp", "rate": "2M", "length": 576, "dscp": "AF41"})

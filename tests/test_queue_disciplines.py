@@ -24,8 +24,10 @@ FRAME = 1514
 def run(name: str, arrivals: list[tuple], rate: float, delay: float = 0.0, **settings_
         ) -> tuple[list[tuple[float, aqm.Packet]], list[aqm.Packet], Bottleneck]:
     """arrivals: (time, size, flow, ecn[, dscp]). Released (time, packet) and dropped."""
-    line = Bottleneck(rate, aqm.make(name, aqm.Settings(rate=rate, **settings_)), delay,
-                      rng=random.Random(1))
+    discipline = aqm.make(name, aqm.Settings(rate=rate, **settings_))
+    if hasattr(discipline, "rng"):  # a discipline's random drops, the same every run
+        discipline.rng = random.Random(2)
+    line = Bottleneck(rate, discipline, delay, rng=random.Random(1))
     packets = [aqm.Packet(i, *arrival) for i, arrival in enumerate(arrivals)]
     for packet in packets:
         line.arrive([packet])
@@ -290,9 +292,13 @@ def test_dualpi2_keeps_l4s_packets_out_of_the_classic_standing_queue():
     assert max(l4s_waits) <= 2 * wire + 1e-9
     median = sorted(classic_waits)[len(classic_waits) // 2]
     assert 0.005 < median < 0.045  # the PI2 controller holds it near the target
-    # Once settled, only classic packets are dropped: dropping a sixth takes p'^2 = 1/6, and
-    # k x p' stays below 1 (the start-up overshoots into overload, where L drops too).
-    assert dropped and all(p.flow == 1 for p in dropped if p.arrival > 1.5)
+    # Once settled, dropping a sixth of the classic packets takes p'^2 = 1/6 (p' = 0.41), and
+    # k x p' stays below 1 but for rare excursions of p' above 0.5 (overload, where L drops
+    # too: the start-up's overshoot, and in about one run in twenty a moment later on).
+    settled = [p for p in dropped if p.arrival > 1.5]
+    l4s_after = sum(1 for _, p in late if p.flow == 2)
+    assert sum(p.flow == 1 for p in settled) > 0.1 * sum(1 for _, p in late if p.flow == 1)
+    assert sum(p.flow == 2 for p in settled) <= 0.02 * l4s_after
     assert 0.3 < line.discipline.prob < 0.5
 
 
@@ -358,3 +364,74 @@ def test_dualpi2_protects_the_classic_queue_with_a_tenth_of_the_link():
     window = [p for t, p in released if 0.5 <= t <= 1.5]
     share = sum(p.size for p in window if p.flow == 2) / sum(p.size for p in window)
     assert share == pytest.approx(dualpi2.C_PROTECTION / 100, abs=0.01)
+
+
+def hosted(arrivals: list[tuple], source: int, destination: int) -> list[tuple]:
+    return [(*arrival, source, destination) for arrival in arrivals]
+
+
+def test_cake_isolates_hosts_before_flows():
+    """triple-isolate: four flows from one host to one server and one flow from another
+    host to another server share the link half and half, not one fifth each."""
+    many = [hosted(steady(20e6, 2.0, flow=f), 1, 10) for f in (1, 2, 3, 4)]
+    one = hosted(steady(20e6, 2.0, flow=5), 2, 20)
+    released, _, _ = run("cake", sorted(sum(many, []) + one), 10e6, limit=10_000)
+    window = [p for t, p in released if 0.5 <= t <= 1.5]
+    sent = {host: sum(p.size for p in window if (p.source == host)) for host in (1, 2)}
+    assert 0.9 <= sent[2] / sent[1] <= 1.1, sent
+    per_flow = [sum(p.size for p in window if p.flow == f) for f in (1, 2, 3, 4)]
+    assert max(per_flow) / min(per_flow) < 1.1, per_flow  # flows within a host: equal
+
+
+def test_cake_voice_passes_a_bulk_queue_and_cs1_gets_a_sixteenth_beside_best_effort():
+    """diffserv3: EF below its tin's threshold (a quarter of the link) waits for little
+    more than the frame on the wire while a best-effort flow's queue stands; CS1 beside
+    best effort, both saturating, gets the bulk tin's threshold, 1/16 of the link."""
+    voice = steady(1e6, 2.0, flow=2, size=200, dscp=46)
+    best = steady(20e6, 2.0, flow=1)
+    released, _, _ = run("cake", sorted(voice + best), 10e6, limit=10_000)
+    wire = FRAME * 8 / 10e6
+    waits = [t - p.arrival - p.size * 8 / 10e6 for t, p in released
+             if p.flow == 2 and p.arrival > 0.5]
+    queued = [t - p.arrival for t, p in released if p.flow == 1 and p.arrival > 0.5]
+    assert waits and max(waits) <= 2 * wire + 1e-9, max(waits)
+    assert sorted(queued)[len(queued) // 2] > 0.004  # COBALT's target and more
+    background = steady(20e6, 2.0, flow=3, dscp=8)
+    released, _, _ = run("cake", sorted(background + best), 10e6, limit=10_000)
+    window = [p for t, p in released if 0.5 <= t <= 1.5]
+    share = sum(p.size for p in window if p.flow == 3) / sum(p.size for p in window)
+    assert 1 / 16 * 0.9 <= share <= 1 / 16 * 1.1, share
+
+
+def test_cake_marks_ecn_capable_packets_and_blue_drops_an_unresponsive_flow():
+    from simpleperf.lab.net.shaping.aqm import cake
+
+    marked, dropped_marked, line = run("cake", steady(20e6, 1.0, flow=1, ecn=ECT0),
+                                       10e6, limit=10_000)
+    assert line.discipline.marks > 0 and sum(p.marked for _, p in marked) > 0
+    flood = steady(30e6, 2.0, flow=1)  # three times the link, never backing off
+    _, dropped, line = run("cake", flood, 10e6, limit=50)
+    discipline = line.discipline
+    assert isinstance(discipline, cake.Cake)
+    (flow,) = [f for tin in discipline.tins for f in tin.flows.values()]
+    assert flow.cobalt.p_drop > 0  # the overflowing queue woke BLUE
+    assert len(dropped) >= len(flood) * 0.6  # two thirds of it cannot be carried
+
+
+def test_cake_tin_thresholds_and_cobalt_parameters_follow_sch_cake():
+    from simpleperf.lab.net.shaping.aqm import cake
+
+    discipline = cake.Cake(aqm.Settings(rate=10e6, limit=100))
+    best, bulk, voice = discipline.tins
+    assert (best.weight, bulk.weight, voice.weight) == (1024, 64, 256)
+    assert bulk.seconds_per_byte == pytest.approx(16 * 8 / 10e6)
+    assert voice.seconds_per_byte == pytest.approx(4 * 8 / 10e6)
+    assert best.flow_quantum == pytest.approx(10e6 / 8 / 4096)  # 305 bytes at 10 Mbit/s
+    assert voice.flow_quantum == 300  # its floor
+    assert best.target == 0.005 and best.interval == 0.100
+    slow = cake.Cake(aqm.Settings(rate=1e6, limit=100)).tins[cake.BULK]
+    frame = FRAME * 16 * 8 / 1e6  # 194 ms at the bulk tin's 62.5 kbit/s
+    assert slow.target == pytest.approx(1.5 * frame)
+    assert slow.interval == pytest.approx(2 * 1.5 * frame)  # above 100 ms + (target - 5 ms)
+    assert [cake.tin_of(d) for d in (0, 8, 1, 46, 44, 48, 56, 34, 10)] == [
+        0, 1, 1, 2, 2, 2, 2, 0, 0]

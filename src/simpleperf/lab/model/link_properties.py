@@ -172,8 +172,8 @@ PROPERTIES: tuple[LinkProperty, ...] = (
     LinkProperty("target", "target", aqm_time, "AQM target queue delay (kernel default: "
                  "codel, fq_codel 5ms; pie, fq_pie, dualpi2 15ms)", "5ms", at_switch=True,
                  qdiscs=("codel", "fq_codel", "pie", "fq_pie", "dualpi2")),
-    LinkProperty("interval", "interval", aqm_time, "CoDel's interval (default 100ms)",
-                 "100ms", at_switch=True, qdiscs=("codel", "fq_codel")),
+    LinkProperty("interval", "interval", aqm_time, "CoDel's interval (default 100ms; CAKE's "
+                 "rtt)", "100ms", at_switch=True, qdiscs=("codel", "fq_codel", "cake")),
     LinkProperty("tupdate", "tupdate", aqm_time, "the probability's update period of PIE "
                  "(default 15ms) and DualPI2 (16ms)", "15ms", at_switch=True,
                  qdiscs=("pie", "fq_pie", "dualpi2")),

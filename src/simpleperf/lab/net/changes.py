@@ -224,7 +224,7 @@ def _replace_stages(namespace: str, before: tuple[stages.Stage, ...],
     (DiffServ classes) on either side is removed whole and the new stages added."""
     if before == after:
         return
-    trees = len(before) > 2 or len(after) > 2
+    trees = len(before) != 2 or len(after) != 2  # a class tree, or CAKE alone at the root
     if not after or (before and trees):
         lines = [f"qdisc del dev {before[0].device} root"]
         lines += [stage.command("add") for stage in after]

@@ -166,6 +166,8 @@ def egress(device: str, shaping: Shaping) -> tuple[Stage, ...]:
     burst = FRAME_BYTES + max(LATE_BYTES, int(rate / 8 * LATE_SECONDS))
     if shaping.qdisc == "classes":
         return class_tree(device, rate, burst, shaping.queue or DEFAULT_QUEUE)
+    if shaping.qdisc == "cake":  # its own shaper at the rate, as CAKE is meant to run
+        return (Qdisc(device, "1:", "cake", _cake_options(shaping, rate)),)
     # tbf's own limit sizes a default byte queue that the pfifo replaces.
     bucket = Qdisc(device, "1:", "tbf", f"rate {rate}bit burst {burst} peakrate "
                    f"{int(PEAK_RATE)}bit mtu {SEGMENTING_MTU} limit 1000000")
@@ -179,9 +181,6 @@ def queue_stage(device: str, shaping: Shaping) -> Qdisc:
     limit = shaping.queue or DEFAULT_QUEUE
     if shaping.qdisc == "droptail":
         return Qdisc(device, "10:", "pfifo", f"limit {limit}", parent="1:1")
-    if shaping.qdisc == "cake":  # its own shaper off: tbf above it sets the rate; it marks
-        return Qdisc(device, "10:", "cake", f"unlimited memlimit {limit * FRAME_BYTES}",
-                     parent="1:1")  # ECN-capable packets always
     if shaping.qdisc == "dualpi2":
         return Qdisc(device, "10:", "dualpi2", _dualpi2_options(shaping, limit), parent="1:1")
     options = [f"limit {limit}"]
@@ -235,6 +234,16 @@ def class_tree(device: str, rate: int, burst: int, limit: int) -> tuple[Stage, .
         stages += [Filter(device, "ip", 1, f"match ip dsfield {tos}", CLASS_IDS[name]),
                    Filter(device, "ipv6", 2, f"match ip6 priority {tos}", CLASS_IDS[name])]
     return tuple(stages)
+
+
+def _cake_options(shaping: Shaping, rate: int) -> str:
+    """tc-cake's words: its bandwidth, the buffer as memory, its rtt (CoDel's interval); its
+    defaults otherwise (diffserv3, triple-isolate, split-gso); it marks ECN-capable packets
+    always (no ecn option)."""
+    options = [f"bandwidth {rate}bit", f"memlimit {(shaping.queue or DEFAULT_QUEUE) * FRAME_BYTES}"]
+    if shaping.interval is not None:
+        options.append(f"rtt {shaping.interval * 1e6:.0f}us")
+    return " ".join(options)
 
 
 def _dualpi2_options(shaping: Shaping, limit: int) -> str:

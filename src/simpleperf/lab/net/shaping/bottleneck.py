@@ -154,8 +154,8 @@ class Bottleneck:
 
 
 def packet_of(packet_id: int, arrival: float, length: int, header: bytes) -> Packet:
-    """A queued IPv4 packet from its first bytes: frame size, ECN field, DSCP, and flow key
-    (the addresses and protocol, and the ports, or an ICMP echo's identifier)."""
+    """A queued IPv4 packet from its first bytes: frame size, ECN field, DSCP, flow key (the
+    addresses and protocol, and the ports, or an ICMP echo's identifier) and host keys."""
     if len(header) < 20:  # only metadata (the queue was just switched): a full frame
         return Packet(packet_id, arrival)
     start = (header[0] & 0x0F) * 4
@@ -166,4 +166,4 @@ def packet_of(packet_id: int, arrival: float, length: int, header: bytes) -> Pac
     elif protocol == ICMP and header[start:start + 1] in (b"\x00", b"\x08"):
         key += header[start + 4:start + 6]
     return Packet(packet_id, arrival, length + ETHERNET_HEADER, hash(key), ecn.of(header[1]),
-                  ecn.dscp_of(header[1]))
+                  ecn.dscp_of(header[1]), hash(header[12:16]), hash(header[16:20]))

@@ -24,9 +24,9 @@ try() { if "$@" >/dev/null 2>&1; then echo "$PROBE=yes"; else echo "$PROBE=no"; 
 PROBE=tbf try sh -c 'tc qdisc add dev p0 root handle 1: tbf rate 1mbit burst 1600 \
 peakrate 100mbit mtu 2200 limit 1000000 && tc qdisc add dev p0 parent 1:1 pfifo limit 10'
 PROBE=netem try tc qdisc add dev p1 root netem delay 1ms
-PROBE=htb try sh -c 'tc qdisc add dev p1 root handle 1: htb default 1 && tc class add \
-dev p1 parent 1: classid 1:1 htb rate 1mbit && tc filter add dev p1 parent 1: protocol ip \
-prio 1 u32 match ip dsfield 0xb8 0xfc flowid 1:1 && tc qdisc del dev p1 root'
+PROBE=htb try sh -c 'ip link add h0 type veth peer name h1 && tc qdisc add dev h0 root \
+handle 1: htb default 1 && tc class add dev h0 parent 1: classid 1:1 htb rate 1mbit && \
+tc filter add dev h0 parent 1: protocol ip prio 1 u32 match ip dsfield 0xb8 0xfc flowid 1:1'
 
 for qdisc in AQM_QDISCS; do
     PROBE=$qdisc try tc qdisc replace dev p1 root $qdisc

@@ -3,7 +3,8 @@ for the wire, where the kernel's qdisc cannot do it (the own shaper). Each disci
 the published algorithm, following the Linux qdisc of the same name where the two differ
 (the guest compares them): drop-tail, CoDel (RFC 8289), PIE (RFC 8033), and flow queueing
 over either (FQ-CoDel, RFC 8290; FQ-PIE), the DualQ Coupled AQM for L4S (DualPI2, RFC
-9332); and DiffServ classes as routers configure them.
+9332), CAKE (its tins, host and flow isolation and COBALT); and DiffServ classes as routers
+configure them.
 
 Sans-IO: a discipline is given packets and times and answers which to send, drop or mark;
 `bottleneck.py` drives one at the link's rate and the delay line gives the verdicts. A new
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import classes, codel, dualpi2, fifo, fq, pie
+from . import cake, classes, codel, dualpi2, fifo, fq, pie
 from .base import Discipline, Packet, Settings
 
 DISCIPLINES: dict[str, Callable[[Settings], Discipline]] = {
@@ -24,6 +25,7 @@ DISCIPLINES: dict[str, Callable[[Settings], Discipline]] = {
     "fq_codel": fq.make_codel,
     "fq_pie": fq.make_pie,
     "dualpi2": dualpi2.make,
+    "cake": cake.make,
     "classes": classes.make,
 }
 OWN_QDISCS = tuple(DISCIPLINES)

@@ -11,18 +11,23 @@ MTU_BYTES = 1514  # the largest frame a link carries, as the kernel's psched_mtu
 
 class Packet:
     """One queued packet: its queue id, arrival (seconds), frame size (bytes), flow key, ECN
-    field and DSCP. `marked`: the discipline set CE on it."""
+    field and DSCP, and keys of its source and destination hosts (CAKE isolates hosts).
+    `marked`: the discipline set CE on it."""
 
-    __slots__ = ("id", "arrival", "size", "flow", "ecn", "dscp", "marked")
+    __slots__ = ("id", "arrival", "size", "flow", "ecn", "dscp", "source", "destination",
+                 "marked")
 
     def __init__(self, packet_id: int, arrival: float, size: int = MTU_BYTES, flow: int = 0,
-                 ecn: int = NOT_ECT, dscp: int = 0) -> None:
+                 ecn: int = NOT_ECT, dscp: int = 0, source: int = 0,
+                 destination: int = 0) -> None:
         self.id = packet_id
         self.arrival = arrival
         self.size = size
         self.flow = flow
         self.ecn = ecn
         self.dscp = dscp
+        self.source = source
+        self.destination = destination
         self.marked = False
 
     @property
