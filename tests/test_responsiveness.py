@@ -368,3 +368,14 @@ def test_an_interrupted_rpm_run_prints_what_it_measured_and_exits_130(server):
     document = json.loads(out)
     assert document["error"] == "interrupted" and document["intervals"]
     assert "Traceback" not in err
+
+
+@pytest.mark.loopback
+def test_a_one_off_server_exits_after_one_rpm_run():
+    live, port = start_server("-1")
+    try:
+        done = rpm_run(port, "-t", "1")
+        assert done.returncode == 0, done.stderr
+        assert live.process.wait(15) == 0  # the run was its one test
+    finally:
+        live.close()

@@ -54,7 +54,8 @@ class LoadService:
         self._runs: dict[bytes, Run] = {}
         self._lock = threading.Lock()
 
-    def serve(self, conn: socket.socket, initial: bytes, peer: str) -> None:
+    def serve(self, conn: socket.socket, initial: bytes, peer: str) -> bool:
+        """Serve one load connection; True when it was its run's last (the run ended)."""
         data = initial
         size = load.request_size(self.secret)
         began = time.monotonic()
@@ -63,27 +64,27 @@ class LoadService:
                 chunk = conn.recv(size - len(data))
             except BlockingIOError:
                 if self.stopping.is_set() or time.monotonic() - began > REQUEST_SECONDS:
-                    return
+                    return False
                 continue
             if not chunk:
-                return
+                return False
             data += chunk
         try:
             asked = load.parse_request(data, self.secret)
         except ProtocolError as error:
             self.say(f"Load connection from {peer} refused: {error}")
             _send_quietly(conn, load.refusal(str(error)))
-            return
+            return False
         try:
             tcp.set_congestion(conn, asked.congestion)
         except SimpleperfError as error:
             _send_quietly(conn, load.refusal(str(error)))
-            return
+            return False
         run, refusal = self._join(asked)
         if run is None:
             self.say(f"Load connection from {peer} refused: {refusal}")
             _send_quietly(conn, load.refusal(refusal or "refused"))
-            return
+            return False
         try:
             conn.sendall(load.ACCEPT)
             if run.opened == 1:
@@ -94,7 +95,8 @@ class LoadService:
         except (OSError, ProtocolError, _Ended):
             pass  # the client went, or spoke nonsense: its run goes on without it
         finally:
-            self._leave(asked.token)
+            ended = self._leave(asked.token)
+        return ended
 
     def _join(self, asked: load.LoadRequest) -> tuple[Run | None, str | None]:
         with self._lock:
@@ -114,13 +116,16 @@ class LoadService:
             run.opened += 1
             return run, None
 
-    def _leave(self, token: bytes) -> None:
+    def _leave(self, token: bytes) -> bool:
+        """A connection of the run is gone; True when it was the last."""
         with self._lock:
             run = self._runs[token]
             run.connections -= 1
-            if run.connections == 0:
-                del self._runs[token]
-                self.policy.release()
+            if run.connections:
+                return False
+            del self._runs[token]
+            self.policy.release()
+            return True
 
     def limit_reason(self, run: Run, now: float) -> str | None:
         """Why the run must end now (its time, the server's watch), or None."""
