@@ -860,3 +860,25 @@ def test_classes_with_netem_are_an_htb_tree_that_lets_expedited_packets_pass(pai
     after = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
                            capture_output=True, text=True, check=True).stdout
     assert "pfifo 10: parent 1:1 limit 100p" in after and "htb" not in after, after
+
+
+@pytest.mark.own_shaper
+@pytest.mark.timing
+def test_the_own_cake_keeps_a_ping_beside_bulk_flows_near_the_base_rtt(pair_lab):
+    """CAKE in the delay line at 10 Mbit/s with four CUBIC flows filling a 1000-packet
+    buffer: a ping beside them is a sparse flow of its own and waits about a frame, not
+    the bulk flows' queues (drop-tail's would be over a second); the flows share the link
+    within a few percent (its delivered total near the rate)."""
+    pair_lab("--rate", "10M", "--delay", "10ms", "--queue", "1000", "--qdisc", "cake")
+    with server_in_h2() as port:
+        client = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c", "10.0.0.2",
+                                   "-p", port, "-t", "8", "--native", "-P", "4", "-C", "cubic",
+                                   "--no-latency", "-J"], stdout=subprocess.PIPE)
+        time.sleep(2.5)
+        rtts = ping_rtts("h1", "10.0.0.2", 30, 0.1)
+        out, _ = client.communicate(timeout=30)
+    end = json.loads(out)["end"]
+    assert end["sum_received"]["bits_per_second"] >= 0.9 * 10e6 * 1448 / 1514
+    rates = [s["receiver"]["bits_per_second"] for s in end["streams"]]
+    assert max(rates) / min(rates) < 1.3, rates
+    assert len(rtts) >= 28 and statistics.median(rtts) <= 20 + 5, sorted(rtts)
