@@ -11,6 +11,7 @@ import threading
 import time
 
 from ..errors import SimpleperfError
+from ..options import CONNECT_TIMEOUT_SECONDS
 from ..protocol.native import ECHO, ECHO_PROBE, PREFACE_SIZE, UDP_ECHO, echo_probe, preface
 from ..transport import tcp
 
@@ -22,7 +23,9 @@ SECRET_HINT = (" (a server that requires authentication answers only probes made
 
 class EchoProber:
     def __init__(self, host: str, port: int, protocol: str = "tcp",
-                 family: int = socket.AF_UNSPEC, secret: bytes | None = None) -> None:
+                 family: int = socket.AF_UNSPEC, secret: bytes | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT_SECONDS, tos: int = 0,
+                 local: str | None = None) -> None:
         self.protocol = protocol
         self.secret = secret
         self.sent = 0
@@ -30,7 +33,8 @@ class EchoProber:
         self._thread: threading.Thread | None = None
         self.samples_ms: list[float] = []
         if protocol == "tcp":
-            self.sock = tcp.connect(host, port, family=family)
+            self.sock = tcp.connect(host, port, connect_timeout, family=family, local=local,
+                                    tos=tos)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock.sendall(preface(ECHO))
             self._prefix = b""

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..engine.latency import SECRET_HINT, TCP_REPLY_TIMEOUT
+from ..engine.latency import TCP_REPLY_TIMEOUT, EchoProber
 from ..engine.responsiveness import (
     CONNECT,
     FOREIGN,
@@ -48,12 +48,7 @@ def _connecting(address: tuple, family: int, options: ClientOptions,
     """A non-blocking socket whose handshake to `address` has begun (writable once done)."""
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        tcp.set_window(sock, window)
-        tcp.set_congestion(sock, congestion)
-        if options.tos:
-            tcp.set_tos(sock, options.tos)
-        if options.local is not None:
-            tcp.bind_local(sock, options.local)
+        tcp.prepare(sock, window, congestion, tos=options.tos, local=options.local)
         sock.setblocking(False)
         sock.connect_ex(address)
     except BaseException:
@@ -348,35 +343,23 @@ class ProbeLoop:
 
 
 def idle_probe(options: ClientOptions) -> tuple[tuple[float, float], tuple, int]:
-    """A foreign probe before any load, blocking: the server answers (or one line says
-    why not), its idle times, and the address every later probe connects to."""
+    """A foreign probe before any load, blocking (the echo prober's one round trip): the
+    server answers (or one line says why not), its idle times, and the address every later
+    probe connects to."""
     began = time.monotonic_ns()
-    sock = tcp.connect(options.host, options.port, options.connect_timeout, None, None,
-                       options.family, options.local, tos=options.tos)
+    prober = EchoProber(options.host, options.port, "tcp", options.family, options.secret,
+                        options.connect_timeout, options.tos, options.local)
+    connected = time.monotonic_ns()
     try:
-        connected = time.monotonic_ns()
-        address, family = sock.getpeername(), sock.family
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        message = echo_probe(0, connected, options.secret)
-        sock.settimeout(ECHO_SECONDS)
-        sock.sendall(preface(ECHO) + message)
-        received = b""
-        while len(received) < len(message):
-            chunk = sock.recv(len(message) - len(received))
-            if not chunk:
-                raise SimpleperfError("the server closed the probe's connection"
-                                      + ("" if options.secret else SECRET_HINT))
-            received += chunk
-        answered = time.monotonic_ns()
-    except TimeoutError:
-        raise SimpleperfError(f"no echo from the server within {ECHO_SECONDS:g} s"
-                              + ("" if options.secret else SECRET_HINT)) from None
+        address, family = prober.sock.getpeername(), prober.sock.family
+        answered = prober.probe()
     except OSError as error:
         raise SimpleperfError(f"a probe's connection failed: {error.strerror or error}"
                               ) from None
     finally:
-        sock.close()
-    return ((connected - began) / 1e6, (answered - connected) / 1e6), address, family
+        prober.close()
+    assert answered is not None  # TCP: an answer, or SimpleperfError
+    return ((connected - began) / 1e6, answered), address, family
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:

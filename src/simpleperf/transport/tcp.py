@@ -163,14 +163,7 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
         try:
-            set_window(sock, window)
-            set_congestion(sock, congestion)
-            if mss is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
-            if tos:
-                set_tos(sock, tos)
-            if local is not None or local_port:
-                bind_local(sock, local, local_port)
+            prepare(sock, window, congestion, mss, tos, local, local_port)
             sock.settimeout(timeout)
             sock.connect(address)
         except SimpleperfError:
@@ -192,6 +185,21 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
         reason = f"no answer within {timeout:g} s"
     raise SimpleperfError(f"cannot connect to {host} port {port}: "
                           f"{reason or last_error.strerror or last_error}")
+
+
+def prepare(sock: socket.socket, window: int | None = None, congestion: str | None = None,
+            mss: int | None = None, tos: int = 0, local: str | None = None,
+            local_port: int = 0) -> None:
+    """What a client socket is given before its handshake: window, congestion control,
+    MSS, the TOS byte (from its SYN on) and our end's address and port."""
+    set_window(sock, window)
+    set_congestion(sock, congestion)
+    if mss is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+    if tos:
+        set_tos(sock, tos)
+    if local is not None or local_port:
+        bind_local(sock, local, local_port)
 
 
 def bind_local(sock: socket.socket, local: str | None, port: int = 0) -> None:

@@ -210,9 +210,13 @@ class Cake(Discipline):
 
     # Enqueue --------------------------------------------------------------------------
 
+    def _tag(self, key: int) -> int:
+        """A flow's or a host's 32-bit tag, perturbed as the kernel's hash is."""
+        return hash((key, self.salt)) & 0xFFFFFFFF
+
     def _classify(self, tin: Tin, packet: Packet) -> Flow:
         """The packet's flow queue, placed set-associatively, and its hosts' slots."""
-        wanted = hash((packet.flow, self.salt)) & 0xFFFFFFFF
+        wanted = self._tag(packet.flow)
         slot = _place(tin.tags, wanted, lambda s: tin.flows.get(s, None) is not None
                       and tin.flows[s].set != NONE)
         flow = tin.flow(slot)
@@ -220,14 +224,13 @@ class Cake(Discipline):
             if flow.set == BULK_SET:  # a collision takes over a busy queue
                 tin.count_bulk(flow, -1)
             tin.tags[slot] = wanted
-            flow.source = _place(tin.source_tags, hash((packet.source, self.salt)) &
-                                 0xFFFFFFFF, lambda s: tin.source_bulk.get(s, 0) > 0)
-            flow.destination = _place(tin.destination_tags, hash((packet.destination,
-                                      self.salt)) & 0xFFFFFFFF,
+            source, destination = self._tag(packet.source), self._tag(packet.destination)
+            flow.source = _place(tin.source_tags, source,
+                                 lambda s: tin.source_bulk.get(s, 0) > 0)
+            flow.destination = _place(tin.destination_tags, destination,
                                       lambda s: tin.destination_bulk.get(s, 0) > 0)
-            tin.source_tags[flow.source] = hash((packet.source, self.salt)) & 0xFFFFFFFF
-            tin.destination_tags[flow.destination] = \
-                hash((packet.destination, self.salt)) & 0xFFFFFFFF
+            tin.source_tags[flow.source] = source
+            tin.destination_tags[flow.destination] = destination
             if flow.set == BULK_SET:
                 tin.count_bulk(flow, 1)
         return flow
