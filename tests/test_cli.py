@@ -66,6 +66,11 @@ BAD_INVOCATIONS = [
     (["-s", "--max-parallel", "500"], "--max-parallel"),
     (["-s", "--max-duration", "-1"], "--max-duration"),
     (["-s", "--auth-secret-file", "/nonexistent/secret"], "--auth-secret-file"),
+    (["-s", "--auth-secret-file", "/dev/zero"], "--auth-secret-file"),  # read, but bounded
+    (["-s", "--allow-classic"], "--allow-classic"),
+    (["-s", "-F", "/tmp"], "-F/--file"),  # a directory
+    (["-s", "-F", "/nonexistent/folder/file"], "-F/--file"),  # no secret to allow them despite
+    (["-c", "--allow-classic"], "--allow-classic"),
     (["-c", "--max-clients", "3"], "--max-clients"),
     (["-s", "--frobnicate"], "--frobnicate"),
     (["-s", "extra"], "extra"),

@@ -279,3 +279,24 @@ def test_file_sends_its_bytes_and_reverse_writes_what_arrives(server, tmp_path):
     assert missing.returncode == 2 and "not a readable file" in missing.stderr
     parallel = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-F", str(source), "-P", "2")
     assert parallel.returncode == 2 and "one TCP stream" in parallel.stderr
+
+
+def test_a_servers_file_serves_one_test_at_a_time(tmp_path):
+    """A server's -F FILE is written by one test at a time: of two clients at once, one
+    fills it and the other is refused in one line (no bytes of its in the file)."""
+    from helpers import start_server
+
+    kept = tmp_path / "kept.bin"
+    live, port = start_server("-F", str(kept))
+    try:
+        clients = [subprocess.Popen([*SIMPLEPERF, "-c", "127.0.0.1", "-p", str(port),
+                                     "--native", "-t", "2", "-J"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        done = [(client.wait(60), *client.communicate()) for client in clients]
+        served = [json.loads(out) for status, out, _ in done if status == 0]
+        refused = [err for status, _, err in done if status == 1]
+        assert len(served) == 1 and len(refused) == 1, done
+        assert "in use by another test" in refused[0]
+        assert kept.stat().st_size == served[0]["end"]["sum_received"]["bytes"] > 0
+    finally:
+        live.close()

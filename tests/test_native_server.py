@@ -494,3 +494,46 @@ def test_a_trickling_echo_connection_is_ended():
         assert closed is not None and closed < 6
     finally:
         live.close()
+
+
+def test_a_secret_refuses_classic_clients_unless_the_operator_allows_them(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("correct horse battery staple\n")
+    live, port = start_server("--auth-secret-file", str(secret))
+    try:
+        live.wait_for(lambda lines: any("classic clients, which cannot, are refused" in line
+                                        for line in lines))
+        classic = run_simpleperf("-c", "-p", str(port), "-t", "0.5", timeout=30)
+        assert classic.returncode == 1 and "shared secret" in classic.stderr, classic
+        live.wait_for(lambda lines: any("a classic client, and this server has a shared "
+                                        "secret" in line for line in lines))
+        assert not any("Received" in line or "Traceback" in line for line in live.lines)
+    finally:
+        live.close()
+    live, port = start_server("--auth-secret-file", str(secret), "--allow-classic")
+    try:
+        live.wait_for(lambda lines: any("are served anyway" in line for line in lines))
+        classic = run_simpleperf("-c", "-p", str(port), "-t", "0.5", timeout=30)
+        assert classic.returncode == 0, classic
+    finally:
+        live.close()
+
+
+def test_a_proof_that_is_not_hex_is_a_refusal_not_a_traceback(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("correct horse battery staple\n")
+    live, port = start_server("--auth-secret-file", str(secret))
+    try:
+        for proof in ("é", "\ud800", 7, None):
+            with _connect(port) as sock:
+                sock.sendall(native.preface(native.CONTROL) + native.encode({"type": "hello"}))
+                sock.sendall(native.encode({"type": "auth", "proof": proof}))
+                reply = _messages(_read_until_closed(sock, 10))
+            assert reply[0]["type"] == "welcome" and reply[-1]["type"] == "error", proof
+            assert "authentication failed" in reply[-1]["message"], proof
+        ok = run_simpleperf("-c", "-p", str(port), "--native", "-t", "0.5",
+                            "--auth-secret-file", str(secret), timeout=30)
+        assert ok.returncode == 0, ok.stderr
+        assert not any("Traceback" in line or "Error:" in line for line in live.lines)
+    finally:
+        live.close()

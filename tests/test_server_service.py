@@ -168,3 +168,75 @@ def test_pid_file_without_daemon_names_the_foreground_server(tmp_path):
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=10)
     assert server.returncode == 0 and not pidfile.exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real filesystem with no space left: a 64 KiB tmpfs filled to the brim."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+                   check=True)
+    try:
+        filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left"):
+                for _ in range(1000):
+                    os.write(filler, b"x" * 4096)
+        finally:
+            os.close(filler)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_server_whose_log_disk_is_full_serves_on_and_says_so_once(full_disk):
+    """Every kind of client is served as with a log (native, classic, iperf3), and the
+    server says once, on its standard error, that it cannot write its output."""
+    port = free_port()
+    server = subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(port), "--logfile",
+                                            str(full_disk / "server.log")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the banner cannot say when it listens
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        native = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--native", "-t", "0.5",
+                                "-J")
+        assert native.returncode == 0, native.stderr
+        assert json.loads(native.stdout)["end"]["sum_received"]["bytes"] > 0
+        classic = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5")
+        assert classic.returncode == 0 and "incomplete" not in classic.stdout, classic
+        iperf3 = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "1",
+                                 "-J"], capture_output=True, text=True, timeout=30)
+        assert iperf3.returncode == 0, iperf3.stdout
+        assert json.loads(iperf3.stdout)["end"]["sum_received"]["bytes"] > 0
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=10)
+    assert server.returncode == 0, err
+    assert err.count("cannot write the server's output") == 1, err
+    assert "no space left on device" in err and "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("args,where", [([], "/dev/full"), (["--native", "-J"], "/dev/full"),
+                                        (["--native", "--logfile", "/dev/full"], None)])
+def test_a_client_that_cannot_write_its_output_exits_1_with_one_line(args, where):
+    port = free_port()
+    server = subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(port), "-1"],
+                              stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        with open(where or os.devnull, "w") as out:
+            done = subprocess.run(SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "-t",
+                                                "0.5", *args], stdout=out,
+                                  stderr=subprocess.PIPE, text=True, timeout=30)
+    finally:
+        server.wait(10)
+    assert done.returncode == 1
+    assert done.stderr.startswith("simpleperf: error: cannot write the output to ")
+    assert "no space left on device" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -48,6 +48,7 @@ from .options import (
     MAX_RATE_WINDOW,
     MAX_RPM_INTERVAL,
     MAX_RTT_COUNT,
+    MAX_SECRET_BYTES,
     MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
     MAX_WINDOW,
@@ -207,6 +208,9 @@ def _add_server_options(server) -> None:
     server.add_argument("-1", "--one-off", action="store_true",
                         help="serve one test, then exit (as iperf3 -s -1)")
     server.add_argument("--max-parallel", help="streams one test may open")
+    server.add_argument("--allow-classic", action="store_true", help="with a shared secret, "
+                        "serve classic clients anyway (their protocol cannot carry a proof of "
+                        "the secret, so by default they are refused)")
     server.add_argument("--server-bitrate-limit", metavar="RATE[/SECONDS]", help="refuse a "
                         "test that asks more than RATE in all, and end one that runs faster, "
                         f"averaged over SECONDS (default {DEFAULT_RATE_WINDOW:g})")
@@ -278,6 +282,7 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "server_bitrate_limit": "--server-bitrate-limit", "idle_timeout": "--idle-timeout",
                 "daemon": "-D/--daemon", "pidfile": "--pidfile",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
+                "allow_classic": "--allow-classic",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
@@ -341,6 +346,10 @@ def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
 
 
 def _server_options(args: argparse.Namespace) -> ServerOptions:
+    secret = _secret(args.auth_secret_file)
+    if args.allow_classic and secret is None:
+        raise UsageError("--allow-classic serves classic clients despite a shared secret, "
+                         "and there is none (--auth-secret-file or $SIMPLEPERF_SECRET)")
     if args.b is not None and args.bind is not None:
         raise UsageError("-b and --bind both give the listening address: use one")
     if args.bind_address is not None and (args.b or args.bind) is not None:
@@ -360,7 +369,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
                                        high=MAX_TEST_SECONDS),
         max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
         max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
-        secret=_secret(args.auth_secret_file),
+        secret=secret, allow_classic=args.allow_classic,
         idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
                                  int(DEFAULT_IDLE_SECONDS * 1000), 100,
                                  int(MAX_TEST_SECONDS * 1000)) / 1000,
@@ -373,7 +382,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
         logfile=_path("--logfile", args.logfile),
         rate_limit=rate_limit, rate_window=rate_window,
-        affinity=_affinity(args.affinity, server=True)[0], file=_path("-F/--file", args.file),
+        affinity=_affinity(args.affinity, server=True)[0], file=_server_file(args.file),
         idle_timeout=_positive_seconds("--idle-timeout", args.idle_timeout, None,
                                        high=MAX_TEST_SECONDS))
 
@@ -547,6 +556,25 @@ def _path(flag: str, text: str | None) -> str | None:
     return text
 
 
+def _server_file(text: str | None) -> str | None:
+    """A server's -F: a file it can read (to send) or write (to fill), or one it can create;
+    checked at start, not when the first test finds out."""
+    path = _path("-F/--file", text)
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        raise UsageError(f"-F/--file {path}: a directory, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"-F/--file {path}: there is no directory {folder}")
+    if os.path.exists(path) and not os.access(path, os.R_OK) and \
+            not os.access(path, os.W_OK):
+        raise UsageError(f"-F/--file {path}: neither readable nor writable")
+    if not os.path.exists(path) and not os.access(folder, os.W_OK):
+        raise UsageError(f"-F/--file {path}: cannot be created in {folder}")
+    return path
+
+
 def _family(args) -> int:
     if args.ipv4 and args.ipv6:
         raise UsageError("-4/--ipv4 and -6/--ipv6 cannot be used together")
@@ -559,10 +587,14 @@ def _secret(path: str | None) -> bytes | None:
         return value.encode() if value else None
     try:
         with open(path, "rb") as source:
-            secret = source.read().strip()
+            secret = source.read(MAX_SECRET_BYTES + 1)
     except OSError as error:
         raise UsageError(f"--auth-secret-file: cannot read '{path}': "
                          f"{(error.strerror or str(error)).lower()}") from None
+    if len(secret) > MAX_SECRET_BYTES:
+        raise UsageError(f"--auth-secret-file: '{path}' holds more than {MAX_SECRET_BYTES} "
+                         "bytes (a secret is a key, not a document)")
+    secret = secret.strip()
     if not secret:
         raise UsageError(f"--auth-secret-file: '{path}' is empty")
     return secret

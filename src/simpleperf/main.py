@@ -24,30 +24,36 @@ from .errors import (
 from .options import ClientOptions, ServerOptions
 
 
-def _print(line: str) -> None:
-    print(line, flush=True)
-
-
 def _printer(options: ClientOptions | ServerOptions):
-    """_print, with every line of text begun by --timestamps' time and -T's title, in
-    iperf3's order; JSON is left whole."""
+    """The run's output (service.Output), with every line of text begun by --timestamps'
+    time and -T's title, in iperf3's order; JSON is left whole."""
+    server = isinstance(options, ServerOptions)
+    write = service.Output(server, isinstance(options, ServerOptions) and options.daemon,
+                           options.logfile)
     title = getattr(options, "title", None)
     stamp = options.timestamps
     if getattr(options, "json", False) or getattr(options, "json_stream", False) or not (
             title or stamp):
-        return _print
+        return write
     head = f"{title}:  " if title else ""
 
     def out(text: str) -> None:
         prefix = (time.strftime(stamp) if stamp else "") + head
-        _print("\n".join(prefix + line for line in text.split("\n")))
+        write("\n".join(prefix + line for line in text.split("\n")))
 
     return out
 
 
 def _error(message: str) -> None:
-    print(message if message == NO_MODE_MESSAGE else f"simpleperf: error: {message}",
-          file=sys.stderr, flush=True)
+    """One line on standard error (the --logfile's, else the terminal's, if that cannot
+    be written)."""
+    line = message if message == NO_MODE_MESSAGE else f"simpleperf: error: {message}"
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            print(line, file=stream, flush=True)
+            return
+        except (OSError, ValueError, AttributeError):
+            service.discard(stream)
 
 
 def _terminate_as_interrupt(signum, frame):  # SIGTERM ends a run the way Ctrl-C does
@@ -85,8 +91,11 @@ def _run_client(options: ClientOptions) -> None:
 def _json_error(message: str) -> None:
     """With -J a failure is still one JSON document, as iperf3 writes it: scripts read the
     `error` key (and the exit status, which stays non-zero)."""
-    print(json.dumps({"start": {}, "intervals": [], "end": {}, "error": message}, indent=2),
-          flush=True)
+    try:
+        print(json.dumps({"start": {}, "intervals": [], "end": {}, "error": message},
+                         indent=2), flush=True)
+    except OSError:  # the output cannot be written (the line on stderr says why)
+        service.discard(sys.stdout)
 
 
 def _wants_json(argv: list[str]) -> bool:
@@ -109,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     except SimpleperfError as error:  # the log file could not be opened
         _error(str(error))
         return error.exit_status
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):  # said already: nothing more at the interpreter's exit
+            service.discard(sys.stdout)
 
 
 def _run(options: ClientOptions | ServerOptions) -> int:

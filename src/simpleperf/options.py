@@ -60,6 +60,7 @@ MIN_REPORT_INTERVAL = 0.01
 MIN_SERVER_SAMPLE = 0.05
 MAX_SERVER_SAMPLE = 60.0
 MAX_CLIENTS_LIMIT = 100_000
+MAX_SECRET_BYTES = 4096  # --auth-secret-file: a key, not a document
 # Open connections a server keeps at once, in all and from one address: a thread each. One
 # test may open 2 x 128 streams, a control and an echo connection from one address.
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -139,6 +140,7 @@ class ServerOptions:
     max_clients: int | None = None
     max_parallel: int | None = None
     secret: bytes | None = None
+    allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST

@@ -40,7 +40,7 @@ class Refuser:
         self._thread.start()
 
     def refuse(self, conn: socket.socket, peer: str, reason: str) -> None:
-        self._log(peer, reason)
+        self.note(peer, reason)
         with self._lock:
             if len(self._pending) >= MAX_PENDING:
                 conn.close()  # no room even to say why: the client sees a closed connection
@@ -49,7 +49,8 @@ class Refuser:
             self._pending[conn] = (time.monotonic() + ANSWER_SECONDS, b"", reason)
         self._wake.set()
 
-    def _log(self, peer: str, reason: str) -> None:
+    def note(self, peer: str, reason: str) -> None:
+        """Log a refusal (at most one line a second, with the count since)."""
         self._refused += 1
         now = time.monotonic()
         if now - self._last_log >= LOG_EVERY_SECONDS:

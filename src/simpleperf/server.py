@@ -29,6 +29,8 @@ from .transport import tcp
 from .udp_port import UdpPort
 
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
+CLASSIC_REFUSED = ("a classic client, and this server has a shared secret the classic "
+                   "protocol cannot prove (--allow-classic serves them)")
 
 
 class Server:
@@ -71,6 +73,10 @@ class Server:
         self.refuser.start()
         self.udp_port.start()  # before the banner: a server that says it listens, does
         self.say(table.server_banner(self.options.port))
+        if self.options.secret is not None:
+            self.say("Clients must prove the shared secret; classic clients, which cannot, "
+                     + ("are served anyway (--allow-classic)" if self.options.allow_classic
+                        else "are refused (--allow-classic serves them)"))
         try:
             while not self._stopping.is_set():
                 try:
@@ -134,6 +140,8 @@ class Server:
             elif protocol == IPERF3:
                 a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
                 keep_open = self.iperf3.serve(conn, peer, prefix, index)
+            elif self.options.secret is not None and not self.options.allow_classic:
+                self.refuser.note(peer, CLASSIC_REFUSED)  # and closed below: no words for it
             else:
                 a_test = True
                 self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))

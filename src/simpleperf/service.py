@@ -18,6 +18,57 @@ from .errors import EXIT_FAILURE, EXIT_OK, SimpleperfError
 READY = b"ready\n"  # what the daemon tells the command that started it; else its error
 
 
+class Output:
+    """Where a run's lines go (standard output, or the --logfile it was pointed to). A
+    client that cannot write them (a full disk, /dev/full) ends with one line; a server
+    goes on serving, says once on its standard error (the system log once in the
+    background) that its output is lost, and writes no more."""
+
+    def __init__(self, server: bool, detached: bool, logfile: str | None) -> None:
+        self.server, self.detached = server, detached
+        self.where = f"--logfile {logfile}" if logfile else "standard output"
+        self.lost = False
+
+    def __call__(self, line: str) -> None:
+        if self.lost:
+            return
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:
+            if self.server:
+                self._lose(None)
+            else:
+                raise  # a reader that went away (| head): the client's run ends quietly
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+            if not self.server:
+                raise SimpleperfError(f"cannot write the output to {self.where}: "
+                                      f"{reason}") from None
+            self._lose(reason)
+
+    def _lose(self, reason: str | None) -> None:
+        self.lost = True
+        discard(sys.stdout)
+        said = (f"simpleperf: cannot write the server's output to {self.where}"
+                + (f": {reason}" if reason else "") + "; serving on without it")
+        if self.detached:
+            import syslog
+
+            syslog.syslog(syslog.LOG_ERR, said)
+        else:
+            with suppress(OSError, ValueError):
+                print(said, file=sys.__stderr__, flush=True)
+
+
+def discard(stream) -> None:
+    """What `stream` still holds, and whatever is written to it from now on, goes to
+    /dev/null (its descriptor now points there), so no later flush fails again."""
+    with suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+
+
 @contextmanager
 def output_to(logfile: str | None) -> Iterator[None]:
     """Everything printed, errors too, appended to `logfile` (line by line) meanwhile."""
@@ -29,8 +80,12 @@ def output_to(logfile: str | None) -> Iterator[None]:
     except OSError as error:
         raise SimpleperfError(f"cannot open --logfile {logfile}: "
                               f"{error.strerror or error}") from None
-    with log, redirect_stdout(log), redirect_stderr(log):
-        yield
+    try:
+        with redirect_stdout(log), redirect_stderr(log):
+            yield
+    finally:
+        with suppress(OSError):  # what a full disk would not take was said when it failed
+            log.close()
 
 
 @contextmanager

@@ -8,6 +8,7 @@ acknowledgement arrives.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -28,6 +29,7 @@ from ..transport import buffers, compiled, tcp, tcpinfo
 PROBE = bytes(iperf3.COOKIE_SIZE)
 # How long an answer to it is awaited: an iperf3 server answers within a round trip.
 PROBE_WAIT_MIN = 0.005
+REFUSED_AT_ONCE_SECONDS = 1.0  # a connection closed this soon was refused, not lost
 PROBE_WAIT_RTTS = 2
 
 
@@ -196,6 +198,10 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
         if not stop.is_set():
             stream.error = f"connection {stream.local} to the server failed: " + (
                 error.strerror or str(error)).lower()
+            if error.errno in (errno.EPIPE, errno.ECONNRESET) and \
+                    time.monotonic() - start < REFUSED_AT_ONCE_SECONDS:
+                stream.error += (" at once (a simpleperf server with a shared secret closes "
+                                 "classic clients: --native --auth-secret-file FILE)")
     finally:
         if stream.sending_ended is None:
             stream.sending_ended = time.monotonic()

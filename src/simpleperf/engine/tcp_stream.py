@@ -222,14 +222,30 @@ def attach_file(streams: list[Stream], path: str | None) -> None:
                               ) from None
 
 
+# A server's -F file and the test using it: one at a time, or one test's bytes would
+# overwrite another's (or be sent while another writes them).
+_server_files: dict[str, int] = {}  # path -> id() of the test's open file
+_server_files_lock = threading.Lock()
+
+
 def attach_server_file(path: str | None, protocol: str, streams: list[Stream]) -> None:
     """A server's -F: a one-stream TCP test's stream sends the file, or fills it (as
-    iperf3's server does); tests of more streams, or UDP, run as without it."""
-    if path is not None and protocol == "tcp" and len(streams) == 1:
+    iperf3's server does); tests of more streams, or UDP, run as without it. A test that
+    finds another using the file is refused."""
+    if path is None or protocol != "tcp" or len(streams) != 1:
+        return
+    with _server_files_lock:
+        if path in _server_files:
+            raise SimpleperfError(f"the server's -F/--file {path} is in use by another test "
+                                  "(one at a time)")
         attach_file(streams, path)
+        _server_files[path] = id(streams[0].file)
 
 
 def close_files(streams: list[Stream]) -> None:
     for stream in streams:
         if stream.file is not None:
+            with _server_files_lock:
+                if _server_files.get(stream.file.name) == id(stream.file):
+                    del _server_files[stream.file.name]
             stream.file.close()

@@ -111,8 +111,8 @@ class Auth(Event):
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Auth:
-        proof = message.get("proof")
-        return cls(proof if isinstance(proof, str) else "")
+        proof = message.get("proof")  # hex digits: anything else is no proof at all
+        return cls(proof if isinstance(proof, str) and proof.isascii() else "")
 
 
 @dataclass(frozen=True)
