@@ -1,19 +1,29 @@
 #!/usr/bin/env python3
-"""A server with default limits under hostile load on 127.0.0.1: 1,000 idle connections
-(from 127.0.0.2) and 100 trickling ones (a byte every 5 s, from 127.0.0.3), while a real
-client (127.0.0.1) runs tests throughout. Prints the server's threads, descriptors and
-memory before, during and after, and whether every real test was served.
+"""A server with default limits under hostile load on 127.0.0.1, while a real client
+(127.0.0.1) runs tests throughout; each attack prints the server's figures and whether
+every real test was served:
 
-    python3 bench/hostile.py [--idle 1000] [--trickle 100] [--seconds 20]
+  - connections: 1,000 idle connections (from 127.0.0.2) and 100 trickling ones (a byte
+    every 5 s, from 127.0.0.3): threads, descriptors and memory before, during and after;
+  - memory: clients asking for the largest buffers (-R -P 16 -l 64M, 1 GB a test, and
+    -R -P 2 -l 64M, 128 MB, four at once) against the default --memory-budget: tests
+    refused, and the server's peak resident memory (VmHWM) beside the budget;
+  - log disk (root: a tmpfs): the server's --logfile on a full filesystem: tests served,
+    and what the server said on its standard error.
+
+    python3 bench/hostile.py [--attack connections,memory,logdisk] [--idle 1000]
+                             [--trickle 100] [--seconds 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -52,13 +62,109 @@ def trickle(sockets: list[socket.socket], stop: threading.Event, every: float) -
                 sockets.remove(sock)
 
 
+def real_tests(port: int, seconds: float) -> tuple[int, int]:
+    """A real client's 2 s tests, one after another for `seconds`: (served, failed)."""
+    served = failed = 0
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        done = subprocess.run(SIMPLEPERF + ["-c", "-p", str(port), "--native", "-t", "2",
+                                            "--no-latency"],
+                              capture_output=True, text=True, timeout=60)
+        served += done.returncode == 0
+        failed += done.returncode != 0
+    return served, failed
+
+
+def wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+
+
+def memory_attack(args: argparse.Namespace) -> bool:
+    from simpleperf.options import DEFAULT_MEMORY_BUDGET
+
+    server = subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    attackers: list[subprocess.Popen] = []
+    try:
+        wait_listening(args.port)
+        asks = [["-P", "16"]] * 2 + [["-P", "2"]] * 4
+        attackers = [subprocess.Popen(SIMPLEPERF + ["-c", "-p", str(args.port), "--native",
+                                                    "-R", "-l", "64M", "-t", "10", *ask,
+                                                    "--no-latency"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True) for ask in asks]
+        served, failed = real_tests(args.port, args.seconds)
+        refused = sum("refused" in attacker.communicate(timeout=60)[1]
+                      for attacker in attackers)
+        with open(f"/proc/{server.pid}/status") as status:
+            fields = dict(line.split(":", 1) for line in status)
+        peak = int(fields["VmHWM"].split()[0]) * 1024
+        print(f"memory attack: {refused} of {len(asks)} greedy tests refused; server peak "
+              f"resident memory {peak / 1e6:.0f} MB against a budget of "
+              f"{DEFAULT_MEMORY_BUDGET / 1e6:.0f} MB ({peak / DEFAULT_MEMORY_BUDGET:.2f} x)")
+        print(f"real client: {served} tests served, {failed} failed")
+        return peak <= DEFAULT_MEMORY_BUDGET and failed == 0 and served > 0
+    finally:
+        for attacker in attackers:
+            if attacker.poll() is None:
+                attacker.kill()
+                attacker.wait(10)
+        server.terminate()
+        server.wait(10)
+
+
+def log_disk(args: argparse.Namespace) -> bool:
+    folder = tempfile.mkdtemp()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", folder], check=True)
+    server = None
+    try:
+        filler = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(filler, b"x" * 4096)
+        os.close(filler)
+        server = subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port), "--logfile",
+                                                os.path.join(folder, "server.log")],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wait_listening(args.port)
+        served, failed = real_tests(args.port, min(args.seconds, 10))
+        server.terminate()
+        said = server.communicate(timeout=10)[1].strip().splitlines()
+        print(f"log disk full: real client {served} tests served, {failed} failed; the "
+              f"server said {len(said)} line(s): {said[0] if said else '-'}")
+        return failed == 0 and served > 0 and len(said) == 1
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait(10)
+        subprocess.run(["umount", folder], check=False)
+        os.rmdir(folder)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--attack", default="connections,memory,logdisk")
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--trickle", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--port", type=int, default=15501)
     args = parser.parse_args()
+    attacks = {"connections": connections_attack, "memory": memory_attack,
+               "logdisk": log_disk}
+    chosen = args.attack.split(",")
+    if any(name not in attacks for name in chosen):
+        print(f"hostile: the attacks are {', '.join(attacks)}", file=sys.stderr)
+        return 2
+    results = [attacks[name](args) for name in chosen]
+    return 0 if all(results) else 1
+
+
+def connections_attack(args: argparse.Namespace) -> bool:
     server = subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stop = threading.Event()
@@ -71,24 +177,15 @@ def main() -> int:
         trickling = open_connections(args.port, args.trickle, "127.0.0.3")
         threading.Thread(target=trickle, args=(trickling, stop, 5.0), daemon=True).start()
         print(f"opened {len(idle)} idle and {len(trickling)} trickling connections")
-        served = failed = 0
-        peak = ""
-        ends = time.monotonic() + args.seconds
-        while time.monotonic() < ends:
-            done = subprocess.run(SIMPLEPERF + ["-c", "-p", str(args.port), "--native", "-t",
-                                                "2", "--no-latency"],
-                                  capture_output=True, text=True, timeout=60)
-            served += done.returncode == 0
-            failed += done.returncode != 0
-            peak = process_figures(server.pid)
-        print(f"during: {peak}")
+        served, failed = real_tests(args.port, args.seconds)
+        print(f"during: {process_figures(server.pid)}")
         print(f"real client: {served} tests served, {failed} failed")
         stop.set()
         for sock in idle + trickling:
             sock.close()
         time.sleep(2.0)
         print(f"after:  {process_figures(server.pid)}")
-        return 0 if failed == 0 and served > 0 else 1
+        return failed == 0 and served > 0
     finally:
         stop.set()
         for sock in idle + trickling:

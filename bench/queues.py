@@ -107,6 +107,8 @@ def load(seconds: float, flows: int = 1, ecn: bool = False, ping_every: float = 
     rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", pings)]
     sent, received = counters("h1"), counters("h2")
     document = json.loads(out)
+    if document.get("error"):
+        raise LoadFailed(document["error"])
     return {"goodput": document["end"]["sum_received"]["bits_per_second"],
             "rtts": rtts, "flow_rtts": [stream["rtt"] / 1e3 for interval in
                                         document["intervals"] if interval["sum"]["start"]
@@ -114,6 +116,10 @@ def load(seconds: float, flows: int = 1, ecn: bool = False, ping_every: float = 
                                         if "rtt" in stream],
             "ce": received.get("IpExtInCEPkts", 0),
             "retransmitted": sent.get("TcpRetransSegs", 0)}
+
+
+class LoadFailed(Exception):
+    """The load's client ended with an error (its JSON document's)."""
 
 
 def sending(port: str, seconds: float = 60.0) -> float:
@@ -314,8 +320,14 @@ def kernel_checks(seconds: float) -> None:
             up(shaper, qdisc=qdisc, rate=KERNEL_RATE, delay="10ms", queue=1000)
             idle = median([float(m) for m in re.findall(r"time=([\d.]+) ms", in_node(
                 "h1", "ping", "-n", "-c", "20", "-i", "0.1", "10.0.0.2").stdout)])
-            runs[shaper] = {**load(seconds * 1.5, flows=flows), "idle": idle}
-            lifecycle.down("pair")
+            try:
+                runs[shaper] = {**load(seconds * 1.5, flows=flows), "idle": idle}
+            except LoadFailed as error:
+                report(f"{qdisc} ({shaper}): the load", f"failed: {error}", "runs", False)
+            finally:
+                lifecycle.down("pair")
+        if len(runs) < 2:
+            continue
         for what, key, judged in (("the flows' queue delay", "flow_rtts", True),
                                   ("the ping's queue delay", "rtts", False)):
             delays = {shaper: median(run[key]) - run["idle"] for shaper, run in runs.items()}

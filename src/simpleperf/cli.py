@@ -27,6 +27,7 @@ from .options import (
     DEFAULT_LOSS_THRESHOLD,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
+    DEFAULT_MEMORY_BUDGET,
     DEFAULT_PORT,
     DEFAULT_RATE_WINDOW,
     DEFAULT_RPM_INTERVAL,
@@ -39,6 +40,7 @@ from .options import (
     MAX_CLIENTS_LIMIT,
     MAX_CPU,
     MAX_LENGTH,
+    MAX_MEMORY_BUDGET,
     MAX_MSS,
     MAX_NUM_BYTES,
     MAX_OMIT,
@@ -53,6 +55,7 @@ from .options import (
     MAX_UDP_LENGTH,
     MAX_WINDOW,
     MIN_LENGTH,
+    MIN_MEMORY_BUDGET,
     MIN_MSS,
     MIN_PORT,
     MIN_RATE_WINDOW,
@@ -224,6 +227,10 @@ def _add_server_options(server) -> None:
                         f"(default {DEFAULT_MAX_CONNECTIONS})")
     server.add_argument("--max-connections-per-host", help="connections open at once from "
                         f"one address (default {DEFAULT_MAX_CONNECTIONS_PER_HOST})")
+    server.add_argument("--memory-budget", metavar="SIZE", help="what the buffers of all "
+                        "running tests may take together (a stream holds one of its test's "
+                        "length); a test that does not fit is refused (default "
+                        f"{DEFAULT_MEMORY_BUDGET // 10**6}MB)")
 
 
 def _add_native_options(native) -> None:
@@ -284,7 +291,8 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
                 "allow_classic": "--allow-classic",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
-                "max_connections_per_host": "--max-connections-per-host"}
+                "max_connections_per_host": "--max-connections-per-host",
+                "memory_budget": "--memory-budget"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
                 "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
@@ -378,6 +386,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         max_connections_per_host=_int_in_range(
             "--max-connections-per-host", args.max_connections_per_host,
             DEFAULT_MAX_CONNECTIONS_PER_HOST, 1, MAX_CLIENTS_LIMIT),
+        memory_budget=_memory_budget(args.memory_budget),
         one_off=args.one_off, timestamps=_free_text("--timestamps", args.timestamps),
         json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
         logfile=_path("--logfile", args.logfile),
@@ -719,6 +728,19 @@ def _length(text: str | None, default: int) -> int:
         value = 0
     if not MIN_LENGTH <= value <= MAX_LENGTH:
         raise UsageError(f"-l/--len must be a size from 1B to 64MB (e.g. 128K), not '{text}'")
+    return value
+
+
+def _memory_budget(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_MEMORY_BUDGET
+    try:
+        value = parse_size(text)
+    except ValueError:
+        value = 0
+    if not MIN_MEMORY_BUDGET <= value <= MAX_MEMORY_BUDGET:
+        raise UsageError(f"--memory-budget must be a size from 1MB to 1000GB (e.g. 512MB), "
+                         f"not '{text}'")
     return value
 
 

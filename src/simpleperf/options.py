@@ -61,6 +61,15 @@ MIN_SERVER_SAMPLE = 0.05
 MAX_SERVER_SAMPLE = 60.0
 MAX_CLIENTS_LIMIT = 100_000
 MAX_SECRET_BYTES = 4096  # --auth-secret-file: a key, not a document
+# --memory-budget: what the buffers of all the tests a server runs at once may take (a
+# stream holds one buffer of the test's length: 128 streams of 64 MB would be 8 GB). The
+# default fits a small machine and every test of iperf3's defaults (-P 128 x 128 KB) many
+# times over.
+DEFAULT_MEMORY_BUDGET = 256_000_000  # bytes (sizes are decimal here, as -l's)
+MIN_MEMORY_BUDGET = 1_000_000
+MAX_MEMORY_BUDGET = 10**12
+SMALL_TEST_BYTES = 32_000_000  # a test with more buffers than this is a large one ...
+LARGE_SHARE = 0.75  # ... and large ones together may hold this much of the budget
 # Open connections a server keeps at once, in all and from one address: a thread each. One
 # test may open 2 x 128 streams, a control and an echo connection from one address.
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -143,6 +152,7 @@ class ServerOptions:
     allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    memory_budget: int = DEFAULT_MEMORY_BUDGET  # bytes of test buffers at once
     max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
     one_off: bool = False  # -1: serve one test, then exit
     timestamps: str | None = None  # --timestamps: strftime format before every line

@@ -1,6 +1,7 @@
-"""What a server allows: its limits on a test (--max-parallel, --max-duration, UDP) and how
-many tests run at once (--max-clients), native and iperf3 tests alike. The drivers ask here
-and only phrase the answer in their protocol."""
+"""What a server allows: its limits on a test (--max-parallel, --max-duration, UDP), how
+many tests run at once (--max-clients) and what their buffers take together
+(--memory-budget), native and iperf3 tests alike. The drivers ask here and only phrase the
+answer in their protocol."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .engine.measurement import cpus
-from .options import MIN_RATE_WINDOW, ServerOptions
+from .options import LARGE_SHARE, MIN_RATE_WINDOW, SMALL_TEST_BYTES, ServerOptions
 from .units import format_rate
 
 
@@ -23,6 +24,7 @@ class Limit(Enum):
     RATE = "rate"
     CPU = "cpu"
     IDLE = "idle"
+    MEMORY = "memory"
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,51 @@ class TestSlots:
             self.running -= 1
 
 
+class MemoryBudget:
+    """Bytes of buffers the running tests hold, against --memory-budget. Large tests (more
+    than SMALL_TEST_BYTES) may hold at most LARGE_SHARE of it together: the rest stays for
+    ordinary tests, so a few clients asking for the largest buffers cannot keep everyone
+    else out."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self.held_large = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        large = size > SMALL_TEST_BYTES
+        with self._lock:
+            if self.held + size > self.budget or (
+                    large and self.held_large + size > self.budget * LARGE_SHARE):
+                return False
+            self.held += size
+            self.held_large += size if large else 0
+            return True
+
+    def give_back(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
+            self.held_large -= size if size > SMALL_TEST_BYTES else 0
+
+    def free_for(self, size: int) -> int:
+        """What a test of `size` could have now."""
+        free = self.budget - self.held
+        if size > SMALL_TEST_BYTES:
+            free = min(free, int(self.budget * LARGE_SHARE) - self.held_large)
+        return max(free, 0)
+
+
+def buffer_bytes(streams: int, length: int) -> int:
+    """What a test's buffers take: one of the test's length a stream."""
+    return streams * length
+
+
 class ServerPolicy:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.slots = TestSlots(options.max_clients)
+        self.memory = MemoryBudget(options.memory_budget)
         self.udp_available = True  # until the server finds it cannot open its UDP port
         self.connections: dict[str, int] = {}  # open connections by the peer's address
         self._lock = threading.Lock()
@@ -125,20 +168,40 @@ class ServerPolicy:
         return None
 
     def admit(self, protocol: str, parallel: int, duration: float | None,
-              omit: float, total_rate: float = 0.0, cpu: int | None = None
-              ) -> Refusal | None:
-        """refusal(), and if allowed, a slot taken (give it back with release())."""
+              omit: float, total_rate: float = 0.0, cpu: int | None = None,
+              memory: int = 0) -> Refusal | None:
+        """refusal(), and if allowed, a slot taken and `memory` bytes of the budget (give
+        both back with release(memory))."""
         refusal = self.refusal(protocol, parallel, duration, omit, total_rate, cpu)
         if refusal is not None:
             return refusal
+        budget = self.memory.budget
+        if memory > budget:
+            return Refusal(Limit.MEMORY, f"the test's buffers would take {_megabytes(memory)}"
+                           f", more than this server's {_megabytes(budget)} "
+                           "(--memory-budget)")
         if not self.slots.acquire():
             return Refusal(Limit.BUSY, f"the server is busy: {self.slots.running} tests "
                            f"running, at most {self.options.max_clients} at once "
                            "(--max-clients)")
+        if not self.memory.take(memory):
+            self.slots.release()
+            return Refusal(Limit.MEMORY, f"the server is busy: the test's buffers would take "
+                           f"{_megabytes(memory)}, and the running tests leave "
+                           f"{_megabytes(self.memory.free_for(memory))} for it of its "
+                           f"{_megabytes(budget)} (--memory-budget"
+                           + (f"; tests over {_megabytes(SMALL_TEST_BYTES)} share "
+                              f"{LARGE_SHARE:.0%} of it)" if memory > SMALL_TEST_BYTES
+                              else ")"))
         return None
 
-    def release(self) -> None:
+    def release(self, memory: int = 0) -> None:
+        self.memory.give_back(memory)
         self.slots.release()
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 class TestWatch:

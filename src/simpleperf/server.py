@@ -142,11 +142,17 @@ class Server:
                 keep_open = self.iperf3.serve(conn, peer, prefix, index)
             elif self.options.secret is not None and not self.options.allow_classic:
                 self.refuser.note(peer, CLASSIC_REFUSED)  # and closed below: no words for it
+            elif not self.policy.memory.take(self.options.length):
+                self.refuser.note(peer, "a classic client, and its read buffer would pass "
+                                  "the --memory-budget")
             else:
                 a_test = True
                 self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
-                result = classic_server.receive(conn, peer, accepted, prefix,
-                                                self.options, self._stopping)
+                try:
+                    result = classic_server.receive(conn, peer, accepted, prefix,
+                                                    self.options, self._stopping)
+                finally:
+                    self.policy.memory.give_back(self.options.length)
                 self.say(table.header("Received"),
                          table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
                                    self.options.unit,

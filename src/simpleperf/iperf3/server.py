@@ -4,6 +4,7 @@ own server takes one), measured by the same stream threads and Measurement as na
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import threading
 import time
@@ -16,7 +17,7 @@ from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
 from ..options import ServerOptions, test_deadline
-from ..policy import Limit, ServerPolicy, TestWatch
+from ..policy import Limit, ServerPolicy, TestWatch, buffer_bytes
 from ..protocol import iperf3
 from ..report import native as table
 from ..report import server_json
@@ -162,7 +163,7 @@ class Iperf3Service:
                     for _, sock in test.tcp_arrivals + test.udp_arrivals:
                         sock.close()
             if admitted:
-                self.policy.release()
+                self.policy.release(buffer_bytes(params.stream_count(), params.length))
 
     def _parameters(self, control: Iperf3Control) -> iperf3.Parameters:
         control.conn.sendall(iperf3.state(iperf3.PARAM_EXCHANGE))
@@ -180,11 +181,14 @@ class Iperf3Service:
                     f"option '{params.refused_option}' is not supported")
         refusal = self.policy.admit(params.protocol, params.parallel, params.timed_duration,
                                     params.omit, params.rate * params.stream_count(),
-                                    params.server_affinity)
+                                    params.server_affinity,
+                                    buffer_bytes(params.stream_count(), params.length))
         if refusal is None:
             return None, ""
         if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
             return iperf3.state(iperf3.ACCESS_DENIED), str(refusal)
+        if refusal.limit is Limit.MEMORY:  # "unable to create a new test: Cannot allocate ..."
+            return iperf3.server_error(iperf3.IENEWTEST, errno.ENOMEM), str(refusal)
         return iperf3.server_error(REFUSAL_ERRORS[refusal.limit]), str(refusal)
 
     def _await_streams(self, control: Iperf3Control, test: _Iperf3Test) -> list[Stream]:

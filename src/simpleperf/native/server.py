@@ -20,7 +20,7 @@ from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import PeerGone, PeerRefused, ProtocolError, SimpleperfError
 from ..options import ServerOptions
-from ..policy import ServerPolicy
+from ..policy import ServerPolicy, buffer_bytes
 from ..protocol.events import Accepted, Auth, Authenticated, Error, Hello, Start, Test, Welcome
 from ..protocol.exchange import Role
 from ..protocol.native import (
@@ -152,12 +152,15 @@ class NativeService:
         try:
             channel.feed(initial)
             spec, udp_key = self._handshake(channel)
-            token = os.urandom(TOKEN_SIZE)
-            pending = PendingTest(spec, peer, udp_key)
-            with self._lock:
-                self._tests[token] = pending
-            channel.send(Accepted(token))
-            self._run(channel, pending, peer)
+            try:
+                token = os.urandom(TOKEN_SIZE)
+                pending = PendingTest(spec, peer, udp_key)
+                with self._lock:
+                    self._tests[token] = pending
+                channel.send(Accepted(token))
+                self._run(channel, pending, peer)
+            finally:
+                self.policy.release(_memory(spec))
         except _Refusal as refusal:
             _tell(channel, str(refusal))
             self._failed(peer, f"Refused {peer}: {refusal}", f"refused: {refusal}")
@@ -203,17 +206,18 @@ class NativeService:
             raise _Refusal(f"with a shared secret, UDP datagrams need at least "
                            f"{AUTH_DATAGRAM_HEADER.size} bytes")
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit,
-                                    spec.rate * spec.stream_count(), spec.affinity)
+                                    spec.rate * spec.stream_count(), spec.affinity,
+                                    _memory(spec))
         if refusal is not None:
             raise _Refusal(str(refusal))
         return spec, udp_key
 
     def _run(self, channel: ControlChannel, pending: PendingTest, peer: str) -> None:
+        _await_streams(channel, pending)
+        streams = _ready(pending)
+        self.port.settled([stream.sock for stream in streams])
+        tcp_stream.attach_server_file(self.options.file, pending.spec.protocol, streams)
         try:
-            _await_streams(channel, pending)
-            streams = _ready(pending)
-            self.port.settled([stream.sock for stream in streams])
-            tcp_stream.attach_server_file(self.options.file, pending.spec.protocol, streams)
             measurement = Measurement(pending.spec, streams, pending.spec.sample,
                                       cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
@@ -226,18 +230,21 @@ class NativeService:
                 _await_bye(channel)
             finally:
                 measurement.close()
-                tcp_stream.close_files(streams)
-            self.say(*_text_report(pending.spec, peer, measurement, self.options.unit))
-            self.document(server_json.test_document(pending.spec, peer, measurement,
-                                                    session.peer_view, started_wall, "native",
-                                                    session.peer_cpu))
         finally:
-            self.policy.release()
+            tcp_stream.close_files(streams)
+        self.say(*_text_report(pending.spec, peer, measurement, self.options.unit))
+        self.document(server_json.test_document(pending.spec, peer, measurement,
+                                                session.peer_view, started_wall, "native",
+                                                session.peer_cpu))
 
     def _failed(self, peer: str, line: str, reason: str) -> None:
         """A test that did not run to its end: a line of text, or (-J) a document."""
         self.say(line)
         self.document(server_json.error_document(peer, reason))
+
+
+def _memory(spec: TestSpec) -> int:
+    return buffer_bytes(spec.stream_count(), spec.length)
 
 
 def _ready(pending: PendingTest) -> list[Stream]:

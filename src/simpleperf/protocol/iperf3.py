@@ -54,6 +54,7 @@ IENUMSTREAMS = 6
 IEDURATION = 5
 IETOTALRATE = 27
 IEAFFINITY = 132
+IENEWTEST = 100  # "unable to create a new test" (with the errno that says why)
 ERROR_TEXTS = {
     IEAFFINITY: "unable to set CPU affinity",
     IETOTALRATE: "total required bandwidth is larger than server limit",
