@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import dpkt
@@ -195,7 +196,7 @@ def test_a_capture_cut_inside_a_packet_gives_what_came_before(tmp_path: Path) ->
     path.write_bytes(path.read_bytes()[:-30])
     cut = packets.read(path)
     assert whole.damage is None
-    assert cut.damage is not None and "ends inside a packet" in cut.damage
+    assert cut.damage is not None and "ends inside packet" in cut.damage
     assert len(cut.packets) == len(whole.packets) - 1
 
 
@@ -273,3 +274,64 @@ def test_ecn_marks_and_echoes_are_counted_as_wireshark_shows_them(tmp_path: Path
         assert counts == tuple(found.get(ends, 0) for found in theirs), ends
     assert ours[(CLIENT[1], SERVER[1])] == (2, 0, 1)
     assert ours[(SERVER[1], CLIENT[1])] == (0, 2, 0)
+
+
+def _pcapng_with(block: bytes, path: Path) -> None:
+    """A pcapng file of four good packets, then `block` (an Enhanced Packet Block body's
+    fields given whole), then one more good packet."""
+    _write(path, _conversation([("send", n) for n in range(1)], 5, 1000), pcapng=True)
+    data = path.read_bytes()
+    path.write_bytes(data + block + data[-(len(data) - data.rfind(b"\x06\x00\x00\x00")):])
+
+
+def _epb(interface: int, captured: int, frame: bytes) -> bytes:
+    body = struct.pack("<IIIII", interface, 0, 0, captured, len(frame)) + frame
+    body += b"\0" * (-len(body) % 4)
+    length = 12 + len(body)
+    return struct.pack("<II", 6, length) + body + struct.pack("<I", length)
+
+
+def _tshark_says(path: Path) -> str:
+    done = subprocess.run(["tshark", "-n", "-r", str(path)], capture_output=True, text=True)
+    return done.stderr + done.stdout
+
+
+def test_corrupt_records_are_named_as_tshark_names_them(tmp_path: Path) -> None:
+    """A pcap record claiming 0xFFFFFFF0 bytes, a pcapng packet claiming as many, and one
+    naming interface 99: tshark calls each file corrupt, and so do we, with the packets
+    before the bad record read and the file's problem said (lab analyze exits 1)."""
+    frame = _frame(CLIENT, SERVER, 1, 1, 0x10)
+    good = _conversation([("send", n) for n in range(2)], 5, 1000)
+    pcap = tmp_path / "huge.pcap"
+    _write(pcap, good)
+    pcap.write_bytes(pcap.read_bytes() + struct.pack("<IIII", 1, 0, 0xFFFFFFF0, 60) + frame)
+    huge = tmp_path / "huge.pcapng"
+    _pcapng_with(_epb(0, 0xFFFFFFF0, frame), huge)
+    stranger = tmp_path / "interface.pcapng"
+    _pcapng_with(_epb(99, len(frame), frame), stranger)
+    for path, words in ((pcap, "claims 4294967280 captured bytes"),
+                        (huge, "claims 4294967280 captured bytes"),
+                        (stranger, "names interface 99")):
+        assert "corrupt" in _tshark_says(path), path
+        found = packets.read(path)
+        assert found.damage is not None and "is corrupt" in found.damage, path
+        assert words in found.damage and "cut short" not in found.damage
+        assert found.packets and found.read == len(found.packets)
+        done = subprocess.run([sys.executable, "-m", "simpleperf", "lab", "analyze", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and "is corrupt" in done.stderr, done
+
+
+def test_packets_too_short_for_their_headers_are_malformed_not_a_cut(tmp_path: Path) -> None:
+    """Zero-length records and a frame cut inside its IP header, in a file that is whole:
+    Wireshark marks them malformed; we count them and say so, not "cut short"."""
+    good = _conversation([("send", n) for n in range(3)], 5, 1000)
+    frames = good[:2] + [(good[2][0], b"")] * 1000 + [(good[2][0], good[2][1][:20])] + good[2:]
+    path = tmp_path / "short.pcap"
+    _write(path, frames)
+    found = packets.read(path)
+    assert found.damage is not None and "1001 packets are too short" in found.damage
+    assert "the first is packet 3" in found.damage and "cut short" not in found.damage
+    assert len(found.packets) == len(good) and found.read == len(frames)
+    assert "Malformed" in subprocess.run(["tshark", "-n", "-r", str(path)], capture_output=True,
+                                         text=True).stdout

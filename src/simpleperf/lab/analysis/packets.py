@@ -15,6 +15,7 @@ from pathlib import Path
 import dpkt
 
 from ... import ecn
+from . import records
 
 UDP_HEAD_BYTES = 16  # simpleperf's and iperf3's datagram header: send time, sequence number
 _LINKS = {dpkt.pcap.DLT_EN10MB, dpkt.pcap.DLT_LINUX_SLL, dpkt.pcap.DLT_LINUX_SLL2,
@@ -50,13 +51,16 @@ class Packet:
 @dataclass
 class CaptureFile:
     packets: list[Packet]
-    damage: str | None = None  # why reading stopped before the end of the file
+    damage: str | None = None  # what is wrong with the file (reading may have stopped)
+    read: int = 0  # records read
 
 
 def read(path: Path) -> CaptureFile:
     """Every TCP and UDP packet of the file, in file order. A file that ends inside a
-    packet (a capture killed mid-write) gives the packets before it, and says so. Raises
-    CaptureFileError for a file that is not a capture."""
+    packet (a capture killed mid-write), that is corrupt after some packets (as Wireshark
+    judges it: records.check), or holds packets too short for their own headers, gives
+    the packets it can and says what is wrong. Raises CaptureFileError for a file that is
+    not a capture."""
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as error:
@@ -73,31 +77,41 @@ def read(path: Path) -> CaptureFile:
         if link not in _LINKS:
             raise CaptureFileError(f"{path}: link type {link} is not Ethernet, Linux cooked or "
                                    "raw IP")
-        found = CaptureFile([])
-        frames = iter(reader)
-        short = False
-        names: dict[bytes, str] = {}
-        while True:
-            try:
-                timestamp, frame = next(frames)
-            except StopIteration:
-                break
-            except (ValueError, dpkt.dpkt.UnpackError, struct.error):
-                found.damage = (f"{path} ends inside a packet (cut short?): read the "
-                                f"{len(found.packets)} packets before it")
-                break
-            try:
-                packet = _decode(round(timestamp * 1_000_000_000), frame, link, names)
-            except _Short:
-                short = True  # a frame shorter than its headers: cut, if nothing follows
-                continue
-            short = False
-            if packet is not None:
-                found.packets.append(packet)
-        if short and found.damage is None:
-            found.damage = (f"{path} ends inside a packet (cut short?): read the "
-                            f"{len(found.packets)} packets before it")
+        structure = records.check(stream, magic == _PCAPNG_MAGIC)
+        found = _packets(path, reader, link, structure.packets)
+        if structure.problem is not None and found.damage is None:
+            found.damage = f"{path} {structure.problem}: read the {found.read} packets before it"
         return found
+
+
+def _packets(path: Path, reader, link: int, limit: int) -> CaptureFile:
+    """The TCP and UDP packets of the first `limit` records dpkt reads."""
+    found = CaptureFile([])
+    frames = iter(reader)
+    names: dict[bytes, str] = {}
+    malformed: list[int] = []
+    while found.read < limit:
+        try:
+            timestamp, frame = next(frames)
+        except StopIteration:
+            break
+        except (ValueError, dpkt.dpkt.UnpackError, struct.error):
+            found.damage = (f"{path} ends inside a packet (cut short?): read the "
+                            f"{found.read} packets before it")
+            break
+        found.read += 1
+        try:
+            packet = _decode(round(timestamp * 1_000_000_000), frame, link, names)
+        except _Short:
+            malformed.append(found.read)  # Wireshark's [Malformed Packet]
+            continue
+        if packet is not None:
+            found.packets.append(packet)
+    if malformed and found.damage is None:
+        found.damage = (f"{path}: {len(malformed)} packet{'s are' if len(malformed) > 1 else ' is'}"
+                        f" too short for {'their' if len(malformed) > 1 else 'its'} own headers "
+                        f"(malformed; the first is packet {malformed[0]})")
+    return found
 
 
 class _Short(Exception):
