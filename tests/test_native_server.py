@@ -22,9 +22,11 @@ from helpers import (
     start_server,
 )
 
-from simpleperf.engine.records import Stream
+from simpleperf.engine import udp_stream
+from simpleperf.engine.records import Snapshot, Stream
 from simpleperf.engine.streams import run_stream
 from simpleperf.protocol import native
+from simpleperf.report import native as report_native
 from simpleperf.testspec import TestSpec
 from simpleperf.transport import tcp, udp
 
@@ -454,6 +456,12 @@ def test_with_a_secret_udp_data_without_the_tests_key_is_not_counted():
     account = stream.account
     assert (account.packets, account.settled_lost, account.bad) == (30, 1, 3)
     assert stream.num_bytes == 29 * 100
+    entry: dict = {}
+    udp_stream.fill_result(stream, entry, udp_stream.snapshot(stream), Snapshot(0))
+    assert (entry["lost"], entry["forged"]) == (1, 3)  # reported beside the loss
+    row = report_native.row("[1]", 0, 1, entry | {"bytes": stream.num_bytes}, "M", "udp",
+                            False)
+    assert "1/30 (3.3%), 3 forged (not counted)" in row
 
 
 def test_a_udp_test_with_a_shared_secret_carries_the_key_and_loses_nothing(tmp_path):

@@ -26,6 +26,10 @@ FIELDS = (
     ResultField("seconds", float, "seconds", "both", summed="max"),
     ResultField("packets", int, "packets", "both", "udp", "sum"),
     ResultField("lost", int, "lost_packets", "receiver", "udp", "sum"),
+    # datagrams that were not the test's and were not counted (without its key when the
+    # server has a shared secret, too short for the header, or numbered implausibly far
+    # off): new in simpleperf
+    ResultField("forged", int, "forged_packets", "receiver", "udp", "sum"),
     ResultField("out_of_order", int, "out_of_order", "receiver", "udp", "sum"),
     ResultField("jitter_ms", float, "jitter_ms", "receiver", "udp"),
     # how much the receiver's queue grew over the test (UDP): new in simpleperf

@@ -159,6 +159,7 @@ def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
     if not stream.sending and stream.account is not None:
         entry["lost"] = final.lost - base.lost
         entry["out_of_order"] = final.out_of_order - base.out_of_order
+        entry["forged"] = stream.account.bad
         entry["jitter_ms"] = stream.account.jitter * 1000
         growth = stream.account.queue_growth
         if growth is not None:

@@ -17,7 +17,7 @@ from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
 from ..options import ServerOptions, test_deadline
-from ..policy import Limit, ServerPolicy, TestWatch, buffer_bytes
+from ..policy import Limit, Refusal, ServerPolicy, TestWatch, buffer_bytes
 from ..protocol import iperf3
 from ..report import native as table
 from ..report import server_json
@@ -33,6 +33,15 @@ SERVER_STEP_SECONDS = 1.0
 REFUSAL_ERRORS = {Limit.PARALLEL: iperf3.IENUMSTREAMS, Limit.DURATION: iperf3.IEDURATION,
                   Limit.UDP: iperf3.IEUNIMP, Limit.RATE: iperf3.IETOTALRATE,
                   Limit.CPU: iperf3.IEAFFINITY}
+
+
+def _answer(refusal: Refusal) -> bytes:
+    """A refusal as iperf3's client understands it."""
+    if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
+        return iperf3.state(iperf3.ACCESS_DENIED)
+    if refusal.limit is Limit.MEMORY:  # "unable to create a new test: Cannot allocate memory"
+        return iperf3.server_error(iperf3.IENEWTEST, errno.ENOMEM)
+    return iperf3.server_error(REFUSAL_ERRORS[refusal.limit])
 
 
 @dataclass
@@ -183,13 +192,7 @@ class Iperf3Service:
                                     params.omit, params.rate * params.stream_count(),
                                     params.server_affinity,
                                     buffer_bytes(params.stream_count(), params.length))
-        if refusal is None:
-            return None, ""
-        if refusal.limit is Limit.BUSY:  # as iperf3's own server answers a second client
-            return iperf3.state(iperf3.ACCESS_DENIED), str(refusal)
-        if refusal.limit is Limit.MEMORY:  # "unable to create a new test: Cannot allocate ..."
-            return iperf3.server_error(iperf3.IENEWTEST, errno.ENOMEM), str(refusal)
-        return iperf3.server_error(REFUSAL_ERRORS[refusal.limit]), str(refusal)
+        return (None, "") if refusal is None else (_answer(refusal), str(refusal))
 
     def _await_streams(self, control: Iperf3Control, test: _Iperf3Test) -> list[Stream]:
         params = test.params

@@ -160,8 +160,7 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
         receiver = _end_stream(number, receiver_view, False, protocol)
         if protocol == "udp":
             merged = dict(sender)
-            for key in ("jitter_ms", "lost_packets", "lost_percent", "out_of_order",
-                        "queue_growth_ms", "ce_marked"):
+            for key in _receivers_udp_keys():
                 if key in receiver:
                     merged[key] = receiver[key]
             if "lost_packets" in receiver:
@@ -185,11 +184,17 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
     return end
 
 
+def _receivers_udp_keys() -> list[str]:
+    """The figures of a UDP stream only its receiver knows (iperf3's 'udp' entries and
+    'sum' take them from the receiver's view)."""
+    return ["lost_percent"] + [field.json for field in result_fields.shown("udp", False)
+                               if field.shown_by == "receiver"]
+
+
 def _udp_sum(sent: dict[str, Any], received: dict[str, Any]) -> dict[str, Any]:
     """iperf3's UDP 'sum': the sender's bytes, the receiver's jitter and loss."""
     entry = dict(sent)
-    for key in ("jitter_ms", "lost_packets", "lost_percent", "packets", "queue_growth_ms",
-                "ce_marked"):
+    for key in _receivers_udp_keys() + ["packets"]:
         if key in received:
             entry[key] = received[key]
     return entry

@@ -39,9 +39,11 @@ def row(label: str, start: float, end: float, values: dict[str, Any], unit: str,
         if values.get("lost") is not None and values.get("packets") is not None:
             lost, packets = values["lost"], values["packets"]
             reordered = values.get("out_of_order") or 0
+            forged = values.get("forged") or 0
             cells += [f"{values.get('jitter_ms', 0.0):.3f} ms",
                       f"{lost}/{packets} ({lost_percent(lost, packets):.2g}%)"
-                      + (f", {reordered} out of order" if reordered else ""), ""]
+                      + (f", {reordered} out of order" if reordered else "")
+                      + (f", {forged} forged (not counted)" if forged else ""), ""]
         else:
             cells += ["", "", str(values.get("packets", ""))]
     elif extended:
