@@ -210,6 +210,8 @@ def test_sweeps_are_validated_for_every_value():
           'parameter = "window"\nvalues = ["1"]'), "window = '1' is out of range"),
         (('rate = "50M"', 'rate = "fast"'), "pair: bw = 'fast' is not a rate"),
         (('window = "64K"', 'window = "big"'), "window = 'big' is not a size"),
+        (('values = ["5ms", "10ms"]', f'values = {[f"{n}ms" for n in range(1, 10_001)]}'),
+         "10000 values, at most 100"),
     ]:
         with pytest.raises(ExperimentError, match=message):
             experiment.parse(SWEEP.replace(*change, 1))

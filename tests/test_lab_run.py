@@ -388,6 +388,17 @@ def test_unreadable_results_folders_are_named_not_a_crash(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1 and "broken-1" in done.stderr
 
 
+def test_results_that_cannot_be_written_or_read_are_said_before_anything_is_built(tmp_path):
+    began = time.monotonic()
+    done = lab("run", "portfolio", "--quick", "--results", "/proc/no-such-folder", check=False)
+    assert done.returncode == 1 and "cannot write the results in /proc/no-such-folder" \
+        in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.stdout == "" and time.monotonic() - began < 20  # no lab was built
+    assert lab("status").stdout.strip() == "no lab is up"
+    missing = lab("results", "--results", str(tmp_path / "nowhere"), check=False)
+    assert missing.returncode == 1 and "is not a folder of results" in missing.stderr
+
+
 PING_ONLY = """
 name = "noplots"
 topology = "pair"

@@ -342,7 +342,7 @@ def routing_lines(record: ownership.LabRecord, model: topology.Topology) -> list
 
 
 def _results_command(args: argparse.Namespace) -> int:
-    from .results.store import find_runs, load_run
+    from .results.store import check_readable, find_runs, load_run
     from .results.tables import compare
     from .run.runner import run_experiment
 
@@ -356,6 +356,8 @@ def _results_command(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         return EXIT_OK
     if args.command == "results":
+        if args.results != DEFAULT_RESULTS or Path(args.results).exists():
+            check_readable(Path(args.results))  # a folder named that is not there: say so
         folders = find_runs(Path(args.results))
         if not folders:
             print(f"no runs under {args.results}")

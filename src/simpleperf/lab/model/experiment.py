@@ -34,6 +34,9 @@ PAIR_FIELDS = link_properties.NAMES
 LINK_SWEEPS = link_properties.SWEPT
 FLOW_SWEEPS = ("window", "length", "parallel")
 TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
+MAX_SWEEP_VALUES = 100  # a sweep's points (each run `repeat` times, each a whole step)
+MAX_SWEEP_REPEAT = 100
+MAX_STEP_REPEAT = 1000
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,11 @@ def _sweep(raw: Any, topology: str, pair: dict[str, Any] | None, steps: tuple[St
     values = raw.get("values")
     if not isinstance(values, list) or not values:
         raise ExperimentError("sweep: values must be a non-empty list")
-    repeat = datafiles.count(raw.get("repeat", 1), "sweep: repeat", 1, 100, ExperimentError)
+    if len(values) > MAX_SWEEP_VALUES:
+        raise ExperimentError(f"sweep: {len(values)} values, at most {MAX_SWEEP_VALUES} (each "
+                              "is a run of every step)")
+    repeat = datafiles.count(raw.get("repeat", 1), "sweep: repeat", 1, MAX_SWEEP_REPEAT,
+                             ExperimentError)
     sweep = Sweep(parameter, tuple(str(v) for v in values), repeat)
     if sweep.of_link:
         if topology != "pair":
@@ -268,7 +275,7 @@ def _step(raw: Any, index: int, everywhere: tuple[str, ...]) -> Step:
     raw_flows = raw.get("flows")
     if not isinstance(raw_flows, list) or not raw_flows:
         raise ExperimentError(f"{where}: flows must be a non-empty list of flows")
-    repeat = datafiles.count(raw.get("repeat", 1), f"{where}: repeat", 1, 1000,
+    repeat = datafiles.count(raw.get("repeat", 1), f"{where}: repeat", 1, MAX_STEP_REPEAT,
                              ExperimentError)
     case = datafiles.text(raw.get("case", index), f"{where}: case", ExperimentError)
     parsed = tuple(flows.parse(f, f"{where} flow {i}") for i, f in enumerate(raw_flows, start=1))

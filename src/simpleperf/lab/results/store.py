@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,25 @@ def _writing(folder: Path) -> Iterator[None]:
     except (OSError, sqlite3.Error) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise ResultsError(f"cannot write the results in {folder}: {reason}") from None
+
+
+def check_writable(root: Path) -> None:
+    """Before a run builds anything: ResultsError if its results cannot go under `root`
+    (created if missing, as the run would)."""
+    with _writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+
+
+def check_readable(root: Path) -> None:
+    """ResultsError for a results root that is not a readable folder."""
+    if not root.is_dir():
+        raise ResultsError(f"{root} is not a folder of results")
+    try:
+        next(root.iterdir(), None)
+    except OSError as error:
+        raise ResultsError(f"cannot read {root}: {error.strerror or error}") from None
 
 
 class Store:

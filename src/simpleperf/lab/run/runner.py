@@ -27,7 +27,7 @@ from ..model.outcomes import StepOutcome, summarize_rtts
 from ..model.verdicts import TOLERANCE, case_verdicts
 from ..net import capture, lifecycle, ownership
 from ..net.system import CommandError, require_congestion
-from ..results.store import ResultsError, Store, load_run
+from ..results.store import ResultsError, Store, check_writable, load_run
 from ..results.tables import case_report, event_lines, path_lines, sweep_report
 from .applications import Applications
 from .captures import StepCaptures
@@ -101,6 +101,7 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
     _preflight(plan, first_model)
     lifecycle.require_root()
+    check_writable(results_root)  # before anything is built
     folder = results_root / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     points: list[str | None] = list(plan.sweep.values) if plan.sweep else [None]
     rounds = plan.sweep.repeat if plan.sweep else 1
