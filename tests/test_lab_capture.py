@@ -170,10 +170,18 @@ client = "echo to {address}:{port}; exit 3"
 
 def test_applications_run_timed_and_captured_and_leave_nothing(tmp_path: Path) -> None:
     (tmp_path / "apps.toml").write_text(APPLICATIONS)
-    done = subprocess.run(SIMPLEPERF + ["lab", "run", str(tmp_path / "apps.toml"), "--quick",
-                                        "--results", str(tmp_path / "results")],
-                          capture_output=True, text=True, timeout=300)
+    command = SIMPLEPERF + ["lab", "run", str(tmp_path / "apps.toml"), "--quick", "--results",
+                            str(tmp_path / "results")]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and refused.stdout == "" and not (tmp_path / "results"
+                                                                     ).exists()
+    assert "runs 2 command lines as root" in refused.stderr and "--allow-commands" in \
+        refused.stderr
+    done = subprocess.run(command + ["--allow-commands"], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr  # the command flow exits 3
+    assert done.stdout.startswith("Command flows run as root in the lab's nodes")
+    assert "sleep 301 & sleep 302; echo to {address}:{port}; exit 3" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("1 of 3 flows failed")
     (folder,) = (tmp_path / "results").iterdir()
     db = sqlite3.connect(folder / "results.sqlite")
@@ -386,7 +394,8 @@ def test_a_stopped_run_leaves_no_command_server_children(tmp_path: Path, signum)
     command server's shell goes with every process it started."""
     (tmp_path / "c.toml").write_text(COMMAND_SERVER)
     run = subprocess.Popen(SIMPLEPERF + ["lab", "run", str(tmp_path / "c.toml"), "--results",
-                                         str(tmp_path / "r")], stdout=subprocess.PIPE,
+                                         str(tmp_path / "r"), "--allow-commands"],
+                           stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     assert run.stdout is not None
     try:

@@ -48,3 +48,21 @@ def test_a_terminal_gets_one_line_redrawn_and_cleared_before_output():
     assert len(bars) >= 2 and bars[0] != bars[-1]  # the bar moved
     assert "[2/2] case 1: next\n" in draws and draws[-1] == "    .. stopping the servers"
     assert text.endswith("\r\033[K")  # done() leaves the line empty
+
+
+def test_flows_that_end_with_their_program_count_down_to_a_bound():
+    """A command flow ends when its program does: its 601 s are at most that, not a time
+    the step will take."""
+    out = io.StringIO()
+    progress = StepProgress(out)
+    progress.countdown("1 flow running", 601, at_most=True)
+    progress.phase("collecting the results")
+    progress.done()
+    assert out.getvalue() == ("    .. 1 flow running for at most 601 s\n"
+                              "    .. collecting the results\n")
+    live = Terminal()
+    progress = StepProgress(live)
+    progress.countdown("1 flow running", 601, at_most=True)
+    time.sleep(0.5)
+    progress.done()
+    assert "of at most 601 s" in live.getvalue()

@@ -92,3 +92,23 @@ def test_rtt_under_load_is_drawn_as_a_cdf_beside_its_time_series():
     assert any(list(line.get_xdata()) == [60.0, 60.0] for line in cdf.get_lines())
     assert cdf.get_ylabel() == "cumulative probability"
     plt.close(figure)
+
+
+def test_compare_keeps_flows_of_one_step_and_pair_apart():
+    """A tcp and a ping flow between the same nodes, and a step run twice, are rows of their
+    own: none shows another's figures, none is lost as '-'."""
+    from simpleperf.lab.results.tables import compare
+
+    def run(tcp: float, ping: float) -> dict:
+        flows = [{"kind": "tcp", "label": "h1-h2", "ok": True, "rtt_avg": 20.0,
+                  "throughput": tcp},
+                 {"kind": "ping", "label": "h1-h2", "ok": True, "rtt_avg": ping,
+                  "throughput": None}]
+        return {"steps": [{"name": "s", "flows": flows},
+                          {"name": "s", "flows": [dict(flows[0], throughput=tcp / 2)]}]}
+
+    rows = compare(run(9e6, 11.0), run(8e6, 12.0)).splitlines()[2:]
+    assert len(rows) == 3
+    assert rows[0].split() == ["s", "tcp", "h1-h2", "20.0", "9.00", "20.0", "8.00"]
+    assert rows[1].split() == ["s", "ping", "h1-h2", "11.0", "-", "12.0", "-"]
+    assert rows[2].split() == ["s", "tcp", "h1-h2", "#2", "20.0", "4.50", "20.0", "4.00"]

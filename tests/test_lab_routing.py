@@ -190,6 +190,15 @@ def test_a_raw_frr_fragment_is_applied_and_a_bad_one_refused(tmp_path):
     assert "node r2: its frr fragment was refused" in done.stderr
     assert not CAMPUS & existing_namespaces()
     assert not frr_processes("campus") and ownership.load("campus") is None
+    # A bad line after `exit` lines, which running daemons would ignore without a word.
+    after = tmp_path / "after.toml"
+    after.write_text(source.replace("ip route 10.99.0.0/24 blackhole",
+                                    "router ospf\\nexit\\nexit\\nip rooute nowhere"))
+    done = lab("up", str(after), check=False, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "node r2: its frr fragment was refused: line 4" in done.stderr
+    assert "ip rooute nowhere" in done.stderr
+    assert not (ownership.RECORD_DIR / "campus.lock").exists()  # a failed up leaves nothing
 
 
 def test_malformed_routing_creates_nothing(tmp_path):

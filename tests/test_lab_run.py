@@ -163,7 +163,7 @@ def test_results_lists_runs_and_compare_shows_them_side_by_side(mixed_run):
     listing = lab("results", "--results", str(folder.parent)).stdout
     assert str(folder) in listing and "4 steps, 6 flows, 1 failed, quick" in listing
     side_by_side = lab("compare", str(folder), str(folder)).stdout
-    assert re.search(r"ping h1-h9\s+h1-h9\s+(\d+\.\d)\s+-\s+\1\s+-", side_by_side)
+    assert re.search(r"ping h1-h9\s+ping h1-h9\s+(\d+\.\d)\s+-\s+\1\s+-", side_by_side)
     assert lab("compare", str(folder), "/nonexistent", check=False).returncode == 1
 
 

@@ -78,9 +78,15 @@ class Experiment:
     capture_limit: int = DEFAULT_CAPTURE_LIMIT  # bytes per capture file
     # tcp flows' congestion control where a flow does not name one (None: the system's)
     congestion: str | None = None
+    shipped: bool = False  # one of the project's own experiments (their commands are known)
 
     def captures(self) -> set[str]:
         return {where for step in self.steps for where in step.capture}
+
+    def commands(self) -> list[str]:
+        """The command lines of its command flows (run as root in the lab's nodes)."""
+        return [line for step in self.steps for flow in step.flows if flow.kind == "command"
+                for line in (flow.server, flow.client) if line]
 
     def congestion_controls(self) -> set[str]:
         """Every congestion control the experiment names (each must be in the kernel)."""
@@ -90,7 +96,8 @@ class Experiment:
 
 def load(name_or_path: str) -> Experiment:
     text, path = datafiles.read(name_or_path, DATA_DIR, "experiment", ExperimentError)
-    return parse(text, path.stem, path.parent, origin=path)
+    return replace(parse(text, path.stem, path.parent, origin=path),
+                   shipped=path.resolve().parent == DATA_DIR.resolve())
 
 
 def parse(text: str, default_name: str = "experiment", base: Path | None = None,

@@ -150,6 +150,7 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None
             record.save()
         except BaseException as error:
             ownership.tear_down(record)
+            ownership.lock_path(model.name).unlink(missing_ok=True)  # as down leaves it
             if isinstance(error, (CommandError, topology.TopologyError)):
                 raise LabError(str(error)) from None
             raise

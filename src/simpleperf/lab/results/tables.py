@@ -217,18 +217,23 @@ def event_lines(event: dict[str, Any]) -> list[str]:
 
 
 def compare(first: dict[str, Any], second: dict[str, Any]) -> str:
-    """Two runs side by side, flow by flow (matched by step name and flow label)."""
+    """Two runs side by side, flow by flow: matched by step name, kind and label, and the
+    n-th of those in run order (a tcp and a ping flow between the same nodes, or a step
+    repeated, are rows of their own)."""
     def index(run: dict[str, Any]) -> OrderedDict:
-        found: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        found: OrderedDict[tuple[str, str, str, int], dict[str, Any]] = OrderedDict()
+        seen: dict[tuple[str, str, str], int] = {}
         for step in run["steps"]:
             for flow in step["flows"]:
-                found[(step["name"], flow["label"])] = flow
+                key = (step["name"], flow["kind"], flow["label"])
+                seen[key] = seen.get(key, 0) + 1
+                found[(*key, seen[key])] = flow
         return found
 
     a, b = index(first), index(second)
     rows = []
     for key in list(a) + [k for k in b if k not in a]:
-        cells = [key[0], key[1]]
+        cells = [key[0], f"{key[1]} {key[2]}" + (f" #{key[3]}" if key[3] > 1 else "")]
         for flows in (a, b):
             flow = flows.get(key)
             if flow is None or not flow["ok"]:
@@ -238,7 +243,7 @@ def compare(first: dict[str, Any], second: dict[str, Any]) -> str:
             else:
                 cells += [_ms(flow["rtt_avg"]), _mbps(flow["throughput"])]
         rows.append(cells)
-    return "\n".join(_table(["step", "pair", "A RTT ms", "A Mbit/s", "B RTT ms", "B Mbit/s"],
+    return "\n".join(_table(["step", "flow", "A RTT ms", "A Mbit/s", "B RTT ms", "B Mbit/s"],
                             rows))
 
 

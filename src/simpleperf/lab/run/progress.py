@@ -34,12 +34,14 @@ class StepProgress:
         self._end_countdown()
         self._show(text)
 
-    def countdown(self, text: str, seconds: float) -> None:
-        """`text` for about `seconds`: a bar on a terminal, a line now and then if not."""
+    def countdown(self, text: str, seconds: float, at_most: bool = False) -> None:
+        """`text` for about `seconds` (`at_most`: a bound, what runs may end sooner): a bar
+        on a terminal, a line now and then if not."""
         self._end_countdown()
         began = time.monotonic()
+        of = "of at most" if at_most else "of"
         if not self.live:
-            self._show(f"{text} for {seconds:.0f} s")
+            self._show(f"{text} for {'at most ' if at_most else ''}{seconds:.0f} s")
         self._stop.clear()
 
         def tick() -> None:
@@ -48,9 +50,9 @@ class StepProgress:
                 passed = time.monotonic() - began
                 if self.live:
                     self._show(f"{text} {bar(passed, seconds)} {min(passed, seconds):.0f} "
-                               f"of {seconds:.0f} s")
+                               f"{of} {seconds:.0f} s")
                 elif time.monotonic() >= next_line and passed < seconds:
-                    self._show(f"{text}: {passed:.0f} of {seconds:.0f} s")
+                    self._show(f"{text}: {passed:.0f} {of} {seconds:.0f} s")
                     next_line += PIPED_EVERY_SECONDS
 
         self._ticker = threading.Thread(target=tick, name="progress", daemon=True)

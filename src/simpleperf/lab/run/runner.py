@@ -94,10 +94,14 @@ def _say(line: str) -> None:
 
 
 def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str | None = None,
-                   say=_say) -> Path:
+                   say=_say, allow_commands: bool = False) -> Path:
     plan = experiments.load(name_or_path)
+    _commands_allowed(plan, name_or_path, allow_commands)
     progress = StepProgress(sys.stdout) if say is _say else None  # drawn between our lines
     say = progress.say if progress is not None else say
+    if plan.commands():
+        say(f"Command flows run as root in the lab's nodes, which share this machine's files: "
+            f"{'; '.join(plan.commands())}")
     first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
     _preflight(plan, first_model)
     lifecycle.require_root()
@@ -215,6 +219,17 @@ def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRec
             ownership.add_folder(record, made)
         applications = Applications(made)
     return StepRunner(model, record, timing, say, applications, captures, progress)
+
+
+def _commands_allowed(plan: Experiment, name_or_path: str, allowed: bool) -> None:
+    """An experiment file of one's own may run command flows only when its user says so:
+    they run as root, and the lab's namespaces share the machine's files."""
+    if plan.commands() and not plan.shipped and not allowed:
+        count = len(plan.commands())
+        raise experiments.ExperimentError(
+            f"{name_or_path} runs {count} command line{'s' if count > 1 else ''} as root on "
+            "this machine (the lab's nodes share its files): read them, then give "
+            "--allow-commands")
 
 
 def _preflight(plan: Experiment, model: topology.Topology) -> None:

@@ -123,9 +123,11 @@ class StepRunner:
         clients, pingers = self._start_clients(outcomes, start_at,
                                                EVENT_INTERVAL if step.events else 1.0)
         longest = max(self._duration(o) for o in outcomes)
-        if self.progress is not None:
+        if self.progress is not None:  # a flow that ends with its program: at most its bound
             self.progress.countdown(f"{len(outcomes)} flow{'s' * (len(outcomes) > 1)} "
-                                    "running", longest + START_DELAY)
+                                    "running", longest + START_DELAY, at_most=any(
+                                        o.flow.spec.ends == "exit" and o.flow.duration is None
+                                        and self._duration(o) == longest for o in outcomes))
         for index, process in clients.items():
             self._read_client(outcomes[index], *self._finish(process, longest + 60))
         self._phase("collecting the results")

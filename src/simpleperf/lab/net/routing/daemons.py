@@ -15,6 +15,7 @@ import pwd
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +53,24 @@ def require_frr(topology: Topology) -> None:
     except KeyError:
         raise CommandError(f"FRRouting's user '{FRR_USER}' does not exist (Debian: apt-get "
                            "install frr)") from None
+    for router in topology.routers():
+        if topology.nodes[router].frr:
+            _check_fragment(router, topology.nodes[router].frr)
+
+
+def _check_fragment(router: str, fragment: str) -> None:
+    """vtysh's own dry run of a raw fragment (every line, wherever `exit` leaves the
+    configuration: applied to running daemons a line after the last `exit` would be
+    silently ignored), before anything is built: the first bad line, named."""
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as text:
+        text.write(fragment)
+        text.flush()
+        done = subprocess.run([VTYSH, "--dryrun", "-f", text.name], capture_output=True,
+                              text=True, timeout=START_SECONDS)
+    if done.returncode != 0:
+        said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        detail = said[0].strip() if said else f"vtysh exited with {done.returncode}"
+        raise CommandError(f"node {router}: its frr fragment was refused: {detail}")
 
 
 def start(record: ownership.LabRecord, topology: Topology) -> None:
