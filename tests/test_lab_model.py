@@ -359,6 +359,10 @@ def test_every_packet_of_a_read_leaves_its_own_delay_after_its_own_arrival():
     (b'[hosts]\nh1 = {}\nh2 = {}\n[[links]]\nname = "L1\\n"\na = "h1"\nb = "h2"\n',
      "link 1: name"),
     (b'description = "two\\nlines"\n[hosts]\nh1 = {}\n', "description"),
+    (("[hosts]\n" + "".join(f"h{i} = {{}}\n" for i in range(1001))).encode(),
+     "1001 nodes, at most 1000"),
+    (b"[hosts]\nh1 = {}\nh2 = {}\n" + b'[[links]]\na = "h1"\nb = "h2"\n' * 2001,
+     "2001 links, at most 2000"),
 ])
 def test_bad_topology_files_are_one_line_errors(tmp_path, content, message):
     path = tmp_path / "bad.toml"

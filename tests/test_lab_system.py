@@ -882,3 +882,21 @@ def test_the_own_cake_keeps_a_ping_beside_bulk_flows_near_the_base_rtt(pair_lab)
     rates = [s["receiver"]["bits_per_second"] for s in end["streams"]]
     assert max(rates) / min(rates) < 1.3, rates
     assert len(rtts) >= 28 and statistics.median(rtts) <= 20 + 5, sorted(rtts)
+
+
+def test_status_of_a_lab_of_many_hosts_is_a_line_not_a_table(tmp_path):
+    """Past 16 hosts the expected RTTs are one line (a table would pass a terminal's width
+    and grow with the square of the hosts); each host is still listed."""
+    hosts = 20
+    lines = ['name = "many"', "[hosts]"] + [f"h{i} = {{}}" for i in range(1, hosts + 1)]
+    lines += ["[switches]", "s1 = {}"]
+    for i in range(1, hosts + 1):
+        lines += ["[[links]]", f'a = "h{i}"', f'a_address = "10.30.0.{i}/24"', 'b = "s1"']
+    (tmp_path / "many.toml").write_text("\n".join(lines) + "\n")
+    lab("up", str(tmp_path / "many.toml"))
+    try:
+        said = lab("status", "many").stdout
+        assert "20 hosts, more than the 16 a table shows" in said
+        assert all(f"  h{i} " in said for i in range(1, hosts + 1))
+    finally:
+        lab("down", "many")

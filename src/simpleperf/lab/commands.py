@@ -27,6 +27,7 @@ from .results.errors import ResultsError
 # `status` and `exec` start faster without them (seconds in an emulated guest).
 
 DEFAULT_RESULTS = "simpleperf-results"
+RTT_TABLE_HOSTS = 16  # lab status: a table of expected RTTs up to this many hosts
 
 
 def _shaper_option(parser: argparse.ArgumentParser) -> None:
@@ -290,9 +291,13 @@ def describe(record: ownership.LabRecord) -> str:
     if record.state == "remains":
         lines.append(f"  its owner was stopped: simpleperf lab down {record.lab} clears it")
     lines.append("nodes")
+    ends_of: dict[str, list[topology.Endpoint]] = {}
+    for link in model.links:  # every node's ends at once: linear in the links
+        for end in (link.a, link.b):
+            ends_of.setdefault(end.node, []).append(end)
     for node in model.nodes.values():
         interfaces = ", ".join(f"{end.interface} {end.address or ''}".strip()
-                               for end, _ in model.endpoints_of(node.name))
+                               for end in ends_of.get(node.name, []))
         routes = "; ".join(str(route) for route in node.routes)
         tcp = ", ".join(setting.removeprefix("net.ipv4.") for setting in node.sysctls)
         lines.append(f"  {node.name:<6} {node.kind:<7} {interfaces}"
@@ -312,10 +317,20 @@ def describe(record: ownership.LabRecord) -> str:
     if model.runs_daemons and record.state == "up":
         model = tables.routed(model)
         lines += routing_lines(record, model)
+    return "\n".join(lines + _rtt_table(model))
+
+
+def _rtt_table(model: topology.Topology) -> list[str]:
+    """Every pair of hosts' expected base RTT, in a table of at most RTT_TABLE_HOSTS (one
+    of more would be wider than a terminal, and its cells grow with the square)."""
     hosts = model.hosts()
-    lines.append("expected base RTT between hosts, ms (2 x one-way delays on the path"
-                 + (", along the routes installed now)" if model.runs_daemons else ")"))
-    lines.append("        " + "".join(f"{h:>7}" for h in hosts))
+    along = ", along the routes installed now" if model.runs_daemons else ""
+    if len(hosts) > RTT_TABLE_HOSTS:
+        return [f"expected base RTT between hosts: {len(hosts)} hosts, more than the "
+                f"{RTT_TABLE_HOSTS} a table shows (simpleperf lab exec HOST ping ... measures "
+                "one pair)"]
+    lines = ["expected base RTT between hosts, ms (2 x one-way delays on the path"
+             f"{along})", "        " + "".join(f"{h:>7}" for h in hosts)]
     for source in hosts:
         cells = []
         for target in hosts:
@@ -327,7 +342,7 @@ def describe(record: ownership.LabRecord) -> str:
             except topology.TopologyError:
                 cells.append(f"{'none':>7}")
         lines.append(f"  {source:<6}" + "".join(cells))
-    return "\n".join(lines)
+    return lines
 
 
 def routing_lines(record: ownership.LabRecord, model: topology.Topology) -> list[str]:

@@ -34,6 +34,10 @@ LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", "
 NODE_FIELDS = {"hosts": {"routes", "ecn", "congestion"},
                "routers": {"routes", "asn", "frr", "ecn", "congestion"}, "switches": set()}
 DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
+# A lab is namespaces and processes on one machine: `lab up`, `status` and `down` take time
+# in proportion to its size up to these (bench/lab_scale.py times them).
+MAX_NODES = 1000
+MAX_LINKS = 2000
 
 
 @dataclass(frozen=True)
@@ -259,7 +263,13 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
             raw_routes[node_name] = spec.get("routes", [])
     if not nodes:
         raise TopologyError("the topology has no nodes")
-    links = _links(data.get("links", []), nodes, routing_plan)
+    if len(nodes) > MAX_NODES:
+        raise TopologyError(f"the topology has {len(nodes)} nodes, at most {MAX_NODES} (a "
+                            "namespace and its processes each, on one machine)")
+    raw_links = data.get("links", [])
+    if isinstance(raw_links, list) and len(raw_links) > MAX_LINKS:
+        raise TopologyError(f"the topology has {len(raw_links)} links, at most {MAX_LINKS}")
+    links = _links(raw_links, nodes, routing_plan)
     description = datafiles.text(data.get("description", ""), "description", TopologyError)
     topology = Topology(name, description, nodes, tuple(links), source, routing_plan)
     nodes = {n: replace(node, routes=_routes(n, raw_routes[n], topology))

@@ -227,7 +227,7 @@ def compare(first: dict[str, Any], second: dict[str, Any]) -> str:
             for flow in step["flows"]:
                 key = (step["name"], flow["kind"], flow["label"])
                 seen[key] = seen.get(key, 0) + 1
-                found[(*key, seen[key])] = flow
+                found[(key[0], key[1], key[2], seen[key])] = flow
         return found
 
     a, b = index(first), index(second)
