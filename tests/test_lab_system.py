@@ -142,6 +142,7 @@ def test_a_namespace_the_lab_did_not_create_is_never_touched():
             in done.stderr
         assert "h2" in existing_namespaces()
         assert_gone({"h1", "pair-wire"})  # nothing was created
+        assert not ownership.lock_path("pair").exists()  # not even its lock file
         subprocess.run(["ip", "netns", "del", "h2"], check=True)
         lab("up", "pair", "--delay", "1ms")
         lab("down", "pair")

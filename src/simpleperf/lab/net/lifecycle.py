@@ -131,29 +131,32 @@ def up(model: topology.Topology, spec: dict[str, Any], shaper: str | None = None
                                       for node in model.nodes.values() if node.congestion})
     except (topology.TopologyError, CommandError) as error:
         raise LabError(str(error)) from None
-    with ownership.locked(model.name):
-        _clear_the_way(model.name, plan.namespace_names, say)
-        record = ownership.new_record(model.name, (backend, why), persistent, spec)
-        record.namespaces = {name: None for name in plan.namespace_names}
-        record.save()  # before anything exists: a kill from here on leaves a findable trail
-        try:
+    try:
+        with ownership.locked(model.name):
+            _clear_the_way(model.name, plan.namespace_names, say)
+            record = ownership.new_record(model.name, (backend, why), persistent, spec)
+            record.namespaces = {name: None for name in plan.namespace_names}
+            record.save()  # before anything exists: a kill from here on leaves a findable trail
             try:
-                build.create_namespaces(plan)
-            finally:  # those it made, even if it failed half-way
-                ownership.record_namespaces_created(record)
-            build.execute(plan)
-            if plan.delay_queues:
-                _start_delay_lines(record, plan.delay_line_entries(record.created))
-            if model.runs_daemons:
-                _start_routing(record, model, say)
-            record.complete = True
-            record.save()
-        except BaseException as error:
-            ownership.tear_down(record)
-            ownership.lock_path(model.name).unlink(missing_ok=True)  # as down leaves it
-            if isinstance(error, (CommandError, topology.TopologyError)):
-                raise LabError(str(error)) from None
-            raise
+                try:
+                    build.create_namespaces(plan)
+                finally:  # those it made, even if it failed half-way
+                    ownership.record_namespaces_created(record)
+                build.execute(plan)
+                if plan.delay_queues:
+                    _start_delay_lines(record, plan.delay_line_entries(record.created))
+                if model.runs_daemons:
+                    _start_routing(record, model, say)
+                record.complete = True
+                record.save()
+            except BaseException as error:
+                ownership.tear_down(record)
+                if isinstance(error, (CommandError, topology.TopologyError)):
+                    raise LabError(str(error)) from None
+                raise
+    except BaseException:
+        ownership.lock_path(model.name).unlink(missing_ok=True)  # as down leaves it
+        raise
     return record
 
 
