@@ -719,29 +719,29 @@ def _unit(text: str | None, default: str) -> str:
     return unit
 
 
-def _length(text: str | None, default: int) -> int:
-    if text is None:
-        return default
+def _size_in_range(flag: str, text: str, low: int, high: int, bounds: str) -> int:
+    """A size (128K, 64MB) from `low` to `high`; else one line naming the flag and
+    `bounds` ('from 1B to 64MB (e.g. 128K)')."""
     try:
         value = parse_size(text)
     except ValueError:
         value = 0
-    if not MIN_LENGTH <= value <= MAX_LENGTH:
-        raise UsageError(f"-l/--len must be a size from 1B to 64MB (e.g. 128K), not '{text}'")
+    if not low <= value <= high:
+        raise UsageError(f"{flag} must be a size {bounds}, not '{text}'")
     return value
+
+
+def _length(text: str | None, default: int) -> int:
+    if text is None:
+        return default
+    return _size_in_range("-l/--len", text, MIN_LENGTH, MAX_LENGTH, "from 1B to 64MB (e.g. 128K)")
 
 
 def _memory_budget(text: str | None) -> int:
     if text is None:
         return DEFAULT_MEMORY_BUDGET
-    try:
-        value = parse_size(text)
-    except ValueError:
-        value = 0
-    if not MIN_MEMORY_BUDGET <= value <= MAX_MEMORY_BUDGET:
-        raise UsageError(f"--memory-budget must be a size from 1MB to 1000GB (e.g. 512MB), "
-                         f"not '{text}'")
-    return value
+    return _size_in_range("--memory-budget", text, MIN_MEMORY_BUDGET, MAX_MEMORY_BUDGET,
+                          "from 1MB to 1000GB (e.g. 512MB)")
 
 
 def _congestion(text: str | None) -> str | None:
@@ -756,13 +756,8 @@ def _congestion(text: str | None) -> str | None:
 def _window(text: str | None) -> int | None:
     if text is None:
         return None
-    try:
-        value = parse_size(text)
-    except ValueError:
-        value = 0
-    if not MIN_WINDOW <= value <= MAX_WINDOW:
-        raise UsageError(f"-w/--window must be a size from 2KB to 1GB (e.g. 64K), not '{text}'")
-    return value
+    return _size_in_range("-w/--window", text, MIN_WINDOW, MAX_WINDOW,
+                          "from 2KB to 1GB (e.g. 64K)")
 
 
 Default = TypeVar("Default", float, None)
