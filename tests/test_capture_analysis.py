@@ -335,3 +335,18 @@ def test_packets_too_short_for_their_headers_are_malformed_not_a_cut(tmp_path: P
     assert len(found.packets) == len(good) and found.read == len(frames)
     assert "Malformed" in subprocess.run(["tshark", "-n", "-r", str(path)], capture_output=True,
                                          text=True).stdout
+
+
+def test_a_capture_from_a_pipe_is_one_line(tmp_path: Path) -> None:
+    """A pipe can be read only once, front to back: a file is asked for, in one line."""
+    path = tmp_path / "piped.pcap"
+    _write(path, _conversation([("send", n) for n in range(3)], 5, 1000))
+    with open(path, "rb") as source:
+        feeder = subprocess.Popen(["cat"], stdin=source, stdout=subprocess.PIPE)
+        done = subprocess.run([sys.executable, "-m", "simpleperf", "lab", "analyze",
+                               "/dev/stdin"], stdin=feeder.stdout, capture_output=True,
+                              text=True, timeout=60)
+        feeder.wait(10)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("simpleperf lab: error: /dev/stdin is not a file (a pipe?): "
+                                   "give a capture file")

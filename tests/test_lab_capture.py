@@ -213,7 +213,8 @@ def test_a_missing_program_stops_the_run_before_anything_is_built(tmp_path: Path
     (tmp_path / "apps.toml").write_text(APPLICATIONS)
     environment = dict(os.environ, PATH=str(tmp_path))  # no curl, no dumpcap
     done = subprocess.run([sys.executable, "-m", "simpleperf", "lab", "run",
-                           str(tmp_path / "apps.toml"), "--results", str(tmp_path / "r")],
+                           str(tmp_path / "apps.toml"), "--results", str(tmp_path / "r"),
+                           "--allow-commands"],
                           capture_output=True, text=True, timeout=60, env=environment)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "apt-get install" in done.stderr

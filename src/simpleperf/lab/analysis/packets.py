@@ -66,6 +66,8 @@ def read(path: Path) -> CaptureFile:
     except OSError as error:
         raise CaptureFileError(f"cannot read {path}: {error.strerror}") from None
     with stream:
+        if not stream.seekable():
+            raise CaptureFileError(f"{path} is not a file (a pipe?): give a capture file")
         magic = stream.read(4)
         stream.seek(0)
         try:

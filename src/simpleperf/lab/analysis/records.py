@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import sys
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -41,8 +42,8 @@ def check(stream: BinaryIO, pcapng: bool) -> Structure:
     """The structure of the open capture `stream` (at its start; left there)."""
     try:
         view = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    except ValueError:  # an empty file: dpkt says it is no capture
-        return Structure(0)
+    except (ValueError, OSError):  # nothing to map (dpkt reads it as it can): unchecked
+        return Structure(sys.maxsize)
     with view:
         return _pcapng(view) if pcapng else _pcap(view)
 

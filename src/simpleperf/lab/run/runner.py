@@ -96,12 +96,9 @@ def _say(line: str) -> None:
 def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str | None = None,
                    say=_say, allow_commands: bool = False) -> Path:
     plan = experiments.load(name_or_path)
-    _commands_allowed(plan, name_or_path, allow_commands)
     progress = StepProgress(sys.stdout) if say is _say else None  # drawn between our lines
     say = progress.say if progress is not None else say
-    if plan.commands():
-        say(f"Command flows run as root in the lab's nodes, which share this machine's files: "
-            f"{'; '.join(plan.commands())}")
+    _commands_allowed(plan, name_or_path, allow_commands, say)
     first_model, _ = _model(plan, plan.sweep.values[0] if plan.sweep else None)
     _preflight(plan, first_model)
     lifecycle.require_root()
@@ -154,19 +151,8 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     except ResultsError as error:  # the disk filled up: stop measuring what cannot be kept
         failure = error
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
-        try:
-            if runner is not None and runner.applications is not None:
-                runner.applications.remove()
-            if lab is not None:
-                lab.release()
-            if store is not None:
-                try:
-                    store.finish(interrupted)
-                except ResultsError as error:
-                    failure = failure or error
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        unfinished = _clean_up(runner, lab, store, interrupted)  # always, first
+        failure = failure or unfinished
     if failure is not None:
         _give_up(failure, store)
     if store is None:  # interrupted before the first lab was up: nothing was measured
@@ -178,6 +164,25 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
     if interrupted:
         raise KeyboardInterrupt
     return folder
+
+
+def _clean_up(runner: StepRunner | None, lab: _Lab | None, store: Store | None,
+              interrupted: bool) -> ResultsError | None:
+    """After the steps, whatever ended them: servers' files, the lab, and the results
+    marked finished (or the error that kept them from it). Ctrl-C waits for it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if runner is not None and runner.applications is not None:
+            runner.applications.remove()
+        if lab is not None:
+            lab.release()
+        if store is not None:
+            store.finish(interrupted)
+    except ResultsError as error:
+        return error
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return None
 
 
 def _step_line(step: Step, done: int, total: int, began: float, repetition: tuple[int, int],
@@ -221,15 +226,20 @@ def _runner(plan: Experiment, model: topology.Topology, record: ownership.LabRec
     return StepRunner(model, record, timing, say, applications, captures, progress)
 
 
-def _commands_allowed(plan: Experiment, name_or_path: str, allowed: bool) -> None:
+def _commands_allowed(plan: Experiment, name_or_path: str, allowed: bool,
+                      say: Callable[[str], None]) -> None:
     """An experiment file of one's own may run command flows only when its user says so:
-    they run as root, and the lab's namespaces share the machine's files."""
-    if plan.commands() and not plan.shipped and not allowed:
-        count = len(plan.commands())
+    they run as root, and the lab's namespaces share the machine's files. Those that run
+    are said first."""
+    commands = plan.commands()
+    if commands and not plan.shipped and not allowed:
         raise experiments.ExperimentError(
-            f"{name_or_path} runs {count} command line{'s' if count > 1 else ''} as root on "
-            "this machine (the lab's nodes share its files): read them, then give "
+            f"{name_or_path} runs {len(commands)} command line{'s' * (len(commands) > 1)} as "
+            "root on this machine (the lab's nodes share its files): read them, then give "
             "--allow-commands")
+    if commands:
+        say("Command flows run as root in the lab's nodes, which share this machine's files: "
+            + "; ".join(commands))
 
 
 def _preflight(plan: Experiment, model: topology.Topology) -> None:
