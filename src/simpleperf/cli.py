@@ -161,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-6", "--ipv6", action="store_true", help="IPv6 only")
     common.add_argument("--auth-secret-file", metavar="FILE", help="shared secret for "
                         "authentication (challenge and HMAC; the secret never crosses the "
-                        "wire); also read from $SIMPLEPERF_SECRET")
+                        "wire); also read from $SIMPLEPERF_SECRET. A server with one refuses "
+                        "classic clients, which cannot prove it (--allow-classic)")
     common.add_argument("-J", "--json", action="store_true", help="client: one JSON "
                         "document; server: one per test (its own view), and no text")
     common.add_argument("-A", "--affinity", metavar="N[,M]", help="run on CPU N; a client's "
