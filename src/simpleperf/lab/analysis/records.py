@@ -29,6 +29,11 @@ INTERFACE = 1
 OLD_PACKET = 2  # obsolete Packet Block: a 2-byte interface id
 SIMPLE_PACKET = 3
 ENHANCED_PACKET = 6
+# By byte order: a block's type and length; a length alone; an Enhanced Packet Block's fields
+# (interface, time high, low, captured, length); an old Packet Block's (interface, drops,
+# time high, low, captured, length).
+BLOCK, LENGTH, ENHANCED, OLD = ({order: struct.Struct(order + layout) for order in "<>"}
+                                for layout in ("II", "I", "IIIII", "HHIIII"))
 
 
 @dataclass(frozen=True)
@@ -79,17 +84,17 @@ def _pcapng(view: mmap.mmap) -> Structure:
     while at < size:
         if size - at < 12:
             return _cut(packets, f"the block at byte {at}")
-        if struct.unpack_from("<I", view, at)[0] == SECTION_HEADER and size - at >= 12:
+        if LENGTH["<"].unpack_from(view, at)[0] == SECTION_HEADER:  # the same either way
             magic = view[at + 8:at + 12]
             order = "<" if magic == b"\x4d\x3c\x2b\x1a" else ">"
             interfaces = 0
-        kind, length = struct.unpack_from(order + "II", view, at)
+        kind, length = BLOCK[order].unpack_from(view, at)
         if length < 12 or length % 4:
             return Structure(packets, f"is corrupt: the block at byte {at} claims a length "
                              f"of {length} bytes (a multiple of 4, at least 12)")
         if at + length > size:
             return _cut(packets, f"the block at byte {at}")
-        if struct.unpack_from(order + "I", view, at + length - 4)[0] != length:
+        if LENGTH[order].unpack_from(view, at + length - 4)[0] != length:
             return Structure(packets, f"is corrupt: the block at byte {at} ends with another "
                              "length than it begins with")
         if kind == INTERFACE:
@@ -108,8 +113,7 @@ def _packet(view: mmap.mmap, at: int, kind: int, length: int, order: str,
     """What is wrong with one packet block, if anything."""
     if kind == SIMPLE_PACKET:
         return None if interfaces else "comes before any interface is described"
-    head = struct.Struct(order + ("IIIII" if kind == ENHANCED_PACKET  # interface, time
-                                  else "HHIIII"))  # high, low, captured, length; old: drops
+    head = (ENHANCED if kind == ENHANCED_PACKET else OLD)[order]
     room = length - 12 - head.size
     if room < 0:
         return f"has a block of {length} bytes, too short for its own fields"
