@@ -27,9 +27,8 @@ from .options import ClientOptions, ServerOptions
 def _printer(options: ClientOptions | ServerOptions):
     """The run's output (service.Output), with every line of text begun by --timestamps'
     time and -T's title, in iperf3's order; JSON is left whole."""
-    server = isinstance(options, ServerOptions)
-    write = service.Output(server, isinstance(options, ServerOptions) and options.daemon,
-                           options.logfile)
+    detached = isinstance(options, ServerOptions) and options.daemon
+    write = service.Output(isinstance(options, ServerOptions), detached, options.logfile)
     title = getattr(options, "title", None)
     stamp = options.timestamps
     if getattr(options, "json", False) or getattr(options, "json_stream", False) or not (
