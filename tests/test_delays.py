@@ -150,6 +150,42 @@ def test_frames_whole_lost_and_forged():
     assert frames.log.total().maximum == pytest.approx(0.004)
 
 
+def test_a_frame_arriving_when_omitting_ends_belongs_to_the_measured_part():
+    """-O ends while frame 2's datagrams arrive: frame 2 is measured whole, not lost -1."""
+    frames = FrameAccount(Binning())
+    for index in range(2):
+        frames.feed(1, 2, index, 10.0, 10.001)
+    frames.feed(2, 2, 0, 10.1, 10.101)
+    frames.log.close_interval(keep=False)
+    assert frames.leave_out() == (1, 1)
+    frames.feed(2, 2, 1, 10.1, 10.102)
+    for index in range(2):
+        frames.feed(3, 2, index, 10.2, 10.201)
+    whole, highest = frames.counts()
+    assert (whole - 1, (highest - 1) - (whole - 1)) == (2, 0)
+    assert frames.log.total().count == 2
+
+
+@settings(max_examples=80)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2)), max_size=120),
+       st.integers(0, 120))
+def test_frames_left_out_and_measured_add_up(arrivals, boundary):
+    """Whatever the order and loss, the measured part's frames whole and lost are counts
+    (never negative) of the frames numbered after the left out ones."""
+    frames = FrameAccount(Binning())
+    left = (0, 0)
+    for at, (frame, index) in enumerate(arrivals):
+        if at == boundary:
+            left = frames.leave_out()
+        frames.feed(frame, 3, index, 1.0, 1.001)
+    if boundary >= len(arrivals):
+        left = frames.leave_out()
+    whole, highest = frames.counts()
+    measured, lost = whole - left[0], (highest - left[1]) - (whole - left[0])
+    assert measured >= 0 and lost >= 0
+    assert measured <= len({f for f, _ in arrivals if f > left[1]})
+
+
 def _stamped_stream(lengths: list[int], sent_ns: int, left_ns: int) -> bytes:
     """Each write reports that the one before it left the sender's kernel at `left_ns`."""
     stream = b""

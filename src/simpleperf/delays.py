@@ -299,6 +299,7 @@ class FrameAccount:
         self.bad = 0
         self._open: dict[int, list[Any]] = {}  # frame -> [datagrams, arrived, sent]
         self._judged: set[int] = set()  # frames whole recently (late duplicates ignored)
+        self.floor = 0  # frames up to this number were left out (-O): not counted whole
 
     def feed(self, frame: int, datagrams: int, index: int, sent: float,
              arrival: float) -> None:
@@ -317,11 +318,26 @@ class FrameAccount:
         state[1] += 1
         if state[1] >= state[0]:
             del self._open[frame]
+            self._judged.add(frame)
+            if frame <= self.floor:
+                return  # begun in what -O left out: neither whole nor lost in the rest
             self.whole += 1
             self.log.current.add(arrival - state[2])
-            self._judged.add(frame)
             if len(self._judged) > 4 * self.OPEN_LIMIT:
                 self._judged = {f for f in self._judged if f + self.OPEN_LIMIT >= self.highest}
+
+    def leave_out(self) -> tuple[int, int]:
+        """What -O leaves out, at its end: every frame numbered up to the last before the
+        first still arriving (whole or lost there), as (frames whole, that number). A frame
+        still arriving belongs to the measured part with all of its datagrams; one begun in
+        the left out part that comes whole later is counted in neither. Called by the
+        interval clock while the receiving thread feeds: it reads copies."""
+        highest = self.highest
+        arriving = [f for f in list(self._open) if f + self.OPEN_LIMIT >= highest]
+        floor = min(arriving) - 1 if arriving else highest
+        self.floor = floor
+        whole_beyond = sum(1 for f in tuple(self._judged) if f > floor)
+        return self.whole - whole_beyond, floor
 
     def counts(self) -> tuple[int, int]:
         """(frames whole, the highest frame number seen) now."""

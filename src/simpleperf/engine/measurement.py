@@ -149,7 +149,7 @@ class Measurement:
             self._previous[stream.number] = now
             if omitted and abs(mark - self.spec.omit) < 1e-9:
                 self._baseline[stream.number] = now
-                now.frames = stream.frames.counts() if stream.frames is not None else (
+                now.frames = stream.frames.leave_out() if stream.frames is not None else (
                     stream.frames_sent, 0)
             records.append(record)
         self.intervals.extend(records)
