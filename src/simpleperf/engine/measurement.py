@@ -85,10 +85,16 @@ class Measurement:
         finish(): a sender may still be inside its last write when the clock reaches it)."""
         while True:
             mark = self.clock.mark(self._mark_index)
-            if now < self.start + mark or self.clock.is_final(mark):
+            if now < self.start + mark or self.clock.is_final(mark) or self._ended_before(mark):
                 return
             self._emit(mark)
             self._mark_index += 1
+
+    def _ended_before(self, mark: float) -> bool:
+        """Every stream has ended before `mark` (while a sender waits for its last bytes
+        to be acknowledged, say): finish() closes the last interval where they ended."""
+        return all(s.done.is_set() for s in self.streams) and all(
+            (s.last or self.start) < self.start + mark for s in self.streams)
 
     def finish(self, now: float) -> list[dict[str, Any]]:
         """Close the last interval and fix our results; later calls return the same."""
@@ -108,6 +114,15 @@ class Measurement:
             if (transport_of(stream).ENDS_WHEN_QUIET and not stream.done.is_set()
                     and now - (stream.last or self.start) >= quiet):
                 stream.done.set()  # the thread sees stop later; counters are final
+
+    def senders_acknowledged(self, now: float, limit: float = DRAIN_LIMIT) -> bool:
+        """Whether every sending stream has ended and its peer has acknowledged all it
+        wrote (or `limit` seconds have passed since it ended). A TCP sender's last writes
+        wait in its buffer when it ends, and each of those the path drops is sent again:
+        its retransmissions are counted once they are acknowledged."""
+        return all(s.done.is_set() and (
+            transport_of(s).acknowledged(s) or now - (s.last or self.start) >= limit)
+            for s in self.sending)
 
     def drain_receivers(self, limit: float = DRAIN_LIMIT) -> None:
         """After the peer said the test ended (iperf3's TEST_END): what it wrote before

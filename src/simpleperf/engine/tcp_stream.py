@@ -201,6 +201,15 @@ def drained(stream: Stream, quiet: float) -> bool:
         return True
 
 
+def acknowledged(stream: Stream) -> bool:
+    """The peer has acknowledged every byte written: none can be sent again, so TCP_INFO's
+    count of retransmissions is final."""
+    try:
+        return tcp.unacknowledged_bytes(stream.sock) == 0
+    except OSError:
+        return True
+
+
 def apply_options(sock: socket.socket, spec: TestSpec) -> None:
     """MSS and no-delay on a data connection (window and congestion are set before
     connect or listen, where they must be)."""

@@ -210,7 +210,7 @@ class _Iperf3Test:
             return
         try:
             while time.monotonic() < deadline:
-                if all(tcp.unsent_bytes(s.sock) == 0 for s in sending):
+                if all(tcp.unacknowledged_bytes(s.sock) == 0 for s in sending):
                     # iperf3's server is one thread: while it also sends (--bidir) it
                     # reads only between its writes, so give it the longest settle.
                     both_ways = len(sending) < len(self.streams)

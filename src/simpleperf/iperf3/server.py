@@ -315,7 +315,7 @@ def _uncount_undelivered(streams: list[Stream]) -> None:
         if stream.sending and stream.protocol == "tcp":
             stream.done.wait(1.0)  # the thread leaves its last write (wake-up timer)
             with contextlib.suppress(OSError):
-                stream.num_bytes -= tcp.unsent_bytes(stream.sock)
+                stream.num_bytes -= tcp.unacknowledged_bytes(stream.sock)
 
 
 def _by_number(measurement: Measurement, theirs: dict[int, dict[str, Any]]

@@ -100,7 +100,8 @@ class NativeSession:
         if self.peer_finished:
             measurement.end_quiet_receivers(now, self._udp_quiet)
         if (not self._sent_results and self._sent_finished
-                and all(s.done.is_set() for s in measurement.receiving)):
+                and all(s.done.is_set() for s in measurement.receiving)
+                and measurement.senders_acknowledged(now)):
             final = measurement.finish(now)
             rows = tuple((r.stream, round(r.start, 6), round(r.end, 6), r.num_bytes, r.packets,
                           r.lost, r.jitter_ms) for r in measurement.intervals if not r.omitted)

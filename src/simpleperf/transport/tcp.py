@@ -251,7 +251,8 @@ def write_length(sock: socket.socket, length: int, whole_segments: bool) -> int:
     return length - length % segment
 
 
-def unsent_bytes(sock: socket.socket) -> int:
+def unacknowledged_bytes(sock: socket.socket) -> int:
+    """Bytes written and not yet acknowledged by the peer, sent or not (SIOCOUTQ)."""
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0]
 
 
@@ -263,10 +264,10 @@ def unread_bytes(sock: socket.socket) -> int:
 def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30.0) -> None:
     """Wait until the peer has acknowledged everything we sent (or should_stop()). Fails if
     nothing moves for `stall_limit` seconds."""
-    last, last_change = unsent_bytes(sock), time.monotonic()
+    last, last_change = unacknowledged_bytes(sock), time.monotonic()
     while last > 0 and not should_stop():
         time.sleep(0.0005 if last < 1 << 20 else 0.002)
-        now_unsent = unsent_bytes(sock)
+        now_unsent = unacknowledged_bytes(sock)
         now = time.monotonic()
         if now_unsent != last:
             last, last_change = now_unsent, now
@@ -291,7 +292,6 @@ SOF_TIMESTAMPING_SOFTWARE = 1 << 4
 SOF_TIMESTAMPING_OPT_ID = 1 << 7
 SOF_TIMESTAMPING_OPT_TSONLY = 1 << 11
 SCM_TSTAMP_SCHED = 1
-SIOCOUTQ = 0x5411  # bytes written and not yet acknowledged
 _SCM_TIMESTAMPING = struct.Struct("qq")  # the first of three timespecs: software
 _EXTENDED_ERROR = struct.Struct("IBBBBII")  # struct sock_extended_err, without the address
 _ERROR_ORIGIN_TIMESTAMPING = 4  # SO_EE_ORIGIN_TIMESTAMPING
@@ -305,8 +305,7 @@ class Departures:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        unacknowledged = struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ,
-                                                        b"\0" * 4))[0]
+        unacknowledged = unacknowledged_bytes(sock)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING,
                         SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_SOFTWARE
                         | SOF_TIMESTAMPING_OPT_ID | SOF_TIMESTAMPING_OPT_TSONLY)
