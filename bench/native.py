@@ -11,15 +11,20 @@
   server, TCP and UDP (-b 0, 1470-byte datagrams), receiver side (target >= 0.95).
 
     python3 bench/native.py [--only udp|reverse|concurrency|iperf3] [--runs 3] [--seconds 4]
-                            [--iperf3 PATH] [--gsro]
+                            [--iperf3 PATH] [--gsro] [--conditions quiet,busy]
 
 --iperf3 names the reference binary (default Debian's iperf3; ../shared/tools/iperf3-3.21
-for the newest), --gsro gives its UDP runs --gsro (UDP GSO/GRO, 3.21 only).
+for the newest), --gsro gives its UDP runs --gsro (UDP GSO/GRO, 3.21 only). Every
+comparison runs in each condition: quiet, and busy (a second process spinning on CPU 0),
+so that a result that holds in one only is seen. UDP runs also print the kernel's count of
+datagrams the receiving sockets dropped (Udp RcvbufErrors, both tools alike: one per
+coalesced read dropped) and simpleperf's own split of its loss (by the receiving host).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import signal
@@ -64,26 +69,39 @@ def alternate(runs: int, ours, theirs, show) -> tuple[list, list]:
     return mine, other
 
 
+def socket_drops() -> int:
+    """The kernel's count of UDP datagrams (or coalesced reads) dropped at full receiving
+    sockets, machine-wide (/proc/net/snmp, Udp RcvbufErrors)."""
+    with open("/proc/net/snmp") as snmp:
+        lines = [line.split() for line in snmp if line.startswith("Udp:")]
+    return int(lines[1][lines[0].index("RcvbufErrors")])
+
+
 def bench_udp(args, ports) -> None:
     flags = ["-u", "-b", "0", "-l", "1470", "-t", str(args.seconds)]
 
     def ours():
+        drops = socket_drops()
         with CpuMeter(ports["simpleperf_pid"]) as meter:
             end = simpleperf_json(ports["simpleperf"], *flags)["end"]
+        host = end["sum"].get("receiver_dropped_packets", 0)
         return (received(end), end["sum"]["lost_percent"],
-                meter.per_gb(received(end) * args.seconds / 8))
+                meter.per_gb(received(end) * args.seconds / 8), socket_drops() - drops,
+                100.0 * host / max(1, end["sum"]["packets"]))
 
     def theirs():
+        drops = socket_drops()
         with CpuMeter(ports["iperf3_pid"]) as meter:
             end = iperf3_json(ports["iperf3"], *flags,
                               *(["--gsro"] if args.gsro else []))["end"]
         return (received(end), end["sum"]["lost_percent"],
-                meter.per_gb(received(end) * args.seconds / 8))
+                meter.per_gb(received(end) * args.seconds / 8), socket_drops() - drops)
 
     def show(run, mine, other):
         print(f"udp run {run + 1}: simpleperf {mine[0] / 1e9:6.2f} Gbit/s received, "
-              f"{mine[1]:5.2f}% lost   iperf3 {other[0] / 1e9:6.2f} Gbit/s received, "
-              f"{other[1]:5.2f}% lost", flush=True)
+              f"{mine[1]:5.2f}% lost ({mine[4]:.2f}% by the receiving host; socket drops "
+              f"{mine[3]})   iperf3 {other[0] / 1e9:6.2f} Gbit/s received, "
+              f"{other[1]:5.2f}% lost (socket drops {other[3]})", flush=True)
 
     mine, other = alternate(args.runs, ours, theirs, show)
     goodput = statistics.median(m[0] for m in mine) / statistics.median(o[0] for o in other)
@@ -120,15 +138,17 @@ def bench_iperf3(args, ports) -> None:
         flags = [*flags, "-t", str(args.seconds)]
 
         def run(port, f=flags):
+            drops = socket_drops()
             end = iperf3_json(port, *f)["end"]
-            return received(end), end.get("sum", {}).get("lost_percent", 0.0)
+            return (received(end), end.get("sum", {}).get("lost_percent", 0.0),
+                    socket_drops() - drops)
 
         mine, other = alternate(
             args.runs, lambda r=run: r(ports["simpleperf"]), lambda r=run: r(ports["iperf3"]),
             lambda i, m, o, n=name: print(
                 f"iperf3 client {n} run {i + 1}: to simpleperf {m[0] / 1e9:6.2f} Gbit/s "
-                f"({m[1]:.2f}% lost)   to iperf3 {o[0] / 1e9:6.2f} Gbit/s ({o[1]:.2f}% lost)",
-                flush=True))
+                f"({m[1]:.2f}% lost, socket drops {m[2]})   to iperf3 {o[0] / 1e9:6.2f} "
+                f"Gbit/s ({o[1]:.2f}% lost, socket drops {o[2]})", flush=True))
         ratio = statistics.median(m[0] for m in mine) / statistics.median(o[0] for o in other)
         print(f"iperf3 client {name} median: simpleperf server "
               f"{statistics.median(m[0] for m in mine) / 1e9:.2f} Gbit/s, iperf3 server "
@@ -179,6 +199,21 @@ def bench_concurrency(args, ports) -> None:
         print(f"  failed: {failure}")
 
 
+@contextlib.contextmanager
+def busy_cpu(wanted: bool):
+    """While inside: a process of ours spinning on CPU 0 (the machine's other work)."""
+    if not wanted:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c",
+                                "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("udp", "reverse", "concurrency", "iperf3"))
@@ -188,7 +223,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--port", type=int, default=15301)
+    parser.add_argument("--conditions", default="quiet,busy",
+                        help="quiet, busy (a process spinning on CPU 0), or both")
     args = parser.parse_args()
+    conditions = args.conditions.split(",")
+    if not conditions or set(conditions) - {"quiet", "busy"}:
+        print("bench: --conditions takes quiet, busy or both", file=sys.stderr)
+        return 2
     if not shutil.which(args.iperf3):
         print(f"bench: {args.iperf3} is not installed (apt-get install iperf3)", file=sys.stderr)
         return 1
@@ -203,10 +244,15 @@ def main() -> int:
              "simpleperf_pid": servers[1].pid, "iperf3_pid": servers[0].pid}
     time.sleep(1)
     try:
-        for name, bench in (("udp", bench_udp), ("reverse", bench_reverse),
-                            ("iperf3", bench_iperf3), ("concurrency", bench_concurrency)):
-            if args.only in (None, name):
-                bench(args, ports)
+        for condition in conditions:
+            print(f"condition: {condition}" + (" (a second process spinning on CPU 0)"
+                                               if condition == "busy" else ""), flush=True)
+            with busy_cpu(condition == "busy"):
+                for name, bench in (("udp", bench_udp), ("reverse", bench_reverse),
+                                    ("iperf3", bench_iperf3),
+                                    ("concurrency", bench_concurrency)):
+                    if args.only in (None, name):
+                        bench(args, ports)
     finally:
         for server in servers:
             server.send_signal(signal.SIGINT)

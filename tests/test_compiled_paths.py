@@ -41,8 +41,10 @@ MESSAGE = st.one_of(
 
 
 def write_reads(header: struct.Struct, segment: int, messages: list, start: int,
-                first_number: int, slot: int = SLOT) -> tuple[memoryview, bytearray]:
-    """The buffer and table a compiled read would leave: each message at i * slot."""
+                first_number: int, slot: int = SLOT, drops: list[int] | None = None
+                ) -> tuple[memoryview, bytearray]:
+    """The buffer and table a compiled read would leave: each message at i * slot, each
+    queued when the socket had dropped drops[i]."""
     buffer = aligned(slot * len(messages))
     table = bytearray(udp_receive.ROW.size * len(messages))
     number, micros = first_number, 0
@@ -62,7 +64,8 @@ def write_reads(header: struct.Struct, segment: int, messages: list, start: int,
             length = (len(steps) - 1) * segment + last
             size = length if message[0] == "one" else segment
         udp_receive.ROW.pack_into(table, index * udp_receive.ROW.size, length, size,
-                                  start + 0.5 + index * 1e-4 + (index % 3) * 3e-5)
+                                  start + 0.5 + index * 1e-4 + (index % 3) * 3e-5,
+                                  drops[index] if drops else 0)
     return buffer, table
 
 
@@ -70,27 +73,38 @@ def account_fields(account: UdpReceiveAccount) -> tuple:
     return (account.highest, account.lost, account.out_of_order, account.jitter,
             account._transit, account.received, account.bad, account._undo,
             account._block_min, account._block_count, account.first_window_min,
-            account._first_window_end, list(account._recent_blocks))
+            account._first_window_end, list(account._recent_blocks), account.socket_drops,
+            account.host_dropped)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(HEADERS), st.integers(0, 60), st.lists(MESSAGE, max_size=64),
-       st.lists(MESSAGE, max_size=64), st.integers(1, 2**31))
-def test_compiled_and_pure_accounts_agree(header, spare, first_read, second_read, number):
+       st.lists(MESSAGE, max_size=64), st.integers(1, 2**31),
+       st.lists(st.sampled_from([0, 0, 0, 0, 1, 3]), min_size=128, max_size=128))
+def test_compiled_and_pure_accounts_agree(header, spare, first_read, second_read, number,
+                                          drop_steps):
+    """... and where the socket dropped datagrams (the drops its messages carry rise), the
+    gap before the message is the receiving host's in both."""
     segment = header.size + spare
     compiled_account, pure_account = UdpReceiveAccount(), UdpReceiveAccount()
     compiled_bytes = pure_bytes = 0
+    drops = [sum(drop_steps[:i + 1]) for i in range(len(drop_steps))]
     for reads, messages in enumerate((first_read, second_read)):
-        buffer, table = write_reads(header, segment, messages, 1_700_000_000 + reads, number)
+        counts = drops[64 * reads:64 * reads + len(messages)]
+        buffer, table = write_reads(header, segment, messages, 1_700_000_000 + reads, number,
+                                    drops=counts)
         compiled_bytes += udp_receive.account_read(compiled_account, header, buffer, SLOT,
                                                    table, len(messages), fastpath)
         for index in range(len(messages)):
-            length, size, arrival = udp_receive.ROW.unpack_from(
+            length, size, arrival, dropped = udp_receive.ROW.unpack_from(
                 table, index * udp_receive.ROW.size)
+            lost_before = pure_account.host_gap_begins(dropped)
             if length >= header.size:
                 udp_receive.account_message(pure_account, buffer, index * SLOT, length, size,
                                             header.unpack_from, header.size, arrival)
                 pure_bytes += length
+            if lost_before is not None:
+                pure_account.host_gap_ends(lost_before)
         number = pure_account.highest
     assert account_fields(compiled_account) == account_fields(pure_account)
     assert compiled_bytes == pure_bytes
@@ -152,8 +166,9 @@ def test_sent_batches_are_read_numbered_and_stamped(pair):
         got = fastpath.receive(receiver.fileno(), buffer, 65536, 64, table)
         assert got > 0, "the datagrams sent were not read"
         for index in range(got):
-            length, segment, arrival = udp_receive.ROW.unpack_from(
+            length, segment, arrival, drops = udp_receive.ROW.unpack_from(
                 table, index * udp_receive.ROW.size)
+            assert drops == 0
             assert segment == size and length % size == 0
             assert before - 1 < arrival < time.time() + 1
         moved += udp_receive.account_read(account, DATAGRAM_HEADER, buffer, 65536, table, got,
@@ -166,7 +181,8 @@ def test_a_read_times_out_with_nothing(pair):
     _, receiver = pair
     udp.tcp.set_wake_up(receiver, 0.05)
     began = time.monotonic()
-    assert fastpath.receive(receiver.fileno(), aligned(65536), 65536, 1, bytearray(24)) == 0
+    assert fastpath.receive(receiver.fileno(), aligned(65536), 65536, 1,
+                            bytearray(udp_receive.ROW.size)) == 0
     assert time.monotonic() - began < 1
 
 

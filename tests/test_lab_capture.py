@@ -90,6 +90,13 @@ def test_the_capture_and_tcp_info_agree_on_retransmissions(lossy_capture) -> Non
     assert ratio is not None and 0.002 < ratio < 0.02
 
 
+def test_udp_loss_on_the_link_is_the_networks_not_the_receiving_hosts(lossy_capture):
+    _, _, result = lossy_capture
+    total = result["end"]["sum"]
+    assert total["lost_packets"] > 10  # the link's 1 %
+    assert total["receiver_dropped_packets"] == 0
+
+
 @pytest.mark.guest
 def test_udp_gaps_in_the_capture_are_the_receivers_losses(lossy_capture) -> None:
     from simpleperf.lab.analysis import packets, udp

@@ -108,8 +108,10 @@ def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     received = db.execute("SELECT SUM((\"end\" - start) * bits_per_second / 8) FROM interval"
                           " WHERE flow_id = (SELECT id FROM flow WHERE label = 'h7-h9')"
                           ).fetchone()[0]
-    lost = db.execute("SELECT lost FROM flow WHERE label = 'h7-h9'").fetchone()[0]
+    lost, host_dropped = db.execute("SELECT lost, host_dropped FROM flow WHERE label = "
+                                    "'h7-h9'").fetchone()
     assert received == pytest.approx((udp[9] - lost) * 1000, rel=1e-4)
+    assert host_dropped == 0  # its receiver kept up: what the links lost is theirs
     # Flows run with --trip-times (the namespaces share a clock): each receiver's one-way
     # delay is at least its path's delays (30 ms one way for both), never below theory.
     for label in ("h1-h4", "h7-h9"):

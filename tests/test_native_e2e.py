@@ -216,3 +216,36 @@ def test_native_rows_take_iperf3_units_and_classic_ones(server, args, rate):
     assert len(rows) == 2 and all(re.search(rate, row) for row in rows), done.stdout
     if "MB" not in args:
         assert all(re.search(r"[\d.]+ [KMG]?Bytes ", row) for row in rows), rows
+
+
+@pytest.mark.parametrize("path", ["compiled", "python", "keyed", "trip-times"])
+def test_what_the_receiving_socket_dropped_is_told_apart_from_the_network(
+        path, monkeypatch, tmp_path):
+    """A receiver whose socket holds 32 KB, flooded at -b 0 on loopback: everything lost
+    was dropped by the receiving socket, and each receive path (C, Python's batches, keyed
+    datagrams, one-way delays) says so from the drops the kernel gives with each read."""
+    extra: list[str] = []
+    if path == "python":
+        monkeypatch.setenv("SIMPLEPERF_PURE_PYTHON", "1")
+    if path == "keyed":
+        secret = tmp_path / "secret"
+        secret.write_text("a shared secret\n")
+        extra = ["--auth-secret-file", str(secret)]
+    live, port = start_server(*extra)
+    try:
+        if path == "trip-times":
+            extra = ["--trip-times"]
+        document = run_json(port, "-u", "-b", "0", "-t", "1", "-w", "16K", *extra)
+        total = document["end"]["sum"]
+        assert total["lost_packets"] > 1000
+        # loopback loses nothing on the way: all of it was the receiving host's
+        assert total["receiver_dropped_packets"] == total["lost_packets"]
+        (stream,) = document["end"]["streams"]
+        assert stream["receiver"]["receiver_dropped_packets"] == total["lost_packets"]
+        if path == "compiled":
+            done = run_simpleperf("-c", "-p", str(port), "-u", "-b", "0", "-t", "1", "-w",
+                                  "16K", "--native")
+            assert done.returncode == 0, done.stderr
+            assert re.search(r"%: 0 in the network, \d+ by the receiving host\)", done.stdout)
+    finally:
+        live.close()

@@ -168,3 +168,17 @@ def test_a_stray_far_number_anywhere_changes_nothing_but_bad(steps, where, jump)
     # The stray is followed by a datagram carrying on from before (or nothing, at the end).
     tainted = _fed([*numbers[:at], stray, *numbers[at:]])
     assert (tainted.packets, tainted.settled_lost) == (honest.packets, honest.settled_lost)
+
+
+def test_the_gap_before_a_message_the_socket_queued_after_dropping_is_the_hosts():
+    account = UdpReceiveAccount()
+    account.feed_many(((n, 1.0) for n in range(1, 11)), 1.001)
+    assert account.host_gap_begins(0) is None  # no drops yet: nothing to tell
+    account.feed_many(((n, 1.0) for n in range(14, 21)), 1.001)  # 11-13: the network's
+    before = account.host_gap_begins(2)  # the socket dropped 2 messages before this one
+    assert before == 3
+    account.feed_many(((n, 1.0) for n in range(30, 41)), 1.001)  # 21-29: the host's
+    account.host_gap_ends(before)
+    assert account.host_gap_begins(2) is None  # the same count: no new drops
+    account.feed(45, 1.0, 1.001)  # 41-44: the network's again
+    assert (account.lost, account.host_dropped) == (3 + 9 + 4, 9)

@@ -327,6 +327,9 @@ static uint64_t get64(const unsigned char *at)
 #ifndef UDP_GRO
 #define UDP_GRO 104
 #endif
+#ifndef SO_RXQ_OVFL
+#define SO_RXQ_OVFL 40
+#endif
 #define MAX_MESSAGES 64
 
 /* One row of the table `receive` fills and `account_runs` reads: what Python unpacks with
@@ -335,10 +338,12 @@ struct row {
     int64_t length;   /* bytes read */
     int64_t segment;  /* bytes of each datagram in it (UDP_GRO), else length */
     double arrival;   /* the kernel's arrival stamp, seconds on the wall clock */
+    int64_t drops;    /* the socket's drops when it queued this one (SO_RXQ_OVFL), else 0 */
 };
 
 union control {
-    char space[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))];
+    char space[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))
+               + CMSG_SPACE(sizeof(uint32_t))];
     struct cmsghdr align;
 };
 
@@ -346,8 +351,9 @@ PyDoc_STRVAR(receive_doc,
 "receive(fd, buffer, slot, count, table) -> int\n\n"
 "Read up to `count` messages (at most 64) from the datagram socket `fd` in one recvmmsg,\n"
 "the i-th into buffer[i * slot:(i + 1) * slot], blocking until the first (or the socket's\n"
-"receive timeout: then 0). Row i of the writable `table` (24 bytes each, struct 'qqd') gets\n"
-"its length, its datagrams' size and its arrival time. Returns how many were read.");
+"receive timeout: then 0). Row i of the writable `table` (32 bytes each, struct 'qqdq')\n"
+"gets its length, its datagrams' size, its arrival time and the socket's count of drops\n"
+"when it queued it (SO_RXQ_OVFL, else 0). Returns how many were read.");
 
 static PyObject *receive(PyObject *self, PyObject *args)
 {
@@ -396,7 +402,7 @@ static PyObject *receive(PyObject *self, PyObject *args)
     struct row *rows = (struct row *)table.buf;
     for (int i = 0; i < got; i++) {
         struct msghdr *header = &messages[i].msg_hdr;
-        int64_t length = messages[i].msg_len, segment = length;
+        int64_t length = messages[i].msg_len, segment = length, drops = 0;
         double arrival = -1.0;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(header); c; c = CMSG_NXTHDR(header, c)) {
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS) {
@@ -408,6 +414,10 @@ static PyObject *receive(PyObject *self, PyObject *args)
                 memcpy(&size, CMSG_DATA(c), sizeof(size));
                 if (size > 0)
                     segment = size;
+            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+                uint32_t count;
+                memcpy(&count, CMSG_DATA(c), sizeof(count));
+                drops = count;
             }
         }
         if (arrival < 0)
@@ -415,6 +425,7 @@ static PyObject *receive(PyObject *self, PyObject *args)
         rows[i].length = length;
         rows[i].segment = segment;
         rows[i].arrival = arrival;
+        rows[i].drops = drops;
     }
     result = PyLong_FromLong(got);
 done:

@@ -26,6 +26,9 @@ FIELDS = (
     ResultField("seconds", float, "seconds", "both", summed="max"),
     ResultField("packets", int, "packets", "both", "udp", "sum"),
     ResultField("lost", int, "lost_packets", "receiver", "udp", "sum"),
+    # of those, the ones the receiving socket itself dropped, its buffer full (the
+    # receiving host's loss; the rest is the network's): new in simpleperf
+    ResultField("dropped", int, "receiver_dropped_packets", "receiver", "udp", "sum"),
     # datagrams that were not the test's and were not counted (without its key when the
     # server has a shared secret, too short for the header, or numbered implausibly far
     # off): new in simpleperf

@@ -87,8 +87,8 @@ class UdpReceiveAccount:
     JUMP_LIMIT = 1000
 
     __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "bad", "_transit",
-                 "first_window_min", "_first_window_end", "_recent_blocks", "_block_min",
-                 "_block_count", "_undo", "delays")
+                 "socket_drops", "host_dropped", "first_window_min", "_first_window_end",
+                 "_recent_blocks", "_block_min", "_block_count", "_undo", "delays")
 
     def __init__(self, delays: DelayLog | None = None) -> None:
         self.delays = delays  # --trip-times: every datagram's one-way delay
@@ -98,6 +98,8 @@ class UdpReceiveAccount:
         self.jitter = 0.0  # seconds
         self.received = 0
         self.bad = 0
+        # The socket's drops by its latest message (SO_RXQ_OVFL); of `lost`, the host's.
+        self.socket_drops = self.host_dropped = 0
         # A far jump not yet confirmed: the highest and lost before it, and its number.
         self._undo: tuple[int, int, int] | None = None
         self._transit: float | None = None
@@ -110,8 +112,18 @@ class UdpReceiveAccount:
         self._block_min = float("inf")
         self._block_count = 0
 
-    def feed(self, number: int, sent: float, arrival: float) -> None:
-        """One packet: its number, when it was sent and when it arrived (seconds)."""
+    def host_gap_begins(self, drops: int) -> int | None:
+        """Before a message the socket queued when it had dropped `drops`: if that rose, what
+        it adds to `lost` is the host's (give host_gap_ends() the `lost` this returns)."""
+        if drops <= self.socket_drops:
+            return None
+        self.socket_drops = drops
+        return self.lost
+
+    def host_gap_ends(self, lost_before: int) -> None:
+        self.host_dropped += max(0, self.lost - lost_before)
+
+    def feed(self, number: int, sent: float, arrival: float) -> None:  # seconds, both
         self.feed_packets(((number, sent, arrival),))
 
     def feed_many(self, packets: Iterable[tuple[int, float]], arrival: float) -> None:

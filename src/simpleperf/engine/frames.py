@@ -142,8 +142,9 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
             count, ancillary, _, _ = sock.recvmsg_into(buffers, udp.ANCILLARY_SPACE)
         except (BlockingIOError, ConnectionRefusedError):
             continue
-        segment, arrival = udp.read_ancillary(ancillary, count)
+        segment, arrival, drops = udp.read_ancillary(ancillary, count)
         step = max(1, min(segment, count))
+        lost_before = account.host_gap_begins(drops)
         for offset in range(0, count, step):
             length = min(step, count - offset)
             if length < smallest or (key is not None and
@@ -156,6 +157,8 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
             frame, datagrams, index = FRAME_FIELDS.unpack_from(buffer, offset + at)
             frames.feed(frame, datagrams, index, sent, arrival)
             received += length
+        if lost_before is not None:
+            account.host_gap_ends(lost_before)
         if stream.first is None:
             stream.first = time.monotonic()
         stream.num_bytes = received

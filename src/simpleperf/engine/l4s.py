@@ -245,11 +245,14 @@ def receive(stream: Stream, stop: threading.Event) -> None:
             count, ancillary, _, _ = sock.recvmsg_into([buffer], space)
         except (BlockingIOError, ConnectionRefusedError):
             continue
-        segment, arrival = udp.read_ancillary(ancillary, count)
+        segment, arrival, drops = udp.read_ancillary(ancillary, count)
         packets, moved = udp_receive.datagrams_of(account, buffer, count,
                                                   max(1, min(segment, count)), header, key,
                                                   arrival)
+        lost_before = account.host_gap_begins(drops)
         account.feed_packets(packets)
+        if lost_before is not None:
+            account.host_gap_ends(lost_before)
         datagrams += len(packets)
         if ecn_of(ancillary) == ecn.CE:
             marked += len(packets)

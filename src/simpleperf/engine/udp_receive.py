@@ -18,7 +18,9 @@ from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
 from .records import Stream
 
-ROW = struct.Struct("qqd")  # a compiled read's row: bytes, each datagram's size, arrival
+# A compiled read's row: bytes, each datagram's size, arrival, the socket's drops by then
+ROW = struct.Struct("qqdq")
+DROPS_AT = struct.Struct("24xq")  # a row's drops alone
 MESSAGES_PER_READ = 64
 # A receiver faster than its sender empties the socket and sleeps on it, so the sender's
 # next datagram must wake it: the sender's CPU runs that wake-up and is often given the
@@ -86,18 +88,53 @@ def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memo
     """Account the `got` messages of one compiled read (rows of `table`, bytes at i * slot of
     `buffer`); returns their bytes. Python sees only a message the C runs leave to it: out
     of order, far ahead, or when the account logs delays (the account's rarer paths)."""
+    index = received = 0
+    for dropped_before in _drops_rose(account, table, got):  # usually none
+        received += _account_rows(account, header, buffer, slot, table, index,
+                                  dropped_before, fastpath)
+        length, segment, arrival, drops = ROW.unpack_from(table, dropped_before * ROW.size)
+        lost_before = account.host_gap_begins(drops)
+        if length >= header.size:
+            account_message(account, buffer, dropped_before * slot, length, segment,
+                            header.unpack_from, header.size, arrival)
+            received += length
+        if lost_before is not None:
+            account.host_gap_ends(lost_before)
+        index = dropped_before + 1
+    return received + _account_rows(account, header, buffer, slot, table, index, got,
+                                    fastpath)
+
+
+def _drops_rose(account: UdpReceiveAccount, table: bytearray, got: int) -> list[int]:
+    """The rows of a read whose message the socket queued after dropping some: the last
+    row says whether there are any (the count only grows)."""
+    seen = account.socket_drops
+    if got < 1 or DROPS_AT.unpack_from(table, (got - 1) * ROW.size)[0] <= seen:
+        return []
+    rose = []
+    for index in range(got):
+        drops = DROPS_AT.unpack_from(table, index * ROW.size)[0]
+        if drops > seen:
+            rose.append(index)
+            seen = drops
+    return rose
+
+
+def _account_rows(account: UdpReceiveAccount, header: struct.Struct, buffer: memoryview,
+                  slot: int, table: bytearray, index: int, end: int, fastpath) -> int:
+    """Rows index..end-1 of a compiled read: runs in C, the rest in Python."""
     header_size = header.size
     account_runs = fastpath.account_runs
-    index = received = 0
-    while index < got:
+    received = 0
+    while index < end:
         if account.runs_compilable():
             state, index, moved, closed = account_runs(
-                account.run_state(), buffer, slot, table, index, got, header_size,
+                account.run_state(), buffer, slot, table, index, end, header_size,
                 stamping.number_bytes(header), account.BLOCK, account.JUMP_LIMIT)
             account.set_run_state(state, closed)
             received += moved
-        if index < got:
-            length, segment, arrival = ROW.unpack_from(table, index * ROW.size)
+        if index < end:
+            length, segment, arrival, _ = ROW.unpack_from(table, index * ROW.size)
             if length >= header_size:
                 account_message(account, buffer, index * slot, length, segment,
                                  header.unpack_from, header_size, arrival)
@@ -121,12 +158,19 @@ def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
             got = receiver.receive()
         except (BlockingIOError, ConnectionRefusedError):
             continue
-        packets = []
+        packets: list[tuple[int, float, float]] = []
         for index in range(got):
-            base, count, segment, arrival = message(index)
+            base, count, segment, arrival, drops = message(index)
             if count < header_size:
                 continue
-            if segment >= count:
+            if drops > account.socket_drops:  # the socket dropped some before this one
+                account.feed_packets(packets)
+                packets = []
+                lost_before = account.host_gap_begins(drops)
+                account_message(account, buffer, base, count, segment, unpack_from,
+                                header_size, arrival)
+                account.host_gap_ends(lost_before or 0)
+            elif segment >= count:
                 seconds, micros, number = unpack_from(buffer, base)
                 packets.append((number, seconds + micros * 1e-6, arrival))
             else:  # a coalesced read: account what came before it first, in order
@@ -154,9 +198,12 @@ def _receive_one_read_at_a_time(stream: Stream, account: UdpReceiveAccount,
             continue
         if count < header.size:
             continue
-        segment, arrival = udp.read_ancillary(ancillary, count)
+        segment, arrival, drops = udp.read_ancillary(ancillary, count)
+        lost_before = account.host_gap_begins(drops)
         account_message(account, buffer, 0, count, segment, header.unpack_from, header.size,
                          arrival)
+        if lost_before is not None:
+            account.host_gap_ends(lost_before)
         received += count
         progress(stream, received, clock)
 
@@ -176,18 +223,20 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
             count, ancillary, _, _ = stream.sock.recvmsg_into(buffers, udp.ANCILLARY_SPACE)
         except (BlockingIOError, ConnectionRefusedError):
             continue
-        segment, arrival = udp.read_ancillary(ancillary, count)
+        segment, arrival, drops = udp.read_ancillary(ancillary, count)
         step = max(1, min(segment, count))
+        lost_before = account.host_gap_begins(drops)
         if _all_keyed(buffer, count, step, key, key_at):  # the usual case, checked in C
             _account_batch(account, buffer, 0, count, step, unpack_from, key_end, arrival)
-            received += count
-            progress(stream, received, clock)
-            continue
-        packets, moved = datagrams_of(account, buffer, count, step, DATAGRAM_HEADER, key,
-                                      arrival)
+            moved = count
+        else:
+            packets, moved = datagrams_of(account, buffer, count, step, DATAGRAM_HEADER,
+                                          key, arrival)
+            account.feed_packets(packets)
+        if lost_before is not None:
+            account.host_gap_ends(lost_before)
         received += moved
-        account.feed_packets(packets)
-        if packets:
+        if moved:
             progress(stream, received, clock)
 
 

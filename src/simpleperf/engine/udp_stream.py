@@ -141,7 +141,7 @@ def snapshot(stream: Stream) -> Snapshot:
     if account is None:
         return Snapshot(stream.num_bytes)
     return Snapshot(stream.num_bytes, account.packets, account.settled_lost,
-                    account.out_of_order)
+                    account.out_of_order, dropped=account.host_dropped)
 
 
 def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,
@@ -160,6 +160,7 @@ def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
         entry["lost"] = final.lost - base.lost
         entry["out_of_order"] = final.out_of_order - base.out_of_order
         entry["forged"] = stream.account.bad
+        entry["dropped"] = final.dropped - base.dropped
         entry["jitter_ms"] = stream.account.jitter * 1000
         growth = stream.account.queue_growth
         if growth is not None:

@@ -184,7 +184,8 @@ def _role_values(view: dict[str, Any], role: str) -> dict[str, Any]:
 
 def _sum_values(total: dict[str, Any]) -> dict[str, Any]:
     return {"bytes": total["bytes"], "packets": total.get("packets"),
-            "lost": total.get("lost_packets"), "jitter_ms": total.get("jitter_ms"),
+            "lost": total.get("lost_packets"),
+            "dropped": total.get("receiver_dropped_packets"), "jitter_ms": total.get("jitter_ms"),
             "out_of_order": total.get("out_of_order"), "forged": total.get("forged_packets"),
             "retransmits": total.get("retransmits")}
 

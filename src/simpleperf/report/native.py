@@ -28,6 +28,15 @@ def header(protocol: str, extended: bool) -> str:
     return _line(cells)
 
 
+def _where_lost(lost: int, dropped: int | None) -> str:
+    """Where the datagrams were lost, when the receiver's socket said how many it dropped:
+    in the network, or by the receiving host (its socket buffer full)."""
+    if not lost or dropped is None:
+        return ""
+    dropped = min(dropped, lost)
+    return f": {lost - dropped} in the network, {dropped} by the receiving host"
+
+
 def row(label: str, start: float, end: float, values: dict[str, Any], unit: str, protocol: str,
         extended: bool, note: str = "") -> str:
     """One line for one stream (or the sum) over [start, end]. `values` holds the keys of a
@@ -41,7 +50,8 @@ def row(label: str, start: float, end: float, values: dict[str, Any], unit: str,
             reordered = values.get("out_of_order") or 0
             forged = values.get("forged") or 0
             cells += [f"{values.get('jitter_ms', 0.0):.3f} ms",
-                      f"{lost}/{packets} ({lost_percent(lost, packets):.2g}%)"
+                      f"{lost}/{packets} ({lost_percent(lost, packets):.2g}%"
+                      + _where_lost(lost, values.get("dropped")) + ")"
                       + (f", {reordered} out of order" if reordered else "")
                       + (f", {forged} forged (not counted)" if forged else ""), ""]
         else:

@@ -25,6 +25,7 @@ SOL_UDP = 17
 UDP_SEGMENT = 103  # linux/udp.h: one send() becomes many datagrams of this size
 UDP_GRO = 104  # linux/udp.h: one recv() returns many datagrams of one size, coalesced
 SO_TIMESTAMPNS = 35
+SO_RXQ_OVFL = 40  # asm-generic/socket.h: each read says how many the socket had dropped
 PORT_CLOSED = "the receiver's UDP port is closed (ICMP port unreachable)"
 MAX_GSO_BYTES = 65000  # a GSO send stays below the 64 KiB IP payload limit
 MAX_GSO_SEGMENTS = 64
@@ -35,7 +36,8 @@ FORCED_RECEIVE_BUFFER = 16 * 1024 * 1024
 SO_RCVBUFFORCE = 33  # asm-generic/socket.h
 _TIMESPEC = struct.Struct("qq")
 _INT = struct.Struct("i")
-ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_INT.size)
+_UINT = struct.Struct("I")
+ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) + 2 * socket.CMSG_SPACE(_INT.size)
 
 
 def enable_segmentation(sock: socket.socket, datagram_size: int) -> int:
@@ -54,8 +56,11 @@ def enable_receive_offload(sock: socket.socket) -> None:
     """Coalesced reads where the kernel offers them; kernel timestamps for jitter; a receive
     buffer that absorbs the receiving host's own scheduling hiccups, so that what is counted
     lost is the path's: past net.core.rmem_max where the kernel lets us (root), else as
-    much as it allows. A test's -w, set after this, still decides."""
-    for level, option in ((SOL_UDP, UDP_GRO), (socket.SOL_SOCKET, SO_TIMESTAMPNS)):
+    much as it allows. A test's -w, set after this, still decides. Every read says how many
+    datagrams the socket had dropped when it queued it (SO_RXQ_OVFL): loss is then told
+    apart, the receiving host's from the network's."""
+    for level, option in ((SOL_UDP, UDP_GRO), (socket.SOL_SOCKET, SO_TIMESTAMPNS),
+                          (socket.SOL_SOCKET, SO_RXQ_OVFL)):
         with contextlib.suppress(OSError):
             sock.setsockopt(level, option, 1)
     with contextlib.suppress(OSError):
@@ -64,18 +69,23 @@ def enable_receive_offload(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, FORCED_RECEIVE_BUFFER)
 
 
-def read_ancillary(ancillary: list[Any], count: int) -> tuple[int, float]:
+def read_ancillary(ancillary: list[Any], count: int) -> tuple[int, float, int]:
     """From one read's ancillary data: the size of each datagram in it (UDP_GRO; else the
-    read is one datagram) and the kernel's arrival time (else now), wall clock."""
+    read is one datagram), the kernel's arrival time (else now), wall clock, and the
+    socket's count of drops when it queued it (SO_RXQ_OVFL; the kernel says nothing
+    until the first)."""
     segment = count
     arrival = None
+    drops = 0
     for level, kind, data in ancillary:
         if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
             seconds, nanoseconds = _TIMESPEC.unpack_from(data)
             arrival = seconds + nanoseconds * 1e-9
         elif kind == UDP_GRO and level == SOL_UDP:
             segment = _INT.unpack_from(data)[0] or count
-    return segment, arrival if arrival is not None else time.time()
+        elif kind == SO_RXQ_OVFL and level == socket.SOL_SOCKET:
+            drops = _UINT.unpack_from(data)[0]
+    return segment, arrival if arrival is not None else time.time(), drops
 
 
 def open_connected(family: int, local: tuple | None, remote: tuple[Any, ...],
@@ -237,7 +247,6 @@ class _MMsgHdr(ctypes.Structure):
 MSG_WAITFORONE = 0x10000
 _CMSG_HEADER = struct.Struct("Qii")  # cmsg_len, cmsg_level, cmsg_type (64-bit Linux)
 _TIMESTAMP_ONLY = struct.Struct("Qiiqq")  # that header, then a struct timespec
-_UINT = struct.Struct("I")
 _SIZE = struct.Struct("Q")
 
 
@@ -247,10 +256,11 @@ class BatchReceiver:
     and one Python call per datagram would cap the receiver near 2 Gbit/s.
 
     receive() returns how many messages arrived; then `message(i)` gives (offset into
-    `buffer`, bytes, size of each datagram in it, arrival time on the wall clock)."""
+    `buffer`, bytes, size of each datagram in it, arrival time on the wall clock, the
+    socket's drops when it queued it)."""
 
     SLOT = 65536
-    CONTROL = 64
+    CONTROL = 128
 
     def __init__(self, sock: socket.socket, count: int = 64) -> None:
         self.sock = sock
@@ -295,7 +305,7 @@ class BatchReceiver:
             raise OSError(error, os.strerror(error))
         return got
 
-    def message(self, index: int) -> tuple[int, int, int, float]:
+    def message(self, index: int) -> tuple[int, int, int, float, int]:
         base = index * self._size
         length = _UINT.unpack_from(self._view, base + self._length_at)[0]
         controllen = _SIZE.unpack_from(self._view, base + self._controllen_at)[0]
@@ -304,8 +314,8 @@ class BatchReceiver:
         if controllen == _TIMESTAMP_ONLY.size:  # the usual case: one timestamp, no GRO
             _, level, kind, seconds, nanoseconds = _TIMESTAMP_ONLY.unpack_from(control, offset)
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                return index * self.SLOT, length, length, seconds + nanoseconds * 1e-9
-        segment, arrival = length, None
+                return index * self.SLOT, length, length, seconds + nanoseconds * 1e-9, 0
+        segment, arrival, drops = length, None, 0
         end = offset + min(controllen, self.CONTROL)
         while offset + _CMSG_HEADER.size <= end:
             cmsg_len, level, kind = _CMSG_HEADER.unpack_from(control, offset)
@@ -315,10 +325,13 @@ class BatchReceiver:
                 arrival = seconds + nanoseconds * 1e-9
             elif level == SOL_UDP and kind == UDP_GRO:
                 segment = _INT.unpack_from(control, data)[0] or length
+            elif level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL:
+                drops = _UINT.unpack_from(control, data)[0]
             if cmsg_len < _CMSG_HEADER.size:
                 break
             offset += (cmsg_len + 7) & ~7
-        return index * self.SLOT, length, segment, arrival if arrival else time.time()
+        return (index * self.SLOT, length, segment, arrival if arrival else time.time(),
+                drops)
 
 
 def _load_recvmmsg():

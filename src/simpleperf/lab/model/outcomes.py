@@ -24,6 +24,7 @@ class FlowOutcome:
     rtts: list[float] = field(default_factory=list)  # ms: the ping flow, or under load
     jitter_ms: float | None = None
     lost: int | None = None
+    host_dropped: int | None = None  # of `lost`, those the receiving host's socket dropped
     packets: int | None = None
     rate: float | None = None  # udp: the rate asked for, bits/s
     probe_trials: list[dict[str, Any]] = field(default_factory=list)  # udp rate = "probe"

@@ -75,7 +75,8 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
             cells += [_failure(flow)] + [""] * (len(header) - len(cells) - 1)
         elif udp:
             loss = "-" if flow["loss_percent"] is None else (
-                f"{flow['loss_percent']:.3f} % ({flow['lost']}/{flow['packets']})")
+                f"{flow['loss_percent']:.3f} % ({flow['lost']}/{flow['packets']}"
+                f"{_host_dropped(flow)})")
             cells += [_mbps(flow["rate"]), _mbps(flow["throughput"]), _mbps(flow["predicted"]),
                       "-" if flow["jitter_ms"] is None else f"{flow['jitter_ms']:.3f}", loss]
         else:
@@ -119,7 +120,15 @@ def _udp_quality(flow: dict[str, Any]) -> str:
     frames = "" if flow.get("frames") is None else (
         f"; frames {flow['frames']} whole, {flow['frames_lost']} lost, latency "
         f"{_ms(flow['frame_latency_mean_ms'])} ms (p99 {_ms(flow['frame_latency_p99_ms'])})")
-    return f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost{frames}"
+    return (f"{flow['jitter_ms']:.3f} ms, {flow['loss_percent']:.2f} % lost"
+            f"{_host_dropped(flow)}{frames}")
+
+
+def _host_dropped(flow: dict[str, Any]) -> str:
+    """How much of a UDP flow's loss the receiving host's socket dropped (its buffer
+    full), not the network: said only when any was."""
+    dropped = flow.get("host_dropped")  # None in runs from before it was counted
+    return f"; {dropped} by the receiving host" if dropped else ""
 
 
 def _step_block(step: dict[str, Any]) -> list[str]:

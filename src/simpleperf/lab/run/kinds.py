@@ -298,6 +298,7 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     if outcome.flow.spec.paced:  # a UDP test: its datagrams' jitter and loss
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
+        outcome.host_dropped = end["sum"].get("receiver_dropped_packets")
     outcome.one_way_ms = one_way(end["streams"])
     medians = timed(end["streams"], "one_way_delay")
     if medians:
