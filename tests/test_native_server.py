@@ -458,10 +458,11 @@ def test_with_a_secret_udp_data_without_the_tests_key_is_not_counted():
     assert stream.num_bytes == 29 * 100
     entry: dict = {}
     udp_stream.fill_result(stream, entry, udp_stream.snapshot(stream), Snapshot(0))
-    assert (entry["lost"], entry["forged"]) == (1, 3)  # reported beside the loss
+    assert (entry["lost"], entry["forged"], entry["dropped"]) == (1, 3, 0)
     row = report_native.row("[1]", 0, 1, entry | {"bytes": stream.num_bytes}, "M", "udp",
-                            False)
-    assert "1/30 (3.3%), 3 forged (not counted)" in row
+                            False)  # reported beside the loss, which was not this host's
+    assert "1/30 (3.3%: 1 in the network, 0 by the receiving host), 3 forged (not counted)" \
+        in row
 
 
 def test_a_udp_test_with_a_shared_secret_carries_the_key_and_loses_nothing(tmp_path):
