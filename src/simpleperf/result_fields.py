@@ -40,6 +40,9 @@ FIELDS = (
                 signed=True),
     # datagrams that arrived CE-marked (an --l4s receiver): new in simpleperf
     ResultField("ce_marked", int, "ce_marked", "receiver", "udp", "sum"),
+    # times an unlimited (-b 0) sender slowed to what its receiver read, the receiver's
+    # socket having dropped datagrams (engine/udp_pace.py): new in simpleperf
+    ResultField("paced", int, "paced_by_receiver", "sender", "udp", "sum"),
     ResultField("retransmits", int, "retransmits", "sender", "tcp", "sum"),
     # segments the receiver echoed as CE-marked (the sender's TCP_INFO): new in simpleperf
     ResultField("delivered_ce", int, "delivered_ce", "sender", "tcp", "sum"),

@@ -7,12 +7,15 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..delays import DelayAccount, DelayLog, FrameAccount
 from ..protocol.native import DATAGRAM_HEADER
 from ..stats import UdpReceiveAccount
 from ..transport import tcpinfo
+
+if TYPE_CHECKING:
+    from .udp_pace import Teller
 
 
 @dataclass
@@ -79,6 +82,9 @@ class Stream:
     frames_sent: int = 0  # an isochronous sender's
     frames_slipped: int = 0
     ce_marked: int | None = None  # an --l4s receiver's datagrams that arrived CE-marked
+    native: bool = False  # the peer speaks the native protocol (UDP: it reads pace feedback)
+    teller: Teller | None = None  # a UDP receiver's feedback to an unlimited sender
+    paced: int = 0  # an unlimited UDP sender: times it slowed to what its receiver read
 
     @property
     def role(self) -> str:

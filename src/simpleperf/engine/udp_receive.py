@@ -278,7 +278,9 @@ def progress(stream: Stream, received: int, clock: Callable[[], float]) -> None:
     if stream.first is None:
         stream.first = clock()
     stream.num_bytes = received
-    stream.last = clock()
+    now = stream.last = clock()
+    if stream.teller is not None and stream.account is not None:
+        stream.teller.tell_if_due(now, received, stream.account.socket_drops)
 
 
 def account_message(account: UdpReceiveAccount, buffer: memoryview, base: int, count: int,

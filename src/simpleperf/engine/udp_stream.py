@@ -13,7 +13,7 @@ from ..errors import SimpleperfError
 from ..testspec import TestSpec
 from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
-from . import frames, l4s, udp_receive
+from . import frames, l4s, udp_pace, udp_receive
 from .pacing import wait_until
 from .records import IntervalRecord, Snapshot, Stream
 
@@ -63,6 +63,7 @@ def _send_paced(stream: Stream, spec: TestSpec, buffer: memoryview, batch: int,
     clock = time.monotonic
     wall = time.time
     pacer = udp.Pacer(spec.rate, size, clock()) if spec.rate > 0 else None
+    pace = udp_pace.ReceiverPace(size) if stream.native and pacer is None else None
     number = 0
     send = stream.sock.send
     while not stop.is_set():
@@ -74,6 +75,11 @@ def _send_paced(stream: Stream, spec: TestSpec, buffer: memoryview, batch: int,
             count = min(count, -(-(amount - stream.num_bytes) // size))
             if count <= 0:
                 break
+        if pace is not None:
+            count = _paced_limit(stream, pace, count, batch)
+            if not count:
+                continue
+            pace.sent(count, now)
         if pacer is not None:
             due = pacer.due(now)
             if due <= 0:
@@ -94,6 +100,20 @@ def _send_paced(stream: Stream, spec: TestSpec, buffer: memoryview, batch: int,
         stream.num_bytes = number * size
 
 
+def _paced_limit(stream: Stream, pace: udp_pace.ReceiverPace, limit: int, batch: int) -> int:
+    """How many datagrams an unlimited sender may send now, as the receiver's feedback
+    allows: whole batches, or 0 after waiting for the next (the caller looks again)."""
+    udp_pace.hear(stream.sock, pace, stream.key)
+    stream.paced = pace.cuts
+    whole = min(batch, limit)
+    due = pace.due(time.monotonic(), limit if pace.rate is None
+                   else min(limit, udp_pace.PACED_BATCHES * batch))
+    if due < whole:
+        pace.wait(whole)
+        return 0
+    return due - due % whole
+
+
 BATCHES_PER_CALL = 64  # how often (in batches) the compiled sender returns to see a stop
 
 
@@ -106,6 +126,7 @@ def _send_compiled(stream: Stream, spec: TestSpec, buffer: memoryview, batch: in
     fd = stream.sock.fileno()
     width = stamping.number_bytes(stream.header)
     until = -1.0 if deadline is None else deadline
+    pace = udp_pace.ReceiverPace(size) if stream.native else None
     number = 0
     while not stop.is_set():
         limit = batch * BATCHES_PER_CALL
@@ -113,8 +134,16 @@ def _send_compiled(stream: Stream, spec: TestSpec, buffer: memoryview, batch: in
             limit = min(limit, -(-(spec.num_bytes - stream.num_bytes) // size))
             if limit <= 0:
                 break
+        if pace is not None:
+            limit = _paced_limit(stream, pace, limit, batch)
+            if not limit:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                continue
         sent, error = send_batches(fd, buffer, size, batch, limit, number + 1, width,
                                    stream.key, until)
+        if pace is not None:
+            pace.sent(sent, time.monotonic())
         number += sent
         stream.packets_sent = number
         stream.num_bytes = number * size
@@ -131,6 +160,8 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     if spec.l4s:
         l4s.receive(stream, stop)
         return
+    if stream.native and spec.rate == 0:
+        stream.teller = udp_pace.Teller(stream.sock, stream.key)
     udp_receive.receive(stream, stop)
 
 
@@ -156,6 +187,8 @@ def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,
 def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
                 base: Snapshot) -> None:
     entry["packets"] = final.packets - base.packets
+    if stream.sending and stream.native:
+        entry["paced"] = stream.paced
     if not stream.sending and stream.account is not None:
         entry["lost"] = final.lost - base.lost
         entry["out_of_order"] = final.out_of_order - base.out_of_order

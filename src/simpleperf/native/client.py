@@ -232,7 +232,7 @@ class _NativeTest:
             self.streams.append(Stream(number, sending, self.spec.protocol, sock,
                                        tcp.endpoint(sock.getsockname()),
                                        key=self.udp_key if self.spec.protocol == "udp"
-                                       else None))
+                                       else None, native=True))
 
     def _open_tcp(self, token: bytes, number: int) -> socket.socket:
         options = self.options

@@ -122,7 +122,8 @@ class NativeService:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, pending.spec.window)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, pending.spec.window)
         tcp.set_wake_up(sock)
-        stream = Stream(number, sending, "udp", sock, tcp.endpoint(peer), key=pending.udp_key)
+        stream = Stream(number, sending, "udp", sock, tcp.endpoint(peer), key=pending.udp_key,
+                        native=True)
         if pending.attach(stream):
             sock.send(ack)
         else:

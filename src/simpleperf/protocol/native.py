@@ -80,6 +80,14 @@ assert AUTH_DATAGRAM_HEADER.size == AUTH_UDP_LENGTH
 L4S_FEEDBACK = struct.Struct("!4sQQQII")
 L4S_FEEDBACK_MAGIC = b"SPCE"
 L4S_FEEDBACK_SECONDS = 0.001
+# Over UDP at unlimited rate (-b 0): the receiver tells the sender, every
+# PACE_FEEDBACK_SECONDS, how many datagrams its own socket has dropped so far (the receiving
+# host's loss, never the network's), how many bytes it has read, and its monotonic clock
+# then (nanoseconds); with a shared secret, the test's UDP key follows. A sender that
+# predates it never reads it.
+PACE_FEEDBACK = struct.Struct("!4sQQQ")
+PACE_FEEDBACK_MAGIC = b"SPdr"
+PACE_FEEDBACK_SECONDS = 0.01
 # --trip-times over TCP: every write of the sender opens with its send time (nanoseconds of
 # the sender's wall clock), its number from 1, and its length with this header, so that the
 # receiver finds each write's end in the byte stream and times it from write to read (the

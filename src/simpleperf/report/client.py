@@ -152,9 +152,12 @@ class TestOutput:
                     out(table.row(stream.label, 0.0, 0.0, {}, options.unit, self.spec.protocol,
                                   False, f"{role} (no report)"))
                     continue
+                paced = view.get("paced") if role == "sender" else None
                 out(table.row(stream.label, 0.0, view.get("seconds", 0.0),
                               _role_values(view, role), options.unit, self.spec.protocol,
-                              options.extended or tcp, role))
+                              options.extended or tcp, role + (
+                                  f", slowed {paced}x to what the receiver read" if paced
+                                  else "")))
         for stream in self.streams:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             for view, role in ((ours, stream.role), (theirs or {}, "receiver" if stream.sending
