@@ -237,7 +237,8 @@ def _add_server_options(server) -> None:
 def _add_native_options(native) -> None:
     native.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
     native.add_argument("--bitrate", help="target rate per stream, e.g. 100M (-b in client "
-                        "mode; UDP default 1M, TCP default unlimited; 0 = unlimited)")
+                        "mode; UDP default 1M, TCP default unlimited; 0 = unlimited: UDP to "
+                        "a simpleperf receiver then slows to what its host takes)")
     native.add_argument("-R", "--reverse", action="store_true", help="the server sends")
     native.add_argument("--bidir", action="store_true", help="both directions at once")
     native.add_argument("-e", "--extended", action="store_true",
