@@ -103,8 +103,7 @@ def test_compiled_and_pure_accounts_agree(header, spare, first_read, second_read
                 udp_receive.account_message(pure_account, buffer, index * SLOT, length, size,
                                             header.unpack_from, header.size, arrival)
                 pure_bytes += length
-            if lost_before is not None:
-                pure_account.host_gap_ends(lost_before)
+            pure_account.host_gap_ends(lost_before)
         number = pure_account.highest
     assert account_fields(compiled_account) == account_fields(pure_account)
     assert compiled_bytes == pure_bytes

@@ -120,8 +120,8 @@ class UdpReceiveAccount:
         self.socket_drops = drops
         return self.lost
 
-    def host_gap_ends(self, lost_before: int) -> None:
-        self.host_dropped += max(0, self.lost - lost_before)
+    def host_gap_ends(self, lost_before: int | None) -> None:
+        self.host_dropped += 0 if lost_before is None else max(0, self.lost - lost_before)
 
     def feed(self, number: int, sent: float, arrival: float) -> None:  # seconds, both
         self.feed_packets(((number, sent, arrival),))

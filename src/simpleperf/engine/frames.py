@@ -157,8 +157,7 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
             frame, datagrams, index = FRAME_FIELDS.unpack_from(buffer, offset + at)
             frames.feed(frame, datagrams, index, sent, arrival)
             received += length
-        if lost_before is not None:
-            account.host_gap_ends(lost_before)
+        account.host_gap_ends(lost_before)
         if stream.first is None:
             stream.first = time.monotonic()
         stream.num_bytes = received

@@ -251,8 +251,7 @@ def receive(stream: Stream, stop: threading.Event) -> None:
                                                   arrival)
         lost_before = account.host_gap_begins(drops)
         account.feed_packets(packets)
-        if lost_before is not None:
-            account.host_gap_ends(lost_before)
+        account.host_gap_ends(lost_before)
         datagrams += len(packets)
         if ecn_of(ancillary) == ecn.CE:
             marked += len(packets)

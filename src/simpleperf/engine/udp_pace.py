@@ -109,9 +109,7 @@ def hear(sock: socket.socket, pace: ReceiverPace, key: bytes | None) -> None:
     while True:
         try:
             data = sock.recv(FEEDBACK_BYTES, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError, ConnectionRefusedError):
-            return
-        except OSError:
+        except OSError:  # nothing more waits, or the receiver is gone
             return
         if len(data) != expected or (key and data[PACE_FEEDBACK.size:] != key):
             continue

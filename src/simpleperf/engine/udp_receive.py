@@ -98,8 +98,7 @@ def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memo
             account_message(account, buffer, dropped_before * slot, length, segment,
                             header.unpack_from, header.size, arrival)
             received += length
-        if lost_before is not None:
-            account.host_gap_ends(lost_before)
+        account.host_gap_ends(lost_before)
         index = dropped_before + 1
     return received + _account_rows(account, header, buffer, slot, table, index, got,
                                     fastpath)
@@ -169,7 +168,7 @@ def _receive_udp_batches(stream: Stream, account: UdpReceiveAccount,
                 lost_before = account.host_gap_begins(drops)
                 account_message(account, buffer, base, count, segment, unpack_from,
                                 header_size, arrival)
-                account.host_gap_ends(lost_before or 0)
+                account.host_gap_ends(lost_before)
             elif segment >= count:
                 seconds, micros, number = unpack_from(buffer, base)
                 packets.append((number, seconds + micros * 1e-6, arrival))
@@ -202,8 +201,7 @@ def _receive_one_read_at_a_time(stream: Stream, account: UdpReceiveAccount,
         lost_before = account.host_gap_begins(drops)
         account_message(account, buffer, 0, count, segment, header.unpack_from, header.size,
                          arrival)
-        if lost_before is not None:
-            account.host_gap_ends(lost_before)
+        account.host_gap_ends(lost_before)
         received += count
         progress(stream, received, clock)
 
@@ -233,8 +231,7 @@ def _receive_keyed(stream: Stream, account: UdpReceiveAccount, key: bytes,
             packets, moved = datagrams_of(account, buffer, count, step, DATAGRAM_HEADER,
                                           key, arrival)
             account.feed_packets(packets)
-        if lost_before is not None:
-            account.host_gap_ends(lost_before)
+        account.host_gap_ends(lost_before)
         received += moved
         if moved:
             progress(stream, received, clock)

@@ -267,10 +267,10 @@ def wait_until_drained(sock: socket.socket, should_stop, stall_limit: float = 30
     last, last_change = unacknowledged_bytes(sock), time.monotonic()
     while last > 0 and not should_stop():
         time.sleep(0.0005 if last < 1 << 20 else 0.002)
-        now_unsent = unacknowledged_bytes(sock)
+        unacknowledged = unacknowledged_bytes(sock)
         now = time.monotonic()
-        if now_unsent != last:
-            last, last_change = now_unsent, now
+        if unacknowledged != last:
+            last, last_change = unacknowledged, now
         elif now - last_change > stall_limit:
             raise SimpleperfError(f"the server stopped reading ({last} bytes unacknowledged "
                                   f"for {stall_limit:g} s)")
