@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # Tests that measure real processes on a shared machine: a neighbour taking the CPU for a
 # second turns a right rate into a wrong one. Each gets one more run before it fails (a
 # real fault fails both; the summary line counts the reruns).
-RERUN_MARKERS = ("loopback", "lab", "iperf3", "timing")
+RERUN_MARKERS = ("loopback", "lab", "iperf3", "iperf2", "timing")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -74,6 +74,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("iperf3") and shutil.which("iperf3") is None:
         pytest.fail("iperf3 is not installed: run bash scripts/setup, or leave it out with "
                     "-m 'not iperf3'", pytrace=False)
+    if item.get_closest_marker("iperf2") and shutil.which("iperf") is None:
+        pytest.fail("iperf (iperf2) is not installed: run bash scripts/setup, or leave it out "
+                    "with -m 'not iperf2'", pytrace=False)
     if item.get_closest_marker("lab"):
         missing = [t for t in ("ip", "tc", "iptables-restore", "ethtool", "ping")
                    if shutil.which(t) is None]

@@ -90,11 +90,12 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 EXAMPLES = """examples:
-  simpleperf -s                               a server (classic, native and iperf3 clients)
+  simpleperf -s                               a server (classic, native, iperf3, iperf2 clients)
   simpleperf -c -I 10.0.0.2 -t 10             a classic 10 s test
   simpleperf -c 10.0.0.2 -R -e -i 1           the server sends; TCP statistics every second
   simpleperf -c 10.0.0.2 -u -b 50M            UDP at 50 Mbit/s: jitter and loss
   simpleperf -c 10.0.0.2 --iperf3 -P 4        against an iperf3 server
+  simpleperf -c 10.0.0.2 --iperf2 -u -b 10M   against an iperf2 server (iperf -s -u)
 
 the lab (root): emulated networks on this machine
   simpleperf lab list                         shipped topologies and experiments
@@ -265,6 +266,10 @@ def _add_native_options(native) -> None:
     native.add_argument("-O", "--omit", help="leave the first this many seconds out")
     native.add_argument("--iperf3", action="store_true",
                         help="the server is an iperf3 server (found out by itself otherwise)")
+    native.add_argument("--iperf2", action="store_true",
+                        help="the server is an iperf2 server (iperf -s; -u for UDP): each "
+                        "stream opens with iperf 2.1.8's header, a UDP test ends with its "
+                        "server report")
     native.add_argument("--native", action="store_true",
                         help="use the native protocol (both ends' view of every stream)")
     native.add_argument("--rtt", action="store_true", help="measure round-trip time only "
@@ -306,7 +311,8 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
                 "repeating_payload": "--repeating-payload",
                 "dont_fragment": "--dont-fragment",
-                "native": "--native", "iperf3": "--iperf3", "rtt": "--rtt", "count": "--count",
+                "native": "--native", "iperf3": "--iperf3", "iperf2": "--iperf2",
+                "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
                 "rpm": "--rpm", "rpm_interval": "--rpm-interval",
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
@@ -427,7 +433,8 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         connect_timeout=_int_in_range("--connect-timeout", args.connect_timeout,
                                       int(CONNECT_TIMEOUT_SECONDS * 1000), 1,
                                       int(MAX_TEST_SECONDS * 1000)) / 1000,
-        omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, rtt=args.rtt,
+        omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, iperf2=args.iperf2,
+        rtt=args.rtt,
         probe=args.probe,
         loss_threshold=_percent("--loss-threshold", args.loss_threshold,
                                   DEFAULT_LOSS_THRESHOLD),
@@ -469,7 +476,8 @@ def _check_rpm(options: ClientOptions, args: argparse.Namespace) -> ClientOption
     used = [flag for given, flag in (
         (options.udp, "-u"), (options.bidir, "--bidir"), (options.rtt, "--rtt"),
         (options.probe, "--probe"), (options.iperf3, "--iperf3"),
-        (options.parallel > 1, "-P"), (options.rate is not None, "-b"),
+        (options.iperf2, "--iperf2"), (options.parallel > 1, "-P"),
+        (options.rate is not None, "-b"),
         (options.num_bytes is not None and args.time is None, "-n/-k"),
         (args.file is not None, "-F"), (options.zerocopy, "-Z"), (options.omit > 0, "-O"),
         (args.trip_times or args.isochronous is not None, "--trip-times/--isochronous"),
@@ -545,6 +553,12 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
                          "authentication (--rtt, --auth-secret-file)")
     if options.iperf3 and options.native:
         raise UsageError("--iperf3 and --native cannot be used together")
+    if options.iperf2 and (options.iperf3 or options.native):
+        raise UsageError("--iperf2 cannot be used with " + (
+            "--iperf3" if options.iperf3 else "--native"))
+    if options.iperf2 and (options.rtt or options.probe or options.secret is not None):
+        raise UsageError("--iperf2: an iperf2 server has no echo service, no rate probe and "
+                         "no simpleperf authentication (--rtt, --probe, --auth-secret-file)")
     if args.count is not None and not options.rtt:
         raise UsageError("--count is an --rtt option")
     if options.dont_fragment and not options.udp:

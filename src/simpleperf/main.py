@@ -73,6 +73,10 @@ def _run_client(options: ClientOptions) -> None:
         from .native import rate_probe
 
         rate_probe.run(options, _printer(options))
+    elif options.iperf2:
+        from .iperf2 import client as iperf2_client
+
+        iperf2_client.run(options, _printer(options))
     elif options.iperf3:
         from .iperf3 import client as iperf3_client
 

@@ -204,6 +204,7 @@ class ClientOptions:
     omit: float = 0.0
     native: bool = False
     iperf3: bool = False
+    iperf2: bool = False  # --iperf2: the server is iperf2's (iperf -s)
     rtt: bool = False
     probe: bool = False
     loss_threshold: float = DEFAULT_LOSS_THRESHOLD
@@ -249,6 +250,7 @@ class ClientOptions:
     def needs_native(self) -> bool:
         return any((self.udp, self.rate is not None, self.reverse, self.bidir, self.extended,
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
+                    self.iperf2,
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.file is not None, self.trip_times, self.frame_rate > 0,

@@ -16,12 +16,13 @@ from typing import Any
 
 from .classic import server as classic_server
 from .errors import ProtocolError
+from .iperf2.server import Iperf2Service
 from .iperf3.server import Iperf3Service
 from .native.server import NativeService
 from .options import ServerOptions
 from .policy import ServerPolicy
-from .protocol import iperf3, native
-from .protocol.detect import CLASSIC, IPERF3, NATIVE, NEEDED, detect
+from .protocol import iperf2, iperf3, native
+from .protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, NEEDED, detect
 from .refuser import Refuser
 from .report import classic as table
 from .report import server_json
@@ -50,7 +51,8 @@ class Server:
         policy.udp_available = self.udp_port.available
         self.native = NativeService(options, self.udp_port, self.say, self._stopping, policy)
         self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping, self.udp_port)
-        self.native.document = self.iperf3.document = self.document
+        self.iperf2 = Iperf2Service(options, policy, self.say, self._stopping, self.udp_port)
+        self.native.document = self.iperf3.document = self.iperf2.document = self.document
         self._accepted = 0
 
     def say(self, *lines: str) -> None:
@@ -99,6 +101,8 @@ class Server:
         """A datagram at the port's listener, to the protocol that speaks it."""
         if data in (iperf3.UDP_CONNECT_MSG, iperf3.UDP_CONNECT_MSG[::-1]):
             self.iperf3.udp_hello(data, peer)
+        elif data[:4] != native.MAGIC and iperf2.could_be_datagram(data):
+            self.iperf2.datagram(data, peer)
         else:
             self.native.datagram(data, peer)
 
@@ -137,6 +141,9 @@ class Server:
             protocol, prefix = self._identify(conn, accepted)
             if protocol == NATIVE:
                 keep_open, a_test = self._serve_native(conn, peer, prefix)
+            elif protocol == IPERF2:
+                keep_open = self.iperf2.serve_tcp(conn, peer, prefix)
+                a_test = not keep_open  # not one of a -P test's later connections
             elif protocol == IPERF3:
                 a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
                 keep_open = self.iperf3.serve(conn, peer, prefix, index)

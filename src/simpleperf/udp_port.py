@@ -11,6 +11,7 @@ goes to `on_datagram`, which the server dispatches by protocol.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -19,7 +20,8 @@ from typing import Any
 
 from .transport import tcp, udp
 
-DATAGRAM_BYTES = 2048  # the largest greeting, hello or echo probe a port reads
+DATAGRAM_BYTES = 2048  # the largest greeting, hello or echo probe a stream socket reads
+LISTENER_BYTES = 65535  # what the listener reads: an iperf2 client's test datagrams whole
 
 
 class UdpPort:
@@ -68,6 +70,23 @@ class UdpPort:
             self._greeted[sock] = (greeting, answer)
         return sock
 
+    def backlog_of(self, peer: tuple[Any, ...]) -> list[bytes]:
+        """In the port's own thread (from `on_datagram`), once a socket is connected to
+        `peer`: what `peer` sent that the listener had queued before; everyone else's is
+        dispatched as usual. Nothing of `peer`'s comes to the listener after this."""
+        ours: list[bytes] = []
+        while self.sock is not None:
+            try:
+                data, sender = self.sock.recvfrom(LISTENER_BYTES, socket.MSG_DONTWAIT)
+            except OSError:  # nothing queued (or the port is closing)
+                break
+            if sender == peer:
+                ours.append(data)
+            else:
+                with contextlib.suppress(OSError):
+                    self.on_datagram(data, sender)
+        return ours
+
     def settled(self, socks: list[socket.socket]) -> None:
         """The test of these sockets starts: what arrives on them is its data."""
         with self._lock:
@@ -92,7 +111,7 @@ class UdpPort:
             if sock not in readable:
                 continue
             try:
-                data, peer = sock.recvfrom(DATAGRAM_BYTES)
+                data, peer = sock.recvfrom(LISTENER_BYTES)
             except (BlockingIOError, InterruptedError, ConnectionRefusedError):
                 continue
             except OSError:

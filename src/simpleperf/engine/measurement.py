@@ -59,15 +59,16 @@ class Measurement:
     def receiving(self) -> list[Stream]:
         return [s for s in self.streams if not s.sending]
 
-    def begin(self, start: float) -> None:
-        """Start every stream thread; senders begin writing at monotonic time `start`."""
+    def begin(self, start: float, body: Callable[..., None] = run_stream) -> None:
+        """Start every stream thread; senders begin writing at monotonic time `start`.
+        `body(stream, spec, start, stop)` moves a stream's bytes (a protocol whose datagrams
+        have their own layout brings its own)."""
         self.start = start
         self.cpu_before = os.times()
         for stream in self.streams:
             stop = self.stop_sending if stream.sending else self.stop
             thread = threading.Thread(target=_on_cpu,
-                                      args=(self.cpu, run_stream, stream, self.spec, start,
-                                            stop),
+                                      args=(self.cpu, body, stream, self.spec, start, stop),
                                       name=f"stream {stream.number}", daemon=True)
             self._threads.append(thread)
             thread.start()

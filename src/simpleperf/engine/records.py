@@ -70,7 +70,8 @@ class Stream:
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
     file: BinaryIO | None = None  # -F: a sender sends its bytes, a receiver writes into it
-    header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 peers use their own layout
+    header: struct.Struct = DATAGRAM_HEADER  # UDP: iperf3 and iperf2 peers use their own
+    payload: bytes = b""  # UDP: what every datagram carries after its header (iperf2's test)
     tcp_samples: list[tcpinfo.TcpInfo] = field(default_factory=list)
     key: bytes | None = None  # UDP with a shared secret: the test's key in every datagram
     # a receiver's one-way delays of the path (--trip-times): each datagram's from its

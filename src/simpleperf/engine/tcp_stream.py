@@ -64,7 +64,7 @@ def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
         else stream.sock.send
     turns = WriteTurns(stream.sock, spec, deadline, amount, stream.first)
     clock = time.monotonic
-    sent = 0
+    sent = stream.num_bytes  # what went before the payload counts too (iperf2's header)
     while not stop.is_set():
         turn = turns.take(clock(), sent)
         if turn is None:
@@ -90,7 +90,7 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
     sock = stream.sock
     fd = sock.fileno()
     until = -1.0 if deadline is None else deadline
-    sent = 0
+    sent = stream.num_bytes  # what went before the payload counts too (iperf2's header)
     while not stop.is_set():
         limit = -1 if amount is None else amount - sent
         if limit == 0 or (deadline is not None and time.monotonic() >= deadline):
@@ -114,7 +114,7 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
         return
     recv_into = stream.sock.recv_into
     clock = time.monotonic
-    received = 0
+    received = stream.num_bytes  # what a server read to tell the protocol counts too
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
     wall = time.time
     while not stop.is_set():
@@ -140,7 +140,7 @@ def _receive_compiled(stream: Stream, buffer: memoryview, stop: threading.Event,
     """The read loop in C; the first read alone, so that the stream's start is its time."""
     read = fastpath.tcp_receive
     fd = stream.sock.fileno()
-    received = 0
+    received = stream.num_bytes  # what a server read to tell the protocol counts too
     while not stop.is_set():
         count, ended, error, _, last = read(
             fd, buffer, 0.0 if stream.first is None else compiled.SLICE_SECONDS)

@@ -33,11 +33,15 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     batch = udp.enable_segmentation(stream.sock, size) \
         if spec.rate == 0 or spec.rate > 50e6 else 1
     buffer = aligned(size * batch, spec.repeating_payload)
+    if stream.payload:  # what every datagram carries after its header (iperf2's test)
+        at = stream.header.size
+        for offset in range(0, size * batch, size):
+            buffer[offset + at:offset + at + len(stream.payload)] = stream.payload
     wait_until(start, stop)
     stream.first = time.monotonic()
     fastpath = compiled.module()
     try:
-        if spec.rate == 0 and fastpath is not None:
+        if spec.rate == 0 and fastpath is not None and stamping.compiled_layout(stream.header):
             _send_compiled(stream, spec, buffer, batch, deadline, stop, fastpath)
         else:
             _send_paced(stream, spec, buffer, batch, deadline, stop)

@@ -1,6 +1,8 @@
 """Which protocol a new TCP connection speaks, judged from its first bytes alone.
 
 - native: the six-byte preface starting with MAGIC;
+- iperf2: its client header, whose first word of flags no other client starts with (an
+  iperf3 cookie's characters and a classic client's zeros have neither of its top bits);
 - iperf3: a 36-character cookie from iperf3's alphabet, then a NUL;
 - classic: anything else (a classic client starts straight away with payload, zeros).
 
@@ -11,11 +13,12 @@ client that paused mid-prefix is still a classic client, and its bytes are paylo
 
 from __future__ import annotations
 
+from .iperf2 import could_be_tcp_header
 from .iperf3 import COOKIE_ALPHABET
 from .iperf3 import COOKIE_SIZE as IPERF3_COOKIE_SIZE
 from .native import MAGIC, PREFACE_SIZE
 
-NATIVE, IPERF3, CLASSIC = "native", "iperf3", "classic"
+NATIVE, IPERF2, IPERF3, CLASSIC = "native", "iperf2", "iperf3", "classic"
 IPERF3_ALPHABET = frozenset(COOKIE_ALPHABET.encode())
 NEEDED = max(PREFACE_SIZE, IPERF3_COOKIE_SIZE)
 
@@ -25,6 +28,9 @@ def detect(prefix: bytes) -> str | None:
         return None
     if prefix[:4] == MAGIC[:len(prefix)]:
         return NATIVE if len(prefix) >= len(MAGIC) else None
+    iperf2 = could_be_tcp_header(prefix)
+    if iperf2 is not False:
+        return IPERF2 if iperf2 else None
     head = prefix[:IPERF3_COOKIE_SIZE - 1]
     if all(byte in IPERF3_ALPHABET for byte in head):
         if len(prefix) < IPERF3_COOKIE_SIZE:

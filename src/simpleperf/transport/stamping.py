@@ -21,12 +21,19 @@ def number_bytes(header: struct.Struct) -> int:
     return header.size - SEND_TIME_BYTES
 
 
+def compiled_layout(header: object) -> bool:
+    """Whether the compiled path writes and reads `header`: a struct.Struct of (seconds,
+    microseconds, number); another layout (iperf2's, protocol/iperf2.py's DatagramLayout)
+    packs and unpacks those three in its own order, from Python."""
+    return type(header) is struct.Struct
+
+
 def stamper(header: struct.Struct, size: int, key: bytes | None) -> Stamper:
     """A function that stamps `count` datagrams of `size` bytes laid end to end: `header`
     is (seconds, microseconds, number), big-endian, the number 32 or 64 bits wide."""
     width = number_bytes(header)
     fastpath = compiled.module()
-    if fastpath is not None:
+    if fastpath is not None and compiled_layout(header):
         stamp = fastpath.stamp
 
         def fast(buffer: memoryview, count: int, seconds: int, micros: int,

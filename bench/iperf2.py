@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""iperf2's protocol against iperf2 itself (Debian's iperf 2.1.8) on 127.0.0.1, each pair
+measured alternately in one run, receiver side:
+
+- server: iperf2's client against simpleperf's server and against iperf2's own server,
+  TCP and UDP "unlimited" (-b 100G: iperf2 has no -b 0 for UDP; 1470-byte datagrams).
+  Target: simpleperf / iperf2 goodput >= 1.0, with no more loss;
+- client: simpleperf's client (--iperf2) and iperf2's client against iperf2's server,
+  the same two tests. Target >= 1.0.
+
+    python3 bench/iperf2.py [--only server|client] [--runs 3] [--seconds 4]
+
+UDP loss is what the receiving server counted (its report, or its -y C row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
+UDP_RATE = "100G"
+LENGTH = "1470"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def listening(port: int, udp: bool) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not subprocess.run(
+            ["ss", "-Hlun" if udp else "-Hltn", f"sport = :{port}"], capture_output=True,
+            text=True).stdout:
+        time.sleep(0.05)
+
+
+class Server:
+    """A server in the background, its output kept in a file."""
+
+    def __init__(self, command: list[str], port: int, udp: bool) -> None:
+        self.log = open(f"/tmp/bench-iperf2-{port}.log", "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        text=True)
+        listening(port, udp)
+
+    def rows(self) -> list[list[str]]:
+        """iperf2's -y C rows so far."""
+        self.log.flush()
+        with open(self.log.name) as text:
+            return [line.strip().split(",") for line in text if line.count(",") >= 8]
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        self.log.close()
+
+
+def iperf2_client(port: int, seconds: float, udp: bool) -> tuple[float, float]:
+    """Mbit/s and loss percent at the receiver, from iperf2's client (its server report for
+    UDP; for TCP both ends count the same bytes)."""
+    extra = ["-u", "-b", UDP_RATE, "-l", LENGTH] if udp else []
+    done = subprocess.run(["iperf", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds),
+                           "-f", "m", *extra], capture_output=True, text=True, check=True)
+    if not udp:
+        match = re.findall(r"([\d.]+) Mbits/sec", done.stdout)
+        return float(match[-1]), 0.0
+    report = re.search(r"Server Report:\n.*\n.*?([\d.]+) Mbits/sec .*? (\d+)/(\d+) ",
+                       done.stdout)
+    if report is None:
+        raise SystemExit(f"no server report from iperf2's client:\n{done.stdout}")
+    lost, total = int(report.group(2)), int(report.group(3))
+    return float(report.group(1)), 100.0 * lost / max(total, 1)
+
+
+def simpleperf_client(port: int, seconds: float, udp: bool) -> None:
+    extra = ["-u", "-b", UDP_RATE, "-l", LENGTH] if udp else []
+    done = subprocess.run(SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "--iperf2", "-t",
+                                        str(seconds), "-J", *extra],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"simpleperf --iperf2 failed: {done.stderr}")
+    json.loads(done.stdout)
+
+
+def from_server_row(server: Server, before: int, udp: bool) -> tuple[float, float]:
+    """Mbit/s and loss percent from the iperf2 server's newest -y C row."""
+    deadline = time.monotonic() + 5
+    while len(server.rows()) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    row = server.rows()[-1]
+    loss = 100.0 * int(row[10]) / max(int(row[11]), 1) if udp else 0.0
+    return int(row[8]) / 1e6, loss
+
+
+def bench_server(args, udp: bool) -> tuple[list, list]:
+    """iperf2's client: our server against iperf2's."""
+    ours_port, theirs_port = free_port(), free_port()
+    ours = Server(SIMPLEPERF + ["-s", "-p", str(ours_port)], ours_port, False)
+    theirs = Server(["iperf", "-s", "-p", str(theirs_port), *(["-u"] if udp else [])],
+                    theirs_port, udp)
+    try:
+        return alternate(args.runs, lambda: iperf2_client(ours_port, args.seconds, udp),
+                         lambda: iperf2_client(theirs_port, args.seconds, udp))
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def bench_client(args, udp: bool) -> tuple[list, list]:
+    """iperf2's server: our client against iperf2's."""
+    port = free_port()
+    server = Server(["iperf", "-s", "-p", str(port), "-y", "C", *(["-u"] if udp else [])],
+                    port, udp)
+
+    def measure(client) -> tuple[float, float]:
+        before = len(server.rows())
+        client(port, args.seconds, udp)
+        return from_server_row(server, before, udp)
+
+    try:
+        return alternate(args.runs, lambda: measure(simpleperf_client),
+                         lambda: measure(iperf2_client))
+    finally:
+        server.close()
+
+
+def alternate(runs: int, ours, theirs) -> tuple[list, list]:
+    mine, other = [], []
+    for run in range(runs):
+        for tool in (("ours", "theirs") if run % 2 == 0 else ("theirs", "ours")):
+            (mine if tool == "ours" else other).append(ours() if tool == "ours" else theirs())
+        print(f"    run {run + 1}: simpleperf {mine[-1][0]:9.1f} Mbit/s {mine[-1][1]:5.2f} % "
+              f"lost | iperf2 {other[-1][0]:9.1f} Mbit/s {other[-1][1]:5.2f} % lost",
+              flush=True)
+    return mine, other
+
+
+def summary(name: str, mine: list, other: list) -> None:
+    rate, theirs = (statistics.median(r for r, _ in mine),
+                    statistics.median(r for r, _ in other))
+    loss, their_loss = (statistics.median(lost for _, lost in mine),
+                        statistics.median(lost for _, lost in other))
+    print(f"{name}: simpleperf {rate:.1f} Mbit/s ({loss:.2f} % lost) vs iperf2 {theirs:.1f} "
+          f"Mbit/s ({their_loss:.2f} % lost): ratio {rate / theirs:.3f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("server", "client"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args()
+    for side, bench in (("server", bench_server), ("client", bench_client)):
+        if args.only not in (None, side):
+            continue
+        for udp in (False, True):
+            name = f"{side} {'UDP' if udp else 'TCP'}"
+            print(f"{name} ({args.runs} runs of {args.seconds:g} s, medians):", flush=True)
+            summary(name, *bench(args, udp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Testing against an iperf2 server (--iperf2): each stream opens with iperf2's client
+header, as iperf 2.1.8 writes it, and is measured by our own stream threads and
+Measurement, printed with simpleperf's tables and JSON.
+
+iperf2 has no control connection: a TCP test ends when the sender closes its side (the
+server closes in turn once it has counted everything), a UDP test with a datagram whose
+number is negative, which the server answers with its report (bytes, loss, jitter),
+sent again every RETRY_SECONDS until it does, for at most REPORT_SECONDS."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..engine import tcp_stream
+from ..engine.measurement import Measurement
+from ..engine.records import Stream
+from ..errors import Interrupted, ProtocolError, SimpleperfError
+from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
+from ..protocol import iperf2
+from ..report.client import TestOutput
+from ..testspec import TestSpec
+from ..transport import tcp, udp
+
+RETRY_SECONDS = 0.01  # iperf2's own client: the last datagram again every 10 ms ...
+REPORT_SECONDS = 2.0  # ... for 2 s
+CLOSE_SECONDS = 5.0  # a TCP server's close after ours, at most this long awaited
+
+
+def refusal(options: ClientOptions) -> str | None:
+    """What this test asks that an iperf2 server cannot do (or that we do not yet ask of
+    one), as the line to print; None when it can run."""
+    where = f"the server at {options.host} port {options.port} is an iperf2 server"
+    if options.direction == "bidir":
+        return f"{where}: --bidir is not driven against iperf2 yet (its --full-duplex)"
+    if options.udp and options.direction == "reverse":
+        return f"{where}: -R over UDP is not driven against iperf2 yet"
+    if options.trip_times and not options.udp:
+        return f"{where}: --trip-times over TCP is not driven against iperf2 yet (UDP is)"
+    if options.frame_rate > 0 or options.l4s:
+        return f"{where}, which has no {'--isochronous' if options.frame_rate else '--l4s'}" \
+               " of ours"
+    if options.omit:
+        return f"{where}, which counts from the first byte: -O needs a simpleperf server"
+    return None
+
+
+def run(options: ClientOptions, out: Callable[[str], None]) -> None:
+    why = refusal(options)
+    if why is not None:
+        raise SimpleperfError(why)
+    _Iperf2Test(options, out).run()
+
+
+class _Iperf2Test:
+    def __init__(self, options: ClientOptions, out: Callable[[str], None]) -> None:
+        self.options = options
+        self.out = out
+        self.spec = TestSpec.from_options(options)
+        wall = time.time()
+        self.header = iperf2.header_from_spec(
+            self.spec, options.port, (int(wall), int((wall - int(wall)) * 1e6)),
+            options.length_given or options.udp)
+        self.streams: list[Stream] = []
+
+    def run(self) -> None:
+        try:
+            self._open_streams()
+            self._measure()
+        finally:
+            for stream in self.streams:
+                stream.sock.close()
+
+    def _open_streams(self) -> None:
+        options, spec = self.options, self.spec
+        udp_test = spec.protocol == "udp"
+        first = iperf2.encode_header(self.header, udp_test)
+        for number in range(1, spec.parallel + 1):
+            sending = spec.direction != "reverse"
+            if udp_test:
+                sock = _open_udp(options)
+                stream = Stream(number, True, "udp", sock, tcp.endpoint(sock.getsockname()),
+                                header=iperf2.LAYOUT, payload=first)
+            else:
+                sock = tcp.connect_to_server(options, stream=number)
+                stream = Stream(number, sending, "tcp", sock,
+                                tcp.endpoint(sock.getsockname()))
+                sock.sendall(first)
+                stream.num_bytes = len(first) if sending else 0
+                tcp_stream.apply_options(sock, spec)
+            tcp.set_wake_up(sock)
+            self.streams.append(stream)
+
+    def _measure(self) -> None:
+        options = self.options
+        output = TestOutput(options, self.spec, self.streams, self.out, "iperf2")
+        measurement = Measurement(self.spec, self.streams,
+                                  options.rows_every or DEFAULT_NATIVE_INTERVAL,
+                                  output.interval)
+        output.start()
+        measurement.begin(time.monotonic())
+        congestion = options.congestion or tcp.system_congestion()
+        try:
+            while not all(s.done.is_set() for s in self.streams):
+                measurement.tick(time.monotonic())
+                time.sleep(0.02)
+            remote = self._end(measurement)
+            measurement.finish(time.monotonic())
+        except KeyboardInterrupt:
+            measurement.close()
+            output.end(measurement, {}, None, None, congestion, interrupted=True)
+            raise Interrupted() from None
+        measurement.close()
+        output.end(measurement, remote, None, None, congestion)
+        errors = measurement.errors()
+        if errors:
+            raise SimpleperfError(errors[0])
+
+    def _end(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
+        """The test's end as iperf2 has it: the server's view, by stream number (UDP)."""
+        if self.spec.protocol == "tcp":
+            if self.spec.direction != "reverse":
+                _await_close([s.sock for s in self.streams])
+            return {}
+        remote = {}
+        for stream in self.streams:
+            report = _final_exchange(stream)
+            remote[stream.number] = {
+                "stream": stream.number, "bytes": report.num_bytes,
+                "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
+                "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
+        return remote
+
+
+def _open_udp(options: ClientOptions) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(options.host, options.port, options.family,
+                                   socket.SOCK_DGRAM)
+    except socket.gaierror:
+        raise SimpleperfError(f"cannot resolve server name '{options.host}'") from None
+    family, _, _, _, remote = infos[0]
+    local = (options.local or "", 0) if options.local else None
+    try:
+        sock = udp.open_connected(family, local, remote)
+    except OSError as error:
+        raise SimpleperfError(f"cannot open a UDP socket to {options.host} port "
+                              f"{options.port}: {(error.strerror or str(error)).lower()}"
+                              ) from None
+    if options.tos:
+        tcp.set_tos(sock, options.tos)
+    return sock
+
+
+def _final_exchange(stream: Stream) -> iperf2.ServerReport:
+    """Send the last datagram (its number negative) until the server's report comes."""
+    sock = stream.sock
+    size = max(len(stream.payload) + iperf2.DATAGRAM.size, 1) if stream.payload else 64
+    datagram = bytearray(size)
+    datagram[iperf2.DATAGRAM.size:] = stream.payload[:size - iperf2.DATAGRAM.size]
+    number = stream.packets_sent + 1
+    deadline = time.monotonic() + REPORT_SECONDS
+    # The first of them counts at both ends, as iperf2's client counts it
+    stream.packets_sent, stream.num_bytes = number, stream.num_bytes + size
+    while time.monotonic() < deadline:
+        datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(-number, time.time())
+        with contextlib.suppress(BlockingIOError):
+            sock.send(datagram)
+        readable, _, _ = select.select([sock], [], [], RETRY_SECONDS)
+        if not readable:
+            number += 1  # iperf2 numbers each ending anew
+            continue
+        try:
+            answer = sock.recv(65536)
+        except ConnectionRefusedError:
+            raise SimpleperfError("the iperf2 server's port is closed (ICMP port "
+                                  "unreachable)") from None
+        except BlockingIOError:
+            continue
+        try:
+            return iperf2.parse_report(answer)
+        except ProtocolError:
+            continue  # not the report: another ending's echo, or noise
+    raise SimpleperfError(f"the iperf2 server sent no report within {REPORT_SECONDS:g} s "
+                          "of the test's end (is it a UDP server: iperf -s -u?)")
+
+
+def _await_close(socks: list[socket.socket]) -> None:
+    """Our side is closed; the server closes its own once it has read everything."""
+    deadline = time.monotonic() + CLOSE_SECONDS
+    open_socks = list(socks)
+    while open_socks and time.monotonic() < deadline:
+        readable, _, _ = select.select(open_socks, [], [], 0.1)
+        for sock in readable:
+            try:
+                if not sock.recv(65536):
+                    open_socks.remove(sock)
+            except BlockingIOError:
+                continue
+            except OSError:
+                open_socks.remove(sock)

@@ -1,0 +1,386 @@
+"""iperf2 clients at our server, on the port every other client uses: a TCP connection that
+opens with iperf2's header (protocol/detect.py says so), or a UDP datagram carrying it at
+the port's listener. TCP is measured as any other test; a UDP test ends at the client's
+last datagram (a negative number), answered with iperf2's server report until the client
+goes quiet, so the client prints loss and jitter as against its own server.
+
+`-P N` arrives as N connections stating N threads, as iperf2 runs it: they are one test,
+gathered by the client's address and header for up to GATHER_SECONDS."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import tcp_stream, udp_receive
+from ..engine.measurement import Measurement
+from ..engine.records import Stream
+from ..errors import ProtocolError, SimpleperfError
+from ..options import ServerOptions, test_deadline
+from ..policy import ServerPolicy, buffer_bytes
+from ..protocol import iperf2
+from ..report import native as table
+from ..report import server_json
+from ..stats import UdpReceiveAccount
+from ..testspec import TestSpec
+from ..transport import tcp, udp
+from ..udp_port import UdpPort
+
+GATHER_SECONDS = 2.0  # the connections of one -P test arrive within this of the first
+STEP_SECONDS = 1.0  # the server's intervals, for -J
+REPORT_TRIES = 10  # the final report, sent again while the client keeps ending (iperf2's)
+QUIET_SECONDS = 0.25  # ... until it has been quiet this long
+HEADER_SECONDS = 5.0  # a TCP client's header must be whole by then
+EARLY_DATAGRAMS = 1024  # kept of those the listener reads before a test's socket is there
+ENDED_SECONDS = 5.0  # a UDP client heard of this recently after its test starts nothing
+
+
+@dataclass
+class _Gathering:
+    """The connections of one -P test, until all have arrived."""
+
+    header: iperf2.ClientHeader
+    conns: list[tuple[socket.socket, bytes]] = field(default_factory=list)
+    complete: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Iperf2Service:
+    def __init__(self, options: ServerOptions, policy: ServerPolicy, say: Callable[..., None],
+                 stopping: threading.Event, port: UdpPort) -> None:
+        self.options = options
+        self.policy = policy
+        self.say = say
+        self.document: Callable[[dict[str, Any]], None] = lambda _: None  # -J, by the server
+        self.stopping = stopping
+        self.port = port
+        self._gatherings: dict[tuple[str, bytes], _Gathering] = {}
+        self._peers = _UdpPeers()
+        self._lock = threading.Lock()
+
+    # TCP ------------------------------------------------------------------------------------
+
+    def serve_tcp(self, conn: socket.socket, peer: str, prefix: bytes) -> bool:
+        """A connection that opened with an iperf2 header; True when it joined a -P test
+        another connection serves (it is kept open), False once served (or refused)."""
+        try:
+            raw, rest = _read_header(conn, prefix, self.stopping)
+            header = iperf2.parse_header(raw)
+        except ProtocolError as error:
+            self.say(f"Refused iperf2 client {peer}: {error}")
+            self.document(server_json.error_document(peer, str(error)))
+            return False
+        host = peer.rsplit(":", 1)[0]
+        if header.threads > 1:
+            key = (host, raw)
+            with self._lock:
+                gathering = self._gatherings.get(key)
+                if gathering is not None and not gathering.complete.is_set():
+                    gathering.conns.append((conn, rest))
+                    if len(gathering.conns) == header.threads:
+                        gathering.complete.set()
+                    return True
+                gathering = self._gatherings[key] = _Gathering(header)
+                gathering.conns.append((conn, rest))
+            gathering.complete.wait(GATHER_SECONDS)
+            with self._lock:
+                gathering.complete.set()  # latecomers start a test of their own
+                self._gatherings.pop(key, None)
+                conns = list(gathering.conns)
+        else:
+            conns = [(conn, rest)]
+        try:
+            self._run_tcp(peer, header, conns)
+        finally:
+            for other, _ in conns[1:]:
+                other.close()
+        return False
+
+    def _run_tcp(self, peer: str, header: iperf2.ClientHeader,
+                 conns: list[tuple[socket.socket, bytes]]) -> None:
+        spec = iperf2.spec_from_header(header, "tcp", self.options.length)
+        spec = _with_parallel(spec, len(conns))
+        iperf2_bytes = iperf2.tcp_header_length(header.flags) or iperf2.CLIENT_V1.size
+        refusal = self._refusal(header, spec)
+        if refusal is not None:
+            self.say(f"Refused iperf2 client {peer}: {refusal}")
+            self.document(server_json.error_document(peer, refusal))
+            return
+        memory = buffer_bytes(spec.parallel, spec.length)
+        try:
+            streams = []
+            for number, (sock, rest) in enumerate(conns, start=1):
+                stream = Stream(number, header.reverse, "tcp", sock,
+                                tcp.endpoint(sock.getpeername()))
+                # the header counts, as at iperf2's client
+                stream.num_bytes = 0 if header.reverse else iperf2_bytes + len(rest)
+                tcp.set_wake_up(sock)
+                streams.append(stream)
+            self._measure(peer, header, spec, streams, lambda m: all(
+                s.done.is_set() for s in m.streams))
+        except OSError as error:
+            self.say(f"iperf2 test from {peer} ended: {(error.strerror or str(error)).lower()}")
+        finally:
+            self.policy.release(memory)
+
+    # UDP ------------------------------------------------------------------------------------
+
+    def datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
+        """A datagram at the port's listener that carries iperf2's header."""
+        if not self._peers.arrived(peer, data):
+            return
+        label = tcp.endpoint(peer)
+        try:
+            header = iperf2.parse_header(data, iperf2.DATAGRAM.size)
+            sock = self.port.socket_for(peer, data, b"")
+        except (ProtocolError, OSError) as error:
+            self._peers.forget(peer)
+            self.say(f"Refused iperf2 client {label}: {error}")
+            return
+        self.port.settled([sock])
+        self._peers.add(peer, self.port.backlog_of(peer))
+        threading.Thread(target=self._serve_udp, args=(sock, peer, label, header),
+                         name=f"iperf2 udp {label}", daemon=True).start()
+
+    def _serve_udp(self, sock: socket.socket, peer: tuple[Any, ...], label: str,
+                   header: iperf2.ClientHeader) -> None:
+        first = self._peers.take(peer)
+        spec = iperf2.spec_from_header(header, "udp", len(first[0][0]))
+        refusal = self._refusal(header, spec)
+        try:
+            if refusal is not None:
+                self.say(f"Refused iperf2 client {label}: {refusal}")
+                self.document(server_json.error_document(label, refusal))
+                return
+            stream = Stream(1, False, "udp", sock, label)
+            udp.enable_receive_offload(sock)
+            tcp.set_wake_up(sock)
+            receiver = _UdpReceiver(first, bool(header.flags & iperf2.SEQNO64B),
+                                    self.options.idle_limit)
+
+            def report() -> None:  # before the socket closes
+                if receiver.last is not None and not header.no_udp_fin:
+                    _send_report(sock, stream, receiver.last)
+
+            self._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
+                          receiver.run, report)
+        except OSError as error:
+            self.say(f"iperf2 test from {label} ended: {(error.strerror or str(error)).lower()}")
+        finally:
+            sock.close()
+            self._peers.forget(peer)
+            if refusal is None:
+                self.policy.release(buffer_bytes(spec.parallel, spec.length))
+
+    # Both -----------------------------------------------------------------------------------
+
+    def _refusal(self, header: iperf2.ClientHeader, spec: TestSpec) -> str | None:
+        """Why this test is not run (and if it is, its slot and memory are taken)."""
+        unserved = header.unserved()
+        if unserved is not None:
+            return f"iperf2's {unserved} is not served yet"
+        refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, 0.0,
+                                    spec.rate * spec.parallel, None,
+                                    buffer_bytes(spec.parallel, spec.length))
+        return None if refusal is None else str(refusal)
+
+    def _measure(self, peer: str, header: iperf2.ClientHeader, spec: TestSpec,
+                 streams: list[Stream], ended: Callable[[Measurement], bool],
+                 body: Callable[..., None] | None = None,
+                 answer: Callable[[], None] | None = None) -> None:
+        """Run the test until `ended`, `answer` the client (UDP's report), say the result.
+        `body`: the stream threads' (the engine's by default)."""
+        started_wall = time.time()
+        measurement = Measurement(spec, streams, STEP_SECONDS)
+        if spec.protocol == "tcp" and not header.reverse:
+            tcp_stream.apply_options(streams[0].sock, spec)
+        measurement.begin(time.monotonic(), *([body] if body is not None else []))
+        limit = test_deadline(spec.duration, 0.0, self.policy.time_limit) + 1.0
+        try:
+            while not ended(measurement):
+                now = time.monotonic()
+                measurement.tick(now)
+                if now - measurement.start > limit or self.stopping.is_set():
+                    raise SimpleperfError(f"the test ran past {limit:g} s"
+                                          if not self.stopping.is_set() else "server stopped")
+                time.sleep(0.02)
+            measurement.stop.set()
+            results = measurement.finish(time.monotonic())
+            if answer is not None:
+                answer()
+            version = header.peer_version
+            name = f"iperf2 {version}" if version else "iperf2"
+            title = (f"Test from {peer} ({name}): {spec.protocol.upper()}, {spec.direction}, "
+                     f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
+            self.say(*table.test_report(title, spec.protocol, streams, results,
+                                        self.options.unit))
+            self.document(server_json.test_document(spec, peer, measurement, {},
+                                                    started_wall, name))
+        except SimpleperfError as error:
+            self.say(f"iperf2 test from {peer} ended: {error}")
+            self.document(server_json.error_document(peer, str(error)))
+        finally:
+            measurement.close()  # a reverse test ends when we close: the client's EOF
+
+
+class _UdpPeers:
+    """The clients with a UDP test under way, and those whose test ended a moment ago: what
+    they still send (their last datagrams again, the rest of a refused test) starts nothing
+    for as long as they keep sending."""
+
+    def __init__(self) -> None:
+        self._early: dict[tuple[Any, ...], list[tuple[bytes, float]]] = {}
+        self._ended: dict[tuple[Any, ...], float] = {}  # peer: when it was last heard of
+        self._lock = threading.Lock()
+
+    def arrived(self, peer: tuple[Any, ...], data: bytes) -> bool:
+        """A datagram of `peer` at the listener: whether it starts a test."""
+        arrival = time.time()
+        with self._lock:
+            early = self._early.get(peer)
+            if early is not None:  # before its socket was connected: the test's
+                if len(early) < EARLY_DATAGRAMS:
+                    early.append((data, arrival))
+                return False
+            if arrival - self._ended.get(peer, -ENDED_SECONDS) < ENDED_SECONDS:
+                self._ended[peer] = arrival
+                return False
+            if iperf2.sequence(data, 0, False)[0] < 0:
+                return False  # a test's last datagram, its test gone: nothing to start
+            self._early[peer] = [(data, arrival)]
+            return True
+
+    def add(self, peer: tuple[Any, ...], datagrams: list[bytes]) -> None:
+        arrival = time.time()
+        with self._lock:
+            self._early.setdefault(peer, []).extend((data, arrival) for data in datagrams)
+
+    def take(self, peer: tuple[Any, ...]) -> list[tuple[bytes, float]]:
+        """The datagrams of `peer` the listener read before its socket was connected."""
+        with self._lock:
+            early = self._early.get(peer, [])
+            taken = list(early)
+            early.clear()
+            return taken
+
+    def forget(self, peer: tuple[Any, ...]) -> None:
+        """Its test is over (or refused)."""
+        with self._lock:
+            self._early.pop(peer, None)
+            now = time.time()
+            self._ended = {p: t for p, t in self._ended.items() if now - t < ENDED_SECONDS}
+            self._ended[peer] = now
+
+
+class _UdpReceiver:
+    """The body of an iperf2 UDP stream's thread: datagrams accounted until the client's
+    last (a negative number), whose header `last` keeps for the report."""
+
+    def __init__(self, first: list[tuple[bytes, float]], wide: bool, idle: float) -> None:
+        self.first = first  # what the listener read before the socket was connected
+        self.wide = wide
+        self.idle = idle
+        self.last: bytes | None = None
+
+    def run(self, stream: Stream, spec: TestSpec, start: float, stop: threading.Event
+            ) -> None:
+        account = stream.account = UdpReceiveAccount(stream.delays)
+        received = 0
+        clock = time.monotonic
+        try:
+            receiver = udp.BatchReceiver(stream.sock)
+            buffer, message = receiver.buffer, receiver.message
+            quiet_since = clock()
+            for data, arrival in self.first:
+                received += self._account(account, data, 0, len(data), len(data), arrival)
+            while not stop.is_set() and self.last is None:
+                try:
+                    got = receiver.receive()
+                except (BlockingIOError, ConnectionRefusedError):
+                    if clock() - quiet_since > self.idle:
+                        stream.error = f"no datagram for {self.idle:g} s"
+                        return
+                    continue
+                for index in range(got):
+                    base, count, segment, arrival, _ = message(index)
+                    received += self._account(account, buffer, base, count, segment, arrival)
+                udp_receive.progress(stream, received, clock)
+                quiet_since = clock()
+        finally:
+            stream.done.set()
+
+    def _account(self, account: UdpReceiveAccount, buffer: Any, base: int, count: int,
+                 segment: int, arrival: float) -> int:
+        """One read: a datagram, or a run of `segment`-byte ones; the bytes that count."""
+        moved = 0
+        packets = []
+        step = max(1, min(segment, count))
+        for offset in range(base, base + count, step):
+            size = min(step, base + count - offset)
+            if size < iperf2.DATAGRAM.size or self.last is not None:
+                continue
+            number, sent = iperf2.sequence(buffer, offset, self.wide)
+            if number < 0:  # the client's last: it counts, and ends the test
+                number = -number
+                self.last = bytes(buffer[offset:offset + iperf2.DATAGRAM.size])
+            packets.append((number, sent, arrival))
+            moved += size
+        account.feed_packets(packets)
+        return moved
+
+
+def _send_report(sock: socket.socket, stream: Stream, last: bytes) -> None:
+    """iperf2's answer to the client's last datagram, again while the client keeps ending
+    (the answer was lost), until it is quiet."""
+    account = stream.account
+    assert account is not None
+    seconds = (stream.last or 0.0) - (stream.first or 0.0)
+    delays = None
+    if stream.delays is not None:
+        total = stream.delays.total()
+        if total.count:
+            m2 = max(0.0, total.squares - total.total * total.total / total.count)
+            delays = (total.minimum, total.maximum, total.total, total.mean, m2, total.count)
+    report = iperf2.ServerReport(stream.num_bytes, max(seconds, 0.0), account.lost,
+                                 account.out_of_order, account.highest, account.jitter,
+                                 delays)
+    answer = iperf2.encode_report(report, last)
+    sock.settimeout(QUIET_SECONDS)
+    for _ in range(REPORT_TRIES):
+        try:
+            sock.send(answer)
+            sock.recv(65536)  # more endings: the client has not heard us yet
+        except OSError:  # quiet (a timeout) or gone
+            return
+
+
+def _read_header(conn: socket.socket, prefix: bytes, stopping: threading.Event
+                 ) -> tuple[bytes, bytes]:
+    """The whole header (its length from its flags) and what came after it."""
+    data = prefix
+    began = time.monotonic()
+    needed = 4
+    while True:
+        if len(data) >= 4:
+            needed = max(iperf2.tcp_header_length(int.from_bytes(data[:4], "big")),
+                         iperf2.CLIENT_V1.size)
+        if len(data) >= needed:
+            return data[:needed], data[needed:]
+        try:
+            chunk = conn.recv(needed - len(data))
+        except BlockingIOError:  # the wake-up timer
+            if stopping.is_set() or time.monotonic() - began > HEADER_SECONDS:
+                raise ProtocolError("the iperf2 header did not arrive whole") from None
+            continue
+        if not chunk:
+            raise ProtocolError("the iperf2 client closed inside its header")
+        data += chunk
+
+
+def _with_parallel(spec: TestSpec, parallel: int) -> TestSpec:
+    return dataclasses.replace(spec, parallel=parallel)

@@ -1,0 +1,355 @@
+"""iperf2's protocol (as iperf 2.1.8 speaks it): the client's test header at the start of a
+TCP stream or in every UDP datagram, the UDP datagram's sequence number and send time, and
+the server's final UDP report. Bytes in, values out; never a socket. The facts and what is
+left out: docs/iperf2-compat.md.
+
+All fields are big-endian 32-bit words unless said otherwise (iperf2's payloads.h):
+
+    client header, version 1 (24 bytes): flags, threads, port, buffer length, window,
+        amount (negative: hundredths of a second; otherwise bytes)
+    extension (36 bytes, flag EXTEND): type, length, upper flags (16 bits), lower flags
+        (16), version high, version low, reserved (16), TOS (16), rate low, rate high
+        (its top 24 bits), TCP write prefetch
+    start and fq-rate (20 bytes, with --trip-times and friends): reserved, start seconds,
+        start microseconds, fq rate low, fq rate high
+
+The flags word says how long the header is (LEN_BIT, length << 1 under LEN_MASK). A UDP
+datagram begins with its sequence number's low word, its send time (seconds,
+microseconds) and the number's high word; the client header follows. A negative number
+ends the test: the server answers it with its report (the datagram header, then 28 words).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ProtocolError
+from ..options import MAX_LENGTH, MAX_PARALLEL, MAX_TEST_SECONDS
+from ..testspec import TestSpec
+
+# flags (the first word)
+VERSION1 = 0x80000000  # -r / -d: the server connects back to the client (dual or tradeoff)
+EXTEND = 0x40000000
+UDPTESTS = 0x20000000
+KEYCHECK = 0x10000000  # --permit-key
+SEQNO64B = 0x08000000
+VERSION2 = 0x04000000
+PEER_DETECT = 0x02000000  # -X: the client waits for the server's header acknowledgement
+BOUNCEBACK = 0x00800000
+LEN_BIT = 0x00010000
+LEN_MASK = 0x000001FE
+RUN_NOW = 0x00000001  # with VERSION1: -d (both at once) rather than -r (one after other)
+# upper flags (the extension's 16-bit field)
+UPPER_ISOCH = 0x0001
+UPPER_NO_UDP_FIN = 0x0008
+UPPER_TRIP_TIMES = 0x0010
+UPPER_UNITS_PPS = 0x0080
+UPPER_BW_SET = 0x0100
+UPPER_FQ_RATE_SET = 0x0200
+UPPER_REVERSE = 0x0400
+UPPER_FULL_DUPLEX = 0x0800
+UPPER_EPOCH_START = 0x1000
+UPPER_PERIODIC_BURST = 0x2000
+
+CLIENT_V1 = struct.Struct("!iiiiii")
+CLIENT_EXTEND = struct.Struct("!iiHHIIHHIII")
+START_FQ = struct.Struct("!IIIII")
+ISOCH_PAYLOAD_SIZE = 32  # UDP only: frame fields between the extension and START_FQ
+DATAGRAM = struct.Struct("!IIII")  # number low, seconds, microseconds, number high
+SERVER_REPORT = struct.Struct("!28i")  # version 1 (10), extension (15), 64-bit counts (3)
+MAX_HEADER = LEN_MASK >> 1  # 255: the longest header the length field can state
+DEFAULT_PORT = 5001
+DEFAULT_UDP_RATE = 1_048_576  # bits/s: iperf2's -u without -b (kDefault_UDPRate)
+VERSION = (0x00020001, 0x00080003)  # what we say we speak: 2.1.8 (release)
+HUNDREDTHS = 100.0  # the amount field's unit of time: a hundredth of a second
+TCP_HEADER_SIZE = CLIENT_V1.size + CLIENT_EXTEND.size  # 60, what a 2.1 client sends
+UDP_HEADER_SIZE = DATAGRAM.size + TCP_HEADER_SIZE  # 76
+# the first byte of a TCP header: VERSION1 or EXTEND, never UDPTESTS
+_TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
+
+# what iperf2 does that we do not (yet): the line a refused header gets
+_UNSERVED = ((BOUNCEBACK, "--bounceback"), (KEYCHECK, "--permit-key"),
+             (VERSION1, "-r/-d (the server connecting back to the client)"))
+_UNSERVED_UPPER = ((UPPER_FULL_DUPLEX, "--full-duplex"), (UPPER_ISOCH, "--isochronous"),
+                   (UPPER_PERIODIC_BURST, "--burst-period"))
+
+
+@dataclass(frozen=True)
+class ClientHeader:
+    """What an iperf2 client tells the server about its test."""
+
+    flags: int = EXTEND
+    threads: int = 1
+    port: int = DEFAULT_PORT
+    buffer_length: int = 0  # 0: the client did not set -l
+    window: int = 0
+    amount: int = -1000  # negative: hundredths of a second; otherwise bytes
+    upper: int = 0
+    version: tuple[int, int] = (0, 0)
+    tos: int = 0
+    rate: int = 0  # bits/s (UDP: the client's -b)
+    start: tuple[int, int] = (0, 0)  # seconds, microseconds (with --trip-times)
+
+    @property
+    def duration(self) -> float | None:
+        return -self.amount / HUNDREDTHS if self.amount < 0 else None
+
+    @property
+    def num_bytes(self) -> int | None:
+        return self.amount if self.amount >= 0 else None
+
+    @property
+    def reverse(self) -> bool:
+        return bool(self.upper & UPPER_REVERSE)
+
+    @property
+    def trip_times(self) -> bool:
+        return bool(self.upper & UPPER_TRIP_TIMES)
+
+    @property
+    def no_udp_fin(self) -> bool:
+        return bool(self.upper & UPPER_NO_UDP_FIN)
+
+    @property
+    def peer_version(self) -> str:
+        """"2.1.8" and the like (empty when the client did not say)."""
+        high, low = self.version
+        if not high:
+            return ""
+        return f"{high >> 16}.{high & 0xFFFF}.{low >> 16}"
+
+    def unserved(self) -> str | None:
+        """What iperf2 asks of us that we do not serve, as a phrase; None when all is."""
+        for flag, name in _UNSERVED:
+            if self.flags & flag and not (flag == VERSION1 and self.flags & VERSION2):
+                return name
+        if self.flags & EXTEND:
+            for flag, name in _UNSERVED_UPPER:
+                if self.upper & flag:
+                    return name
+        return None
+
+
+def tcp_header_length(flags: int) -> int:
+    """How many bytes the TCP header stated by `flags` takes (0: no header, a 2.0 client's
+    plain stream), as iperf2's Settings_ClientTestHdrLen reads it."""
+    if not flags & (VERSION1 | VERSION2 | EXTEND):
+        return 0
+    if flags & LEN_BIT:
+        length = (flags & LEN_MASK) >> 1
+        if length < CLIENT_V1.size:
+            raise ProtocolError(f"an iperf2 header of {length} bytes is too short")
+        return length
+    return (CLIENT_V1.size if flags & (VERSION1 | EXTEND) else 0) + (
+        CLIENT_EXTEND.size if flags & (VERSION2 | EXTEND) else 0)
+
+
+def could_be_tcp_header(prefix: bytes) -> bool | None:
+    """Whether a TCP stream's first bytes are an iperf2 client's header: None while fewer
+    than four bytes could still be one."""
+    if not prefix or prefix[0] not in _TCP_FIRST_BYTE:
+        return False
+    if len(prefix) < 4:
+        return None
+    flags: int = struct.unpack_from("!I", prefix)[0]
+    if not flags & LEN_BIT:  # a 2.0 client's -r/-d header: version 1 alone
+        return flags in (VERSION1, VERSION1 | RUN_NOW)
+    return CLIENT_V1.size <= (flags & LEN_MASK) >> 1
+
+
+def parse_header(data: bytes | memoryview, offset: int = 0) -> ClientHeader:
+    """The client header at `offset` (0 in a TCP stream, DATAGRAM.size in a datagram); a
+    ProtocolError when it is short or states what cannot be."""
+    if len(data) - offset < CLIENT_V1.size:
+        raise ProtocolError("an iperf2 header shorter than its first 24 bytes")
+    flags, threads, port, buffer_length, window, amount = CLIENT_V1.unpack_from(data, offset)
+    flags &= 0xFFFFFFFF
+    upper, version, tos, rate, start = 0, (0, 0), 0, 0, (0, 0)
+    stated = tcp_header_length(flags) if flags & LEN_BIT else 0
+    if flags & EXTEND and len(data) - offset >= TCP_HEADER_SIZE:
+        (_, _, upper, _, high, low, _, tos, rate_low, rate_high,
+         _) = CLIENT_EXTEND.unpack_from(data, offset + CLIENT_V1.size)
+        version, tos = (high, low), tos & 0xFF
+        rate = rate_low | ((rate_high >> 8) << 32)
+        at = offset + TCP_HEADER_SIZE + (ISOCH_PAYLOAD_SIZE if offset else 0)
+        if upper & (UPPER_TRIP_TIMES | UPPER_EPOCH_START) and len(data) >= at + START_FQ.size:
+            start = START_FQ.unpack_from(data, at)[1:3]
+    if not 1 <= threads <= MAX_PARALLEL:
+        raise ProtocolError(f"an iperf2 header asks for {threads} threads (at most "
+                            f"{MAX_PARALLEL})")
+    if not 0 <= buffer_length <= MAX_LENGTH:
+        raise ProtocolError(f"an iperf2 header states a buffer of {buffer_length} bytes")
+    if amount < 0 and -amount / HUNDREDTHS > MAX_TEST_SECONDS:
+        raise ProtocolError(f"an iperf2 header asks for {-amount / HUNDREDTHS:g} s")
+    if stated > MAX_HEADER:
+        raise ProtocolError(f"an iperf2 header of {stated} bytes is too long")
+    return ClientHeader(flags=flags, threads=threads, port=port & 0xFFFF,
+                        buffer_length=buffer_length, window=max(window, 0), amount=amount,
+                        upper=upper, version=version, tos=tos, rate=rate, start=start)
+
+
+def encode_header(header: ClientHeader, udp: bool) -> bytes:
+    """The header as an iperf 2.1.8 client writes it (TCP: the stream's first bytes; UDP:
+    what follows every datagram's DATAGRAM header), its length in the flags."""
+    start = header.upper & (UPPER_TRIP_TIMES | UPPER_EPOCH_START)
+    body_length = TCP_HEADER_SIZE + (START_FQ.size if start else 0)
+    length = body_length + (DATAGRAM.size + (ISOCH_PAYLOAD_SIZE if start else 0) if udp else 0)
+    flags = header.flags | EXTEND | LEN_BIT | ((length << 1) & 0xFFFE)
+    if header.upper & (UPPER_REVERSE | UPPER_FULL_DUPLEX):
+        flags |= VERSION2 | (UDPTESTS if udp else 0)  # a 2.1 server's sign to send back
+    if udp:
+        flags |= SEQNO64B | (UDPTESTS if start else 0)
+    body = CLIENT_V1.pack(_signed(flags), header.threads, header.port, header.buffer_length,
+                          header.window, header.amount)
+    body += CLIENT_EXTEND.pack(0, 0, header.upper, 0, header.version[0], header.version[1],
+                               0, header.tos, header.rate & 0xFFFFFFFF,
+                               ((header.rate >> 32) & 0xFFFFFF) << 8, 0)
+    if start:
+        body += (bytes(ISOCH_PAYLOAD_SIZE) if udp else b"") + START_FQ.pack(
+            0, header.start[0], header.start[1], 0, 0)
+    return body
+
+
+def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
+                     length_given: bool = True) -> ClientHeader:
+    """What our client tells an iperf2 server of a test (one stream's header: iperf2 runs
+    -P as that many independent connections, each stating the thread count). The buffer
+    length only when -l gave it, as iperf2's client does: a 2.1.8 server sending -R with a
+    stated length past its own buffer crashes."""
+    upper = (UPPER_REVERSE if spec.direction == "reverse" else 0) | (
+        UPPER_TRIP_TIMES if spec.trip_times else 0) | (
+        UPPER_BW_SET if spec.rate and spec.protocol == "udp" else 0)
+    amount = -round(spec.duration * HUNDREDTHS) if spec.duration is not None else \
+        min(spec.num_bytes or 0, 0x7FFFFFFF)
+    return ClientHeader(flags=EXTEND, threads=spec.parallel, port=port,
+                        buffer_length=spec.length if length_given else 0,
+                        window=spec.window or 0, amount=amount,
+                        upper=upper, version=VERSION, tos=spec.tos,
+                        rate=int(spec.rate) if spec.protocol == "udp" else 0, start=start)
+
+
+def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSpec:
+    """The test an iperf2 client asked for, as our server runs it (`length`: what we read
+    or write at a time)."""
+    return TestSpec(protocol=protocol, direction="reverse" if header.reverse else "forward",
+                    parallel=1, duration=header.duration, num_bytes=header.num_bytes,
+                    length=length, rate=float(header.rate) if header.reverse else 0.0,
+                    window=header.window or None, tos=header.tos,
+                    trip_times=header.trip_times and protocol == "udp",
+                    repeating_payload=True)
+
+
+# UDP datagrams -----------------------------------------------------------------------
+
+class DatagramLayout(struct.Struct):
+    """iperf2's datagram header where the engine packs and unpacks (seconds, microseconds,
+    number): the number's low word first and its high word last."""
+
+    def __init__(self) -> None:
+        super().__init__(DATAGRAM.format)
+
+    def pack_into(self, buffer: Any, offset: int, *values: Any) -> None:
+        seconds, micros, number = values
+        super().pack_into(buffer, offset, number & 0xFFFFFFFF, seconds, micros,
+                          (number >> 32) & 0xFFFFFFFF)
+
+    def unpack_from(self, buffer: Any, offset: int = 0) -> tuple[Any, ...]:
+        low, seconds, micros, high = super().unpack_from(buffer, offset)
+        return seconds, micros, (high << 32) | low
+
+
+LAYOUT = DatagramLayout()
+
+
+def could_be_datagram(data: bytes) -> bool:
+    """Whether a datagram at the server's port is an iperf 2.1 client's (a 2.0 client's
+    carries no header unless -r or -d, and is not told apart from noise)."""
+    if len(data) < UDP_HEADER_SIZE:
+        return False
+    flags: int = struct.unpack_from("!I", data, DATAGRAM.size)[0]
+    return bool(flags & EXTEND and flags & LEN_BIT and not flags & BOUNCEBACK)
+
+
+def sequence(data: bytes | memoryview, offset: int, wide: bool) -> tuple[int, float]:
+    """A datagram's number (negative: the client's last) and its send time in seconds."""
+    low, seconds, micros, high = DATAGRAM.unpack_from(data, offset)
+    number = (high << 32) | low if wide else low
+    bits = 64 if wide else 32
+    if number >> (bits - 1):
+        number -= 1 << bits
+    return number, seconds + micros * 1e-6
+
+
+def datagram_header(number: int, sent: float) -> bytes:
+    """The first 16 bytes of a datagram we send (negative `number`: our last)."""
+    wide = number & 0xFFFFFFFFFFFFFFFF
+    seconds = int(sent)
+    return DATAGRAM.pack(wide & 0xFFFFFFFF, seconds & 0xFFFFFFFF,
+                         int((sent - seconds) * 1e6), wide >> 32)
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    """What an iperf2 server tells a UDP client at the end: what it received."""
+
+    num_bytes: int
+    seconds: float  # from the first datagram to the last
+    lost: int
+    out_of_order: int
+    datagrams: int  # the highest number seen: what the client sent
+    jitter: float  # seconds
+    # --trip-times: one-way delays in seconds (minimum, maximum, sum, mean, sum of squared
+    # deviations from the mean, count); None without
+    delays: tuple[float, float, float, float, float, int] | None = None
+
+
+def encode_report(report: ServerReport, echo: bytes) -> bytes:
+    """The server's answer to the client's last datagram: `echo` (its 16-byte header),
+    then the report with 64-bit counts, as 2.1.8 writes it."""
+    seconds = int(report.seconds)
+    jitter = int(report.jitter)
+    extended = EXTEND if report.delays is not None else 0  # SERVER_HEADER_EXTEND
+    words = [VERSION1 | SEQNO64B | extended, report.num_bytes >> 32, report.num_bytes & 0xFFFFFFFF,
+             seconds, int((report.seconds - seconds) * 1e6),
+             report.lost & 0xFFFFFFFF, report.out_of_order & 0xFFFFFFFF,
+             report.datagrams & 0xFFFFFFFF, jitter, int((report.jitter - jitter) * 1e6)]
+    if report.delays is None:
+        words += [0] * 15
+    else:
+        minimum, maximum, total, mean, m2, count = report.delays
+        for value in (minimum, maximum, total, mean, m2 * 1e12, 0.0):  # m2 in us^2
+            whole = int(value)
+            words += [whole, int((value - whole) * 1e6)]
+        rate = int(report.datagrams / report.seconds) if report.seconds > 0 else 0
+        words += [count, rate, 1]  # the delays' count, datagrams a second over one second
+    words += [report.lost >> 32, report.out_of_order >> 32, report.datagrams >> 32]
+    return echo[:DATAGRAM.size] + SERVER_REPORT.pack(*(_signed(w) for w in words))
+
+
+def parse_report(data: bytes) -> ServerReport:
+    """An iperf2 server's report (after the echoed datagram header)."""
+    if len(data) < DATAGRAM.size + 40:
+        raise ProtocolError(f"an iperf2 server report of {len(data)} bytes is too short")
+    padded = data[DATAGRAM.size:DATAGRAM.size + SERVER_REPORT.size]
+    padded += bytes(SERVER_REPORT.size - len(padded))
+    w = [v & 0xFFFFFFFF for v in SERVER_REPORT.unpack(padded)]
+    wide = bool(w[0] & SEQNO64B)
+    delays = None
+    if w[0] & EXTEND and len(data) >= DATAGRAM.size + SERVER_REPORT.size - 12:
+        v = [_signed(w[i]) + _signed(w[i + 1]) * 1e-6 for i in range(10, 20, 2)]
+        delays = (v[0], v[1], v[2], v[3], v[4] * 1e-12, w[22])
+    return ServerReport(num_bytes=(w[1] << 32) | w[2], seconds=w[3] + w[4] * 1e-6,
+                        lost=w[5] | ((w[25] << 32) if wide else 0),
+                        out_of_order=w[6] | ((w[26] << 32) if wide else 0),
+                        datagrams=w[7] | ((w[27] << 32) if wide else 0),
+                        jitter=w[8] + w[9] * 1e-6, delays=delays)
+
+
+def _signed(word: int) -> int:
+    word &= 0xFFFFFFFF
+    return word - (1 << 32) if word >> 31 else word
+
+
+

@@ -1,0 +1,236 @@
+"""iperf2's protocol both ways, against Debian's real iperf 2.1.8 on loopback: its client at
+our server (TCP, -P, -R, UDP with the server report, --trip-times) and our client at its
+servers (--iperf2), and the bytes at both ends agreeing. Refusals are one line, and the
+server keeps serving every other client."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+from helpers import LiveProcess, free_port, proc_status, run_simpleperf, start_server
+
+from simpleperf.protocol import iperf2
+
+pytestmark = [pytest.mark.loopback, pytest.mark.iperf2]
+
+
+def _documents(lines: list[str]) -> list[dict]:
+    """The server's -J documents so far, in order."""
+    text, decoder, found, at = "\n".join(lines), json.JSONDecoder(), [], 0
+    while True:
+        start = text.find("{", at)
+        if start < 0:
+            return found
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            return found
+        found.append(value)
+
+
+def _iperf(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(["iperf", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _csv_bytes(output: str, streams: int = 1) -> list[int]:
+    """Each stream's bytes from iperf2's -y C rows (its SUM row left out)."""
+    rows = [line.split(",") for line in output.splitlines() if line.count(",") >= 8]
+    return [int(row[7]) for row in rows if row[5] != "-1"][:streams]
+
+
+def _await_listening(port: int, udp: bool = False) -> None:
+    """Listening, read from the kernel (a connection to find out would be a test)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not subprocess.run(
+            ["ss", "-Hlun" if udp else "-Hltn", f"sport = :{port}"], capture_output=True,
+            text=True).stdout:
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def json_server():
+    """A simpleperf server writing a -J document per test (and no banner to wait for)."""
+    port = free_port()
+    live = LiveProcess("-s", "-p", str(port), "-J")
+    _await_listening(port)
+    yield live, port
+    live.close()
+
+
+def _wait_documents(live, count: int) -> list[dict]:
+    live.wait_for(lambda lines: len(_documents(lines)) >= count)
+    return _documents(live.lines)
+
+
+def test_an_iperf2_tcp_client_is_served_and_both_ends_count_the_same_bytes(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
+    assert done.returncode == 0, done.stderr
+    (theirs,) = _csv_bytes(done.stdout)
+    (document,) = _wait_documents(live, 1)
+    assert document["start"]["protocol"] == "iperf2 2.1.8"
+    assert document["end"]["sum_received"]["bytes"] == theirs
+    assert "error" not in document
+
+
+def test_parallel_connections_are_one_test(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-P", "3", "-y", "C")
+    assert done.returncode == 0, done.stderr
+    theirs = _csv_bytes(done.stdout, 3)
+    (document,) = _wait_documents(live, 1)
+    assert document["start"]["test_start"]["num_streams"] == 3
+    assert document["end"]["sum_received"]["bytes"] == sum(theirs)
+
+
+def test_reverse_tcp_the_server_sends_and_the_client_receives_it_all(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-R", "-y", "C")
+    assert done.returncode == 0, done.stderr
+    (theirs,) = _csv_bytes(done.stdout)
+    (document,) = _wait_documents(live, 1)
+    assert document["start"]["test_start"]["reverse"] == 1
+    assert document["end"]["sum_sent"]["bytes"] == theirs > 0
+
+
+def test_an_iperf2_udp_client_gets_the_server_report(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "20M", "-t", "1")
+    assert done.returncode == 0, done.stderr
+    assert "WARNING" not in done.stdout + done.stderr  # no "did not receive ack"
+    sent = int(re.search(r"Sent (\d+) datagrams", done.stdout).group(1))
+    report = re.search(r"Server Report:\n.*\n.*?([\d.]+) ms +(\d+)/(\d+)", done.stdout)
+    assert report is not None, done.stdout
+    lost, total = int(report.group(2)), int(report.group(3))
+    (document,) = _wait_documents(live, 1)
+    (stream,) = document["end"]["streams"]
+    ours = stream["udp"]
+    assert (ours["lost_packets"], ours["packets"]) == (lost, total) == (0, sent - 1)
+    assert abs(float(report.group(1)) - ours["jitter_ms"]) < 0.0015
+
+
+def test_udp_trip_times_reach_the_iperf2_client_as_its_latency(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "5M", "-t", "1",
+                  "--trip-times")
+    assert done.returncode == 0, done.stderr
+    latency = re.search(r"\d+/\d+ \(\d+%\) ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms",
+                        done.stdout)
+    assert latency is not None, done.stdout  # iperf2 prints -/-/- without our delays
+    mean, low, high = (float(latency.group(i)) for i in (1, 2, 3))
+    assert 0 < low <= mean <= high < 50
+    (document,) = _wait_documents(live, 1)
+    delays = document["end"]["streams"][0]["receiver"]["one_way_delay"]
+    assert abs(delays["mean_ms"] - mean) < 0.002
+
+
+def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
+    live, port = json_server
+    _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--full-duplex", timeout=30)
+    (refused,) = _wait_documents(live, 1)
+    assert refused["error"] == "iperf2's --full-duplex is not served yet"
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
+    assert done.returncode == 0
+    assert "error" not in _wait_documents(live, 2)[1]
+
+
+def test_hostile_headers_end_one_connection_each_and_leave_nothing_behind():
+    live, port = start_server()
+    try:
+        before = proc_status(live.process.pid)
+        v1 = iperf2.CLIENT_V1
+        bad = [
+            v1.pack(iperf2.EXTEND | iperf2.LEN_BIT | 60 << 1, 10**6, 5001, 0,
+                    0, -100),  # a million threads
+            v1.pack(iperf2.EXTEND | iperf2.LEN_BIT | 60 << 1, 1, 5001,
+                    2**31 - 1, 0, -100),  # a 2 GB buffer
+            v1.pack(iperf2.EXTEND | iperf2.LEN_BIT | 60 << 1, 1, 5001, 0, 0,
+                    -(2**31) + 1),  # 248 days
+            struct.pack("!I", iperf2.EXTEND | iperf2.LEN_BIT | (60 << 1)),  # then silence
+        ]
+        for header in bad:
+            with socket.create_connection(("127.0.0.1", port)) as conn:
+                conn.sendall(header)
+                conn.shutdown(socket.SHUT_WR)
+                conn.settimeout(10)
+                assert conn.recv(1) == b""  # the server closed it
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+            forged = iperf2.DATAGRAM.pack(7, 0, 0, 0) + iperf2.encode_header(
+                iperf2.ClientHeader(threads=10**5), udp=True)
+            for _ in range(50):
+                flood.sendto(forged, ("127.0.0.1", port))
+        live.wait_for(lambda lines: sum("Refused iperf2" in line for line in lines) >= 4)
+        done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
+        assert done.returncode == 0 and _csv_bytes(done.stdout)[0] > 0
+        time.sleep(1)
+        after = proc_status(live.process.pid)
+        assert after["threads"] <= before["threads"] and after["fds"] <= before["fds"]
+    finally:
+        live.close()
+
+
+# Our client at iperf2's servers ------------------------------------------------------------
+
+def _iperf_server(*args: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    process = subprocess.Popen(["iperf", "-s", "-p", str(port), "-y", "C", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _await_listening(port, udp="-u" in args)
+    return process, port
+
+
+def _stop(process: subprocess.Popen) -> str:
+    process.terminate()
+    output, _ = process.communicate(timeout=10)
+    return output
+
+
+@pytest.mark.parametrize("extra", [(), ("-P", "2"), ("-R",)], ids=["tcp", "parallel", "reverse"])
+def test_our_client_at_an_iperf2_tcp_server(extra):
+    process, port = _iperf_server()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-t", "1",
+                              "-J", *extra)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    document = json.loads(done.stdout)
+    streams = 2 if "-P" in extra else 1
+    theirs = _csv_bytes(output, streams)
+    assert len(theirs) == streams, output
+    side = "sum_received" if "-R" in extra else "sum_sent"
+    assert document["end"][side]["bytes"] == sum(theirs)
+    assert document["start"]["protocol"] == "iperf2"
+
+
+def test_our_udp_client_reads_the_iperf2_server_report():
+    process, port = _iperf_server("-u")
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", "-b",
+                              "20M", "-t", "1", "-J")
+        assert done.returncode == 0, done.stderr
+    finally:
+        output = _stop(process)
+    document = json.loads(done.stdout)
+    (stream,) = document["end"]["streams"]
+    rows = [line.split(",") for line in output.splitlines() if line.count(",") >= 12]
+    (row,) = rows
+    their_bytes, their_lost, their_total = int(row[7]), int(row[10]), int(row[11])
+    received = document["end"]["sum_received"]
+    assert (received["bytes"], received["lost_packets"], received["packets"]) == (
+        their_bytes, their_lost, their_total)
+    assert document["end"]["sum_sent"]["bytes"] == their_bytes  # nothing lost on loopback
+    assert stream["udp"]["packets"] == their_total
+
+
+def test_our_client_says_what_an_iperf2_server_cannot_do():
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "--bidir")
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0 and "iperf2 server" in done.stderr

@@ -1,0 +1,106 @@
+"""iperf2's formats, bytes in and values out (protocol/iperf2.py), and that telling iperf2
+apart never takes another protocol's connection (protocol/detect.py)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simpleperf.errors import ProtocolError
+from simpleperf.protocol import iperf2
+from simpleperf.protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, detect
+from simpleperf.protocol.iperf3 import COOKIE_ALPHABET, COOKIE_SIZE
+from simpleperf.protocol.native import CONTROL, preface
+from simpleperf.testspec import TestSpec
+
+# What iperf 2.1.8's client wrote at the start of a TCP test (-t 1, port 5999), and with -R.
+V1 = "000000010000176f0000000000000000ffffff9c"  # 1 thread, port 5999, 1.00 s
+EXTENSION = "0000000000000000{upper}0000" "0002000100080003" + "00" * 16  # 2.1.8
+IPERF2_TCP = bytes.fromhex("40010078" + V1 + EXTENSION.format(upper="0000"))
+IPERF2_TCP_REVERSE = bytes.fromhex("44010078" + V1 + EXTENSION.format(upper="0400"))
+
+
+def test_a_real_iperf2_header_reads_as_iperf2_wrote_it():
+    header = iperf2.parse_header(IPERF2_TCP)
+    assert (header.threads, header.port, header.duration, header.num_bytes) == (1, 5999, 1.0,
+                                                                                None)
+    assert header.peer_version == "2.1.8" and not header.reverse
+    assert iperf2.tcp_header_length(header.flags) == len(IPERF2_TCP) == 60
+    assert iperf2.parse_header(IPERF2_TCP_REVERSE).reverse
+
+
+def test_our_header_is_byte_for_byte_the_one_iperf2_writes():
+    for direction, expected in (("forward", IPERF2_TCP), ("reverse", IPERF2_TCP_REVERSE)):
+        spec = TestSpec(direction=direction, duration=1.0)
+        header = iperf2.header_from_spec(spec, 5999, (0, 0), length_given=False)
+        assert iperf2.encode_header(header, udp=False) == expected
+
+
+@given(st.booleans(), st.sampled_from(["forward", "reverse"]), st.booleans(),
+       st.integers(1, 128), st.one_of(st.none(), st.integers(0, 2**31 - 1)),
+       st.integers(0, 10**12), st.integers(0, 255))
+def test_headers_we_write_read_back(udp, direction, trip_times, parallel, num_bytes, rate,
+                                    tos):
+    spec = TestSpec(protocol="udp" if udp else "tcp", direction=direction, parallel=parallel,
+                    duration=None if num_bytes is not None else 7.5, num_bytes=num_bytes,
+                    rate=float(rate), tos=tos, trip_times=trip_times)
+    written = iperf2.header_from_spec(spec, 5001, (1_700_000_000, 123456))
+    data = iperf2.encode_header(written, udp)
+    if udp:
+        data = iperf2.DATAGRAM.pack(1, 0, 0, 0) + data
+    read = iperf2.parse_header(data, iperf2.DATAGRAM.size if udp else 0)
+    assert (read.threads, read.duration, read.num_bytes, read.reverse, read.tos) == (
+        parallel, written.duration, num_bytes, direction == "reverse", tos)
+    assert read.trip_times == trip_times and read.start == (
+        (1_700_000_000, 123456) if trip_times else (0, 0))
+    assert read.rate == (rate if udp else 0)
+    stated = (struct.unpack_from("!I", data, iperf2.DATAGRAM.size if udp else 0)[0]
+              & iperf2.LEN_MASK) >> 1
+    assert stated == len(data)  # the length the flags state is what was written
+
+
+@given(st.binary(max_size=300), st.integers(0, 16))
+def test_any_bytes_read_as_a_header_or_a_protocol_error(data, offset):
+    try:
+        header = iperf2.parse_header(data, offset)
+    except ProtocolError:
+        return
+    assert 1 <= header.threads <= 128 and header.buffer_length >= 0
+
+
+@given(st.integers(0, 2**40), st.floats(0, 1e6), st.integers(0, 2**40),
+       st.integers(0, 2**40), st.integers(0, 2**40), st.floats(0, 10))
+def test_server_reports_read_back(num_bytes, seconds, lost, out_of_order, datagrams, jitter):
+    report = iperf2.ServerReport(num_bytes, seconds, lost, out_of_order, datagrams, jitter)
+    echo = iperf2.datagram_header(-5, 1.5)
+    read = iperf2.parse_report(iperf2.encode_report(report, echo))
+    assert (read.num_bytes, read.lost, read.out_of_order, read.datagrams) == (
+        num_bytes, lost, out_of_order, datagrams)
+    assert read.seconds == pytest.approx(seconds, abs=2e-6)
+    assert read.jitter == pytest.approx(jitter, abs=2e-6)
+
+
+@given(st.integers(-(2**63) + 1, 2**63 - 1), st.floats(0, 2**32 - 1))
+def test_datagram_numbers_both_widths(number, sent):
+    data = iperf2.datagram_header(number, sent)
+    assert iperf2.sequence(data, 0, wide=True)[0] == number
+    assert iperf2.LAYOUT.unpack_from(data, 0)[2] == number & (2**64 - 1)
+
+
+@given(st.text(COOKIE_ALPHABET, min_size=COOKIE_SIZE - 1, max_size=COOKIE_SIZE - 1))
+def test_an_iperf3_cookie_is_never_taken_for_iperf2(cookie):
+    data = cookie.encode() + b"\0"
+    for end in range(1, len(data) + 1):
+        assert detect(data[:end]) in (None, IPERF3)
+    assert detect(data) == IPERF3
+
+
+def test_other_clients_first_bytes_are_never_taken_for_iperf2():
+    assert detect(bytes(64)) == CLASSIC  # a classic client's zeros
+    assert detect(preface(CONTROL)) == NATIVE
+    assert detect(IPERF2_TCP[:3]) is None and detect(IPERF2_TCP) == IPERF2
+    assert detect(IPERF2_TCP_REVERSE) == IPERF2
+    assert detect(struct.pack("!I", iperf2.VERSION1 | iperf2.RUN_NOW)) == IPERF2  # 2.0's -d
