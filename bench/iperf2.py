@@ -8,7 +8,8 @@ measured alternately in one run, receiver side:
 - client: simpleperf's client (--iperf2) and iperf2's client against iperf2's server,
   the same two tests. Target >= 1.0.
 
-    python3 bench/iperf2.py [--only server|client] [--runs 3] [--seconds 4]
+    python3 bench/iperf2.py [--only server|client] [--protocol tcp|udp] [--runs 3]
+                            [--seconds 4]
 
 UDP loss is what the receiving server counted (its report, or its -y C row).
 """
@@ -64,7 +65,7 @@ class Server:
         self.log.close()
 
 
-def iperf2_client(port: int, seconds: float, udp: bool) -> tuple[float, float]:
+def iperf2_client(port: int, seconds: float, udp: bool) -> tuple[float, float] | None:
     """Mbit/s and loss percent at the receiver, from iperf2's client (its server report for
     UDP; for TCP both ends count the same bytes)."""
     extra = ["-u", "-b", UDP_RATE, "-l", LENGTH] if udp else []
@@ -75,8 +76,10 @@ def iperf2_client(port: int, seconds: float, udp: bool) -> tuple[float, float]:
         return float(match[-1]), 0.0
     report = re.search(r"Server Report:\n.*\n.*?([\d.]+) Mbits/sec .*? (\d+)/(\d+) ",
                        done.stdout)
-    if report is None:
-        raise SystemExit(f"no server report from iperf2's client:\n{done.stdout}")
+    if report is None:  # the server's report never came (iperf2's own server, loaded)
+        print(f"    (no report from the server on port {port}: the run does not count)",
+              flush=True)
+        return None
     lost, total = int(report.group(2)), int(report.group(3))
     return float(report.group(1)), 100.0 * lost / max(total, 1)
 
@@ -107,9 +110,19 @@ def bench_server(args, udp: bool) -> tuple[list, list]:
     ours = Server(SIMPLEPERF + ["-s", "-p", str(ours_port)], ours_port, False)
     theirs = Server(["iperf", "-s", "-p", str(theirs_port), *(["-u"] if udp else [])],
                     theirs_port, udp)
+    print(f"    simpleperf's server on port {ours_port}, iperf2's on {theirs_port}", flush=True)
+    def their_run() -> tuple[float, float] | None:
+        """iperf2's UDP server (2.1.8) often sends no report to a second client: a fresh
+        one for each run, as a user would start it."""
+        nonlocal theirs
+        if udp:
+            theirs.close()
+            theirs = Server(["iperf", "-s", "-u", "-p", str(theirs_port)], theirs_port, udp)
+        return iperf2_client(theirs_port, args.seconds, udp)
+
     try:
         return alternate(args.runs, lambda: iperf2_client(ours_port, args.seconds, udp),
-                         lambda: iperf2_client(theirs_port, args.seconds, udp))
+                         their_run)
     finally:
         ours.close()
         theirs.close()
@@ -122,6 +135,10 @@ def bench_client(args, udp: bool) -> tuple[list, list]:
                     port, udp)
 
     def measure(client) -> tuple[float, float]:
+        nonlocal server
+        if udp:  # a fresh server each run (see bench_server)
+            server.close()
+            server = Server(["iperf", "-s", "-p", str(port), "-y", "C", "-u"], port, udp)
         before = len(server.rows())
         client(port, args.seconds, udp)
         return from_server_row(server, before, udp)
@@ -136,8 +153,13 @@ def bench_client(args, udp: bool) -> tuple[list, list]:
 def alternate(runs: int, ours, theirs) -> tuple[list, list]:
     mine, other = [], []
     for run in range(runs):
+        got = {}
         for tool in (("ours", "theirs") if run % 2 == 0 else ("theirs", "ours")):
-            (mine if tool == "ours" else other).append(ours() if tool == "ours" else theirs())
+            got[tool] = ours() if tool == "ours" else theirs()
+        if None in got.values():
+            continue
+        mine.append(got["ours"])
+        other.append(got["theirs"])
         print(f"    run {run + 1}: simpleperf {mine[-1][0]:9.1f} Mbit/s {mine[-1][1]:5.2f} % "
               f"lost | iperf2 {other[-1][0]:9.1f} Mbit/s {other[-1][1]:5.2f} % lost",
               flush=True)
@@ -145,6 +167,9 @@ def alternate(runs: int, ours, theirs) -> tuple[list, list]:
 
 
 def summary(name: str, mine: list, other: list) -> None:
+    if not mine:
+        print(f"{name}: no run had both results", flush=True)
+        return
     rate, theirs = (statistics.median(r for r, _ in mine),
                     statistics.median(r for r, _ in other))
     loss, their_loss = (statistics.median(lost for _, lost in mine),
@@ -158,11 +183,14 @@ def main() -> None:
     parser.add_argument("--only", choices=("server", "client"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--protocol", choices=("tcp", "udp"))
     args = parser.parse_args()
     for side, bench in (("server", bench_server), ("client", bench_client)):
         if args.only not in (None, side):
             continue
         for udp in (False, True):
+            if args.protocol not in (None, "udp" if udp else "tcp"):
+                continue
             name = f"{side} {'UDP' if udp else 'TCP'}"
             print(f"{name} ({args.runs} runs of {args.seconds:g} s, medians):", flush=True)
             summary(name, *bench(args, udp))

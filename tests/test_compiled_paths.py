@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.engine import udp_receive
-from simpleperf.protocol import iperf3
+from simpleperf.protocol import iperf2, iperf3
 from simpleperf.protocol.classic import FINISH, ClassicReceiver
 from simpleperf.protocol.native import DATAGRAM_HEADER
 from simpleperf.stats import UdpReceiveAccount
@@ -28,7 +28,7 @@ from simpleperf.transport.buffers import aligned
 fastpath = compiled.fastpath
 pytestmark = pytest.mark.skipif(fastpath is None, reason="checked by test_stamping's "
                                 "test_the_compiled_fast_path_is_built")
-HEADERS = [DATAGRAM_HEADER, iperf3.HEADER_32, iperf3.HEADER_64]
+HEADERS = [DATAGRAM_HEADER, iperf3.HEADER_32, iperf3.HEADER_64, iperf2.LAYOUT]
 SLOT = 4096
 
 # One message: ("short",) | ("one", step) | ("run", steps of each datagram, last length)

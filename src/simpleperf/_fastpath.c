@@ -486,6 +486,8 @@ static int feed_run(struct account *a, long long first, long long count, double 
 PyDoc_STRVAR(account_runs_doc,
 "account_runs(state, buffer, slot, table, start, got, header_size, number_bytes, block,\n"
 "             jump_limit) -> (state, index, bytes, blocks)\n\n"
+"number_bytes: 4 or 8, a header of send time (seconds, microseconds) then the number; or\n"
+"IPERF2_LAYOUT (-8): iperf2's, the number's low word, the send time, its high word.\n"
 "Account messages start..got-1 of a `receive` (their rows in `table`, their bytes at\n"
 "i * slot of `buffer`) while each is one datagram or a coalesced run numbered in order, after\n"
 "the highest number seen and no further than `jump_limit` beyond it: the state (highest,\n"
@@ -494,6 +496,22 @@ PyDoc_STRVAR(account_runs_doc,
 "message left to the caller (got when none), the bytes of the messages accounted and the\n"
 "queue-growth blocks closed, as (least transit, arrival). Messages shorter than a header\n"
 "are passed over, as the Python path does.");
+
+#define IPERF2_LAYOUT (-8)
+
+/* A datagram's number and send time in the header layout `layout` (account_runs'). */
+static uint64_t number_at(const unsigned char *at, int layout)
+{
+    if (layout == IPERF2_LAYOUT)
+        return ((uint64_t)get32(at + 12) << 32) | get32(at);
+    return layout == 8 ? get64(at + 8) : get32(at + 8);
+}
+
+static double sent_at(const unsigned char *at, int layout)
+{
+    const unsigned char *time = layout == IPERF2_LAYOUT ? at + 4 : at;
+    return (double)get32(time) + (double)get32(time + 4) * 1e-6;
+}
 
 static PyObject *account_runs(PyObject *self, PyObject *args)
 {
@@ -514,7 +532,8 @@ static PyObject *account_runs(PyObject *self, PyObject *args)
     a.transit = a.has_transit ? PyFloat_AsDouble(transit) : 0.0;
     if (a.has_transit && PyErr_Occurred())
         goto done;
-    if ((number_bytes != 4 && number_bytes != 8) || header_size < 8 + number_bytes
+    if ((number_bytes != 4 && number_bytes != 8 && number_bytes != IPERF2_LAYOUT)
+            || header_size < 8 + (number_bytes < 0 ? -number_bytes : number_bytes)
             || start < 0 || got < start || slot < 1 || block < 1
             || (got > 0 && (slot > data.len / got
                             || table.len < got * (Py_ssize_t)sizeof(struct row)))) {
@@ -541,14 +560,14 @@ static PyObject *account_runs(PyObject *self, PyObject *args)
             run = (row->length - header_size) / row->segment + 1;
             last = base + (run - 1) * row->segment;
         }
-        uint64_t first = number_bytes == 8 ? get64(base + 8) : get32(base + 8);
-        uint64_t final = number_bytes == 8 ? get64(last + 8) : get32(last + 8);
+        uint64_t first = number_at(base, number_bytes);
+        uint64_t final = number_at(last, number_bytes);
         if (first >= (uint64_t)MAX_NUMBER || final != first + (uint64_t)(run - 1)
                 || (long long)first <= a.highest
                 || (long long)first - a.highest > jump_limit)
             break;
-        double sent = (double)get32(base) + (double)get32(base + 4) * 1e-6;
-        double last_sent = (double)get32(last) + (double)get32(last + 4) * 1e-6;
+        double sent = sent_at(base, number_bytes);
+        double last_sent = sent_at(last, number_bytes);
         if (run >= 2 && last_sent < sent)
             break;
         if (feed_run(&a, (long long)first, run, sent, last_sent, row->arrival, block,

@@ -28,7 +28,8 @@ from ..report import native as table
 from ..report import server_json
 from ..stats import UdpReceiveAccount
 from ..testspec import TestSpec
-from ..transport import tcp, udp
+from ..transport import compiled, tcp, udp
+from ..transport.buffers import aligned
 from ..udp_port import UdpPort
 
 GATHER_SECONDS = 2.0  # the connections of one -P test arrive within this of the first
@@ -290,29 +291,82 @@ class _UdpReceiver:
     def run(self, stream: Stream, spec: TestSpec, start: float, stop: threading.Event
             ) -> None:
         account = stream.account = UdpReceiveAccount(stream.delays)
-        received = 0
         clock = time.monotonic
         try:
-            receiver = udp.BatchReceiver(stream.sock)
-            buffer, message = receiver.buffer, receiver.message
-            quiet_since = clock()
+            received = 0
             for data, arrival in self.first:
                 received += self._account(account, data, 0, len(data), len(data), arrival)
-            while not stop.is_set() and self.last is None:
-                try:
-                    got = receiver.receive()
-                except (BlockingIOError, ConnectionRefusedError):
-                    if clock() - quiet_since > self.idle:
-                        stream.error = f"no datagram for {self.idle:g} s"
-                        return
-                    continue
-                for index in range(got):
-                    base, count, segment, arrival, _ = message(index)
-                    received += self._account(account, buffer, base, count, segment, arrival)
-                udp_receive.progress(stream, received, clock)
-                quiet_since = clock()
+            udp_receive.progress(stream, received, clock)
+            fastpath = compiled.module()
+            if fastpath is not None and stream.delays is None:
+                self._read_compiled(stream, account, stop, fastpath)
+            else:
+                self._read_batches(stream, account, stop)
         finally:
             stream.done.set()
+
+    def _quiet_too_long(self, stream: Stream, now: float) -> bool:
+        if now - (stream.last or now) > self.idle:
+            stream.error = f"no datagram for {self.idle:g} s"
+            return True
+        return False
+
+    def _read_compiled(self, stream: Stream, account: UdpReceiveAccount,
+                       stop: threading.Event, fastpath: Any) -> None:
+        """recvmmsg in C, the runs in order accounted in C (udp_receive's compiled path,
+        told iperf2's layout); the row with the client's last datagram in Python."""
+        slot, count = udp.BatchReceiver.SLOT, udp_receive.MESSAGES_PER_READ
+        buffer = aligned(slot * count)
+        table = bytearray(udp_receive.ROW.size * count)
+        read, fd, clock = fastpath.receive, stream.sock.fileno(), time.monotonic
+        received = stream.num_bytes
+        while not stop.is_set() and self.last is None:
+            try:
+                got = read(fd, buffer, slot, count, table)
+            except ConnectionRefusedError:
+                continue
+            if not got:
+                if self._quiet_too_long(stream, clock()):
+                    return
+                continue
+            ending = self._first_ending(buffer, slot, table, got)
+            received += udp_receive.account_read(account, iperf2.LAYOUT, buffer, slot, table,
+                                                 ending, fastpath)
+            if ending < got:
+                length, segment, arrival, _ = udp_receive.ROW.unpack_from(
+                    table, ending * udp_receive.ROW.size)
+                received += self._account(account, buffer, ending * slot, length, segment,
+                                          arrival)
+            udp_receive.progress(stream, received, clock)
+
+    def _first_ending(self, buffer: Any, slot: int, table: bytearray, got: int) -> int:
+        """The first row whose last datagram's number is negative (the client's last); got
+        when none is. The last comes after every other, so a row's last datagram tells."""
+        row = udp_receive.ROW
+        for index in range(got):
+            length, segment = row.unpack_from(table, index * row.size)[:2]
+            at = index * slot + (length - 1) // max(segment, 1) * max(segment, 1)
+            if length >= iperf2.DATAGRAM.size and buffer[at + (12 if self.wide else 0)] >= 0x80:
+                return index
+        return got
+
+    def _read_batches(self, stream: Stream, account: UdpReceiveAccount,
+                      stop: threading.Event) -> None:
+        """recvmmsg from Python, every datagram accounted in Python (the delays logged)."""
+        receiver = udp.BatchReceiver(stream.sock)
+        buffer, message = receiver.buffer, receiver.message
+        received, clock = stream.num_bytes, time.monotonic
+        while not stop.is_set() and self.last is None:
+            try:
+                got = receiver.receive()
+            except (BlockingIOError, ConnectionRefusedError):
+                if self._quiet_too_long(stream, clock()):
+                    return
+                continue
+            for index in range(got):
+                base, count, segment, arrival, _ = message(index)
+                received += self._account(account, buffer, base, count, segment, arrival)
+            udp_receive.progress(stream, received, clock)
 
     def _account(self, account: UdpReceiveAccount, buffer: Any, base: int, count: int,
                  segment: int, arrival: float) -> int:

@@ -15,9 +15,16 @@ Stamper = Callable[[memoryview, int, int, int, int], None]
 SEND_TIME_BYTES = 8  # seconds and microseconds, 32 bits each, before the datagram's number
 
 
+IPERF2_LAYOUT = -8  # the compiled reader's name for iperf2's header (number split around
+# the send time: protocol/iperf2.py's DatagramLayout)
+
+
 def number_bytes(header: struct.Struct) -> int:
     """How wide `header`'s datagram number is: 4 or 8 bytes (iperf3's 32- or 64-bit
-    counters; the native header's is 64)."""
+    counters; the native header's is 64); IPERF2_LAYOUT for iperf2's layout, which the
+    compiled reader reads and the compiled stamper does not write."""
+    if not compiled_layout(header):
+        return IPERF2_LAYOUT
     return header.size - SEND_TIME_BYTES
 
 
