@@ -15,7 +15,7 @@ import re
 import socket
 from typing import TypeVar
 
-from . import __version__, latency_flags
+from . import __version__, iperf3_flags, latency_flags
 from .errors import UsageError
 from .options import (
     AUTH_UDP_LENGTH,
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="FORMAT", help="begin every line of text with the time "
                         f"(strftime FORMAT, default "
                         f"'{DEFAULT_TIMESTAMP_FORMAT.replace('%', '%%')}')")
-    common.add_argument("-l", "--len", help="read/write buffer size, e.g. 128K "
+    common.add_argument("-l", "--len", "--length", help="read/write buffer size, e.g. 128K "
                                            f"(default {DEFAULT_LENGTH // 1024}K, TCP writes "
                                            "rounded down to whole segments)")
     common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
@@ -158,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "to listen on (as --bind); client: the target rate (as --bitrate)")
     common.add_argument("-B", "--bind-address", help="local address to use (server: to "
                         "listen on; client: to send from)")
-    common.add_argument("-4", "--ipv4", action="store_true", help="IPv4 only")
-    common.add_argument("-6", "--ipv6", action="store_true", help="IPv6 only")
+    common.add_argument("-4", "--ipv4", "--version4", action="store_true", help="IPv4 only")
+    common.add_argument("-6", "--ipv6", "--version6", action="store_true", help="IPv6 only")
     common.add_argument("--auth-secret-file", metavar="FILE", help="shared secret for "
                         "authentication (challenge and HMAC; the secret never crosses the "
                         "wire); also read from $SIMPLEPERF_SECRET. A server with one refuses "
@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     client = parser.add_argument_group("client")
     client.add_argument("-I", "--serverip", help=f"server address (default {DEFAULT_SERVER_IP})")
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
-    client.add_argument("-n", "--num", help="send exactly this many bytes, e.g. 10MB")
+    client.add_argument("-n", "--num", "--bytes", help="send exactly this many bytes, e.g. 10MB")
     client.add_argument("-i", "--interval", help="print a row every this many seconds")
     client.add_argument("--connect-timeout", metavar="MS", help="give up a connection not "
                         f"made within this many milliseconds (default "
@@ -196,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(a classic server takes at most {CLASSIC_MAX_PARALLEL})")
     _add_native_options(parser.add_argument_group(
         "client, native protocol (needs a simpleperf server)"))
+    iperf3_flags.add_arguments(parser.add_argument_group("iperf3's flags, for its scripts"))
     parser.add_argument("-v", "--version", action=_Version, nargs=0,
                         help="the version and the kernel features the tests use")
     return parser
@@ -207,8 +208,8 @@ def _add_server_options(server) -> None:
     server.add_argument("--pidfile", metavar="FILE", help="write the server's process id to "
                         "FILE while it runs (removed when it ends)")
     server.add_argument("--bind", help="address to listen on (default: all interfaces)")
-    server.add_argument("--max-duration", help="refuse tests longer than this many seconds "
-                        "and end any test that runs longer")
+    server.add_argument("--max-duration", "--server-max-duration", help="refuse tests "
+                        "longer than this many seconds and end any test that runs longer")
     server.add_argument("--max-clients", help="tests served at the same time")
     server.add_argument("-1", "--one-off", action="store_true",
                         help="serve one test, then exit (as iperf3 -s -1)")
@@ -249,7 +250,7 @@ def _add_native_options(native) -> None:
                              "ends' CPU")
     native.add_argument("--json-stream", action="store_true",
                         help="one JSON object per line, as the test runs")
-    native.add_argument("-M", "--mss", help="TCP maximum segment size, 88..32767")
+    native.add_argument("-M", "--mss", "--set-mss", help="TCP maximum segment size, 88..32767")
     native.add_argument("-N", "--no-delay", action="store_true", help="TCP_NODELAY")
     native.add_argument("-Z", "--zerocopy", action="store_true",
                         help="TCP senders use sendfile: the kernel sends without copying "
@@ -317,7 +318,9 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "rpm": "--rpm", "rpm_interval": "--rpm-interval",
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
                 "trip_times": "--trip-times", "histograms": "--histograms",
-                "isochronous": "--isochronous", "l4s": "--l4s"}
+                "isochronous": "--isochronous", "l4s": "--l4s", "fq_rate": "--fq-rate",
+                "extra_data": "--extra-data",
+                "json_stream_full_output": "--json-stream-full-output"}
 
 
 def _negative_values(argv: list[str]) -> list[str]:
@@ -458,7 +461,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         length_given=args.len is not None, duration_given=args.time is not None)
     _check_client_combinations(options, args)
     options = _check_rpm(options, args)
-    options = latency_flags.apply(_with_file(options, args), args)
+    options = iperf3_flags.apply(latency_flags.apply(_with_file(options, args), args), args)
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "

@@ -61,6 +61,9 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM ends a run the way Ctrl-C
 
 def _run_client(options: ClientOptions) -> None:
     """Hand the test to the driver it needs; each is imported only when used."""
+    if options.verbose and not (options.json or options.json_stream):
+        for note in options.accepted_only:  # iperf3's flags that change nothing here
+            _printer(options)(note)
     if options.rpm:
         from .native import responsiveness
 

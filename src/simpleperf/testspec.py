@@ -76,7 +76,8 @@ class TestSpec:
             histogram_bins=options.histogram_bins,
             frame_rate=options.frame_rate, frame_load=options.frame_load,
             frame_stdev=options.frame_stdev,
-            whole_segments=not options.udp and not options.length_given, l4s=options.l4s)
+            whole_segments=not options.udp and not options.length_given, l4s=options.l4s,
+            fq_rate=options.fq_rate)
 
     @property
     def isochronous(self) -> bool:

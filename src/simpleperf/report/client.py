@@ -45,7 +45,10 @@ class TestOutput:
             if options.rows_every is not None:
                 self.out(table.header(self.spec.protocol, options.extended))
         elif options.json_stream:
-            self.out(json.dumps({"event": "start", "data": self._start_section()}))
+            start = self._start_section()
+            if options.extra_data is not None:
+                start["extra_data"] = options.extra_data
+            self.out(json.dumps({"event": "start", "data": start}))
 
     def interval(self, records: list[IntervalRecord]) -> None:
         entry = json_report.interval_entry(records, self.spec.protocol,
@@ -109,8 +112,12 @@ class TestOutput:
                 document["error"] = "interrupted"
             if self.options.title:
                 document["title"] = self.options.title
-            self.out(json.dumps(document, indent=2) if self.options.json
-                     else json.dumps({"event": "end", "data": end}))
+            if self.options.extra_data is not None:
+                document["extra_data"] = self.options.extra_data
+            if not self.options.json:
+                self.out(json.dumps({"event": "end", "data": end}))
+            if self.options.json or self.options.json_stream_full:
+                self.out(json.dumps(document, indent=2))
             return
         self._summary(local, remote, end)
         for line in table.latency_lines(idle, loaded):

@@ -1,0 +1,86 @@
+"""iperf3 3.21's client flags that a script may type and that have no other home here: the
+ones with a meaning for us (--fq-rate, --extra-data, --json-stream-full-output), and the
+ones that change nothing because we always do what they ask or have nothing to tune,
+accepted so that the script runs, each saying so under -V. The long names iperf3 gives our
+existing flags (--length, --bytes, --set-mss, --version4, --version6,
+--server-max-duration) are aliases in cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from .errors import UsageError
+from .options import MAX_RATE, ClientOptions
+from .units import parse_rate
+
+MAX_EXTRA_DATA = 4096  # characters of --extra-data
+
+# argparse dest -> (option strings, takes a value: None for an optional one, what it does
+# here, for -V)
+ACCEPTED_ONLY: dict[str, tuple[tuple[str, ...], bool | None, str]] = {
+    "gsro": (("--gsro",), False, "UDP segmentation and receive offload are always on where "
+             "the kernel has them (-v lists them)"),
+    "udp_counters_64bit": (("--udp-counters-64bit",), False, "UDP datagram numbers are "
+                           "64-bit already (iperf3 servers are sent iperf3's 64-bit layout)"),
+    "skip_rx_copy": (("--skip-rx-copy",), False, "receivers read into one reused buffer; "
+                     "MSG_TRUNC would leave UDP datagrams' numbers unread"),
+    "pacing_timer": (("--pacing-timer",), True, "the pacer wakes every millisecond, as "
+                     "iperf3's default, and sends what is due"),
+    "forceflush": (("--forceflush",), False, "every line is flushed as it is printed"),
+    "debug": (("-d", "--debug"), None, "there is no debug output; -V shows what there is"),
+}
+
+
+def add_arguments(group: Any) -> None:
+    group.add_argument("--fq-rate", metavar="RATE", help="every sending socket paces itself "
+                       "to RATE (SO_MAX_PACING_RATE, as iperf3's: TCP on any qdisc, UDP under "
+                       "fq); against a simpleperf or iperf3 server its senders too")
+    group.add_argument("--extra-data", metavar="TEXT", help="with -J or --json-stream: TEXT "
+                       "as the document's extra_data (iperf3's)")
+    group.add_argument("--json-stream-full-output", action="store_true", help="--json-stream,"
+                       " then the whole -J document at the end (iperf3 3.21's)")
+    for dest, (names, value, _) in ACCEPTED_ONLY.items():
+        if value is None:
+            group.add_argument(*names, dest=dest, nargs="?", const="1", metavar="LEVEL",
+                               help="iperf3's; accepted, changes nothing here (-V says why)")
+        elif value:
+            group.add_argument(*names, dest=dest, metavar="VALUE",
+                               help="iperf3's; accepted, changes nothing here (-V says why)")
+        else:
+            group.add_argument(*names, dest=dest, action="store_true",
+                               help="iperf3's; accepted, changes nothing here (-V says why)")
+
+
+def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
+    """The client options with these flags' values."""
+    changes: dict[str, Any] = {}
+    if args.fq_rate is not None:
+        changes["fq_rate"] = _rate(args.fq_rate)
+    if args.extra_data is not None:
+        if len(args.extra_data) > MAX_EXTRA_DATA or not args.extra_data.isprintable():
+            raise UsageError(f"--extra-data: at most {MAX_EXTRA_DATA} printable characters")
+        changes["extra_data"] = args.extra_data
+    if args.json_stream_full_output:
+        if options.json:
+            raise UsageError("--json-stream-full-output is --json-stream with the whole "
+                             "document at the end: not with -J")
+        changes.update(json_stream=True, json_stream_full=True)
+    notes = [f"{ACCEPTED_ONLY[dest][0][-1]}: {ACCEPTED_ONLY[dest][2]}"
+             for dest in ACCEPTED_ONLY if getattr(args, dest) not in (None, False)]
+    if notes:
+        changes["accepted_only"] = tuple(notes)
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def _rate(text: str) -> float:
+    try:
+        value = parse_rate(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_RATE:
+        raise UsageError(f"--fq-rate must be a rate in bits/s with an optional K, M or G "
+                         f"(e.g. 100M), not '{text}'")
+    return value
+
