@@ -388,7 +388,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
                                        high=MAX_TEST_SECONDS),
         max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
         max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
-        secret=secret, allow_classic=args.allow_classic,
+        secret=secret, allow_classic=args.allow_classic, mptcp=args.mptcp,
         idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
                                  int(DEFAULT_IDLE_SECONDS * 1000), 100,
                                  int(MAX_TEST_SECONDS * 1000)) / 1000,

@@ -41,6 +41,10 @@ def add_arguments(group: Any) -> None:
                        "as the document's extra_data (iperf3's)")
     group.add_argument("--json-stream-full-output", action="store_true", help="--json-stream,"
                        " then the whole -J document at the end (iperf3 3.21's)")
+    group.add_argument("-m", "--mptcp", action="store_true", help="Multipath TCP: the "
+                       "client's test connections, a server's listener (which takes plain "
+                       "TCP clients too); each stream's subflows in -V and JSON "
+                       "(mptcp_subflows; 0: it fell back to plain TCP)")
     for dest, (names, value, _) in ACCEPTED_ONLY.items():
         if value is None:
             group.add_argument(*names, dest=dest, nargs="?", const="1", metavar="LEVEL",
@@ -62,6 +66,10 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         if len(args.extra_data) > MAX_EXTRA_DATA or not args.extra_data.isprintable():
             raise UsageError(f"--extra-data: at most {MAX_EXTRA_DATA} printable characters")
         changes["extra_data"] = args.extra_data
+    if args.mptcp:
+        if options.udp:
+            raise UsageError("-m/--mptcp is Multipath TCP: not with -u")
+        changes["mptcp"] = True
     if args.json_stream_full_output:
         if options.json:
             raise UsageError("--json-stream-full-output is --json-stream with the whole "

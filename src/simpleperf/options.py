@@ -150,6 +150,7 @@ class ServerOptions:
     max_parallel: int | None = None
     secret: bytes | None = None
     allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret
+    mptcp: bool = False  # -m/--mptcp: listen for Multipath TCP clients (plain ones too)
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     memory_budget: int = DEFAULT_MEMORY_BUDGET  # bytes of test buffers at once
@@ -241,6 +242,7 @@ class ClientOptions:
     extra_data: str | None = None  # --extra-data: in the JSON document, as iperf3's
     json_stream_full: bool = False  # --json-stream-full-output: the whole document at the end
     accepted_only: tuple[str, ...] = ()  # iperf3 flags given that change nothing: why, for -V
+    mptcp: bool = False  # -m/--mptcp: the test's TCP connections are Multipath TCP
 
     @property
     def rows_every(self) -> float | None:

@@ -51,6 +51,9 @@ FIELDS = (
     ResultField("max_rtt_us", int, "max_rtt", "sender", "tcp"),
     ResultField("min_rtt_us", int, "min_rtt", "sender", "tcp"),
     ResultField("mean_rtt_us", int, "mean_rtt", "both", "tcp"),
+    # the subflows of a Multipath TCP connection (-m), 0 when it fell back to plain TCP:
+    # new in simpleperf
+    ResultField("mptcp_subflows", int, "mptcp_subflows", "both", "tcp"),
     # an isochronous test's frames: sent and slipped (sender), whole and lost (receiver)
     ResultField("frames", int, "frames", "both"),
     ResultField("frames_slipped", int, "frames_slipped", "sender"),

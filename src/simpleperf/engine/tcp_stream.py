@@ -177,6 +177,9 @@ def fill_interval(stream: Stream, record: IntervalRecord, now: Snapshot,
 def fill_result(stream: Stream, entry: dict[str, Any], final: Snapshot,
                 base: Snapshot) -> None:
     samples = stream.tcp_samples
+    subflows = tcp.mptcp_subflows(stream.sock)
+    if subflows is not None:
+        entry["mptcp_subflows"] = subflows
     info = tcpinfo.read(stream.sock)
     if info is not None:
         samples.append(info)

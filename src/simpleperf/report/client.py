@@ -125,6 +125,12 @@ class TestOutput:
         if self.options.verbose:
             self.out(table.cpu_line(end["cpu_utilization_percent"],
                                     self.spec.direction != "reverse"))
+            for stream in self.streams:  # -m: each connection's paths
+                subflows = local.get(stream.number, {}).get("mptcp_subflows")
+                if subflows is not None:
+                    self.out(f"MPTCP {stream.label}: " + (
+                        f"{subflows} subflow{'s' if subflows != 1 else ''}" if subflows
+                        else "fell back to plain TCP (the server did not answer in MPTCP)"))
 
     def _start_section(self) -> dict[str, Any]:
         options = self.options

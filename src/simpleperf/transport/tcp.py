@@ -76,9 +76,45 @@ def set_window(sock: socket.socket, window: int | None) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
 
 
+IPPROTO_MPTCP = getattr(socket, "IPPROTO_MPTCP", 262)
+SOL_MPTCP, MPTCP_INFO = 284, 1  # linux/mptcp.h
+MPTCP_INFO_FLAG_FALLBACK = 1
+MPTCP_UNAVAILABLE = ("MPTCP is not available here: the kernel lacks it, or "
+                     "net.mptcp.enabled is 0 (sysctl -w net.mptcp.enabled=1)")
+
+
+def stream_socket(family: int, mptcp: bool = False) -> socket.socket:
+    """A TCP socket, or with `mptcp` a Multipath TCP one (-m/--mptcp): it talks plain TCP to
+    a peer without MPTCP, falling back on its own."""
+    if not mptcp:
+        return socket.socket(family, socket.SOCK_STREAM)
+    try:
+        return socket.socket(family, socket.SOCK_STREAM, IPPROTO_MPTCP)
+    except OSError as error:
+        if error.errno in (errno.EPROTONOSUPPORT, errno.ENOPROTOOPT, errno.EINVAL):
+            raise SimpleperfError(MPTCP_UNAVAILABLE) from None
+        raise
+
+
+def mptcp_subflows(sock: socket.socket) -> int | None:
+    """How many subflows an MPTCP connection has (0: it fell back to plain TCP, the peer
+    having no MPTCP); None for a plain TCP socket."""
+    if sock.proto != IPPROTO_MPTCP:
+        return None
+    try:
+        info = sock.getsockopt(SOL_MPTCP, MPTCP_INFO, 96)
+    except OSError:  # EOPNOTSUPP: a fallen-back connection has no MPTCP state
+        return 0
+    if len(info) < 12 or struct.unpack_from("I", info, 8)[0] & MPTCP_INFO_FLAG_FALLBACK:
+        return 0
+    return info[0] + 1  # mptcpi_subflows counts those beyond the first
+
+
 def open_listener(bind: str | None, port: int, backlog: int = 128,
-                  window: int | None = None, congestion: str | None = None) -> socket.socket:
-    """Listen on `bind`, or on every IPv4 and IPv6 address when no address is given."""
+                  window: int | None = None, congestion: str | None = None,
+                  mptcp: bool = False) -> socket.socket:
+    """Listen on `bind`, or on every IPv4 and IPv6 address when no address is given (with
+    `mptcp`, for Multipath TCP clients and plain ones alike)."""
     if bind is None:
         candidates = [(socket.AF_INET6, "::", True), (socket.AF_INET, "0.0.0.0", False)]
     else:
@@ -86,7 +122,7 @@ def open_listener(bind: str | None, port: int, backlog: int = 128,
         candidates = [(family, bind, False)]
     last_error: OSError | None = None
     for family, host, dual_stack in candidates:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = stream_socket(family, mptcp)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             set_window(sock, window)
@@ -137,7 +173,8 @@ def connect_to_server(options: ClientOptions, stream: int | None = None) -> sock
                        family=options.family, local=options.local)
     sock = connect(options.host, options.port, options.connect_timeout, window=options.window,
                    congestion=options.congestion, family=options.family, local=options.local,
-                   mss=options.mss, local_port=stream_port(options, stream), tos=options.tos)
+                   mss=options.mss, local_port=stream_port(options, stream), tos=options.tos,
+                   mptcp=options.mptcp)
     if options.snd_timeout is not None:  # data unacknowledged this long ends the test
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
                         int(options.snd_timeout * 1000))
@@ -152,16 +189,18 @@ def stream_port(options: ClientOptions, stream: int) -> int:
 def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             window: int | None = None, congestion: str | None = None,
             family: int = socket.AF_UNSPEC, local: str | None = None,
-            mss: int | None = None, local_port: int = 0, tos: int = 0) -> socket.socket:
+            mss: int | None = None, local_port: int = 0, tos: int = 0,
+            mptcp: bool = False) -> socket.socket:
     """A connected socket, trying each address of `host` in turn; `local` and `local_port`
-    bind our end; `tos` marks it from its SYN on (a DiffServ class sees the whole flow)."""
+    bind our end; `tos` marks it from its SYN on (a DiffServ class sees the whole flow);
+    `mptcp`: Multipath TCP."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
     except socket.gaierror:
         raise SimpleperfError(f"cannot resolve server name '{host}'") from None
     last_error: OSError | None = None
-    for family, kind, proto, _, address in infos:
-        sock = socket.socket(family, kind, proto)
+    for family, _, _, _, address in infos:
+        sock = stream_socket(family, mptcp)
         try:
             prepare(sock, window, congestion, mss, tos, local, local_port)
             sock.settimeout(timeout)
