@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 
 import pytest
-from helpers import IPERF3_BINARIES, run_simpleperf, start_server
+from helpers import IPERF3_BINARIES, free_port, run_simpleperf, start_iperf3_server, start_server
 
 from simpleperf.cli import build_parser, parse_args
 from simpleperf.testspec import TestSpec
+from simpleperf.transport import tcp
 
-# Not taken yet: iperf3's RSA authentication, SCTP (Debian's 3.12 is built with it), and the
-# socket options below.
+# Not taken yet: iperf3's RSA authentication, the IPv6 flow label, and SCTP (Debian's 3.12 is
+# built with it).
 NOT_YET = {"--username", "--rsa-public-key-path", "--rsa-private-key-path",
            "--authorized-users-path", "--time-skew-threshold", "--use-pkcs1-padding",
-           "--bind-dev", "--cntl-ka", "--flowlabel", "--get-server-output",
-           "--sctp", "--xbind", "--nstreams"}
+           "--flowlabel", "--sctp", "--xbind", "--nstreams"}
 
 
 def _ours() -> set[str]:
@@ -89,3 +90,52 @@ def test_extra_data_and_the_full_output_after_the_stream():
         assert 30e6 < received < 44e6
     finally:
         live.close()
+
+
+def test_control_keepalive_is_set_as_asked():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        options = parse_args(["-c", "127.0.0.1", "-p", str(port), "--cntl-ka=30//4"])
+        with tcp.connect_to_server(options) as control:
+            assert control.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert control.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+            assert control.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 4
+    for bad in ("--cntl-ka=1/2/3/4", "--cntl-ka=x", "--cntl-ka=-1"):
+        done = run_simpleperf("-c", "127.0.0.1", bad)
+        assert done.returncode == 2 and "--cntl-ka" in done.stderr
+
+
+@pytest.mark.loopback
+@pytest.mark.root
+def test_bind_dev_keeps_every_socket_on_the_interface():
+    live, port = start_server("--bind-dev", "lo")
+    try:
+        for extra in ([], ["-u", "-b", "10M"]):
+            done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-J",
+                                  "--bind-dev", "lo", *extra)
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["end"]["sum_received"]["bytes"] > 0
+    finally:
+        live.close()
+    missing = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--bind-dev",
+                             "nosuchdev0")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == ("simpleperf: error: cannot bind to device nosuchdev0: "
+                                      "no interface has that name")
+
+
+@pytest.mark.iperf3
+def test_get_server_output_prints_the_iperf3_servers_own_report():
+    server, port = start_iperf3_server("3.12")
+    try:
+        text = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf3", "-t", "1",
+                              "--get-server-output")
+        assert text.returncode == 0, text.stderr
+        own = text.stdout.split("\nServer output:\n", 1)[1]
+        assert "Accepted connection from 127.0.0.1" in own and "receiver" in own
+        document = json.loads(run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf3",
+                                             "-t", "1", "-J", "--get-server-output").stdout)
+        assert "Accepted connection" in document["server_output_text"]
+    finally:
+        server.kill()
+        server.wait(5)

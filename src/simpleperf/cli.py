@@ -319,7 +319,8 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
                 "trip_times": "--trip-times", "histograms": "--histograms",
                 "isochronous": "--isochronous", "l4s": "--l4s", "fq_rate": "--fq-rate",
-                "extra_data": "--extra-data",
+                "extra_data": "--extra-data", "cntl_ka": "--cntl-ka",
+                "get_server_output": "--get-server-output",
                 "json_stream_full_output": "--json-stream-full-output"}
 
 
@@ -389,6 +390,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
         max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
         secret=secret, allow_classic=args.allow_classic, mptcp=args.mptcp,
+        bind_dev=None if args.bind_dev is None else iperf3_flags.device_name(args.bind_dev),
         idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
                                  int(DEFAULT_IDLE_SECONDS * 1000), 100,
                                  int(MAX_TEST_SECONDS * 1000)) / 1000,

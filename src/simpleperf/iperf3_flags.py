@@ -16,6 +16,7 @@ from .options import MAX_RATE, ClientOptions
 from .units import parse_rate
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data
+MAX_KEEPALIVE = 32767  # Linux's bound on TCP_KEEPIDLE, TCP_KEEPINTVL and TCP_KEEPCNT
 
 # argparse dest -> (option strings, takes a value: None for an optional one, what it does
 # here, for -V)
@@ -41,6 +42,15 @@ def add_arguments(group: Any) -> None:
                        "as the document's extra_data (iperf3's)")
     group.add_argument("--json-stream-full-output", action="store_true", help="--json-stream,"
                        " then the whole -J document at the end (iperf3 3.21's)")
+    group.add_argument("--bind-dev", metavar="DEV", help="every socket through interface DEV "
+                       "only (SO_BINDTODEVICE; a server's listeners, TCP and UDP)")
+    group.add_argument("--cntl-ka", nargs="?", const="", metavar="IDLE/INTERVAL/COUNT",
+                       help="TCP keepalive on the control connection: seconds idle before "
+                       "the first probe, seconds between probes, probes before giving up "
+                       "(each may be left empty: the kernel's)")
+    group.add_argument("--get-server-output", action="store_true", help="an iperf3 server's "
+                       "own report, printed after ours (-J: server_output_text); a "
+                       "simpleperf server's view is in every receiver row already")
     group.add_argument("-m", "--mptcp", action="store_true", help="Multipath TCP: the "
                        "client's test connections, a server's listener (which takes plain "
                        "TCP clients too); each stream's subflows in -V and JSON "
@@ -66,6 +76,12 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         if len(args.extra_data) > MAX_EXTRA_DATA or not args.extra_data.isprintable():
             raise UsageError(f"--extra-data: at most {MAX_EXTRA_DATA} printable characters")
         changes["extra_data"] = args.extra_data
+    if args.bind_dev is not None:
+        changes["bind_dev"] = device_name(args.bind_dev)
+    if args.cntl_ka is not None:
+        changes["control_keepalive"] = _keepalive(args.cntl_ka)
+    if args.get_server_output:
+        changes["get_server_output"] = True
     if args.mptcp:
         if options.udp:
             raise UsageError("-m/--mptcp is Multipath TCP: not with -u")
@@ -80,6 +96,28 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     if notes:
         changes["accepted_only"] = tuple(notes)
     return dataclasses.replace(options, **changes) if changes else options
+
+
+def device_name(text: str) -> str:
+    """--bind-dev: an interface's name as Linux allows it (at most 15 characters)."""
+    if not 0 < len(text) <= 15 or not text.isprintable() or any(c in text for c in "/ :"):
+        raise UsageError(f"--bind-dev must be an interface's name (at most 15 characters, "
+                         f"no '/', ':' or spaces), not '{text}'")
+    return text
+
+
+def _keepalive(text: str) -> tuple[int, int, int]:
+    """--cntl-ka[=IDLE/INTERVAL/COUNT], each part optional (0: the kernel's)."""
+    parts = text.split("/") if text else []
+    try:
+        values = [int(part) if part else 0 for part in parts]
+    except ValueError:
+        values = [-1]
+    if len(parts) > 3 or not all(0 <= value <= MAX_KEEPALIVE for value in values):
+        raise UsageError(f"--cntl-ka takes IDLE/INTERVAL/COUNT, whole numbers from 0 to "
+                         f"{MAX_KEEPALIVE} (empty or 0: the kernel's), not '{text}'")
+    values += [0] * (3 - len(values))
+    return values[0], values[1], values[2]
 
 
 def _rate(text: str) -> float:

@@ -151,6 +151,7 @@ class ServerOptions:
     secret: bytes | None = None
     allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret
     mptcp: bool = False  # -m/--mptcp: listen for Multipath TCP clients (plain ones too)
+    bind_dev: str | None = None  # --bind-dev: listen on this interface only
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     memory_budget: int = DEFAULT_MEMORY_BUDGET  # bytes of test buffers at once
@@ -243,6 +244,9 @@ class ClientOptions:
     json_stream_full: bool = False  # --json-stream-full-output: the whole document at the end
     accepted_only: tuple[str, ...] = ()  # iperf3 flags given that change nothing: why, for -V
     mptcp: bool = False  # -m/--mptcp: the test's TCP connections are Multipath TCP
+    bind_dev: str | None = None  # --bind-dev: every socket of the test on this interface
+    control_keepalive: tuple[int, int, int] | None = None  # --cntl-ka: idle/interval/count
+    get_server_output: bool = False  # --get-server-output: print the server's own report
 
     @property
     def rows_every(self) -> float | None:

@@ -44,7 +44,8 @@ class Server:
         self._active_lock = threading.Lock()
         self._idle_limit = options.idle_limit
         self.listener = tcp.open_listener(options.bind, options.port, window=options.window,
-                                          congestion=options.congestion, mptcp=options.mptcp)
+                                          congestion=options.congestion, mptcp=options.mptcp,
+                                          device=options.bind_dev)
         policy = self.policy = ServerPolicy(options)
         self.refuser = Refuser(self.say, self._stopping)
         self.udp_port = UdpPort(self.listener, self._stopping, self._datagram)

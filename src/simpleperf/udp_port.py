@@ -34,8 +34,9 @@ class UdpPort:
         self._family = listener.family
         v6_only = listener.family == socket.AF_INET6 and bool(
             listener.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
+        self._device = tcp.bound_device(listener)  # --bind-dev: UDP on it too
         # None when the port is taken for UDP: TCP tests still work, UDP tests are refused
-        self.sock = udp.open_shared_listener(listener.family, address, v6_only)
+        self.sock = udp.open_shared_listener(listener.family, address, v6_only, self._device)
         self._greeted: dict[socket.socket, tuple[bytes, bytes]] = {}  # greeting, answer
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -65,7 +66,8 @@ class UdpPort:
         """A UDP socket on our port connected to `peer`: the kernel gives it that peer's
         datagrams, the listener keeps everyone else's. Until settled(), `greeting` arriving
         on it again is given `answer` again."""
-        sock = udp.open_connected(self._family, self._local, peer, reuse_address=True)
+        sock = udp.open_connected(self._family, self._local, peer, reuse_address=True,
+                                  device=self._device)
         with self._lock:
             self._greeted[sock] = (greeting, answer)
         return sock

@@ -57,6 +57,7 @@ class _Iperf3Test:
         self.streams: list[Stream] = []
         self.remote_cpu: tuple[float, float] | None = None  # the server's, from its results
         self.remote_congestion: str | None = None
+        self.server_output: str | None = None  # --get-server-output: the server's text
 
     def run(self) -> None:
         options = self.options
@@ -77,8 +78,10 @@ class _Iperf3Test:
                     "which sends no feedback of CE marks: --l4s needs a simpleperf server")
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._expect()  # PARAM_EXCHANGE
-            control.sendall(iperf3.encode_json(iperf3.parameters_message(
-                self.spec, f"simpleperf-{__version__}")))
+            parameters = iperf3.parameters_message(self.spec, f"simpleperf-{__version__}")
+            if options.get_server_output:
+                parameters["get_server_output"] = 1
+            control.sendall(iperf3.encode_json(parameters))
             self._expect()  # CREATE_STREAMS
             self._open_streams()
             tcp_stream.attach_file(self.streams, options.file)
@@ -168,6 +171,7 @@ class _Iperf3Test:
             output.end(measurement, {}, None, None, congestion, interrupted=True)
             raise Interrupted() from None
         measurement.close()
+        output.server_output = self.server_output
         output.end(measurement, remote, None, None, congestion, remote_cpu=self.remote_cpu,
                    peer_congestion=self.remote_congestion)
         errors = measurement.errors()
@@ -230,6 +234,9 @@ class _Iperf3Test:
         value = self.control.read_json(iperf3.MAX_RESULTS, STATE_SECONDS)
         theirs = iperf3.parse_results(value)
         self.remote_cpu = iperf3.parse_cpu(value)
+        text = value.get("server_output_text")
+        if isinstance(text, str) and len(text) <= iperf3.MAX_RESULTS:
+            self.server_output = text
         used = value.get("congestion_used")
         self.remote_congestion = used if is_congestion_name(used) else None
         self._expect()  # DISPLAY_RESULTS

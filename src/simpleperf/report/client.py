@@ -33,6 +33,7 @@ class TestOutput:
         self.protocol_name = protocol_name
         self.text = not (options.json or options.json_stream)
         self.json_intervals: list[dict[str, Any]] = []
+        self.server_output: str | None = None  # an iperf3 server's own text (asked for)
         self.started_wall = time.time()
 
     def start(self) -> None:
@@ -114,12 +115,16 @@ class TestOutput:
                 document["title"] = self.options.title
             if self.options.extra_data is not None:
                 document["extra_data"] = self.options.extra_data
+            if self.server_output is not None:
+                document["server_output_text"] = self.server_output
             if not self.options.json:
                 self.out(json.dumps({"event": "end", "data": end}))
             if self.options.json or self.options.json_stream_full:
                 self.out(json.dumps(document, indent=2))
             return
         self._summary(local, remote, end)
+        if self.server_output is not None:  # as iperf3 prints it
+            self.out("\nServer output:\n" + self.server_output.rstrip("\n"))
         for line in table.latency_lines(idle, loaded):
             self.out(line)
         if self.options.verbose:

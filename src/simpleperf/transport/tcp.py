@@ -96,6 +96,29 @@ def stream_socket(family: int, mptcp: bool = False) -> socket.socket:
         raise
 
 
+def bind_device(sock: socket.socket, device: str | None) -> None:
+    """--bind-dev: the socket sends and receives through this interface only
+    (SO_BINDTODEVICE)."""
+    if device is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
+    except OSError as error:
+        sock.close()
+        reason = "no interface has that name" if error.errno == errno.ENODEV else (
+            error.strerror or str(error)).lower()
+        raise SimpleperfError(f"cannot bind to device {device}: {reason}") from None
+
+
+def bound_device(sock: socket.socket) -> str | None:
+    """The interface a socket is bound to (--bind-dev), None when any."""
+    try:
+        name = sock.getsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, 16)
+    except OSError:
+        return None
+    return name.rstrip(b"\0").decode() or None
+
+
 def mptcp_subflows(sock: socket.socket) -> int | None:
     """How many subflows an MPTCP connection has (0: it fell back to plain TCP, the peer
     having no MPTCP); None for a plain TCP socket."""
@@ -112,7 +135,7 @@ def mptcp_subflows(sock: socket.socket) -> int | None:
 
 def open_listener(bind: str | None, port: int, backlog: int = 128,
                   window: int | None = None, congestion: str | None = None,
-                  mptcp: bool = False) -> socket.socket:
+                  mptcp: bool = False, device: str | None = None) -> socket.socket:
     """Listen on `bind`, or on every IPv4 and IPv6 address when no address is given (with
     `mptcp`, for Multipath TCP clients and plain ones alike)."""
     if bind is None:
@@ -123,6 +146,7 @@ def open_listener(bind: str | None, port: int, backlog: int = 128,
     last_error: OSError | None = None
     for family, host, dual_stack in candidates:
         sock = stream_socket(family, mptcp)
+        bind_device(sock, device)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             set_window(sock, window)
@@ -169,16 +193,30 @@ def connect_to_server(options: ClientOptions, stream: int | None = None) -> sock
     -B); data stream number `stream`'s also with its socket options (-w, -C, -M) and, with
     --cport, from that port plus the stream's number less one."""
     if stream is None:
-        return connect(options.host, options.port, options.connect_timeout,
-                       family=options.family, local=options.local)
+        control = connect(options.host, options.port, options.connect_timeout,
+                          family=options.family, local=options.local, device=options.bind_dev)
+        if options.control_keepalive is not None:
+            keep_alive(control, options.control_keepalive)
+        return control
     sock = connect(options.host, options.port, options.connect_timeout, window=options.window,
                    congestion=options.congestion, family=options.family, local=options.local,
                    mss=options.mss, local_port=stream_port(options, stream), tos=options.tos,
-                   mptcp=options.mptcp)
+                   mptcp=options.mptcp, device=options.bind_dev)
     if options.snd_timeout is not None:  # data unacknowledged this long ends the test
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
                         int(options.snd_timeout * 1000))
     return sock
+
+
+def keep_alive(sock: socket.socket, timing: tuple[int, int, int] | None) -> None:
+    """--cntl-ka: TCP keepalive on the control connection, idle seconds before the first
+    probe, seconds between probes, probes unanswered before it is given up (0: the
+    kernel's)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in zip((socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT),
+                             timing or (0, 0, 0), strict=True):
+        if value:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 def stream_port(options: ClientOptions, stream: int) -> int:
@@ -190,7 +228,7 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             window: int | None = None, congestion: str | None = None,
             family: int = socket.AF_UNSPEC, local: str | None = None,
             mss: int | None = None, local_port: int = 0, tos: int = 0,
-            mptcp: bool = False) -> socket.socket:
+            mptcp: bool = False, device: str | None = None) -> socket.socket:
     """A connected socket, trying each address of `host` in turn; `local` and `local_port`
     bind our end; `tos` marks it from its SYN on (a DiffServ class sees the whole flow);
     `mptcp`: Multipath TCP."""
@@ -201,6 +239,7 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
     last_error: OSError | None = None
     for family, _, _, _, address in infos:
         sock = stream_socket(family, mptcp)
+        bind_device(sock, device)
         try:
             prepare(sock, window, congestion, mss, tos, local, local_port)
             sock.settimeout(timeout)

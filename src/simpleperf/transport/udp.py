@@ -89,8 +89,9 @@ def read_ancillary(ancillary: list[Any], count: int) -> tuple[int, float, int]:
 
 
 def open_connected(family: int, local: tuple | None, remote: tuple[Any, ...],
-                   reuse_address: bool = False) -> socket.socket:
+                   reuse_address: bool = False, device: str | None = None) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_DGRAM)
+    tcp.bind_device(sock, device)
     try:
         if reuse_address:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -135,7 +136,8 @@ GREETING_SECONDS_ALIVE = 30.0  # ... and one whose control connection stays open
 def open_greeted(host: str, port: int, family: int, local: str | None, greeting: bytes,
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
                  local_port: int = 0, dont_fragment: bool = False,
-                 control: socket.socket | None = None, tos: int = 0) -> socket.socket:
+                 control: socket.socket | None = None, tos: int = 0,
+                 device: str | None = None) -> socket.socket:
     """A UDP socket connected to the server's port (from `local_port`, or any), once the
     server answered `greeting` (sent again after GREETING_WAIT, doubling to
     GREETING_WAIT_MAX, for GREETING_SECONDS) with one of `answers`. With the test's
@@ -150,7 +152,7 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
     remote_family, _, _, _, remote = infos[0]
     try:
         sock = open_connected(remote_family, (local or "", local_port)
-                              if local or local_port else None, remote)
+                              if local or local_port else None, remote, device=device)
     except OSError as error:
         raise SimpleperfError(f"cannot open a UDP socket from port {local_port}: "
                               f"{(error.strerror or str(error)).lower()}") from None
@@ -200,7 +202,8 @@ def greet_server(options: ClientOptions, number: int, greeting: bytes,
     return open_greeted(options.host, options.port, options.family, options.local, greeting,
                         answers, receiving, options.window,
                         local_port=tcp.stream_port(options, number),
-                        dont_fragment=options.dont_fragment, control=control, tos=options.tos)
+                        dont_fragment=options.dont_fragment, control=control, tos=options.tos,
+                        device=options.bind_dev)
 
 
 class Pacer:
@@ -350,10 +353,11 @@ _recvmmsg = _load_recvmmsg() if sys.platform.startswith("linux") else None
 
 
 def open_shared_listener(family: int, address: tuple[Any, ...],
-                         v6_only: bool) -> socket.socket | None:
+                         v6_only: bool, device: str | None = None) -> socket.socket | None:
     """UDP on a TCP listener's address and port, for the same address families; None when
     the port is taken (TCP tests still work; UDP tests will be refused)."""
     sock = socket.socket(family, socket.SOCK_DGRAM)
+    tcp.bind_device(sock, device)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
