@@ -158,7 +158,7 @@ class _Iperf3Test:
         try:
             self._run_until_done(measurement)
             measurement.stop_sending.set()
-            self._settle_senders()
+            _settle_senders(self.streams, self.spec.protocol)
             self.control.conn.sendall(iperf3.state(iperf3.TEST_END))
             measurement.drain_receivers()
             measurement.finish(time.monotonic())
@@ -203,28 +203,6 @@ class _Iperf3Test:
             if value is not None:
                 raise ProtocolError(f"the server sent state {value} during the test")
 
-    def _settle_senders(self) -> None:
-        """An iperf3 server counts what it has read when TEST_END arrives: let what we wrote
-        be acknowledged, then read (at most SETTLE_LIMIT), so both ends report the same."""
-        sending = [s for s in self.streams if s.sending]
-        deadline = time.monotonic() + SETTLE_LIMIT
-        for stream in sending:
-            stream.done.wait(max(0.0, deadline - time.monotonic()))
-        if self.spec.protocol != "tcp" or not sending:
-            return
-        try:
-            while time.monotonic() < deadline:
-                if all(tcp.unacknowledged_bytes(s.sock) == 0 for s in sending):
-                    # iperf3's server is one thread: while it also sends (--bidir) it
-                    # reads only between its writes, so give it the longest settle.
-                    both_ways = len(sending) < len(self.streams)
-                    time.sleep(tcp.SETTLE_MAX_SECONDS if both_ways else
-                               max(tcp.settle_time(s.sock) for s in sending))
-                    return
-                time.sleep(0.002)
-        except OSError:
-            return
-
     def _exchange_results(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
         self._expect()  # EXCHANGE_RESULTS
         ids = iperf3.stream_ids(len(self.streams))
@@ -250,3 +228,26 @@ class _Iperf3Test:
             remote[number] = iperf3.result_view(view, number, self.spec.protocol,
                                                 self.spec.client_sends(number))
         return remote
+
+
+def _settle_senders(streams: list[Stream], protocol: str) -> None:
+    """An iperf3 server counts what it has read when TEST_END arrives: let what we wrote
+    be acknowledged, then read (at most SETTLE_LIMIT), so both ends report the same."""
+    sending = [s for s in streams if s.sending]
+    deadline = time.monotonic() + SETTLE_LIMIT
+    for stream in sending:
+        stream.done.wait(max(0.0, deadline - time.monotonic()))
+    if protocol != "tcp" or not sending:
+        return
+    try:
+        while time.monotonic() < deadline:
+            if all(tcp.unacknowledged_bytes(s.sock) == 0 for s in sending):
+                # iperf3's server is one thread: while it also sends (--bidir) it
+                # reads only between its writes, so give it the longest settle.
+                both_ways = len(sending) < len(streams)
+                time.sleep(tcp.SETTLE_MAX_SECONDS if both_ways else
+                           max(tcp.settle_time(s.sock) for s in sending))
+                return
+            time.sleep(0.002)
+    except OSError:
+        return
