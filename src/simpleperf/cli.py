@@ -300,7 +300,10 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "allow_classic": "--allow-classic",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host",
-                "memory_budget": "--memory-budget"}
+                "memory_budget": "--memory-budget",
+                "rsa_private_key_path": "--rsa-private-key-path",
+                "authorized_users_path": "--authorized-users-path",
+                "time_skew_threshold": "--time-skew-threshold"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
                 "time": "-t/--time", "num": "-n/--num",
                 "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
@@ -320,7 +323,8 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "trip_times": "--trip-times", "histograms": "--histograms",
                 "isochronous": "--isochronous", "l4s": "--l4s", "fq_rate": "--fq-rate",
                 "extra_data": "--extra-data", "cntl_ka": "--cntl-ka",
-                "get_server_output": "--get-server-output",
+                "get_server_output": "--get-server-output", "username": "--username",
+                "rsa_public_key_path": "--rsa-public-key-path",
                 "json_stream_full_output": "--json-stream-full-output"}
 
 
@@ -391,6 +395,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
         secret=secret, allow_classic=args.allow_classic, mptcp=args.mptcp,
         bind_dev=None if args.bind_dev is None else iperf3_flags.device_name(args.bind_dev),
+        rsa_auth=iperf3_flags.authorizer(args),
         idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
                                  int(DEFAULT_IDLE_SECONDS * 1000), 100,
                                  int(MAX_TEST_SECONDS * 1000)) / 1000,

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from . import rsa_auth
 from .errors import UsageError
 from .options import MAX_RATE, ClientOptions
 from .units import parse_rate
@@ -51,6 +52,21 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--get-server-output", action="store_true", help="an iperf3 server's "
                        "own report, printed after ours (-J: server_output_text); a "
                        "simpleperf server's view is in every receiver row already")
+    group.add_argument("--username", metavar="NAME", help="iperf3's RSA authentication to "
+                       "an iperf3 server: the user (password from $IPERF3_PASSWORD, else "
+                       "asked), encrypted with --rsa-public-key-path")
+    group.add_argument("--rsa-public-key-path", metavar="FILE", help="the iperf3 server's "
+                       "RSA public key (PEM), for --username")
+    group.add_argument("--rsa-private-key-path", metavar="FILE", help="server: our RSA "
+                       "private key (PEM); iperf3 clients must then authenticate against "
+                       "--authorized-users-path")
+    group.add_argument("--authorized-users-path", metavar="FILE", help="server: the users "
+                       "(iperf3's file: NAME,SHA256 of {NAME}PASSWORD per line)")
+    group.add_argument("--time-skew-threshold", metavar="SECONDS", help="server: how far "
+                       "an authenticating client's clock may be from ours (default "
+                       f"{rsa_auth.DEFAULT_SKEW_SECONDS})")
+    group.add_argument("--use-pkcs1-padding", action="store_true", help="RSA with PKCS #1 "
+                       "v1.5 padding instead of OAEP (both ends must agree; iperf3's)")
     group.add_argument("-m", "--mptcp", action="store_true", help="Multipath TCP: the "
                        "client's test connections, a server's listener (which takes plain "
                        "TCP clients too); each stream's subflows in -V and JSON "
@@ -82,6 +98,17 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["control_keepalive"] = _keepalive(args.cntl_ka)
     if args.get_server_output:
         changes["get_server_output"] = True
+    if (args.username is None) != (args.rsa_public_key_path is None):
+        raise UsageError("--username and --rsa-public-key-path go together (iperf3's RSA "
+                         "authentication)")
+    if args.username is not None:
+        if not 0 < len(args.username) <= 256 or any(c.isspace() for c in args.username):
+            raise UsageError("--username must be a name without spaces (at most 256 "
+                             "characters)")
+        rsa_auth.load_public_key(args.rsa_public_key_path)  # a bad key fails now
+        changes.update(rsa_username=args.username,
+                       rsa_public_key=args.rsa_public_key_path,
+                       rsa_pkcs1=args.use_pkcs1_padding)
     if args.mptcp:
         if options.udp:
             raise UsageError("-m/--mptcp is Multipath TCP: not with -u")
@@ -96,6 +123,33 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     if notes:
         changes["accepted_only"] = tuple(notes)
     return dataclasses.replace(options, **changes) if changes else options
+
+
+def authorizer(args: argparse.Namespace) -> rsa_auth.Authorizer | None:
+    """A server's check of iperf3 clients' RSA tokens, from its flags (None without)."""
+    if (args.rsa_private_key_path is None) != (args.authorized_users_path is None):
+        raise UsageError("--rsa-private-key-path and --authorized-users-path go together "
+                         "(iperf3's RSA authentication)")
+    if args.rsa_private_key_path is None:
+        if args.time_skew_threshold is not None:
+            raise UsageError("--time-skew-threshold is for a server with "
+                             "--rsa-private-key-path")
+        return None
+    try:
+        skew = int(args.time_skew_threshold or rsa_auth.DEFAULT_SKEW_SECONDS)
+    except ValueError:
+        skew = -1
+    if not 0 < skew <= 86400:
+        raise UsageError(f"--time-skew-threshold must be whole seconds from 1 to 86400, not "
+                         f"'{args.time_skew_threshold}'")
+    try:
+        with open(args.authorized_users_path, encoding="utf-8", errors="replace"):
+            pass
+    except OSError as error:
+        raise UsageError(f"--authorized-users-path: cannot read {args.authorized_users_path}: "
+                         f"{(error.strerror or str(error)).lower()}") from None
+    return rsa_auth.Authorizer(rsa_auth.load_private_key(args.rsa_private_key_path),
+                               args.authorized_users_path, skew, args.use_pkcs1_padding)
 
 
 def device_name(text: str) -> str:

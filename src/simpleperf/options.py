@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_PORT = 8088
 DEFAULT_SERVER_IP = "127.0.0.1"
@@ -152,6 +153,7 @@ class ServerOptions:
     allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret
     mptcp: bool = False  # -m/--mptcp: listen for Multipath TCP clients (plain ones too)
     bind_dev: str | None = None  # --bind-dev: listen on this interface only
+    rsa_auth: Any = None  # rsa_auth.Authorizer: iperf3 clients must authenticate
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     memory_budget: int = DEFAULT_MEMORY_BUDGET  # bytes of test buffers at once
@@ -247,6 +249,9 @@ class ClientOptions:
     bind_dev: str | None = None  # --bind-dev: every socket of the test on this interface
     control_keepalive: tuple[int, int, int] | None = None  # --cntl-ka: idle/interval/count
     get_server_output: bool = False  # --get-server-output: print the server's own report
+    rsa_username: str | None = None  # --username: iperf3's RSA authentication, with ...
+    rsa_public_key: str | None = None  # ... --rsa-public-key-path (the server's key)
+    rsa_pkcs1: bool = False  # --use-pkcs1-padding
 
     @property
     def rows_every(self) -> float | None:
@@ -265,7 +270,7 @@ class ClientOptions:
                     self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None, self.l4s, self.rpm, self.fq_rate > 0,
-                    self.extra_data is not None))
+                    self.extra_data is not None, self.rsa_username is not None))
 
     @property
     def direction(self) -> str:

@@ -29,6 +29,8 @@ from .report import server_json
 from .transport import tcp
 from .udp_port import UdpPort
 
+CLASSIC_REFUSED_RSA = ("a classic client, and this server requires iperf3's RSA "
+                       "authentication, which the classic protocol cannot carry")
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
 CLASSIC_REFUSED = ("a classic client, and this server has a shared secret the classic "
                    "protocol cannot prove (--allow-classic serves them)")
@@ -148,8 +150,10 @@ class Server:
             elif protocol == IPERF3:
                 a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
                 keep_open = self.iperf3.serve(conn, peer, prefix, index)
-            elif self.options.secret is not None and not self.options.allow_classic:
-                self.refuser.note(peer, CLASSIC_REFUSED)  # and closed below: no words for it
+            elif self.options.rsa_auth is not None or (
+                    self.options.secret is not None and not self.options.allow_classic):
+                self.refuser.note(peer, CLASSIC_REFUSED if self.options.rsa_auth is None
+                                  else CLASSIC_REFUSED_RSA)  # closed below: no words for it
             elif not self.policy.memory.take(self.options.length):
                 self.refuser.note(peer, "a classic client, and its read buffer would pass "
                                   "the --memory-budget")

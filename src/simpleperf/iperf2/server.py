@@ -185,6 +185,8 @@ class Iperf2Service:
         unserved = header.unserved()
         if unserved is not None:
             return f"iperf2's {unserved} is not served yet"
+        if self.options.rsa_auth is not None or self.options.secret is not None:
+            return "this server requires authentication, which iperf2's protocol cannot carry"
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, 0.0,
                                     spec.rate * spec.parallel, None,
                                     buffer_bytes(spec.parallel, spec.length))

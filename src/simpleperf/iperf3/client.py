@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import __version__
+from .. import __version__, rsa_auth
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
-from ..errors import Interrupted, ProtocolError, SimpleperfError
+from ..errors import Interrupted, PeerGone, ProtocolError, SimpleperfError
 from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
 from ..protocol import iperf3
 from ..protocol.exchange import Iperf3Order
@@ -24,6 +24,11 @@ from .control import Iperf3Control
 
 STATE_SECONDS = 15.0
 SETTLE_LIMIT = 2.0
+
+
+RSA_REFUSED = ("the iperf3 server closed the connection on our authentication: a wrong user "
+               "or password, a clock further from its own than its --time-skew-threshold, "
+               "or a padding it does not use (--use-pkcs1-padding for iperf3 before 3.17)")
 
 
 class Busy(SimpleperfError):
@@ -81,8 +86,17 @@ class _Iperf3Test:
             parameters = iperf3.parameters_message(self.spec, f"simpleperf-{__version__}")
             if options.get_server_output:
                 parameters["get_server_output"] = 1
+            if options.rsa_username is not None and options.rsa_public_key is not None:
+                parameters["authtoken"] = rsa_auth.make_token(
+                    options.rsa_username, rsa_auth.password(),
+                    rsa_auth.load_public_key(options.rsa_public_key), options.rsa_pkcs1)
             control.sendall(iperf3.encode_json(parameters))
-            self._expect()  # CREATE_STREAMS
+            try:
+                self._expect()  # CREATE_STREAMS
+            except PeerGone:
+                if "authtoken" not in parameters:
+                    raise
+                raise SimpleperfError(RSA_REFUSED) from None
             self._open_streams()
             tcp_stream.attach_file(self.streams, options.file)
             self._expect()  # TEST_START

@@ -7,7 +7,7 @@ import socket
 import time
 from typing import Any
 
-from ..errors import ProtocolError
+from ..errors import PeerGone, ProtocolError
 from ..protocol import iperf3
 
 
@@ -27,7 +27,7 @@ class Iperf3Control:
             return False
         data = self.conn.recv(65536)
         if not data:
-            raise ProtocolError(f"the {self.peer} closed the control connection")
+            raise PeerGone(f"the {self.peer} closed the control connection")
         self.pending += data
         return True
 

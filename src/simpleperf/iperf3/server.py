@@ -182,12 +182,9 @@ class Iperf3Service:
     def _admit(self, params: iperf3.Parameters) -> tuple[bytes | None, str]:
         """The answer that refuses this test, and why; (None, "") once it is admitted (a
         slot taken: the parameters were valid)."""
-        if self.options.secret is not None:
-            return (iperf3.server_error(iperf3.IEAUTHTEST),
-                    "this server requires simpleperf authentication")
-        if params.refused is not None:
-            return (iperf3.server_error(params.refused),
-                    f"option '{params.refused_option}' is not supported")
+        early = _not_allowed(self.options, params)
+        if early is not None:
+            return early
         refusal = self.policy.admit(params.protocol, params.parallel, params.timed_duration,
                                     params.omit, params.rate * params.stream_count(),
                                     params.server_affinity,
@@ -262,6 +259,24 @@ class Iperf3Service:
             raise ProtocolError(f"the client reported {len(theirs)} streams, not "
                                 f"{len(measurement.streams)}")
         return theirs, iperf3.parse_cpu(value)
+
+
+def _not_allowed(options: ServerOptions, params: iperf3.Parameters
+                 ) -> tuple[bytes, str] | None:
+    """The answer and reason for a test refused before the server's limits are asked:
+    authentication (iperf3's RSA token, or our shared secret, which iperf3 cannot prove)
+    and options we do not serve."""
+    if options.rsa_auth is not None:
+        why = options.rsa_auth.refusal(params.authtoken)
+        if why is not None:
+            return iperf3.server_error(iperf3.IEAUTHTEST), f"authentication failed: {why}"
+    elif options.secret is not None:
+        return (iperf3.server_error(iperf3.IEAUTHTEST),
+                "this server requires simpleperf authentication")
+    if params.refused is not None:
+        return (iperf3.server_error(params.refused),
+                f"option '{params.refused_option}' is not supported")
+    return None
 
 
 def _keep_limits(control: Iperf3Control, measurement: Measurement, now: float, limit: float,

@@ -45,6 +45,11 @@ AUTH_SECONDS = 10.0
 DECISION_SECONDS = 15.0  # for the server's accepted, then its start
 
 
+RSA_NEEDS_IPERF3 = ("--username is iperf3's RSA authentication, for iperf3 servers; this "
+                    "server is not one (a simpleperf server proves a shared secret: "
+                    "--auth-secret-file)")
+
+
 class ClassicServer(Exception):
     """The server did not answer the greeting as a native server does."""
 
@@ -74,9 +79,13 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
                               busy_retries=3, control=(handed, greeting))
             return
         except ClassicServer:
+            if options.rsa_username is not None:
+                raise SimpleperfError(RSA_NEEDS_IPERF3) from None
             _fall_back_to_classic(options, control, sent, out)
             control = None  # the classic client owns and closes it
             return
+        if options.rsa_username is not None:
+            raise SimpleperfError(RSA_NEEDS_IPERF3)
         udp_key = _authenticate(channel, welcome, options)
         _NativeTest(options, channel, out, udp_key).run()
     except PeerEnded as ended:

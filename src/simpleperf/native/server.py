@@ -192,6 +192,10 @@ class NativeService:
 
         channel.expect(remaining(), Hello)
         secret = self.options.secret
+        if self.options.rsa_auth is not None and secret is None:
+            raise _Refusal("this server requires iperf3's RSA authentication (an iperf3 "
+                           "client's --username); simpleperf clients prove a shared secret, "
+                           "which it has none of")
         challenge = os.urandom(CHALLENGE_BYTES).hex() if secret else None
         channel.send(Welcome(VERSION, f"simpleperf {__version__}", challenge))
         if secret is not None and challenge is not None:

@@ -136,8 +136,7 @@ class JsonReader:
 
 
 # Parameters a client may send that simpleperf refuses, with the error the client prints.
-UNSUPPORTED = {"authtoken": IEAUTHTEST, "sctp": IENOSCTP, "file": IEUNIMP,
-               "flowlabel": IEUNIMP}
+UNSUPPORTED = {"sctp": IENOSCTP, "file": IEUNIMP, "flowlabel": IEUNIMP}
 
 
 @dataclass(frozen=True)
@@ -164,6 +163,7 @@ class Parameters:
     server_affinity: int | None = None  # the client's -A n,m
     repeating_payload: bool = False
     fq_rate: float = 0.0  # --fq-rate: bits/s the sender's socket paces itself to
+    authtoken: str | None = None  # the client's RSA token (rsa_auth.py), when it sent one
     refused: int | None = None  # an iperf3 error number when an option is unsupported
     refused_option: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -257,6 +257,7 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
                          else integer("server_affinity", 0, 0, MAX_CPU)),
         repeating_payload=flag("repeating_payload"),
         fq_rate=number("fqrate", 0, 0, MAX_RATE),
+        authtoken=token if isinstance(token := value.get("authtoken"), str) else None,
         refused=refused, refused_option=option)
 
 
