@@ -99,6 +99,27 @@ def test_reverse_tcp_the_server_sends_and_the_client_receives_it_all(json_server
     assert document["end"]["sum_sent"]["bytes"] == theirs > 0
 
 
+def test_tradeoff_and_dual_tests_connect_back_to_the_client(json_server):
+    """-r: after the client's test, ours to its port (-L); -d: both at once."""
+    live, port = json_server
+    tradeoff = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-r", "-L",
+                      str(free_port()), "-y", "C")
+    assert tradeoff.returncode == 0, tradeoff.stderr
+    theirs_sent, theirs_received = _csv_bytes(tradeoff.stdout, 2)
+    forward, back = _wait_documents(live, 2)
+    assert forward["end"]["sum_received"]["bytes"] == theirs_sent
+    assert back["start"]["test_start"]["reverse"] == 1
+    assert back["end"]["sum_sent"]["bytes"] == theirs_received > 0
+    dual = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-d", "-L",
+                  str(free_port()), "-y", "C")
+    assert dual.returncode == 0, dual.stderr
+    rows = {int(row[2]) == port or int(row[4]) == port: int(row[7])
+            for row in (line.split(",") for line in dual.stdout.splitlines())}
+    both = _wait_documents(live, 3)[2]["end"]
+    assert both["sum_received"]["bytes"] == rows[True]  # the client's stream to us
+    assert both["sum_sent_bidir_reverse"]["bytes"] == rows[False] > 0  # ours to it
+
+
 def test_an_iperf2_udp_client_gets_the_server_report(json_server):
     live, port = json_server
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "20M", "-t", "1")

@@ -112,7 +112,7 @@ class Iperf2Service:
             self.say(f"Refused iperf2 client {peer}: {refusal}")
             self.document(server_json.error_document(peer, refusal))
             return
-        memory = buffer_bytes(spec.parallel, spec.length)
+        memory = buffer_bytes(spec.stream_count(), spec.length)
         try:
             streams = []
             for number, (sock, rest) in enumerate(conns, start=1):
@@ -122,12 +122,39 @@ class Iperf2Service:
                 stream.num_bytes = 0 if header.reverse else iperf2_bytes + len(rest)
                 tcp.set_wake_up(sock)
                 streams.append(stream)
-            self._measure(peer, header, spec, streams, lambda m: all(
-                s.done.is_set() for s in m.streams))
-        except OSError as error:
-            self.say(f"iperf2 test from {peer} ended: {(error.strerror or str(error)).lower()}")
+            if header.connects_back == "dual":  # -d: our streams to the client, at once
+                streams += self._connect_back(peer, header, spec.parallel)
+            self._measure(peer, header, spec, streams, _all_done)
+            if header.connects_back == "tradeoff":  # -r: ours once the client's ended
+                back = dataclasses.replace(spec, direction="reverse")
+                self._measure(peer, header, back,
+                              self._connect_back(peer, header, spec.parallel), _all_done)
+        except (OSError, SimpleperfError) as error:
+            reason = (error.strerror or str(error)).lower() if isinstance(error, OSError) \
+                else str(error)
+            self.say(f"iperf2 test from {peer} ended: {reason}")
+            self.document(server_json.error_document(peer, reason))
         finally:
             self.policy.release(memory)
+
+    def _connect_back(self, peer: str, header: iperf2.ClientHeader, count: int
+                      ) -> list[Stream]:
+        """-r and -d: our streams to the client's own port (its header's), as iperf2's
+        server opens them (their payload iperf2's pattern, no header)."""
+        host = peer.rsplit(":", 1)[0].strip("[]")
+        streams: list[Stream] = []
+        try:
+            for number in range(count + 1, 2 * count + 1):
+                sock = tcp.connect(host, header.port, window=header.window or None)
+                tcp.set_wake_up(sock)
+                streams.append(Stream(number, True, "tcp", sock,
+                                      tcp.endpoint(sock.getpeername())))
+        except SimpleperfError:
+            for stream in streams:
+                stream.sock.close()
+            raise SimpleperfError(f"cannot connect back to port {header.port} of {host}, "
+                                  "where an iperf2 client with -r or -d listens") from None
+        return streams
 
     # UDP ------------------------------------------------------------------------------------
 
@@ -176,20 +203,20 @@ class Iperf2Service:
             sock.close()
             self._peers.forget(peer)
             if refusal is None:
-                self.policy.release(buffer_bytes(spec.parallel, spec.length))
+                self.policy.release(buffer_bytes(spec.stream_count(), spec.length))
 
     # Both -----------------------------------------------------------------------------------
 
     def _refusal(self, header: iperf2.ClientHeader, spec: TestSpec) -> str | None:
         """Why this test is not run (and if it is, its slot and memory are taken)."""
-        unserved = header.unserved()
+        unserved = header.unserved(spec.protocol == "udp")
         if unserved is not None:
             return f"iperf2's {unserved} is not served yet"
         if self.options.rsa_auth is not None or self.options.secret is not None:
             return "this server requires authentication, which iperf2's protocol cannot carry"
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, 0.0,
                                     spec.rate * spec.parallel, None,
-                                    buffer_bytes(spec.parallel, spec.length))
+                                    buffer_bytes(spec.stream_count(), spec.length))
         return None if refusal is None else str(refusal)
 
     def _measure(self, peer: str, header: iperf2.ClientHeader, spec: TestSpec,
@@ -229,6 +256,10 @@ class Iperf2Service:
             self.document(server_json.error_document(peer, str(error)))
         finally:
             measurement.close()  # a reverse test ends when we close: the client's EOF
+
+
+def _all_done(measurement: Measurement) -> bool:
+    return all(stream.done.is_set() for stream in measurement.streams)
 
 
 class _UdpPeers:

@@ -70,8 +70,7 @@ UDP_HEADER_SIZE = DATAGRAM.size + TCP_HEADER_SIZE  # 76
 _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 
 # what iperf2 does that we do not (yet): the line a refused header gets
-_UNSERVED = ((BOUNCEBACK, "--bounceback"), (KEYCHECK, "--permit-key"),
-             (VERSION1, "-r/-d (the server connecting back to the client)"))
+_UNSERVED = ((BOUNCEBACK, "--bounceback"), (KEYCHECK, "--permit-key"))
 _UNSERVED_UPPER = ((UPPER_FULL_DUPLEX, "--full-duplex"), (UPPER_ISOCH, "--isochronous"),
                    (UPPER_PERIODIC_BURST, "--burst-period"))
 
@@ -120,10 +119,20 @@ class ClientHeader:
             return ""
         return f"{high >> 16}.{high & 0xFFFF}.{low >> 16}"
 
-    def unserved(self) -> str | None:
+    @property
+    def connects_back(self) -> str | None:
+        """-r ("tradeoff": after the client's test, the server's to the client's port) or
+        -d ("dual": both at once), iperf2's version 1 tests; None for neither."""
+        if not self.flags & VERSION1 or self.flags & VERSION2:
+            return None
+        return "dual" if self.flags & RUN_NOW else "tradeoff"
+
+    def unserved(self, udp: bool = False) -> str | None:
         """What iperf2 asks of us that we do not serve, as a phrase; None when all is."""
+        if udp and self.connects_back:
+            return "-r/-d over UDP"
         for flag, name in _UNSERVED:
-            if self.flags & flag and not (flag == VERSION1 and self.flags & VERSION2):
+            if self.flags & flag:
                 return name
         if self.flags & EXTEND:
             for flag, name in _UNSERVED_UPPER:
@@ -233,7 +242,9 @@ def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
 def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSpec:
     """The test an iperf2 client asked for, as our server runs it (`length`: what we read
     or write at a time)."""
-    return TestSpec(protocol=protocol, direction="reverse" if header.reverse else "forward",
+    direction = "reverse" if header.reverse else (
+        "bidir" if header.connects_back == "dual" else "forward")
+    return TestSpec(protocol=protocol, direction=direction,
                     parallel=1, duration=header.duration, num_bytes=header.num_bytes,
                     length=length, rate=float(header.rate) if header.reverse else 0.0,
                     window=header.window or None, tos=header.tos,
