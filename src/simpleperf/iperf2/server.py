@@ -123,12 +123,12 @@ class Iperf2Service:
                 tcp.set_wake_up(sock)
                 streams.append(stream)
             if header.connects_back == "dual":  # -d: our streams to the client, at once
-                streams += self._connect_back(peer, header, spec.parallel)
+                streams += _connect_back(peer, header, spec.parallel)
             self._measure(peer, header, spec, streams, _all_done)
             if header.connects_back == "tradeoff":  # -r: ours once the client's ended
                 back = dataclasses.replace(spec, direction="reverse")
                 self._measure(peer, header, back,
-                              self._connect_back(peer, header, spec.parallel), _all_done)
+                              _connect_back(peer, header, spec.parallel), _all_done)
         except (OSError, SimpleperfError) as error:
             reason = (error.strerror or str(error)).lower() if isinstance(error, OSError) \
                 else str(error)
@@ -136,25 +136,6 @@ class Iperf2Service:
             self.document(server_json.error_document(peer, reason))
         finally:
             self.policy.release(memory)
-
-    def _connect_back(self, peer: str, header: iperf2.ClientHeader, count: int
-                      ) -> list[Stream]:
-        """-r and -d: our streams to the client's own port (its header's), as iperf2's
-        server opens them (their payload iperf2's pattern, no header)."""
-        host = peer.rsplit(":", 1)[0].strip("[]")
-        streams: list[Stream] = []
-        try:
-            for number in range(count + 1, 2 * count + 1):
-                sock = tcp.connect(host, header.port, window=header.window or None)
-                tcp.set_wake_up(sock)
-                streams.append(Stream(number, True, "tcp", sock,
-                                      tcp.endpoint(sock.getpeername())))
-        except SimpleperfError:
-            for stream in streams:
-                stream.sock.close()
-            raise SimpleperfError(f"cannot connect back to port {header.port} of {host}, "
-                                  "where an iperf2 client with -r or -d listens") from None
-        return streams
 
     # UDP ------------------------------------------------------------------------------------
 
@@ -256,6 +237,26 @@ class Iperf2Service:
             self.document(server_json.error_document(peer, str(error)))
         finally:
             measurement.close()  # a reverse test ends when we close: the client's EOF
+
+
+def _connect_back(peer: str, header: iperf2.ClientHeader, count: int
+                  ) -> list[Stream]:
+    """-r and -d: our streams to the client's own port (its header's), as iperf2's
+    server opens them (their payload iperf2's pattern, no header)."""
+    host = peer.rsplit(":", 1)[0].strip("[]")
+    streams: list[Stream] = []
+    try:
+        for number in range(count + 1, 2 * count + 1):
+            sock = tcp.connect(host, header.port, window=header.window or None)
+            tcp.set_wake_up(sock)
+            streams.append(Stream(number, True, "tcp", sock,
+                                  tcp.endpoint(sock.getpeername())))
+    except SimpleperfError:
+        for stream in streams:
+            stream.sock.close()
+        raise SimpleperfError(f"cannot connect back to port {header.port} of {host}, "
+                              "where an iperf2 client with -r or -d listens") from None
+    return streams
 
 
 def _all_done(measurement: Measurement) -> bool:
