@@ -48,7 +48,6 @@ class _Gathering:
     header: iperf2.ClientHeader
     conns: list[tuple[socket.socket, bytes]] = field(default_factory=list)
     complete: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Iperf2Service:
@@ -105,7 +104,7 @@ class Iperf2Service:
     def _run_tcp(self, peer: str, header: iperf2.ClientHeader,
                  conns: list[tuple[socket.socket, bytes]]) -> None:
         spec = iperf2.spec_from_header(header, "tcp", self.options.length)
-        spec = _with_parallel(spec, len(conns))
+        spec = dataclasses.replace(spec, parallel=len(conns))
         iperf2_bytes = iperf2.tcp_header_length(header.flags) or iperf2.CLIENT_V1.size
         refusal = self._refusal(header, spec)
         if refusal is not None:
@@ -468,7 +467,3 @@ def _read_header(conn: socket.socket, prefix: bytes, stopping: threading.Event
         if not chunk:
             raise ProtocolError("the iperf2 client closed inside its header")
         data += chunk
-
-
-def _with_parallel(spec: TestSpec, parallel: int) -> TestSpec:
-    return dataclasses.replace(spec, parallel=parallel)
