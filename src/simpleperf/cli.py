@@ -15,7 +15,7 @@ import re
 import socket
 from typing import TypeVar
 
-from . import __version__, iperf3_flags, latency_flags
+from . import __version__, iperf2_flags, iperf3_flags, latency_flags
 from .errors import UsageError
 from .options import (
     AUTH_UDP_LENGTH,
@@ -152,14 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
                                            "rounded down to whole segments)")
     common.add_argument("-w", "--window", help="socket buffer size (the TCP window), e.g. "
                                               "64K (default: the kernel's autotuning)")
-    common.add_argument("-C", "--congestion", help="TCP congestion control, e.g. cubic, reno, "
+    common.add_argument("-C", "--congestion", "--tcp-congestion",
+                        help="TCP congestion control, e.g. cubic, reno, "
                                                   "bbr (default: the system's)")
-    common.add_argument("-b", dest="b", metavar="ADDRESS|RATE", help="server: the address "
+    common.add_argument("-b", "--bandwidth", dest="b", metavar="ADDRESS|RATE",
+                        help="server: the address "
                         "to listen on (as --bind); client: the target rate (as --bitrate)")
     common.add_argument("-B", "--bind-address", help="local address to use (server: to "
                         "listen on; client: to send from)")
     common.add_argument("-4", "--ipv4", "--version4", action="store_true", help="IPv4 only")
-    common.add_argument("-6", "--ipv6", "--version6", action="store_true", help="IPv6 only")
+    common.add_argument("-6", "--ipv6", "--version6", "--ipv6_domain", action="store_true",
+                        help="IPv6 only")
     common.add_argument("--auth-secret-file", metavar="FILE", help="shared secret for "
                         "authentication (challenge and HMAC; the secret never crosses the "
                         "wire); also read from $SIMPLEPERF_SECRET. A server with one refuses "
@@ -168,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "document; server: one per test (its own view), and no text")
     common.add_argument("-A", "--affinity", metavar="N[,M]", help="run on CPU N; a client's "
                         ",M: the server runs this test's streams on its CPU M")
-    common.add_argument("--logfile", metavar="FILE", help="append all output, errors too, to "
+    common.add_argument("--logfile", "-o", "--output", metavar="FILE",
+                        help="append all output, errors too, to "
                         "FILE instead of the terminal")
     _add_server_options(parser.add_argument_group("server"))
     client = parser.add_argument_group("client")
@@ -197,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_native_options(parser.add_argument_group(
         "client, native protocol (needs a simpleperf server)"))
     iperf3_flags.add_arguments(parser.add_argument_group("iperf3's flags, for its scripts"))
+    iperf2_flags.add_arguments(parser.add_argument_group(
+        "iperf2's flags, for its scripts (after --iperf2, -d -Z -V -L mean what iperf2 means "
+        "by them: --dualtest --tcp-congestion --ipv6_domain --listenport)"))
     parser.add_argument("-v", "--version", action=_Version, nargs=0,
                         help="the version and the kernel features the tests use")
     return parser
@@ -211,7 +218,7 @@ def _add_server_options(server) -> None:
     server.add_argument("--max-duration", "--server-max-duration", help="refuse tests "
                         "longer than this many seconds and end any test that runs longer")
     server.add_argument("--max-clients", help="tests served at the same time")
-    server.add_argument("-1", "--one-off", action="store_true",
+    server.add_argument("-1", "--one-off", "--singleclient", action="store_true",
                         help="serve one test, then exit (as iperf3 -s -1)")
     server.add_argument("--max-parallel", help="streams one test may open")
     server.add_argument("--allow-classic", action="store_true", help="with a shared secret, "
@@ -243,7 +250,7 @@ def _add_native_options(native) -> None:
                         "a simpleperf receiver then slows to what its host takes)")
     native.add_argument("-R", "--reverse", action="store_true", help="the server sends")
     native.add_argument("--bidir", action="store_true", help="both directions at once")
-    native.add_argument("-e", "--extended", action="store_true",
+    native.add_argument("-e", "--extended", "--enhanced", action="store_true",
                         help="kernel TCP statistics: retransmits, cwnd, RTT")
     native.add_argument("-V", "--verbose", action="store_true",
                         help="more detail, as iperf3's -V: the kernel statistics of -e, and both "
@@ -251,13 +258,14 @@ def _add_native_options(native) -> None:
     native.add_argument("--json-stream", action="store_true",
                         help="one JSON object per line, as the test runs")
     native.add_argument("-M", "--mss", "--set-mss", help="TCP maximum segment size, 88..32767")
-    native.add_argument("-N", "--no-delay", action="store_true", help="TCP_NODELAY")
+    native.add_argument("-N", "--no-delay", "--nodelay", action="store_true", help="TCP_NODELAY")
     native.add_argument("-Z", "--zerocopy", action="store_true",
                         help="TCP senders use sendfile: the kernel sends without copying "
                              "our buffer (both ends, with -R or --bidir)")
     native.add_argument("--repeating-payload", action="store_true", help="payload "
                         "'0123456789...' (as iperf3's) instead of zeros, both ends")
-    native.add_argument("-F", "--file", metavar="FILE", help="TCP, one stream: send FILE's "
+    native.add_argument("-F", "--file", "--fileinput", metavar="FILE",
+                        help="TCP, one stream: send FILE's "
                         "bytes (all of it unless -t or -n says less); with -R, write what "
                         "arrives into FILE; a server sends it to -R clients and writes what "
                         "other one-stream TCP tests send into it")
@@ -325,7 +333,10 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "extra_data": "--extra-data", "cntl_ka": "--cntl-ka",
                 "get_server_output": "--get-server-output", "username": "--username",
                 "rsa_public_key_path": "--rsa-public-key-path",
-                "json_stream_full_output": "--json-stream-full-output"}
+                "json_stream_full_output": "--json-stream-full-output",
+                "dualtest": "--dualtest", "tradeoff": "-r/--tradeoff",
+                "listenport": "--listenport", "tcp_write_prefetch": "--tcp-write-prefetch",
+                "txstart_time": "--txstart-time"}
 
 
 def _negative_values(argv: list[str]) -> list[str]:
@@ -348,13 +359,15 @@ def _negative_values(argv: list[str]) -> list[str]:
 
 
 def parse_args(argv: list[str]) -> ServerOptions | ClientOptions:
-    args, extra = build_parser().parse_known_args(_negative_values(argv))
+    args, extra = build_parser().parse_known_args(
+        _negative_values(iperf2_flags.iperf2_letters(argv)))
     if extra:
         word = extra[0]
         if word.startswith("-"):
             raise UsageError(f"unknown option {word} (see simpleperf --help)")
         raise UsageError(f"unexpected argument '{word}': simpleperf takes no positional "
                          "arguments (see simpleperf --help)")
+    iperf2_flags.refuse_not_yet(args)
     is_client = args.client is not None
     if args.server and is_client:
         raise UsageError("-s/--server and -c/--client cannot be used together")
@@ -469,6 +482,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
     _check_client_combinations(options, args)
     options = _check_rpm(options, args)
     options = iperf3_flags.apply(latency_flags.apply(_with_file(options, args), args), args)
+    options = iperf2_flags.apply(options, args)
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "

@@ -4,6 +4,7 @@ The lab is dispatched by __main__.py, above this: nothing here knows it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -64,6 +65,22 @@ def _run_client(options: ClientOptions) -> None:
     if options.verbose and not (options.json or options.json_stream):
         for note in options.accepted_only:  # iperf3's flags that change nothing here
             _printer(options)(note)
+    if options.start_at is not None:  # --txstart-time
+        _sleep_until(options.start_at)
+    if options.tradeoff and not options.iperf2:  # -r: the test, then reversed (iperf2's)
+        _run_test(dataclasses.replace(options, tradeoff=False))
+        _run_test(dataclasses.replace(options, tradeoff=False, reverse=True))
+        return
+    _run_test(options)
+
+
+def _sleep_until(when: float) -> None:
+    """Wait (Ctrl-C ends it) until the Unix time `when`."""
+    while (left := when - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+
+
+def _run_test(options: ClientOptions) -> None:
     if options.rpm:
         from .native import responsiveness
 

@@ -252,6 +252,11 @@ class ClientOptions:
     rsa_username: str | None = None  # --username: iperf3's RSA authentication, with ...
     rsa_public_key: str | None = None  # ... --rsa-public-key-path (the server's key)
     rsa_pkcs1: bool = False  # --use-pkcs1-padding
+    dualtest: bool = False  # --iperf2 -d: iperf2's dual test (the server connects back)
+    tradeoff: bool = False  # -r: the test, then the same reversed (--iperf2: connected back)
+    listen_port: int | None = None  # --iperf2 -L: where the server connects back
+    write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
+    start_at: float | None = None  # --txstart-time: the Unix time the test starts
 
     @property
     def rows_every(self) -> float | None:
@@ -270,7 +275,8 @@ class ClientOptions:
                     self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None, self.l4s, self.rpm, self.fq_rate > 0,
-                    self.extra_data is not None, self.rsa_username is not None))
+                    self.extra_data is not None, self.rsa_username is not None,
+                    self.tradeoff))
 
     @property
     def direction(self) -> str:

@@ -55,6 +55,7 @@ class TestSpec:
     whole_segments: bool = False  # TCP senders round writes down to whole segments (no -l)
     fq_rate: float = 0.0  # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
     l4s: bool = False  # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
+    write_prefetch: int = 0  # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT)
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> TestSpec:
@@ -77,7 +78,7 @@ class TestSpec:
             frame_rate=options.frame_rate, frame_load=options.frame_load,
             frame_stdev=options.frame_stdev,
             whole_segments=not options.udp and not options.length_given, l4s=options.l4s,
-            fq_rate=options.fq_rate)
+            fq_rate=options.fq_rate, write_prefetch=options.write_prefetch)
 
     @property
     def isochronous(self) -> bool:

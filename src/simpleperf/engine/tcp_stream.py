@@ -214,10 +214,12 @@ def acknowledged(stream: Stream) -> bool:
 
 
 def apply_options(sock: socket.socket, spec: TestSpec) -> None:
-    """MSS and no-delay on a data connection (window and congestion are set before
+    """MSS, no-delay and the unsent limit on a data connection (window and congestion are set before
     connect or listen, where they must be)."""
     if spec.nodelay:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if spec.write_prefetch:
+        tcp.set_unsent_limit(sock, spec.write_prefetch)
     tcp.set_congestion(sock, spec.congestion)
 
 

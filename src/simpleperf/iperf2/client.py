@@ -10,6 +10,7 @@ sent again every RETRY_SECONDS until it does, for at most REPORT_SECONDS."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import select
 import socket
 import time
@@ -29,6 +30,7 @@ from ..transport import tcp, udp
 RETRY_SECONDS = 0.01  # iperf2's own client: the last datagram again every 10 ms ...
 REPORT_SECONDS = 2.0  # ... for 2 s
 CLOSE_SECONDS = 5.0  # a TCP server's close after ours, at most this long awaited
+CONNECT_BACK_SECONDS = 5.0  # -d, -r: the server's connections back, awaited this long
 
 
 def refusal(options: ClientOptions) -> str | None:
@@ -39,6 +41,8 @@ def refusal(options: ClientOptions) -> str | None:
         return f"{where}: --bidir is not driven against iperf2 yet (its --full-duplex)"
     if options.udp and options.direction == "reverse":
         return f"{where}: -R over UDP is not driven against iperf2 yet"
+    if options.udp and (options.dualtest or options.tradeoff):
+        return f"{where}: -d and -r over UDP are not driven against iperf2 yet"
     if options.trip_times and not options.udp:
         return f"{where}: --trip-times over TCP is not driven against iperf2 yet (UDP is)"
     if options.frame_rate > 0 or options.l4s:
@@ -61,19 +65,56 @@ class _Iperf2Test:
         self.options = options
         self.out = out
         self.spec = TestSpec.from_options(options)
+        self.back = "dual" if options.dualtest else "tradeoff" if options.tradeoff else None
+        # -d, -r: where the server connects back, a port of ours it learns from the header
+        self.listener = _listen_back(options) if self.back else None
+        port = self.listener.getsockname()[1] if self.listener else options.port
         wall = time.time()
         self.header = iperf2.header_from_spec(
-            self.spec, options.port, (int(wall), int((wall - int(wall)) * 1e6)),
-            options.length_given or options.udp)
+            self.spec, port, (int(wall), int((wall - int(wall)) * 1e6)),
+            options.length_given or options.udp, self.back)
         self.streams: list[Stream] = []
 
     def run(self) -> None:
         try:
             self._open_streams()
-            self._measure()
+            if self.back == "dual":
+                self.streams += self._accept_back()
+                self._measure(dataclasses.replace(self.spec, direction="bidir"))
+                return
+            self._measure(self.spec)
+            if self.back == "tradeoff":
+                forward, self.streams = self.streams, self._accept_back()
+                for stream in forward:
+                    stream.sock.close()
+                self._measure(dataclasses.replace(self.spec, direction="reverse"))
         finally:
             for stream in self.streams:
                 stream.sock.close()
+            if self.listener is not None:
+                self.listener.close()
+
+    def _accept_back(self) -> list[Stream]:
+        """The server's connections back (-d at once, -r after our test), one per stream,
+        numbered after ours; each sends iperf2's pattern, no header, until it closes."""
+        assert self.listener is not None
+        streams: list[Stream] = []
+        deadline = time.monotonic() + CONNECT_BACK_SECONDS
+        first = len(self.streams) + 1 if self.back == "dual" else 1
+        while len(streams) < self.spec.parallel:
+            readable, _, _ = select.select([self.listener], [], [],
+                                           max(deadline - time.monotonic(), 0))
+            if not readable:
+                raise SimpleperfError(
+                    f"the iperf2 server did not connect back to port "
+                    f"{self.listener.getsockname()[1]} within {CONNECT_BACK_SECONDS:g} s "
+                    "(a firewall between us, or a server that does not serve -d/-r?)")
+            sock, _ = self.listener.accept()
+            tcp.set_wake_up(sock)
+            # labelled by the server's end: ours is the listener's, the same for all
+            streams.append(Stream(first + len(streams), False, "tcp", sock,
+                                  tcp.endpoint(sock.getpeername())))
+        return streams
 
     def _open_streams(self) -> None:
         options, spec = self.options, self.spec
@@ -95,10 +136,10 @@ class _Iperf2Test:
             tcp.set_wake_up(sock)
             self.streams.append(stream)
 
-    def _measure(self) -> None:
+    def _measure(self, spec: TestSpec) -> None:
         options = self.options
-        output = TestOutput(options, self.spec, self.streams, self.out, "iperf2")
-        measurement = Measurement(self.spec, self.streams,
+        output = TestOutput(options, spec, self.streams, self.out, "iperf2")
+        measurement = Measurement(spec, self.streams,
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
         output.start()
@@ -123,8 +164,7 @@ class _Iperf2Test:
     def _end(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
         """The test's end as iperf2 has it: the server's view, by stream number (UDP)."""
         if self.spec.protocol == "tcp":
-            if self.spec.direction != "reverse":
-                _await_close([s.sock for s in self.streams])
+            _await_close([s.sock for s in self.streams if s.sending])
             return {}
         remote = {}
         for stream in self.streams:
@@ -134,6 +174,24 @@ class _Iperf2Test:
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
                 "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
         return remote
+
+
+def _listen_back(options: ClientOptions) -> socket.socket:
+    """-d, -r: a listener for the server's connections back (--listenport, else any port),
+    on the address our test connections come from."""
+    family = socket.AF_INET6 if options.family == socket.AF_INET6 or (
+        options.local and ":" in options.local) else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((options.local or "", options.listen_port or 0))
+        sock.listen(options.parallel)
+    except OSError as error:
+        sock.close()
+        raise SimpleperfError(f"cannot listen on port {options.listen_port or 0} for the "
+                              f"iperf2 server's connections back: "
+                              f"{(error.strerror or str(error)).lower()}") from None
+    return sock
 
 
 def _open_udp(options: ClientOptions) -> socket.socket:

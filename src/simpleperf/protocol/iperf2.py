@@ -222,17 +222,19 @@ def encode_header(header: ClientHeader, udp: bool) -> bytes:
 
 
 def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
-                     length_given: bool = True) -> ClientHeader:
+                     length_given: bool = True, back: str | None = None) -> ClientHeader:
     """What our client tells an iperf2 server of a test (one stream's header: iperf2 runs
     -P as that many independent connections, each stating the thread count). The buffer
     length only when -l gave it, as iperf2's client does: a 2.1.8 server sending -R with a
-    stated length past its own buffer crashes."""
+    stated length past its own buffer crashes. `back`: -d ("dual") or -r ("tradeoff"),
+    the server connecting back to `port`."""
     upper = (UPPER_REVERSE if spec.direction == "reverse" else 0) | (
         UPPER_TRIP_TIMES if spec.trip_times else 0) | (
         UPPER_BW_SET if spec.rate and spec.protocol == "udp" else 0)
     amount = -round(spec.duration * HUNDREDTHS) if spec.duration is not None else \
         min(spec.num_bytes or 0, 0x7FFFFFFF)
-    return ClientHeader(flags=EXTEND, threads=spec.parallel, port=port,
+    flags = EXTEND | ((VERSION1 | (RUN_NOW if back == "dual" else 0)) if back else 0)
+    return ClientHeader(flags=flags, threads=spec.parallel, port=port,
                         buffer_length=spec.length if length_given else 0,
                         window=spec.window or 0, amount=amount,
                         upper=upper, version=VERSION, tos=spec.tos,

@@ -235,6 +235,7 @@ def parse_spec(message: dict[str, Any]) -> TestSpec:
         "whole_segments": lambda v: isinstance(v, bool),
         "fq_rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
         "l4s": lambda v: isinstance(v, bool),
+        "write_prefetch": lambda v: is_int(v) and 0 <= v <= MAX_LENGTH,
     }
     values: dict[str, Any] = {}
     for name, check in checks.items():

@@ -191,7 +191,8 @@ def set_tos(sock: socket.socket, tos: int) -> None:
 def connect_to_server(options: ClientOptions, stream: int | None = None) -> socket.socket:
     """A client's connection to its server, as its options say (--connect-timeout, -4/-6,
     -B); data stream number `stream`'s also with its socket options (-w, -C, -M) and, with
-    --cport, from that port plus the stream's number less one."""
+    --cport, from that port plus the stream's number less one (--tcp-write-prefetch: its
+    unsent limit)."""
     if stream is None:
         control = connect(options.host, options.port, options.connect_timeout,
                           family=options.family, local=options.local, device=options.bind_dev)
@@ -202,6 +203,8 @@ def connect_to_server(options: ClientOptions, stream: int | None = None) -> sock
                    congestion=options.congestion, family=options.family, local=options.local,
                    mss=options.mss, local_port=stream_port(options, stream), tos=options.tos,
                    mptcp=options.mptcp, device=options.bind_dev)
+    if options.write_prefetch:  # --tcp-write-prefetch
+        set_unsent_limit(sock, options.write_prefetch)
     if options.snd_timeout is not None:  # data unacknowledged this long ends the test
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
                         int(options.snd_timeout * 1000))

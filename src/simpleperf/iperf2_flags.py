@@ -1,0 +1,190 @@
+"""iperf2's command line (iperf 2.1.8's --help), for the scripts that type it.
+
+- Its long names for flags we have under another name are aliases in cli.py (--bandwidth,
+  --enhanced, --output, --nodelay, --tcp-congestion, --ipv6_domain, --fileinput,
+  --singleclient).
+- The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --listenport,
+  --tcp-write-prefetch, --txstart-time.
+- Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
+  --iperf2 the letter has iperf2's meaning, which its long name always has.
+- The rest (NOT_YET) are refused in one line saying so, rather than as unknown options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+from .errors import UsageError
+from .options import MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
+from .units import parse_size
+
+# letter -> (iperf2's long name, what the letter means without --iperf2)
+COLLISIONS: dict[str, tuple[str, str]] = {
+    "-d": ("--dualtest", "--debug, iperf3's"),
+    "-C": ("--compatibility", "--congestion, iperf3's and ours"),
+    "-Z": ("--tcp-congestion", "--zerocopy, iperf3's"),
+    "-V": ("--ipv6_domain", "--verbose, iperf3's"),
+    "-m": ("--print_mss", "--mptcp, iperf3 3.19's"),
+    "-T": ("--ttl", "--title, iperf3's"),
+    "-L": ("--listenport", "--flowlabel, iperf3's (not ours yet)"),
+    "-I": ("--stdin", "--serverip, classic Simpleperf's (iperf3: --pidfile)"),
+}
+
+# iperf2's options not taken yet: long name -> (its letter or "", what it does)
+NOT_YET: dict[str, tuple[str, str]] = {
+    "--hide-ips": ("", "hiding addresses in the output"),
+    "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
+    "--permit-key": ("", "the permit key"),
+    "--permit-key-timeout": ("", "the permit key"),
+    "--sum-only": ("", "sum-only reports"),
+    "--realtime": ("-z", "the realtime scheduler"),
+    "--compatibility": ("-C", "the 2.0 compatibility mode"),
+    "--tcp-rx-window-clamp": ("", "TCP_WINDOW_CLAMP"),
+    "--tap-dev": ("", "reading from a TAP device"),
+    "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
+    "--single_udp": ("-U", "the single-threaded UDP server"),
+    "--sum-dstip": ("", "sums by destination address"),
+    "--bounceback": ("", "bounceback tests (--rtt is ours)"),
+    "--bounceback-congest": ("", "bounceback tests"),
+    "--bounceback-hold": ("", "bounceback tests"),
+    "--bounceback-period": ("", "bounceback tests"),
+    "--bounceback-no-quickack": ("", "bounceback tests"),
+    "--connect-only": ("", "connect-only tests"),
+    "--connect-retries": ("", "retried connects"),
+    "--full-duplex": ("", "full duplex on one socket (--dualtest and --bidir use two)"),
+    "--ipg": ("", "the gap within isochronous frames"),
+    "--incr-dstip": ("", "incremented addresses"),
+    "--incr-dstport": ("", "incremented ports (--cport is ours)"),
+    "--incr-srcip": ("", "incremented addresses"),
+    "--incr-srcport": ("", "incremented ports (--cport is ours)"),
+    "--local-only": ("", "SO_DONTROUTE"),
+    "--near-congestion": ("", "RTT-weighted write delays"),
+    "--no-connect-sync": ("", "unsynchronised parallel starts"),
+    "--no-udp-fin": ("", "UDP without the final exchange"),
+    "--tcp-quickack": ("", "TCP_QUICKACK"),
+    "--tcp-write-times": ("", "write times"),
+    "--txdelay-time": ("", "a delay before the first write"),
+    "--ssm-host": ("-H", "source-specific multicast"),
+    "--stdin": ("-I", "sending standard input"),
+    "--ttl": ("-T", "multicast TTL"),
+    "--peer-detect": ("-X", "asking the server's version"),
+    "--reportexclude": ("-x", "excluding report kinds"),
+    "--reportstyle": ("-y", "CSV reports (-J and --json-stream are ours)"),
+}
+
+MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any)
+
+
+def iperf2_letters(argv: list[str]) -> list[str]:
+    """After --iperf2, a colliding letter means what iperf2 means by it: its long name
+    (`-Z cubic`, `-Zcubic`, `-L 5002`)."""
+    if "--iperf2" not in argv:
+        return argv
+    words = []
+    for word in argv:
+        letter = word[:2]
+        if letter in COLLISIONS and word[:1] == "-" and word[1:2] != "-":
+            name = COLLISIONS[letter][0]
+            word = name if len(word) == 2 else f"{name}={word[2:]}"
+        words.append(word)
+    return words
+
+
+def add_arguments(group: Any) -> None:
+    group.add_argument("--dualtest", action="store_true", help="both directions at once: "
+                       "with --iperf2 (-d there) iperf2's dual test, the server connecting "
+                       "back; otherwise --bidir")
+    group.add_argument("-r", "--tradeoff", action="store_true", help="the test, then the "
+                       "same test the other way (two tests, two reports); with --iperf2 "
+                       "the server connects back for the second")
+    group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
+                       "port the server connects back to (-L there; default: any free port, "
+                       "which the header tells the server)")
+    group.add_argument("--tcp-write-prefetch", metavar="SIZE", help="TCP senders: at most "
+                       "SIZE bytes wait unsent in the socket (TCP_NOTSENT_LOWAT), so the "
+                       "sender's buffer adds little delay")
+    group.add_argument("--txstart-time", metavar="EPOCH", help="start at this Unix time "
+                       "(seconds, fractions allowed; e.g. $(expr $(date +%%s) + 5)), so "
+                       "several clients start together")
+    for name, (letter, _) in NOT_YET.items():
+        # iperf2's own letters (-x -y -z -U -H -X) are taken with the name; a colliding
+        # one means iperf2's only after --iperf2, which rewrites it to the name
+        names = (letter, name) if letter and letter not in COLLISIONS else (name,)
+        group.add_argument(*names, dest=_dest(name), nargs="?", const="",
+                           help=argparse.SUPPRESS)
+
+
+def _dest(name: str) -> str:
+    return "iperf2_" + name.lstrip("-").replace("-", "_")
+
+
+def refuse_not_yet(args: argparse.Namespace) -> None:
+    for name, (_, what) in NOT_YET.items():
+        if getattr(args, _dest(name), None) is not None:
+            raise UsageError(f"{name} is iperf2's ({what}); simpleperf does not do it yet")
+
+
+def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
+    """The client options with iperf2's flags."""
+    changes: dict[str, Any] = {}
+    if args.dualtest and args.tradeoff:
+        raise UsageError("--dualtest and -r/--tradeoff cannot be used together (both at "
+                         "once, or one after the other)")
+    if (args.dualtest or args.tradeoff) and (options.reverse or options.bidir):
+        raise UsageError(f"{'--dualtest' if args.dualtest else '-r/--tradeoff'} runs both "
+                         "directions itself: not with -R or --bidir")
+    if args.tradeoff and options.json:
+        raise UsageError("-r/--tradeoff runs two tests, and -J writes one document: use "
+                         "--json-stream, or run the test and then with -R")
+    if options.iperf2:
+        changes.update(dualtest=args.dualtest, tradeoff=args.tradeoff)
+    elif args.dualtest:
+        changes["bidir"] = True
+    elif args.tradeoff:
+        changes["tradeoff"] = True
+    if args.listenport is not None:
+        if not (options.iperf2 and (args.dualtest or args.tradeoff)):
+            raise UsageError("--listenport (-L with --iperf2) is where an iperf2 server "
+                             "connects back: for --iperf2 with -d or -r")
+        changes["listen_port"] = _port(args.listenport)
+    if args.tcp_write_prefetch is not None:
+        changes["write_prefetch"] = _prefetch(args.tcp_write_prefetch)
+    if args.txstart_time is not None:
+        changes["start_at"] = _start_time(args.txstart_time)
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not MIN_PORT <= port <= MAX_PORT:
+        raise UsageError(f"--listenport must be a port, {MIN_PORT}..{MAX_PORT}, not '{text}'")
+    return port
+
+
+def _prefetch(text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError:
+        size = -1
+    if not 1 <= size <= MAX_LENGTH:
+        raise UsageError(f"--tcp-write-prefetch must be a size from 1 byte to "
+                         f"{MAX_LENGTH // 2**20}M (e.g. 16K), not '{text}'")
+    return size
+
+
+def _start_time(text: str) -> float:
+    try:
+        when = float(text)
+    except ValueError:
+        when = float("nan")
+    now = time.time()
+    if not now - MAX_START_AHEAD <= when <= now + MAX_START_AHEAD:  # NaN fails too
+        raise UsageError(f"--txstart-time must be a Unix time (seconds) within a day of "
+                         f"now ({now:.0f}), not '{text}'")
+    return when

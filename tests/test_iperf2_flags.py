@@ -1,0 +1,147 @@
+"""A script written for iperf2 runs with simpleperf in its place: every option iperf 2.1.8's
+own --help lists is one of ours, or refused in one line as not taken yet; where iperf2 and
+iperf3 give one letter two meanings, iperf3's wins and --iperf2 gives iperf2's (the list
+checked against both tools' --help and docs/iperf2-compat.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import IPERF3_BINARIES, run_simpleperf, start_server
+
+from simpleperf import iperf2_flags
+from simpleperf.cli import build_parser, parse_args
+from simpleperf.transport import tcp
+
+ROOT = Path(__file__).resolve().parent.parent
+OPTION = re.compile(r"^\s+(?:(-[\w1]), )?(--[\w-]+)", re.MULTILINE)
+
+
+def _help(command: list[str]) -> list[tuple[str, str]]:
+    """(letter or "", long name) of every option a tool's --help lists."""
+    done = subprocess.run([*command, "--help"], capture_output=True, text=True)
+    return OPTION.findall(done.stdout + done.stderr)
+
+
+def _ours() -> set[str]:
+    return {name for action in build_parser()._actions for name in action.option_strings}
+
+
+@pytest.mark.iperf2
+def test_every_iperf2_option_is_ours_or_refused_as_not_yet():
+    theirs = _help(["iperf"])
+    names = {name for _, name in theirs}
+    assert len(names) > 60  # the help was read
+    assert names - _ours() == set()
+    assert set(iperf2_flags.NOT_YET) <= names  # every one listed is iperf2's
+    for name in iperf2_flags.NOT_YET:
+        done = run_simpleperf("-c", "127.0.0.1", name)
+        assert done.returncode == 2, name
+        assert done.stderr.strip() == (f"simpleperf: error: {name} is iperf2's "
+                                       f"({iperf2_flags.NOT_YET[name][1]}); simpleperf does "
+                                       "not do it yet")
+
+
+@pytest.mark.iperf2
+@pytest.mark.iperf3
+def test_the_collisions_are_exactly_the_letters_both_tools_use_differently():
+    iperf2 = {letter: name for letter, name in _help(["iperf"]) if letter}
+    iperf3 = {letter: name for letter, name in _help([IPERF3_BINARIES["3.21"]]) if letter}
+    ours = {action.option_strings[0]: action.option_strings for action in build_parser()._actions
+            if action.option_strings and len(action.option_strings[0]) == 2}
+    for letter, (name, _) in iperf2_flags.COLLISIONS.items():
+        assert iperf2[letter] == name
+        assert letter in iperf3 or letter in ours, letter  # a meaning besides iperf2's
+    same = {"-p", "-f", "-i", "-l", "-u", "-w", "-B", "-M", "-N", "-S", "-s", "-c", "-n",
+            "-t", "-P", "-R", "-D", "-1", "-b", "-F", "-e", "-h", "-v"}
+    for letter, name in iperf2.items():
+        if letter in iperf3 and iperf3[letter] != name and letter not in same:
+            assert letter in iperf2_flags.COLLISIONS, (letter, name, iperf3[letter])
+    documented = (ROOT / "docs" / "iperf2-compat.md").read_text()
+    for letter, (name, _) in iperf2_flags.COLLISIONS.items():
+        assert f"`{letter}`" in documented and f"`{name}`" in documented
+
+
+def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
+    plain = parse_args(["-c", "127.0.0.1", "-d", "-Z"])
+    assert plain.zerocopy and not plain.dualtest and plain.accepted_only  # iperf3's
+    under = parse_args(["-c", "127.0.0.1", "--iperf2", "-d", "-Zreno", "-L", "5302"])
+    assert (under.dualtest, under.congestion, under.listen_port) == (True, "reno", 5302)
+    assert not under.zerocopy
+    assert parse_args(["-c", "h", "--iperf2", "-V", "-t", "1"]).family == socket.AF_INET6
+
+
+@pytest.mark.parametrize(("iperf2_name", "ours"), [
+    (["--bandwidth", "5M"], ["-b", "5M"]), (["--enhanced"], ["-e"]),
+    (["--nodelay"], ["-N"]), (["--tcp-congestion", "reno"], ["-C", "reno"]),
+    (["--ipv6_domain"], ["-6"]), (["--output", "f.log"], ["--logfile", "f.log"]),
+    (["-o", "f.log"], ["--logfile", "f.log"]), (["--dualtest"], ["--bidir"])])
+def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
+    assert parse_args(["-c", "127.0.0.1", *iperf2_name]) == parse_args(
+        ["-c", "127.0.0.1", *ours])
+
+
+@pytest.mark.parametrize(("words", "says"), [
+    (["--dualtest", "-r"], "cannot be used together"),
+    (["-r", "-R"], "not with -R or --bidir"), (["-r", "-J"], "--json-stream"),
+    (["--listenport", "5002"], "for --iperf2 with -d or -r"),
+    (["--iperf2", "-d", "-L", "80"], "--listenport must be a port"),
+    (["--tcp-write-prefetch", "0"], "--tcp-write-prefetch must be a size"),
+    (["--txstart-time", "soon"], "--txstart-time must be a Unix time"),
+    (["--txstart-time", "1e12"], "within a day")])
+def test_bad_iperf2_flags_are_one_line(words, says):
+    done = run_simpleperf("-c", "127.0.0.1", *words)
+    assert done.returncode == 2
+    assert says in done.stderr and done.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.loopback
+def test_tradeoff_runs_the_test_then_the_reverse_one():
+    live, port = start_server()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-r", "-t", "1",
+                              "--json-stream")
+    finally:
+        live.close()
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    starts = [e["data"]["test_start"] for e in events if e["event"] == "start"]
+    assert [start["reverse"] for start in starts] == [0, 1]
+    ends = [e["data"] for e in events if e["event"] == "end"]
+    assert len(ends) == 2 and all(end["sum_received"]["bytes"] > 0 for end in ends)
+
+
+@pytest.mark.loopback
+def test_txstart_time_holds_the_start_until_then():
+    live, port = start_server()
+    try:
+        start = time.time() + 2
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-J",
+                              "--txstart-time", f"{start:.3f}")
+    finally:
+        live.close()
+    assert done.returncode == 0, done.stderr
+    began = json.loads(done.stdout)["start"]["timestamp"]["timesecs"]
+    assert start - 1 <= began <= start + 1  # whole seconds in iperf3's field
+
+
+def test_tcp_write_prefetch_is_each_data_connections_unsent_limit():
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        options = parse_args(["-c", "127.0.0.1", "-p", str(listener.getsockname()[1]),
+                              "--tcp-write-prefetch", "16K"])  # decimal: 16000
+        sock = tcp.connect_to_server(options, stream=1)
+        with sock:
+            assert sock.getsockopt(socket.IPPROTO_TCP, tcp.TCP_NOTSENT_LOWAT) == 16000
+        control = tcp.connect_to_server(options)
+        with control:  # the control connection keeps the kernel's (no limit)
+            assert control.getsockopt(socket.IPPROTO_TCP, tcp.TCP_NOTSENT_LOWAT) != 16000
+    finally:
+        listener.close()
+
