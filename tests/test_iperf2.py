@@ -154,11 +154,40 @@ def test_udp_trip_times_reach_the_iperf2_client_as_its_latency(json_server):
     assert abs(delays["min_ms"] - low) <= 0.001 and delays["min_ms"] > 0
 
 
+def test_full_duplex_both_directions_on_one_connection_counted_alike(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--full-duplex", "-y", "C")
+    assert done.returncode == 0, done.stderr
+    (document,) = _wait_documents(live, 1)
+    end = document["end"]
+    ours = [end["sum_received"]["bytes"], end["sum_sent_bidir_reverse"]["bytes"]]
+    assert min(ours) > 0 and document["start"]["test_start"]["bidir"] == 1
+    assert sorted(_csv_bytes(done.stdout, 2)) == sorted(ours)
+    assert len(end["streams"]) == 2  # one direction each
+
+
+def test_the_header_is_acknowledged_with_our_version_as_2_1_8_does(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-X", "--trip-times")
+    assert done.returncode == 0, done.stderr
+    check = re.search(r"Clock sync check \(ms\): RTT/Half=\(([\d.]+)/([\d.]+)\)",
+                      done.stdout + done.stderr)
+    assert check is not None, done.stdout + done.stderr  # it read our acknowledgement's times
+    assert 0 < float(check.group(1)) < 100
+    header = iperf2.encode_header(iperf2.ClientHeader(
+        flags=iperf2.EXTEND | iperf2.PEER_DETECT | iperf2.VERSION2, amount=-10,
+        version=iperf2.VERSION), udp=False)
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(header)
+        conn.settimeout(10)
+        assert iperf2.parse_ack(conn.recv(iperf2.ACK.size, socket.MSG_WAITALL)) == "2.1.8"
+
+
 def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
     live, port = json_server
-    _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--full-duplex", timeout=30)
+    _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--permit-key=key1", timeout=30)
     (refused,) = _wait_documents(live, 1)
-    assert refused["error"] == "iperf2's --full-duplex is not served yet"
+    assert refused["error"] == "iperf2's --permit-key is not served yet"
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
     assert done.returncode == 0
     assert "error" not in _wait_documents(live, 2)[1]
@@ -249,6 +278,38 @@ def test_our_dual_test_at_an_iperf2_server_counts_both_directions_as_it_does():
     assert sorted(_csv_bytes(output, 2)) == ours
 
 
+@pytest.mark.parametrize("flag", ["--full-duplex", "--bidir"])
+def test_our_full_duplex_at_an_iperf2_server_both_ways_on_each_connection(flag):
+    process, port = _iperf_server()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", flag, "-t",
+                              "1", "-J")
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    end = json.loads(done.stdout)["end"]
+    ours = sorted([end["sum_sent"]["bytes"], end["sum_received_bidir_reverse"]["bytes"]])
+    assert min(ours) > 0
+    assert sorted(_csv_bytes(output, 2)) == ours
+
+
+def test_our_peer_detection_learns_the_iperf2_servers_version():
+    process, port = _iperf_server()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-X", "-t",
+                              "1", "-J")
+        text = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-X", "-t",
+                              "1")
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert done.returncode == 0 and text.returncode == 0, done.stderr + text.stderr
+    assert json.loads(done.stdout)["start"]["protocol"] == "iperf2 2.1.8"
+    assert text.stdout.startswith("The server is iperf 2.1.8")
+    assert json.loads(done.stdout)["end"]["sum_sent"]["bytes"] == _csv_bytes(output)[0]
+
+
 def test_our_tradeoff_at_an_iperf2_server_is_two_tests_counted_as_it_counts_them():
     process, port = _iperf_server()
     try:
@@ -287,6 +348,6 @@ def test_our_udp_client_reads_the_iperf2_server_report():
 
 
 def test_our_client_says_what_an_iperf2_server_cannot_do():
-    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "--bidir")
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u", "-R")
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "iperf2 server" in done.stderr

@@ -3,8 +3,8 @@
 - Its long names for flags we have under another name are aliases in cli.py (--bandwidth,
   --enhanced, --output, --nodelay, --tcp-congestion, --ipv6_domain, --fileinput,
   --singleclient).
-- The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --listenport,
-  --tcp-write-prefetch, --txstart-time.
+- The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
+  -X/--peer-detect, --listenport, --tcp-write-prefetch, --txstart-time.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
   --iperf2 the letter has iperf2's meaning, which its long name always has.
 - The rest (NOT_YET) are refused in one line saying so, rather than as unknown options.
@@ -54,7 +54,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--bounceback-no-quickack": ("", "bounceback tests"),
     "--connect-only": ("", "connect-only tests"),
     "--connect-retries": ("", "retried connects"),
-    "--full-duplex": ("", "full duplex on one socket (--dualtest and --bidir use two)"),
     "--ipg": ("", "the gap within isochronous frames"),
     "--incr-dstip": ("", "incremented addresses"),
     "--incr-dstport": ("", "incremented ports (--cport is ours)"),
@@ -70,7 +69,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--ssm-host": ("-H", "source-specific multicast"),
     "--stdin": ("-I", "sending standard input"),
     "--ttl": ("-T", "multicast TTL"),
-    "--peer-detect": ("-X", "asking the server's version"),
     "--reportexclude": ("-x", "excluding report kinds"),
     "--reportstyle": ("-y", "CSV reports (-J and --json-stream are ours)"),
 }
@@ -100,6 +98,12 @@ def add_arguments(group: Any) -> None:
     group.add_argument("-r", "--tradeoff", action="store_true", help="the test, then the "
                        "same test the other way (two tests, two reports); with --iperf2 "
                        "the server connects back for the second")
+    group.add_argument("--full-duplex", action="store_true", help="with --iperf2: both "
+                       "directions at once on each connection, as iperf2's (--iperf2 --bidir "
+                       "is the same; a simpleperf or iperf3 server's --bidir uses two)")
+    group.add_argument("-X", "--peer-detect", action="store_true", help="with --iperf2: "
+                       "ask the server's version (it acknowledges each connection's header "
+                       "with it); printed before the test, in JSON as the protocol")
     group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
                        "port the server connects back to (-L there; default: any free port, "
                        "which the header tells the server)")
@@ -130,6 +134,14 @@ def refuse_not_yet(args: argparse.Namespace) -> None:
 def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     """The client options with iperf2's flags."""
     changes: dict[str, Any] = {}
+    if args.full_duplex:
+        if not options.iperf2:
+            raise UsageError("--full-duplex (both ways on one connection) is iperf2's: with "
+                             "--iperf2; --bidir runs both ways against any other server")
+        if options.reverse or args.dualtest or args.tradeoff:
+            raise UsageError("--full-duplex runs both directions itself: not with -R, -d "
+                             "or -r")
+        changes["bidir"] = True
     if args.dualtest and args.tradeoff:
         raise UsageError("--dualtest and -r/--tradeoff cannot be used together (both at "
                          "once, or one after the other)")
@@ -145,6 +157,11 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["bidir"] = True
     elif args.tradeoff:
         changes["tradeoff"] = True
+    if args.peer_detect:
+        if not options.iperf2 or options.udp:
+            raise UsageError("-X/--peer-detect asks an iperf2 server its version over TCP: "
+                             "with --iperf2, without -u")
+        changes["peer_detect"] = True
     if args.listenport is not None:
         if not (options.iperf2 and (args.dualtest or args.tradeoff)):
             raise UsageError("--listenport (-L with --iperf2) is where an iperf2 server "

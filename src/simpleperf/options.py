@@ -255,6 +255,7 @@ class ClientOptions:
     dualtest: bool = False  # --iperf2 -d: iperf2's dual test (the server connects back)
     tradeoff: bool = False  # -r: the test, then the same reversed (--iperf2: connected back)
     listen_port: int | None = None  # --iperf2 -L: where the server connects back
+    peer_detect: bool = False  # --iperf2 -X: ask the server's version
     write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
 

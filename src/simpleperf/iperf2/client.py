@@ -37,8 +37,8 @@ def refusal(options: ClientOptions) -> str | None:
     """What this test asks that an iperf2 server cannot do (or that we do not yet ask of
     one), as the line to print; None when it can run."""
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
-    if options.direction == "bidir":
-        return f"{where}: --bidir is not driven against iperf2 yet (its --full-duplex)"
+    if options.direction == "bidir" and options.udp:
+        return f"{where}: --bidir (iperf2's --full-duplex) over UDP is not driven yet"
     if options.udp and options.direction == "reverse":
         return f"{where}: -R over UDP is not driven against iperf2 yet"
     if options.udp and (options.dualtest or options.tradeoff):
@@ -72,7 +72,8 @@ class _Iperf2Test:
         wall = time.time()
         self.header = iperf2.header_from_spec(
             self.spec, port, (int(wall), int((wall - int(wall)) * 1e6)),
-            options.length_given or options.udp, self.back)
+            options.length_given or options.udp, self.back, options.peer_detect)
+        self.server_version = ""  # -X: what the server said it is
         self.streams: list[Stream] = []
 
     def run(self) -> None:
@@ -131,14 +132,22 @@ class _Iperf2Test:
                 stream = Stream(number, sending, "tcp", sock,
                                 tcp.endpoint(sock.getsockname()))
                 sock.sendall(first)
+                if options.peer_detect:
+                    self.server_version = _read_ack(sock, spec.trip_times)
                 stream.num_bytes = len(first) if sending else 0
                 tcp_stream.apply_options(sock, spec)
             tcp.set_wake_up(sock)
             self.streams.append(stream)
+        if spec.direction == "bidir" and not udp_test:  # --full-duplex: the server's too,
+            self.streams += [Stream(spec.parallel + s.number, False, "tcp", s.sock, s.label)
+                             for s in list(self.streams)]  # on the same connections
 
     def _measure(self, spec: TestSpec) -> None:
         options = self.options
-        output = TestOutput(options, spec, self.streams, self.out, "iperf2")
+        if self.server_version and not (options.json or options.json_stream):
+            self.out(f"The server is iperf {self.server_version} (its acknowledgement)")
+        name = f"iperf2 {self.server_version}" if self.server_version else "iperf2"
+        output = TestOutput(options, spec, self.streams, self.out, name)
         measurement = Measurement(spec, self.streams,
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
@@ -174,6 +183,29 @@ class _Iperf2Test:
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
                 "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
         return remote
+
+
+def _read_ack(sock: socket.socket, trip_times: bool) -> str:
+    """-X: the server's acknowledgement of our header, its version ("2.1.8")."""
+    size = iperf2.ACK.size + (iperf2.ACK_TIMES.size if trip_times else 0)
+    data = b""
+    deadline = time.monotonic() + CLOSE_SECONDS
+    while len(data) < size and time.monotonic() < deadline:
+        readable, _, _ = select.select([sock], [], [], max(deadline - time.monotonic(), 0))
+        if not readable:
+            break
+        try:
+            chunk = sock.recv(size - len(data))
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    try:
+        return iperf2.parse_ack(data)
+    except ProtocolError:
+        raise SimpleperfError(f"the iperf2 server did not acknowledge our header with its "
+                              f"version within {CLOSE_SECONDS:g} s (-X)") from None
 
 
 def _listen_back(options: ClientOptions) -> socket.socket:

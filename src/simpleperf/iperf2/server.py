@@ -9,6 +9,7 @@ gathered by the client's address and header for up to GATHER_SECONDS."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import threading
@@ -75,6 +76,10 @@ class Iperf2Service:
             self.say(f"Refused iperf2 client {peer}: {error}")
             self.document(server_json.error_document(peer, str(error)))
             return False
+        if iperf2.wants_ack(header):  # our version, as 2.1.8's listener sends its own
+            read_at = time.time()
+            with contextlib.suppress(OSError):
+                conn.sendall(iperf2.encode_ack(header, read_at, time.time()))
         host = peer.rsplit(":", 1)[0]
         if header.threads > 1:
             key = (host, raw)
@@ -121,6 +126,9 @@ class Iperf2Service:
                 stream.num_bytes = 0 if header.reverse else iperf2_bytes + len(rest)
                 tcp.set_wake_up(sock)
                 streams.append(stream)
+            if header.full_duplex:  # ours on the same connections, at once
+                streams += [Stream(len(conns) + s.number, True, "tcp", s.sock, s.label)
+                            for s in list(streams)]
             if header.connects_back == "dual":  # -d: our streams to the client, at once
                 streams += _connect_back(peer, header, spec.parallel)
             self._measure(peer, header, spec, streams, _all_done)

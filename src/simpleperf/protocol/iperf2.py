@@ -71,8 +71,7 @@ _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 
 # what iperf2 does that we do not (yet): the line a refused header gets
 _UNSERVED = ((BOUNCEBACK, "--bounceback"), (KEYCHECK, "--permit-key"))
-_UNSERVED_UPPER = ((UPPER_FULL_DUPLEX, "--full-duplex"), (UPPER_ISOCH, "--isochronous"),
-                   (UPPER_PERIODIC_BURST, "--burst-period"))
+_UNSERVED_UPPER = ((UPPER_ISOCH, "--isochronous"), (UPPER_PERIODIC_BURST, "--burst-period"))
 
 
 @dataclass(frozen=True)
@@ -104,6 +103,11 @@ class ClientHeader:
         return bool(self.upper & UPPER_REVERSE)
 
     @property
+    def full_duplex(self) -> bool:
+        """--full-duplex: both directions at once on the client's one connection."""
+        return bool(self.flags & VERSION2 and self.upper & UPPER_FULL_DUPLEX)
+
+    @property
     def trip_times(self) -> bool:
         return bool(self.upper & UPPER_TRIP_TIMES)
 
@@ -131,6 +135,8 @@ class ClientHeader:
         """What iperf2 asks of us that we do not serve, as a phrase; None when all is."""
         if udp and self.connects_back:
             return "-r/-d over UDP"
+        if udp and self.full_duplex:
+            return "--full-duplex over UDP"
         for flag, name in _UNSERVED:
             if self.flags & flag:
                 return name
@@ -222,18 +228,22 @@ def encode_header(header: ClientHeader, udp: bool) -> bytes:
 
 
 def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
-                     length_given: bool = True, back: str | None = None) -> ClientHeader:
+                     length_given: bool = True, back: str | None = None,
+                     peer_detect: bool = False) -> ClientHeader:
     """What our client tells an iperf2 server of a test (one stream's header: iperf2 runs
     -P as that many independent connections, each stating the thread count). The buffer
     length only when -l gave it, as iperf2's client does: a 2.1.8 server sending -R with a
     stated length past its own buffer crashes. `back`: -d ("dual") or -r ("tradeoff"),
-    the server connecting back to `port`."""
+    the server connecting back to `port`. A bidir spec is --full-duplex: both ways on
+    each connection. `peer_detect`: -X, the server to acknowledge with its version."""
     upper = (UPPER_REVERSE if spec.direction == "reverse" else 0) | (
+        UPPER_FULL_DUPLEX if spec.direction == "bidir" else 0) | (
         UPPER_TRIP_TIMES if spec.trip_times else 0) | (
         UPPER_BW_SET if spec.rate and spec.protocol == "udp" else 0)
     amount = -round(spec.duration * HUNDREDTHS) if spec.duration is not None else \
         min(spec.num_bytes or 0, 0x7FFFFFFF)
-    flags = EXTEND | ((VERSION1 | (RUN_NOW if back == "dual" else 0)) if back else 0)
+    flags = EXTEND | ((VERSION1 | (RUN_NOW if back == "dual" else 0)) if back else 0) | (
+        PEER_DETECT | VERSION2 if peer_detect else 0)  # -X, as 2.1.8's client sets it
     return ClientHeader(flags=flags, threads=spec.parallel, port=port,
                         buffer_length=spec.length if length_given else 0,
                         window=spec.window or 0, amount=amount,
@@ -245,13 +255,52 @@ def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSp
     """The test an iperf2 client asked for, as our server runs it (`length`: what we read
     or write at a time)."""
     direction = "reverse" if header.reverse else (
-        "bidir" if header.connects_back == "dual" else "forward")
+        "bidir" if header.connects_back == "dual" or header.full_duplex else "forward")
     return TestSpec(protocol=protocol, direction=direction,
                     parallel=1, duration=header.duration, num_bytes=header.num_bytes,
                     length=length, rate=float(header.rate) if header.reverse else 0.0,
                     window=header.window or None, tos=header.tos,
                     trip_times=header.trip_times and protocol == "udp",
                     repeating_payload=True)
+
+
+# The server's acknowledgement of a TCP header --------------------------------------------
+
+CLIENT_HDR_ACK = 2  # payloads.h: MsgType CLIENTHDRACK
+ACK = struct.Struct("!iiIIIII")  # type, length, flags, version high and low, reserved x2
+ACK_TIMES = struct.Struct("!IIIIII")  # header sent, header read, ack sent: s and us each
+
+
+def wants_ack(header: ClientHeader) -> bool:
+    """Whether a 2.1.8 server acknowledges this TCP header (Listener.cpp): a 2.1 client's
+    (EXTEND) unless it asks the server to send (VERSION2), and any asking for the peer's
+    version (-X). Clients that do not ask leave it unread."""
+    return bool(header.flags & EXTEND and not header.flags & VERSION2
+                or header.flags & PEER_DETECT)
+
+
+def encode_ack(header: ClientHeader, read_at: float, now: float) -> bytes:
+    """Our version, and with --trip-times the three times the client's clock check uses."""
+    times = b""
+    if header.trip_times:
+        times = ACK_TIMES.pack(header.start[0], header.start[1], *_timeval(read_at),
+                               *_timeval(now))
+    return ACK.pack(CLIENT_HDR_ACK, ACK.size + len(times), 0, *VERSION, 0, 0) + times
+
+
+def parse_ack(data: bytes) -> str:
+    """The server's version from its acknowledgement ("2.1.8")."""
+    if len(data) < ACK.size:
+        raise ProtocolError("an iperf2 acknowledgement shorter than 28 bytes")
+    kind, _, _, high, low, _, _ = ACK.unpack_from(data)
+    if kind != CLIENT_HDR_ACK:
+        raise ProtocolError("not an iperf2 server's acknowledgement")
+    return ClientHeader(version=(high, low)).peer_version
+
+
+def _timeval(when: float) -> tuple[int, int]:
+    whole = int(when)
+    return whole & 0xFFFFFFFF, int((when - whole) * 1e6)
 
 
 # UDP datagrams -----------------------------------------------------------------------
