@@ -75,6 +75,9 @@ def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
     assert (under.dualtest, under.congestion, under.listen_port) == (True, "reno", 5302)
     assert not under.zerocopy
     assert parse_args(["-c", "h", "--iperf2", "-V", "-t", "1"]).family == socket.AF_INET6
+    # where iperf2's meaning is not taken, ours stays: -I still names the server
+    assert parse_args(["-c", "-I", "10.0.0.2", "--iperf2", "-T", "x"]).host == "10.0.0.2"
+    assert {"-d", "-Z", "-V", "-L"} == iperf2_flags.IPERF2_LETTERS
 
 
 @pytest.mark.parametrize(("iperf2_name", "ours"), [

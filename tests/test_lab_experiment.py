@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from simpleperf.lab.model import experiment, theory, topology
 from simpleperf.lab.model.experiment import ExperimentError
+from simpleperf.lab.model.flows import Timing
 from simpleperf.lab.model.outcomes import FlowOutcome, StepOutcome
 from simpleperf.lab.results.tables import case_report
 
@@ -74,6 +75,14 @@ flows = [{ kind = "tcp", from = "h1", to = "h4" }]
      "an l4s flow sets its own rate from CE marks: its rate can only be a ceiling"),
     (('kind = "tcp", from', 'kind = "udp", l4s = true, frames = "30:2M", from'),
      "an l4s flow sets its own rate: leave out frames"),
+    (('to = "h4"', 'to = "h4", tool = "iperf4"'),
+     "flow 1: tool must be one of simpleperf, iperf3, iperf2, not 'iperf4'"),
+    (('kind = "tcp", from', 'kind = "udp", frames = "30:2M", tool = "iperf2", from'),
+     "flow 1: frames needs a simpleperf server, not tool = 'iperf2'"),
+    (('kind = "tcp", from', 'kind = "udp", rate = "probe", tool = "iperf3", from'),
+     "flow 1: rate = \"probe\" needs a simpleperf server, not tool = 'iperf3'"),
+    (('kind = "tcp", from', 'kind = "ping", tool = "iperf2", from'),
+     "tool only applies to tcp and udp flows"),
     (('name = "one"', 'name = "one"\nrepeat = 0'), "repeat must be a whole number from 1"),
     (('topology = "portfolio"', ''), "topology must name a topology"),
     (('flows = [{ kind = "tcp", from = "h1", to = "h4" }]', 'flows = []'),
@@ -84,6 +93,28 @@ def test_malformed_experiments_name_the_step_and_field(change, message):
     assert text != BASE
     with pytest.raises(ExperimentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         experiment.parse(text)
+
+
+def test_a_flows_tool_picks_its_server_and_the_clients_flag():
+    from simpleperf.lab.run import kinds
+
+    plan = experiment.parse(BASE.replace('to = "h4" }', 'to = "h4", tool = "iperf2" }, '
+                                         '{ kind = "udp", from = "h1", to = "h4", '
+                                         'tool = "iperf2", rate = "5M" }, '
+                                         '{ kind = "tcp", from = "h1", to = "h4", '
+                                         'tool = "iperf3", window = "64K" }'))
+    tcp2, udp2, tcp3 = plan.steps[0].flows
+    runner, udp = kinds.TcpRunner(), kinds.UdpRunner()
+    assert runner.server(tcp2, "10.0.1.2", "5201") == ["iperf", "-s", "-p", "5201"]
+    assert udp.server(udp2, "10.0.1.2", "5202") == ["iperf", "-s", "-p", "5202", "-u"]
+    assert runner.server(tcp3, "10.0.1.2", "5203") == ["iperf3", "-s", "-p", "5203", "-w",
+                                                        "64000"]
+    outcome = FlowOutcome(tcp2, "10.0.1.2")
+    command = runner.client(outcome, "5201", 1.0, 3.0, Timing())
+    assert "--iperf2" in command and "--native" not in command
+    assert "--trip-times" not in command  # iperf2 times UDP datagrams only
+    assert "--trip-times" in udp.client(FlowOutcome(udp2, "10.0.1.2"), "5202", 1.0, 3.0,
+                                        Timing())
 
 
 def test_an_l4s_flow_asks_the_tool_for_its_scalable_response_with_a_rate_as_ceiling():

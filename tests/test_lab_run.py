@@ -473,3 +473,45 @@ def test_a_malformed_frames_flow_is_one_line_before_anything_runs(tmp_path, flow
     assert done.returncode == 1, done.stdout
     assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
     assert "step 1 (video frames) flow 1: " in done.stderr
+
+
+TOOLS = """
+name = "tools"
+topology = "pair"
+[pair]
+rate = "20M"
+delay = "5ms"
+[timing]
+duration = "3s"
+[[steps]]
+name = "tcp to iperf2"
+flows = [{ kind = "tcp", from = "h1", to = "h2", tool = "iperf2" }]
+[[steps]]
+name = "tcp to iperf3"
+flows = [{ kind = "tcp", from = "h1", to = "h2", tool = "iperf3" }]
+[[steps]]
+name = "udp to iperf2"
+flows = [{ kind = "udp", from = "h1", to = "h2", tool = "iperf2", rate = "5M" }]
+"""
+
+
+@pytest.mark.iperf2
+@pytest.mark.iperf3
+def test_flows_measure_against_iperf2_and_iperf3_servers(tmp_path):
+    """tool = "iperf2" / "iperf3": the flow's server is iperf -s or iperf3 -s in the
+    target, driven by simpleperf's client; the figures land where simpleperf's do."""
+    plan = tmp_path / "tools.toml"
+    plan.write_text(TOOLS)
+    lab("run", str(plan), "--results", str(tmp_path / "runs"), timeout=180)
+    db = sqlite3.connect(run_folder(tmp_path / "runs") / "results.sqlite")
+    rows = db.execute("SELECT kind, parameters, ok, throughput, sender_throughput, lost, "
+                      "packets FROM flow ORDER BY id").fetchall()
+    assert [(kind, json.loads(parameters)["tool"], ok) for kind, parameters, ok, *_ in rows] \
+        == [("tcp", "iperf2", 1), ("tcp", "iperf3", 1), ("udp", "iperf2", 1)]
+    for kind, _, _, throughput, sender, lost, packets in rows:
+        if kind == "tcp":  # alone on a 20 Mbit/s link; received no more than sent
+            assert 0.8 * 20e6 < throughput <= sender * 1.02 < 21e6, (throughput, sender)
+        else:  # 5 Mbit/s through 20: every datagram, as iperf -s -u counted them
+            assert 0.95 * 5e6 < throughput < 1.05 * 5e6 and lost == 0 and packets > 1000
+    assert_gone({"h1", "h2", "pair-wire"})
+    assert subprocess.run(["pgrep", "-x", "iperf"], capture_output=True).returncode == 1

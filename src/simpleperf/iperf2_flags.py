@@ -6,7 +6,8 @@
 - The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
   -X/--peer-detect, --listenport, --tcp-write-prefetch, --txstart-time.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
-  --iperf2 the letter has iperf2's meaning, which its long name always has.
+  --iperf2 the letter has iperf2's meaning where we have taken it (IPERF2_LETTERS: -d -Z
+  -V -L), which its long name always has.
 - The rest (NOT_YET) are refused in one line saying so, rather than as unknown options.
 """
 
@@ -73,18 +74,22 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--reportstyle": ("-y", "CSV reports (-J and --json-stream are ours)"),
 }
 
+# the colliding letters whose iperf2 meaning is taken: these mean iperf2's after --iperf2
+# (the others keep ours: a script's -I or -T still works, and iperf2's is not done yet)
+IPERF2_LETTERS = {letter for letter, (name, _) in COLLISIONS.items() if name not in NOT_YET}
+
 MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any)
 
 
 def iperf2_letters(argv: list[str]) -> list[str]:
-    """After --iperf2, a colliding letter means what iperf2 means by it: its long name
-    (`-Z cubic`, `-Zcubic`, `-L 5002`)."""
+    """After --iperf2, a colliding letter whose iperf2 meaning is taken means that: its
+    long name (`-Z cubic`, `-Zcubic`, `-L 5002`)."""
     if "--iperf2" not in argv:
         return argv
     words = []
     for word in argv:
         letter = word[:2]
-        if letter in COLLISIONS and word[:1] == "-" and word[1:2] != "-":
+        if letter in IPERF2_LETTERS and word[:1] == "-" and word[1:2] != "-":
             name = COLLISIONS[letter][0]
             word = name if len(word) == 2 else f"{name}={word[2:]}"
         words.append(word)

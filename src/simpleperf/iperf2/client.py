@@ -173,8 +173,8 @@ class _Iperf2Test:
     def _end(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
         """The test's end as iperf2 has it: the server's view, by stream number (UDP)."""
         if self.spec.protocol == "tcp":
-            _await_close([s.sock for s in self.streams if s.sending])
-            return {}
+            closed = _await_close([s.sock for s in self.streams if s.sending])
+            return _told_by_close(self.streams, closed)
         remote = {}
         for stream in self.streams:
             report = _final_exchange(stream)
@@ -278,17 +278,40 @@ def _final_exchange(stream: Stream) -> iperf2.ServerReport:
                           "of the test's end (is it a UDP server: iperf -s -u?)")
 
 
-def _await_close(socks: list[socket.socket]) -> None:
-    """Our side is closed; the server closes its own once it has read everything."""
+def _await_close(socks: list[socket.socket]) -> dict[socket.socket, float]:
+    """Our side is closed; the server closes its own once it has read everything: when
+    each did (monotonic), those that closed cleanly."""
     deadline = time.monotonic() + CLOSE_SECONDS
     open_socks = list(socks)
+    closed: dict[socket.socket, float] = {}
     while open_socks and time.monotonic() < deadline:
         readable, _, _ = select.select(open_socks, [], [], 0.1)
         for sock in readable:
             try:
                 if not sock.recv(65536):
                     open_socks.remove(sock)
+                    closed[sock] = time.monotonic()
             except BlockingIOError:
                 continue
             except OSError:
                 open_socks.remove(sock)
+    return closed
+
+
+def _told_by_close(streams: list[Stream], closed: dict[socket.socket, float]
+                   ) -> dict[int, dict[str, Any]]:
+    """An iperf2 TCP server reports nothing to its client, but its clean close says what
+    it counted: it closes once it has read our end of stream, so it received every byte
+    we sent, by then (half a round trip before we saw it); and a stream it sent us ended
+    with its close, so it sent what we read. Streams that failed or stayed open: none."""
+    views: dict[int, dict[str, Any]] = {}
+    for stream in streams:
+        if stream.error or stream.first is None:
+            continue
+        if stream.sending and stream.sock in closed:
+            views[stream.number] = {"stream": stream.number, "bytes": stream.num_bytes,
+                                    "seconds": closed[stream.sock] - stream.first}
+        elif not stream.sending and stream.last is not None:
+            views[stream.number] = {"stream": stream.number, "bytes": stream.num_bytes,
+                                    "seconds": stream.last - stream.first}
+    return views

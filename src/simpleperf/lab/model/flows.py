@@ -34,6 +34,9 @@ from .errors import ExperimentError
 
 COMMON_FIELDS = frozenset({"kind", "from", "to", "address", "label", "duration"})
 CONTENTS = ("random", "sparse")
+# tcp and udp flows: whose server measures (simpleperf's client drives each, reading its
+# own JSON: --iperf3 and --iperf2 against iperf3 -s and iperf -s)
+TOOLS = ("simpleperf", "iperf3", "iperf2")
 DEFAULT_TRANSFER_SIZE = 10_000_000
 MAX_TRANSFER_SIZE = 10 ** 11
 MAX_OBJECTS = 1000
@@ -84,9 +87,10 @@ class FlowKind:
 
 KINDS: dict[str, FlowKind] = {kind.name: kind for kind in (
     FlowKind("tcp", frozenset({"parallel", "length", "window", "congestion", "dscp",
-                               "rtt_under_load"}), tcp=True, share_judged=True, measured=True),
-    FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load", "l4s"}),
-             paced=True, measured=True),
+                               "rtt_under_load", "tool"}), tcp=True, share_judged=True,
+             measured=True),
+    FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load", "l4s",
+                               "tool"}), paced=True, measured=True),
     FlowKind("ping", frozenset({"count", "interval", "dscp"}), ends="count",
              loads_path=False),
     FlowKind("scp", frozenset({"size", "content"}), ends="exit", application=True, tcp=True,
@@ -125,6 +129,7 @@ class Flow:
     frames: str | None = None  # udp: video frames, iperf2's --isochronous FPS:MEAN,STDEV
     dscp: int | None = None  # tcp, udp, ping: the packets' DSCP code point (0..63)
     l4s: bool = False  # udp: ECT(1), at the rate CE marks set (--l4s); `rate` is a ceiling
+    tool: str = "simpleperf"  # tcp, udp: the server, one of TOOLS
 
     @property
     def spec(self) -> FlowKind:
@@ -281,6 +286,22 @@ def _l4s(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str
     return {"l4s": raw["l4s"]}
 
 
+def _tool(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
+    """Whose server the flow measures against; what only a simpleperf server does is
+    refused with another."""
+    tool = raw["tool"]
+    if tool not in TOOLS:
+        raise ExperimentError(f"{where} must be one of {', '.join(TOOLS)}, not {tool!r}")
+    flow = where.removesuffix(f": {name}")
+    needs_ours = [field for field, given in (
+        ("frames", "frames" in raw), ("l4s", raw.get("l4s") is True),
+        ('rate = "probe"', raw.get("rate") == "probe")) if given]
+    if tool != "simpleperf" and needs_ours:
+        raise ExperimentError(f"{flow}: {needs_ours[0]} needs a simpleperf server, not "
+                              f"tool = {tool!r}")
+    return {"tool": tool}
+
+
 def _size(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
     return {"size": datafiles.size(raw["size"], where, 1, MAX_TRANSFER_SIZE, ExperimentError)}
 
@@ -305,5 +326,6 @@ def _command(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict
 FIELDS = {"parallel": _count_of(1, MAX_PARALLEL), "rate": _rate, "frames": _frames,
           "length": _length, "congestion": _congestion, "window": _window, "dscp": _dscp,
           "count": _count_of(1, MAX_COUNT), "interval": _interval,
-          "rtt_under_load": _rtt_under_load, "l4s": _l4s, "size": _size, "content": _content,
+          "rtt_under_load": _rtt_under_load, "l4s": _l4s, "tool": _tool, "size": _size,
+          "content": _content,
           "objects": _count_of(1, MAX_OBJECTS), "server": _command, "client": _command}

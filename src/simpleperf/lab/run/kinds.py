@@ -69,14 +69,24 @@ def failure(err: str, fallback: str) -> str:
     return (detail[-1] if detail else fallback)[:200]
 
 
+# tcp and udp flows' servers besides simpleperf's (flows.TOOLS): the command, and the
+# client's flag for it; the program and its Debian package
+TOOL_SERVERS = {"iperf3": (["iperf3", "-s"], "--iperf3", "iperf3"),
+                "iperf2": (["iperf", "-s"], "--iperf2", "iperf")}
+
+
 class SimpleperfRunner(KindRunner):
-    """tcp and udp: a simpleperf server in the target; the client runs a native test whose
-    JSON carries both ends' view. The lab's namespaces share one clock, so one-way delays
-    are true: --trip-times."""
+    """tcp and udp: a simpleperf server in the target (or the flow's tool's: iperf3 -s,
+    iperf -s); the client runs a test whose JSON carries both ends' view (what an iperf
+    server tells). The lab's namespaces share one clock, so one-way delays are true:
+    --trip-times where the server times them."""
 
     def server(self, flow: Flow, address: str, port: str) -> list[str]:
         # The window must be set on the listener, before connections are accepted.
         window = ["-w", str(flow.window)] if flow.window else []
+        if flow.tool in TOOL_SERVERS:
+            udp = ["-u"] if flow.tool == "iperf2" and flow.spec.paced else []
+            return [*TOOL_SERVERS[flow.tool][0], "-p", port, *udp, *window]
         return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *window]
 
     def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
@@ -84,7 +94,10 @@ class SimpleperfRunner(KindRunner):
         flow = outcome.flow
         common = [PYTHON, "-m", "simpleperf", "-c", "-I", outcome.address, "-p", port, "-t",
                   f"{duration:g}", "-i", f"{every:g}", "-J", "--no-latency"]
-        if not flow.length or flow.length >= WRITE_HEADER.size:
+        if flow.tool in TOOL_SERVERS:
+            common.append(TOOL_SERVERS[flow.tool][1])
+        timed = flow.tool == "simpleperf" or (flow.tool == "iperf2" and flow.spec.paced)
+        if timed and (not flow.length or flow.length >= WRITE_HEADER.size):
             common.append("--trip-times")
         if flow.dscp is not None:
             common += ["--dscp", str(flow.dscp)]
@@ -106,7 +119,8 @@ class SimpleperfRunner(KindRunner):
 class TcpRunner(SimpleperfRunner):
     def arguments(self, outcome: FlowOutcome) -> list[str]:
         flow = outcome.flow
-        return ["--native", "-P", str(flow.parallel),
+        native = ["--native"] if flow.tool == "simpleperf" else []
+        return [*native, "-P", str(flow.parallel),
                 *(["-w", str(flow.window)] if flow.window else []),
                 *(["-l", str(flow.length)] if flow.length else []),
                 *(["-C", flow.congestion] if flow.congestion else [])]
@@ -272,13 +286,19 @@ def runners(resources: Applications | None) -> dict[str, KindRunner]:
             "command": CommandRunner(resources)}
 
 
-def require_programs(kinds: set[str]) -> None:
-    """Before anything is built: what the experiment's kinds need is installed."""
+def require_programs(kinds: set[str], tools: set[str] = frozenset()) -> None:
+    """Before anything is built: what the experiment's kinds (and tools) need is
+    installed."""
     every = runners(None)
     for kind in sorted(kinds):
         missing = every[kind].missing()
         if missing:
             raise CommandError(f"{kind} flows {missing}")
+    for tool in sorted(tools & TOOL_SERVERS.keys()):
+        program = TOOL_SERVERS[tool][2]
+        if which(program) is None:
+            raise CommandError(f"flows with tool = \"{tool}\" need {program} (Debian: "
+                               f"apt-get install {program})")
 
 
 # ---------------------------------------------------------------- simpleperf's JSON
