@@ -5,6 +5,7 @@ server keeps serving every other client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -183,6 +184,19 @@ def test_the_header_is_acknowledged_with_our_version_as_2_1_8_does(json_server):
         assert iperf2.parse_ack(conn.recv(iperf2.ACK.size, socket.MSG_WAITALL)) == "2.1.8"
 
 
+def test_an_iperf2_bounceback_client_gets_every_message_back(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "2", "--bounceback",
+                  "--bounceback-hold", "2")
+    assert done.returncode == 0, done.stderr
+    final = re.search(r"0\.0+-2\.\d+ sec .* (\d+)=([\d.]+)/([\d.]+)/", done.stdout)
+    assert final is not None, done.stdout
+    count, mean, low = int(final.group(1)), float(final.group(2)), float(final.group(3))
+    assert count >= 20 and 2.0 <= low <= mean < 50  # each held 2 ms by us
+    (document,) = _wait_documents(live, 1)
+    assert document["end"]["sum_received"]["bytes"] == count * iperf2.DEFAULT_BOUNCE_SIZE
+
+
 def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
     live, port = json_server
     _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--permit-key=key1", timeout=30)
@@ -206,19 +220,23 @@ def test_hostile_headers_end_one_connection_each_and_leave_nothing_behind():
             v1.pack(iperf2.EXTEND | iperf2.LEN_BIT | 60 << 1, 1, 5001, 0, 0,
                     -(2**31) + 1),  # 248 days
             struct.pack("!I", iperf2.EXTEND | iperf2.LEN_BIT | (60 << 1)),  # then silence
+            _bounce(size=2**30), _bounce(hold=3600 * 10**6),  # a GB message, an hour's hold
+            _bounce()[:40],  # a bounceback message cut short
         ]
         for header in bad:
             with socket.create_connection(("127.0.0.1", port)) as conn:
                 conn.sendall(header)
                 conn.shutdown(socket.SHUT_WR)
                 conn.settimeout(10)
-                assert conn.recv(1) == b""  # the server closed it
+                # the server closed it (a reset when it left bytes unread)
+                with contextlib.suppress(ConnectionResetError):
+                    assert conn.recv(1) == b""
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
             forged = iperf2.DATAGRAM.pack(7, 0, 0, 0) + iperf2.encode_header(
                 iperf2.ClientHeader(threads=10**5), udp=True)
             for _ in range(50):
                 flood.sendto(forged, ("127.0.0.1", port))
-        live.wait_for(lambda lines: sum("Refused iperf2" in line for line in lines) >= 4)
+        live.wait_for(lambda lines: sum("Refused iperf2" in line for line in lines) >= 7)
         done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
         assert done.returncode == 0 and _csv_bytes(done.stdout)[0] > 0
         time.sleep(1)
@@ -226,6 +244,12 @@ def test_hostile_headers_end_one_connection_each_and_leave_nothing_behind():
         assert after["threads"] <= before["threads"] and after["fds"] <= before["fds"]
     finally:
         live.close()
+
+
+def _bounce(size: int = 64, hold: int = 0) -> bytes:
+    message = iperf2.encode_bounce(iperf2.Bounce(64, 1, 0, 0, hold, time.time()))
+    struct.pack_into("!I", message, 4, size)
+    return bytes(message)
 
 
 # Our client at iperf2's servers ------------------------------------------------------------
@@ -308,6 +332,28 @@ def test_our_peer_detection_learns_the_iperf2_servers_version():
     assert json.loads(done.stdout)["start"]["protocol"] == "iperf2 2.1.8"
     assert text.stdout.startswith("The server is iperf 2.1.8")
     assert json.loads(done.stdout)["end"]["sum_sent"]["bytes"] == _csv_bytes(output)[0]
+
+
+def test_our_bounceback_at_an_iperf2_server_and_at_ours():
+    process, port = _iperf_server()
+    try:
+        theirs = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--bounceback=5",
+                                "--bounceback-period", "0.5", "--bounceback-hold", "2",
+                                "-t", "1.2", "-J")
+    finally:
+        _stop(process)
+    live, ours_port = start_server()
+    try:
+        ours = run_simpleperf("-c", "127.0.0.1", "-p", str(ours_port), "--bounceback=5",
+                              "--bounceback-period", "0.5", "--bounceback-hold", "2",
+                              "-t", "1.2", "-J")
+    finally:
+        live.close()
+    for done in (theirs, ours):
+        assert done.returncode == 0, done.stderr
+        end = json.loads(done.stdout)["end"]
+        assert end["round_trips"] == 15  # bursts of 5 at 0, 0.5 and 1 s
+        assert end["rtt"]["min_ms"] >= 2.0 and 1.9 <= end["server_hold_mean_ms"] < 10
 
 
 def test_our_tradeoff_at_an_iperf2_server_is_two_tests_counted_as_it_counts_them():

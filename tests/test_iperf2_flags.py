@@ -97,7 +97,10 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["--iperf2", "-d", "-L", "80"], "--listenport must be a port"),
     (["--tcp-write-prefetch", "0"], "--tcp-write-prefetch must be a size"),
     (["--txstart-time", "soon"], "--txstart-time must be a Unix time"),
-    (["--txstart-time", "1e12"], "within a day")])
+    (["--txstart-time", "1e12"], "within a day"),
+    (["--bounceback=0"], "a burst of 1 to"), (["--bounceback", "-u"], "not with -u"),
+    (["--bounceback-period", "1"], "are --bounceback options"),
+    (["--bounceback", "--bounceback-hold", "soon"], "--bounceback-hold must be milliseconds")])
 def test_bad_iperf2_flags_are_one_line(words, says):
     done = run_simpleperf("-c", "127.0.0.1", *words)
     assert done.returncode == 2

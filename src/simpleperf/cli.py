@@ -336,7 +336,10 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "json_stream_full_output": "--json-stream-full-output",
                 "dualtest": "--dualtest", "tradeoff": "-r/--tradeoff",
                 "listenport": "--listenport", "tcp_write_prefetch": "--tcp-write-prefetch",
-                "txstart_time": "--txstart-time"}
+                "txstart_time": "--txstart-time", "bounceback": "--bounceback",
+                "bounceback_period": "--bounceback-period",
+                "bounceback_hold": "--bounceback-hold", "peer_detect": "-X/--peer-detect",
+                "full_duplex": "--full-duplex"}
 
 
 def _negative_values(argv: list[str]) -> list[str]:

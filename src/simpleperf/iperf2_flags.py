@@ -4,7 +4,8 @@
   --enhanced, --output, --nodelay, --tcp-congestion, --ipv6_domain, --fileinput,
   --singleclient).
 - The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
-  -X/--peer-detect, --listenport, --tcp-write-prefetch, --txstart-time.
+  -X/--peer-detect, --bounceback (-period, -hold), --listenport, --tcp-write-prefetch,
+  --txstart-time.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
   --iperf2 the letter has iperf2's meaning where we have taken it (IPERF2_LETTERS: -d -Z
   -V -L), which its long name always has.
@@ -48,11 +49,8 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
     "--single_udp": ("-U", "the single-threaded UDP server"),
     "--sum-dstip": ("", "sums by destination address"),
-    "--bounceback": ("", "bounceback tests (--rtt is ours)"),
-    "--bounceback-congest": ("", "bounceback tests"),
-    "--bounceback-hold": ("", "bounceback tests"),
-    "--bounceback-period": ("", "bounceback tests"),
-    "--bounceback-no-quickack": ("", "bounceback tests"),
+    "--bounceback-congest": ("", "a TCP stream beside bounceback"),
+    "--bounceback-no-quickack": ("", "bounceback without TCP_QUICKACK"),
     "--connect-only": ("", "connect-only tests"),
     "--connect-retries": ("", "retried connects"),
     "--ipg": ("", "the gap within isochronous frames"),
@@ -79,6 +77,8 @@ NOT_YET: dict[str, tuple[str, str]] = {
 IPERF2_LETTERS = {letter for letter, (name, _) in COLLISIONS.items() if name not in NOT_YET}
 
 MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any)
+DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2's default)
+DEFAULT_PERIOD = 1.0  # --bounceback-period: seconds (iperf2's default)
 
 
 def iperf2_letters(argv: list[str]) -> list[str]:
@@ -109,6 +109,14 @@ def add_arguments(group: Any) -> None:
     group.add_argument("-X", "--peer-detect", action="store_true", help="with --iperf2: "
                        "ask the server's version (it acknowledges each connection's header "
                        "with it); printed before the test, in JSON as the protocol")
+    group.add_argument("--bounceback", nargs="?", const=str(DEFAULT_BURST), metavar="N",
+                       help="iperf2's bounceback test: bursts of N messages (default "
+                       f"{DEFAULT_BURST}) of -l bytes (default 100) that the server (iperf -s "
+                       "2.1, simpleperf -s) sends back, each one round trip, for -t seconds")
+    group.add_argument("--bounceback-period", metavar="SECONDS", help="--bounceback: a "
+                       "burst every SECONDS (default 1, as iperf2's; 0: back to back)")
+    group.add_argument("--bounceback-hold", metavar="MS", help="--bounceback: the server "
+                       "holds each message MS milliseconds before sending it back")
     group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
                        "port the server connects back to (-L there; default: any free port, "
                        "which the header tells the server)")
@@ -167,6 +175,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
             raise UsageError("-X/--peer-detect asks an iperf2 server its version over TCP: "
                              "with --iperf2, without -u")
         changes["peer_detect"] = True
+    changes.update(_bounceback(options, args))
     if args.listenport is not None:
         if not (options.iperf2 and (args.dualtest or args.tradeoff)):
             raise UsageError("--listenport (-L with --iperf2) is where an iperf2 server "
@@ -177,6 +186,44 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     if args.txstart_time is not None:
         changes["start_at"] = _start_time(args.txstart_time)
     return dataclasses.replace(options, **changes) if changes else options
+
+
+def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
+    if args.bounceback is None:
+        if args.bounceback_period is not None or args.bounceback_hold is not None:
+            raise UsageError("--bounceback-period and --bounceback-hold are --bounceback "
+                             "options")
+        return {}
+    used = [flag for given, flag in (
+        (options.udp, "-u"), (options.reverse or options.bidir, "-R/--bidir"),
+        (options.parallel > 1, "-P"), (args.dualtest or args.tradeoff, "-d/-r"),
+        (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
+        (options.iperf3, "--iperf3")) if given]
+    if used:
+        raise UsageError(f"--bounceback is one TCP connection of round trips: not with "
+                         f"{', '.join(used)}")
+    try:
+        burst = int(args.bounceback)
+    except ValueError:
+        burst = 0
+    if not 1 <= burst <= MAX_BURST:
+        raise UsageError(f"--bounceback takes a burst of 1 to {MAX_BURST} messages, not "
+                         f"'{args.bounceback}'")
+    period = DEFAULT_PERIOD if args.bounceback_period is None else _number(
+        "--bounceback-period", args.bounceback_period, 3600.0, "seconds")
+    return {"bounceback": burst, "bounce_period": period,
+            "bounce_hold": _number("--bounceback-hold", args.bounceback_hold or "0",
+                                   10_000.0, "milliseconds") / 1000}
+
+
+def _number(flag: str, text: str, high: float, unit: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= high:  # NaN fails too
+        raise UsageError(f"{flag} must be {unit} from 0 to {high:g}, not '{text}'")
+    return value
 
 
 def _port(text: str) -> int:

@@ -93,6 +93,10 @@ def _run_test(options: ClientOptions) -> None:
         from .native import rate_probe
 
         rate_probe.run(options, _printer(options))
+    elif options.bounceback:
+        from .iperf2 import bounceback
+
+        bounceback.run(options, _printer(options))
     elif options.iperf2:
         from .iperf2 import client as iperf2_client
 

@@ -256,6 +256,9 @@ class ClientOptions:
     tradeoff: bool = False  # -r: the test, then the same reversed (--iperf2: connected back)
     listen_port: int | None = None  # --iperf2 -L: where the server connects back
     peer_detect: bool = False  # --iperf2 -X: ask the server's version
+    bounceback: int = 0  # --bounceback[=N]: iperf2's round trips, bursts of N messages
+    bounce_period: float = 0.0  # --bounceback-period: seconds between bursts (0: at once)
+    bounce_hold: float = 0.0  # --bounceback-hold: seconds the server holds each
     write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
 

@@ -32,6 +32,7 @@ from ..testspec import TestSpec
 from ..transport import compiled, tcp, udp
 from ..transport.buffers import aligned
 from ..udp_port import UdpPort
+from . import bounceback
 
 GATHER_SECONDS = 2.0  # the connections of one -P test arrive within this of the first
 STEP_SECONDS = 1.0  # the server's intervals, for -J
@@ -61,7 +62,7 @@ class Iperf2Service:
         self.stopping = stopping
         self.port = port
         self._gatherings: dict[tuple[str, bytes], _Gathering] = {}
-        self._peers = _UdpPeers()
+        self._udp = _UdpTests(self)
         self._lock = threading.Lock()
 
     # TCP ------------------------------------------------------------------------------------
@@ -69,6 +70,9 @@ class Iperf2Service:
     def serve_tcp(self, conn: socket.socket, peer: str, prefix: bytes) -> bool:
         """A connection that opened with an iperf2 header; True when it joined a -P test
         another connection serves (it is kept open), False once served (or refused)."""
+        if iperf2.is_bounceback(prefix):
+            self._serve_bounceback(conn, peer, prefix)
+            return False
         try:
             raw, rest = _read_header(conn, prefix, self.stopping)
             header = iperf2.parse_header(raw)
@@ -144,54 +148,39 @@ class Iperf2Service:
         finally:
             self.policy.release(memory)
 
+    def _serve_bounceback(self, conn: socket.socket, peer: str, prefix: bytes) -> None:
+        """--bounceback: every message back, stamped (bounceback.Echo), until the client
+        ends; one row of what it sent."""
+        tcp.set_wake_up(conn)
+        try:
+            first, read_at = bounceback.first_message(conn, prefix, self.stopping,
+                                                      self.options.idle_limit)
+            echo = bounceback.Echo(first, read_at, self.options.idle_limit)
+        except (ProtocolError, OSError) as error:
+            reason = str(error) if isinstance(error, ProtocolError) else \
+                (error.strerror or str(error)).lower()
+            self.say(f"Refused iperf2 client {peer}: {reason}")
+            self.document(server_json.error_document(peer, reason))
+            return
+        spec = TestSpec(protocol="tcp", duration=None, length=echo.bounce.size, nodelay=True)
+        refusal = self._refusal(iperf2.ClientHeader(), spec)
+        if refusal is not None:
+            self.say(f"Refused iperf2 client {peer}: {refusal}")
+            self.document(server_json.error_document(peer, refusal))
+            return
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream = Stream(1, False, "tcp", conn, peer)
+            self._measure(peer, iperf2.ClientHeader(), spec, [stream],
+                          lambda m: stream.done.is_set(), echo.run)
+        finally:
+            self.policy.release(buffer_bytes(1, spec.length))
+
     # UDP ------------------------------------------------------------------------------------
 
     def datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
         """A datagram at the port's listener that carries iperf2's header."""
-        if not self._peers.arrived(peer, data):
-            return
-        label = tcp.endpoint(peer)
-        try:
-            header = iperf2.parse_header(data, iperf2.DATAGRAM.size)
-            sock = self.port.socket_for(peer, data, b"")
-        except (ProtocolError, OSError) as error:
-            self._peers.forget(peer)
-            self.say(f"Refused iperf2 client {label}: {error}")
-            return
-        self.port.settled([sock])
-        self._peers.add(peer, self.port.backlog_of(peer))
-        threading.Thread(target=self._serve_udp, args=(sock, peer, label, header),
-                         name=f"iperf2 udp {label}", daemon=True).start()
-
-    def _serve_udp(self, sock: socket.socket, peer: tuple[Any, ...], label: str,
-                   header: iperf2.ClientHeader) -> None:
-        first = self._peers.take(peer)
-        spec = iperf2.spec_from_header(header, "udp", len(first[0][0]))
-        refusal = self._refusal(header, spec)
-        try:
-            if refusal is not None:
-                self.say(f"Refused iperf2 client {label}: {refusal}")
-                self.document(server_json.error_document(label, refusal))
-                return
-            stream = Stream(1, False, "udp", sock, label)
-            udp.enable_receive_offload(sock)
-            tcp.set_wake_up(sock)
-            receiver = _UdpReceiver(first, bool(header.flags & iperf2.SEQNO64B),
-                                    self.options.idle_limit)
-
-            def report() -> None:  # before the socket closes
-                if receiver.last is not None and not header.no_udp_fin:
-                    _send_report(sock, stream, receiver.last)
-
-            self._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
-                          receiver.run, report)
-        except OSError as error:
-            self.say(f"iperf2 test from {label} ended: {(error.strerror or str(error)).lower()}")
-        finally:
-            sock.close()
-            self._peers.forget(peer)
-            if refusal is None:
-                self.policy.release(buffer_bytes(spec.stream_count(), spec.length))
+        self._udp.datagram(data, peer)
 
     # Both -----------------------------------------------------------------------------------
 
@@ -244,6 +233,63 @@ class Iperf2Service:
             self.document(server_json.error_document(peer, str(error)))
         finally:
             measurement.close()  # a reverse test ends when we close: the client's EOF
+
+
+class _UdpTests:
+    """iperf2's UDP tests at the port's listener: a datagram with its header starts one, a
+    socket connected to that client takes the rest (the service runs and reports it)."""
+
+    def __init__(self, service: Iperf2Service) -> None:
+        self.service = service
+        self.peers = _UdpPeers()
+
+    def datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
+        """A datagram at the port's listener that carries iperf2's header."""
+        if not self.peers.arrived(peer, data):
+            return
+        label = tcp.endpoint(peer)
+        try:
+            header = iperf2.parse_header(data, iperf2.DATAGRAM.size)
+            sock = self.service.port.socket_for(peer, data, b"")
+        except (ProtocolError, OSError) as error:
+            self.peers.forget(peer)
+            self.service.say(f"Refused iperf2 client {label}: {error}")
+            return
+        self.service.port.settled([sock])
+        self.peers.add(peer, self.service.port.backlog_of(peer))
+        threading.Thread(target=self._serve_udp, args=(sock, peer, label, header),
+                         name=f"iperf2 udp {label}", daemon=True).start()
+
+    def _serve_udp(self, sock: socket.socket, peer: tuple[Any, ...], label: str,
+                   header: iperf2.ClientHeader) -> None:
+        first = self.peers.take(peer)
+        spec = iperf2.spec_from_header(header, "udp", len(first[0][0]))
+        refusal = self.service._refusal(header, spec)
+        try:
+            if refusal is not None:
+                self.service.say(f"Refused iperf2 client {label}: {refusal}")
+                self.service.document(server_json.error_document(label, refusal))
+                return
+            stream = Stream(1, False, "udp", sock, label)
+            udp.enable_receive_offload(sock)
+            tcp.set_wake_up(sock)
+            receiver = _UdpReceiver(first, bool(header.flags & iperf2.SEQNO64B),
+                                    self.service.options.idle_limit)
+
+            def report() -> None:  # before the socket closes
+                if receiver.last is not None and not header.no_udp_fin:
+                    _send_report(sock, stream, receiver.last)
+
+            self.service._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
+                          receiver.run, report)
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+            self.service.say(f"iperf2 test from {label} ended: {reason}")
+        finally:
+            sock.close()
+            self.peers.forget(peer)
+            if refusal is None:
+                self.service.policy.release(buffer_bytes(spec.stream_count(), spec.length))
 
 
 def _connect_back(peer: str, header: iperf2.ClientHeader, count: int

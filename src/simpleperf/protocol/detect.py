@@ -2,7 +2,8 @@
 
 - native: the six-byte preface starting with MAGIC;
 - iperf2: its client header, whose first word of flags no other client starts with (an
-  iperf3 cookie's characters and a classic client's zeros have neither of its top bits);
+  iperf3 cookie's characters and a classic client's zeros have neither of its top bits),
+  or its bounceback message (00 80 00 00, where a classic client sends zeros);
 - iperf3: a 36-character cookie from iperf3's alphabet, then a NUL;
 - classic: anything else (a classic client starts straight away with payload, zeros).
 
@@ -13,7 +14,7 @@ client that paused mid-prefix is still a classic client, and its bytes are paylo
 
 from __future__ import annotations
 
-from .iperf2 import could_be_tcp_header
+from .iperf2 import could_be_tcp_header, is_bounceback
 from .iperf3 import COOKIE_ALPHABET
 from .iperf3 import COOKIE_SIZE as IPERF3_COOKIE_SIZE
 from .native import MAGIC, PREFACE_SIZE
@@ -29,6 +30,8 @@ def detect(prefix: bytes) -> str | None:
     if prefix[:4] == MAGIC[:len(prefix)]:
         return NATIVE if len(prefix) >= len(MAGIC) else None
     iperf2 = could_be_tcp_header(prefix)
+    if iperf2 is False:
+        iperf2 = is_bounceback(prefix)  # 00 80 00 00: a classic client sends only zeros
     if iperf2 is not False:
         return IPERF2 if iperf2 else None
     head = prefix[:IPERF3_COOKIE_SIZE - 1]

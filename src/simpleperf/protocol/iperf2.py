@@ -264,6 +264,80 @@ def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSp
                     repeating_payload=True)
 
 
+# Bounceback (--bounceback): round trips of one message size ---------------------------
+
+# flags, size, id, message flags (16), TOS (16), run time, the client's send time, the
+# server's read and write times (seconds, microseconds each), hold (us), rtt, read time
+BOUNCE = struct.Struct("!IIIHHIIIIIIIIIII")
+BOUNCE_MIN = 4 + BOUNCE.size  # 64: the smallest message 2.1.8's server takes
+BOUNCE_MAX = 1 << 20  # bytes of a message we bounce
+BOUNCE_HOLD_MAX = 10_000_000  # microseconds a message may ask the server to hold it
+BB_STOP = 0x1000  # the client's last message: no answer
+BB_CLOCK_SYNCED = 0x4000
+BB_TOS = 0x2000
+_BB_SERVER_READ = 28  # byte offsets of the server's read and write times
+_BB_SERVER_WROTE = 36
+DEFAULT_BOUNCE_SIZE = 100  # iperf2's -l for --bounceback
+
+
+@dataclass(frozen=True)
+class Bounce:
+    """A bounceback message's header."""
+
+    size: int
+    number: int
+    flags: int  # BB_*
+    tos: int
+    hold: int  # microseconds the server waits before answering
+    sent: float  # the client's send time (Unix seconds)
+
+
+def is_bounceback(prefix: bytes) -> bool | None:
+    """Whether a TCP stream opens with a bounceback message (None: too few bytes yet)."""
+    word = BOUNCEBACK.to_bytes(4, "big")
+    if prefix[:4] != word[:len(prefix)]:
+        return False
+    return True if len(prefix) >= 4 else None
+
+
+def parse_bounce(data: bytes | bytearray | memoryview) -> Bounce:
+    if len(data) < BOUNCE.size:
+        raise ProtocolError("a bounceback message shorter than its 60-byte header")
+    flags, size, number, bbflags, tos, _, sec, usec, *_, hold, _, _, _ = \
+        BOUNCE.unpack_from(data)
+    if flags != BOUNCEBACK:
+        raise ProtocolError("not a bounceback message")
+    if not BOUNCE_MIN <= size <= BOUNCE_MAX:
+        raise ProtocolError(f"a bounceback message of {size} bytes (from {BOUNCE_MIN} to "
+                            f"{BOUNCE_MAX})")
+    if hold > BOUNCE_HOLD_MAX:
+        raise ProtocolError(f"a bounceback hold of {hold / 1000:g} ms")
+    return Bounce(size, number, bbflags, tos, hold, sec + usec / 1e6)
+
+
+def encode_bounce(bounce: Bounce) -> bytearray:
+    """A client's message, `size` bytes: the header, then iperf2's filler."""
+    sec, usec = _timeval(bounce.sent)
+    message = bytearray(b"\x5a" * bounce.size)
+    BOUNCE.pack_into(message, 0, BOUNCEBACK, bounce.size, bounce.number, bounce.flags,
+                     bounce.tos, 0, sec, usec, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF,
+                     0xFFFFFFFF, bounce.hold, 0, 0, 0)
+    return message
+
+
+def stamp_bounce(message: bytearray, read_at: float, wrote_at: float) -> None:
+    """The server's read and write times, into the message it sends back."""
+    struct.pack_into("!II", message, _BB_SERVER_READ, *_timeval(read_at))
+    struct.pack_into("!II", message, _BB_SERVER_WROTE, *_timeval(wrote_at))
+
+
+def bounce_server_times(message: bytes | bytearray) -> tuple[float, float]:
+    """The server's read and write times (Unix seconds) from a message it sent back."""
+    rs, ru = struct.unpack_from("!II", message, _BB_SERVER_READ)
+    ws, wu = struct.unpack_from("!II", message, _BB_SERVER_WROTE)
+    return rs + ru / 1e6, ws + wu / 1e6
+
+
 # The server's acknowledgement of a TCP header --------------------------------------------
 
 CLIENT_HDR_ACK = 2  # payloads.h: MsgType CLIENTHDRACK

@@ -286,7 +286,8 @@ def runners(resources: Applications | None) -> dict[str, KindRunner]:
             "command": CommandRunner(resources)}
 
 
-def require_programs(kinds: set[str], tools: set[str] = frozenset()) -> None:
+def require_programs(kinds: set[str], tools: frozenset[str] | set[str] = frozenset()
+                     ) -> None:
     """Before anything is built: what the experiment's kinds (and tools) need is
     installed."""
     every = runners(None)
