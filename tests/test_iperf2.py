@@ -356,6 +356,31 @@ def test_our_bounceback_at_an_iperf2_server_and_at_ours():
         assert end["rtt"]["min_ms"] >= 2.0 and 1.9 <= end["server_hold_mean_ms"] < 10
 
 
+def test_our_csv_rows_read_as_iperf2s_own():
+    """-y C: the rows a script parses from iperf2's client, the bytes the server's own."""
+    tcp_server, tcp_port = _iperf_server()
+    udp_server, udp_port = _iperf_server("-u")
+    try:
+        tcp = run_simpleperf("-c", "127.0.0.1", "-p", str(tcp_port), "--iperf2", "-t", "1",
+                             "-P", "2", "-y", "C")
+        udp = run_simpleperf("-c", "127.0.0.1", "-p", str(udp_port), "--iperf2", "-u", "-b",
+                             "10M", "-t", "1", "-i", "0.5", "-y", "C")
+        time.sleep(0.5)
+    finally:
+        tcp_theirs, udp_theirs = _stop(tcp_server), _stop(udp_server)
+    assert tcp.returncode == 0 and udp.returncode == 0, tcp.stderr + udp.stderr
+    rows = [line.split(",") for line in tcp.stdout.splitlines()]
+    assert [len(r) for r in rows] == [9, 9, 9] and [r[5] for r in rows] == ["1", "2", "-1"]
+    assert sorted(_csv_bytes(tcp.stdout, 2)) == sorted(_csv_bytes(tcp_theirs, 2))
+    assert int(rows[2][7]) == sum(_csv_bytes(tcp_theirs, 2))
+    rows = [line.split(",") for line in udp.stdout.splitlines()]
+    assert [len(r) for r in rows] == [14, 14, 14]  # two half-second rows, then the test's
+    assert [r[6] for r in rows] == ["0.0-0.5", "0.5-1.0", "0.0-1.0"]
+    (theirs,) = [r.split(",") for r in udp_theirs.splitlines() if r.count(",") >= 12]
+    assert rows[2][7] == theirs[7]  # bytes received, lost and total: the server's report
+    assert rows[2][10:12] == theirs[10:12] and int(theirs[11]) > 800
+
+
 def test_our_tradeoff_at_an_iperf2_server_is_two_tests_counted_as_it_counts_them():
     process, port = _iperf_server()
     try:

@@ -4,8 +4,8 @@
   --enhanced, --output, --nodelay, --tcp-congestion, --ipv6_domain, --fileinput,
   --singleclient).
 - The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
-  -X/--peer-detect, --bounceback (-period, -hold), --listenport, --tcp-write-prefetch,
-  --txstart-time.
+  -X/--peer-detect, --bounceback (-period, -hold), -y C, --listenport,
+  --tcp-write-prefetch, --txstart-time.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
   --iperf2 the letter has iperf2's meaning where we have taken it (IPERF2_LETTERS: -d -Z
   -V -L), which its long name always has.
@@ -69,7 +69,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--stdin": ("-I", "sending standard input"),
     "--ttl": ("-T", "multicast TTL"),
     "--reportexclude": ("-x", "excluding report kinds"),
-    "--reportstyle": ("-y", "CSV reports (-J and --json-stream are ours)"),
 }
 
 # the colliding letters whose iperf2 meaning is taken: these mean iperf2's after --iperf2
@@ -117,6 +116,9 @@ def add_arguments(group: Any) -> None:
                        "burst every SECONDS (default 1, as iperf2's; 0: back to back)")
     group.add_argument("--bounceback-hold", metavar="MS", help="--bounceback: the server "
                        "holds each message MS milliseconds before sending it back")
+    group.add_argument("-y", "--reportstyle", metavar="C", help="C: iperf2's comma-"
+                       "separated rows (time, addresses and ports, stream, interval, bytes, "
+                       "bits/s; UDP: jitter, lost, total, percent, out of order)")
     group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
                        "port the server connects back to (-L there; default: any free port, "
                        "which the header tells the server)")
@@ -176,6 +178,14 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
                              "with --iperf2, without -u")
         changes["peer_detect"] = True
     changes.update(_bounceback(options, args))
+    if args.reportstyle is not None:
+        if args.reportstyle not in ("C", "c"):
+            raise UsageError(f"-y/--reportstyle takes C (iperf2's CSV), not "
+                             f"'{args.reportstyle}'")
+        if options.json or options.json_stream or args.bounceback is not None:
+            raise UsageError("-y C is a report of its own: not with -J, --json-stream or "
+                             "--bounceback")
+        changes["csv"] = True
     if args.listenport is not None:
         if not (options.iperf2 and (args.dualtest or args.tradeoff)):
             raise UsageError("--listenport (-L with --iperf2) is where an iperf2 server "

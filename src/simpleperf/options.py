@@ -259,6 +259,7 @@ class ClientOptions:
     bounceback: int = 0  # --bounceback[=N]: iperf2's round trips, bursts of N messages
     bounce_period: float = 0.0  # --bounceback-period: seconds between bursts (0: at once)
     bounce_hold: float = 0.0  # --bounceback-hold: seconds the server holds each
+    csv: bool = False  # -y C: iperf2's comma-separated rows instead of text
     write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
 
@@ -280,7 +281,7 @@ class ClientOptions:
                     self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None, self.l4s, self.rpm, self.fq_rate > 0,
                     self.extra_data is not None, self.rsa_username is not None,
-                    self.tradeoff))
+                    self.tradeoff, self.csv))
 
     @property
     def direction(self) -> str:

@@ -15,6 +15,7 @@ from ..options import ClientOptions
 from ..stats import RttSummary
 from ..testspec import TestSpec
 from . import classic as classic_table
+from . import csv as csv_report
 from . import json as json_report
 from . import native as table
 
@@ -31,7 +32,10 @@ class TestOutput:
         self.streams = streams
         self.out = out
         self.protocol_name = protocol_name
-        self.text = not (options.json or options.json_stream)
+        # -y C: iperf2's rows instead of text
+        self.csv = csv_report.CsvRows(streams, options.host, options.port, spec.protocol,
+                                      spec.parallel, out) if options.csv else None
+        self.text = not (options.json or options.json_stream or options.csv)
         self.json_intervals: list[dict[str, Any]] = []
         self.server_output: str | None = None  # an iperf3 server's own text (asked for)
         self.started_wall = time.time()
@@ -57,6 +61,8 @@ class TestOutput:
         self.json_intervals.append(entry)
         if self.options.json_stream:
             self.out(json.dumps({"event": "interval", "data": entry}))
+        if self.csv is not None and self.options.interval:  # as iperf2's: only with -i
+            self.csv.interval(records, entry)
         if not self.text or self.options.rows_every is None:
             return
         by_number = {s.number: s for s in self.streams}
@@ -104,6 +110,9 @@ class TestOutput:
             end["sender_tcp_congestion"] = congestion if ours_send else peer_congestion
             end["receiver_tcp_congestion"] = peer_congestion if ours_send else congestion
         end["measurement_start"] = _measurement_start(measurement.start + self.spec.omit)
+        if self.csv is not None:
+            self.csv.end(end)
+            return
         if not self.text:
             document = {"start": self._start_section(), "intervals": self.json_intervals,
                         "end": end}
