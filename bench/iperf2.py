@@ -6,10 +6,13 @@ measured alternately in one run, receiver side:
   TCP and UDP "unlimited" (-b 100G: iperf2 has no -b 0 for UDP; 1470-byte datagrams).
   Target: simpleperf / iperf2 goodput >= 1.0, with no more loss;
 - client: simpleperf's client (--iperf2) and iperf2's client against iperf2's server,
-  the same two tests. Target >= 1.0.
+  the same two tests. Target >= 1.0;
+- bounceback (--bounceback, back to back: --bounceback-period 0): round trips a second,
+  iperf2's client at our server against at its own, and our client against iperf2's at
+  iperf2's server. Target >= 1.0 (the tool adds no more to each round trip).
 
-    python3 bench/iperf2.py [--only server|client] [--protocol tcp|udp] [--runs 3]
-                            [--seconds 4]
+    python3 bench/iperf2.py [--only server|client] [--protocol tcp|udp|bounceback]
+                            [--runs 3] [--seconds 4]
 
 UDP loss is what the receiving server counted (its report, or its -y C row).
 """
@@ -178,13 +181,68 @@ def summary(name: str, mine: list, other: list) -> None:
           f"Mbit/s ({their_loss:.2f} % lost): ratio {rate / theirs:.3f}", flush=True)
 
 
+BOUNCE_ARGS = ["--bounceback", "--bounceback-period", "0"]
+
+
+def iperf2_bounces(port: int, seconds: float) -> tuple[float, float]:
+    """Round trips a second and their mean (ms), from iperf2's client's final BB line."""
+    done = subprocess.run(["iperf", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds),
+                           *BOUNCE_ARGS], capture_output=True, text=True, check=True)
+    final = re.findall(r"0\.0+-([\d.]+) sec .*? (\d+)=([\d.]+)/", done.stdout)[-1]
+    return int(final[1]) / float(final[0]), float(final[2])
+
+
+def simpleperf_bounces(port: int, seconds: float) -> tuple[float, float]:
+    done = subprocess.run(SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "-t",
+                                        str(seconds), "-J", *BOUNCE_ARGS],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"simpleperf --bounceback failed: {done.stderr}")
+    end = json.loads(done.stdout)["end"]
+    return end["round_trips"] / seconds, end["rtt"]["mean_ms"]
+
+
+def bench_bounceback(args) -> None:
+    ours_port, theirs_port = free_port(), free_port()
+    ours = Server(SIMPLEPERF + ["-s", "-p", str(ours_port)], ours_port, False)
+    theirs = Server(["iperf", "-s", "-p", str(theirs_port)], theirs_port, False)
+    try:
+        for name, mine, other in (
+                ("bounceback server", lambda: iperf2_bounces(ours_port, args.seconds),
+                 lambda: iperf2_bounces(theirs_port, args.seconds)),
+                ("bounceback client", lambda: simpleperf_bounces(theirs_port, args.seconds),
+                 lambda: iperf2_bounces(theirs_port, args.seconds))):
+            print(f"{name} ({args.runs} runs of {args.seconds:g} s, medians):", flush=True)
+            got_ours, got_theirs = [], []
+            for run in range(args.runs):
+                order = (mine, other) if run % 2 == 0 else (other, mine)
+                results = {id(f): f() for f in order}
+                got_ours.append(results[id(mine)])
+                got_theirs.append(results[id(other)])
+                print(f"    run {run + 1}: simpleperf {got_ours[-1][0]:8.0f}/s "
+                      f"({got_ours[-1][1]:.3f} ms) | iperf2 {got_theirs[-1][0]:8.0f}/s "
+                      f"({got_theirs[-1][1]:.3f} ms)", flush=True)
+            rate = statistics.median(r for r, _ in got_ours)
+            their_rate = statistics.median(r for r, _ in got_theirs)
+            print(f"{name}: simpleperf {rate:.0f} round trips/s (mean "
+                  f"{statistics.median(m for _, m in got_ours):.3f} ms) vs iperf2 "
+                  f"{their_rate:.0f}/s ({statistics.median(m for _, m in got_theirs):.3f} "
+                  f"ms): ratio {rate / their_rate:.3f}", flush=True)
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("server", "client"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--protocol", choices=("tcp", "udp"))
+    parser.add_argument("--protocol", choices=("tcp", "udp", "bounceback"))
     args = parser.parse_args()
+    if args.protocol == "bounceback":
+        bench_bounceback(args)
+        return
     for side, bench in (("server", bench_server), ("client", bench_client)):
         if args.only not in (None, side):
             continue
@@ -194,6 +252,8 @@ def main() -> None:
             name = f"{side} {'UDP' if udp else 'TCP'}"
             print(f"{name} ({args.runs} runs of {args.seconds:g} s, medians):", flush=True)
             summary(name, *bench(args, udp))
+    if args.protocol is None and args.only is None:
+        bench_bounceback(args)
 
 
 if __name__ == "__main__":

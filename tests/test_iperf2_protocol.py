@@ -104,3 +104,30 @@ def test_other_clients_first_bytes_are_never_taken_for_iperf2():
     assert detect(IPERF2_TCP[:3]) is None and detect(IPERF2_TCP) == IPERF2
     assert detect(IPERF2_TCP_REVERSE) == IPERF2
     assert detect(struct.pack("!I", iperf2.VERSION1 | iperf2.RUN_NOW)) == IPERF2  # 2.0's -d
+
+
+@given(st.integers(iperf2.BOUNCE_MIN, iperf2.BOUNCE_MAX), st.integers(0, 2**32 - 1),
+       st.integers(0, 255), st.integers(0, iperf2.BOUNCE_HOLD_MAX),
+       st.floats(1e9, 4e9), st.floats(0, 1e6), st.floats(0, 1e6))
+def test_bounceback_messages_read_back_with_the_servers_times(size, number, tos, hold, sent,
+                                                               read_after, held):
+    message = iperf2.encode_bounce(iperf2.Bounce(size, 0, 0, tos, hold, 0.0))
+    iperf2.renumber_bounce(message, number, sent)
+    bounce = iperf2.parse_bounce(message)
+    assert (bounce.size, bounce.number, bounce.tos, bounce.hold) == (size, number, tos, hold)
+    assert len(message) == size and abs(bounce.sent - sent) < 2e-6
+    iperf2.stamp_bounce(message, sent + read_after, sent + read_after + held)
+    read_at, wrote_at = iperf2.bounce_server_times(message)
+    assert abs(read_at - (sent + read_after)) < 2e-6
+    assert abs(wrote_at - read_at - held) < 4e-6
+    assert not iperf2.bounce_stops(message)
+
+
+def test_a_bounceback_opening_is_iperf2s_and_a_classic_ones_zeros_are_not():
+    message = bytes(iperf2.encode_bounce(iperf2.Bounce(100, 1, 0, 0, 0, 1.0)))
+    assert [detect(message[:n]) for n in (1, 2, 3, 4, 40)] == [None, None, None, IPERF2,
+                                                               IPERF2]
+    assert detect(bytes(37)) == CLASSIC and detect(b"\x00\x00") == CLASSIC
+    for bad in (63, iperf2.BOUNCE_MAX + 1):
+        with pytest.raises(ProtocolError):
+            iperf2.parse_bounce(message[:4] + struct.pack("!I", bad) + message[8:])

@@ -25,6 +25,7 @@ from ..testspec import TestSpec
 from ..transport import tcp
 
 REPLY_SECONDS = 5.0  # a message not back within this long ends the client's test
+BOUNCEBACK = iperf2.BOUNCEBACK.to_bytes(4, "big")  # a message's first word
 
 
 def read_message(sock: socket.socket, size: int, prefix: bytes, stop: threading.Event,
@@ -61,24 +62,22 @@ class Echo:
 
     def run(self, stream: Stream, spec: TestSpec, start: float, stop: threading.Event
             ) -> None:
-        sock, size = stream.sock, self.bounce.size
-        message: bytearray | None = self.first
-        read_at = self.read_at
-        stream.first = stream.last = time.monotonic()
+        sock, size, hold = stream.sock, self.bounce.size, self.bounce.hold / 1e6
+        message, read_at = self.first, self.read_at  # one buffer, read into again
+        view, clock, wall = memoryview(message), time.monotonic, time.time
+        stream.first = stream.last = clock()
         stream.num_bytes = size
         try:
-            while message is not None and not stop.is_set():
-                if iperf2.parse_bounce(message).flags & iperf2.BB_STOP:
-                    break
-                if self.bounce.hold:
-                    time.sleep(self.bounce.hold / 1e6)
-                iperf2.stamp_bounce(message, read_at, time.time())
+            while not stop.is_set() and not iperf2.bounce_stops(message):
+                if hold:
+                    time.sleep(hold)
+                iperf2.stamp_bounce(message, read_at, wall())
                 sock.sendall(message)
-                message = read_message(sock, size, b"", stop, self.idle)
-                read_at = time.time()
-                if message is not None:
-                    stream.num_bytes += size
-                    stream.last = time.monotonic()
+                if not _read_into(sock, view, size, stop, self.idle):
+                    break
+                read_at = wall()
+                stream.num_bytes += size
+                stream.last = clock()
         except ProtocolError as error:
             stream.error = str(error)
         except OSError as error:
@@ -86,6 +85,29 @@ class Echo:
                 stream.error = (error.strerror or str(error)).lower()
         finally:
             stream.done.set()
+
+
+def _read_into(sock: socket.socket, view: memoryview, size: int, stop: threading.Event,
+               idle: float) -> bool:
+    """The next message into `view` (False at the peer's end of stream between messages);
+    the quick path is one recv_into that brings it whole."""
+    got = 0
+    quiet_since = None
+    while got < size:
+        try:
+            count = sock.recv_into(view[got:] if got else view, size - got)
+        except BlockingIOError:  # the socket's wake-up timer
+            quiet_since = quiet_since or time.monotonic()
+            if stop.is_set() or time.monotonic() - quiet_since > idle:
+                raise ProtocolError(f"no bounceback message for {idle:g} s") from None
+            continue
+        if not count:
+            if got:
+                raise ProtocolError("the peer closed inside a bounceback message")
+            return False
+        got += count
+        quiet_since = None
+    return True
 
 
 def first_message(conn: socket.socket, prefix: bytes, stop: threading.Event,
@@ -150,6 +172,9 @@ def _bounce(sock: socket.socket, options: ClientOptions, size: int,
     row_from, row_samples = 0.0, list[float]()
     number = 0
     stop = threading.Event()
+    message = iperf2.encode_bounce(iperf2.Bounce(
+        size, 0, 0, options.tos, int(options.bounce_hold * 1e6), time.time()))
+    reply = memoryview(bytearray(size))
     burst_began = began
     while time.monotonic() < end:
         if options.bounce_period and number and number % options.bounceback == 0:
@@ -163,13 +188,13 @@ def _bounce(sock: socket.socket, options: ClientOptions, size: int,
             row_from, row_samples, next_row = next_row - began, [], next_row + every
         number += 1
         sent = time.monotonic()
-        sock.sendall(iperf2.encode_bounce(iperf2.Bounce(
-            size, number, 0, options.tos, int(options.bounce_hold * 1e6), time.time())))
+        iperf2.renumber_bounce(message, number, time.time())
+        sock.sendall(message)
         try:
-            reply = read_message(sock, size, b"", stop, REPLY_SECONDS)
+            back = _read_into(sock, reply, size, stop, REPLY_SECONDS)
         except ProtocolError:
-            reply = None
-        if reply is None or reply[:4] != iperf2.BOUNCEBACK.to_bytes(4, "big"):
+            back = False
+        if not back or reply[:4] != BOUNCEBACK:
             raise SimpleperfError(f"the server did not bounce message {number} back within "
                                   f"{REPLY_SECONDS:g} s (is it iperf 2.1 or simpleperf?)")
         rtt = (time.monotonic() - sent) * 1000

@@ -325,13 +325,31 @@ def encode_bounce(bounce: Bounce) -> bytearray:
     return message
 
 
+_BB_TIMES = struct.Struct("!IIII")  # the server's read and write times, side by side
+_BB_SENT = struct.Struct("!II")  # at 20: the client's send time
+
+
 def stamp_bounce(message: bytearray, read_at: float, wrote_at: float) -> None:
     """The server's read and write times, into the message it sends back."""
-    struct.pack_into("!II", message, _BB_SERVER_READ, *_timeval(read_at))
-    struct.pack_into("!II", message, _BB_SERVER_WROTE, *_timeval(wrote_at))
+    read_whole, wrote_whole = int(read_at), int(wrote_at)
+    _BB_TIMES.pack_into(message, _BB_SERVER_READ, read_whole & 0xFFFFFFFF,
+                        int((read_at - read_whole) * 1e6), wrote_whole & 0xFFFFFFFF,
+                        int((wrote_at - wrote_whole) * 1e6))
 
 
-def bounce_server_times(message: bytes | bytearray) -> tuple[float, float]:
+def renumber_bounce(message: bytearray, number: int, sent: float) -> None:
+    """A client's next message in the same buffer: its number and send time."""
+    struct.pack_into("!I", message, 8, number & 0xFFFFFFFF)
+    whole = int(sent)
+    _BB_SENT.pack_into(message, 20, whole & 0xFFFFFFFF, int((sent - whole) * 1e6))
+
+
+def bounce_stops(message: bytes | bytearray) -> bool:
+    """The client's last message (no answer)."""
+    return bool(message[12] << 8 & BB_STOP)
+
+
+def bounce_server_times(message: bytes | bytearray | memoryview) -> tuple[float, float]:
     """The server's read and write times (Unix seconds) from a message it sent back."""
     rs, ru = struct.unpack_from("!II", message, _BB_SERVER_READ)
     ws, wu = struct.unpack_from("!II", message, _BB_SERVER_WROTE)
