@@ -137,6 +137,21 @@ def test_an_iperf2_udp_client_gets_the_server_report(json_server):
     assert abs(float(report.group(1)) - ours["jitter_ms"]) < 0.0015
 
 
+def test_a_reverse_udp_client_receives_what_we_send_at_its_rate(json_server):
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-R", "-b", "10M", "-t", "2",
+                  "-y", "C")
+    assert done.returncode == 0, done.stderr
+    (row,) = [r.split(",") for r in done.stdout.splitlines() if r.count(",") >= 12]
+    received, lost, total = int(row[7]), int(row[10]), int(row[11])
+    assert lost == 0 and total > 1500 and 9.5e6 < int(row[8]) < 10.5e6
+    (document,) = _wait_documents(live, 1)
+    sent = document["end"]["sum_sent"]
+    assert document["start"]["test_start"]["reverse"] == 1
+    assert sent["packets"] in (total, total - 1)  # iperf2 counts our last datagram too
+    assert sent["bytes"] <= received
+
+
 def test_udp_trip_times_reach_the_iperf2_client_as_its_latency(json_server):
     live, port = json_server
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "5M", "-t", "1",

@@ -9,7 +9,6 @@ sent again every RETRY_SECONDS until it does, for at most REPORT_SECONDS."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import select
 import socket
@@ -26,9 +25,8 @@ from ..protocol import iperf2
 from ..report.client import TestOutput
 from ..testspec import TestSpec
 from ..transport import tcp, udp
+from . import datagrams
 
-RETRY_SECONDS = 0.01  # iperf2's own client: the last datagram again every 10 ms ...
-REPORT_SECONDS = 2.0  # ... for 2 s
 CLOSE_SECONDS = 5.0  # a TCP server's close after ours, at most this long awaited
 CONNECT_BACK_SECONDS = 5.0  # -d, -r: the server's connections back, awaited this long
 
@@ -177,7 +175,7 @@ class _Iperf2Test:
             return _told_by_close(self.streams, closed)
         remote = {}
         for stream in self.streams:
-            report = _final_exchange(stream)
+            report = datagrams.ask_report(stream)
             remote[stream.number] = {
                 "stream": stream.number, "bytes": report.num_bytes,
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
@@ -243,39 +241,6 @@ def _open_udp(options: ClientOptions) -> socket.socket:
     if options.tos:
         tcp.set_tos(sock, options.tos)
     return sock
-
-
-def _final_exchange(stream: Stream) -> iperf2.ServerReport:
-    """Send the last datagram (its number negative) until the server's report comes."""
-    sock = stream.sock
-    size = max(len(stream.payload) + iperf2.DATAGRAM.size, 1) if stream.payload else 64
-    datagram = bytearray(size)
-    datagram[iperf2.DATAGRAM.size:] = stream.payload[:size - iperf2.DATAGRAM.size]
-    number = stream.packets_sent + 1
-    deadline = time.monotonic() + REPORT_SECONDS
-    # The first of them counts at both ends, as iperf2's client counts it
-    stream.packets_sent, stream.num_bytes = number, stream.num_bytes + size
-    while time.monotonic() < deadline:
-        datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(-number, time.time())
-        with contextlib.suppress(BlockingIOError):
-            sock.send(datagram)
-        readable, _, _ = select.select([sock], [], [], RETRY_SECONDS)
-        if not readable:
-            number += 1  # iperf2 numbers each ending anew
-            continue
-        try:
-            answer = sock.recv(65536)
-        except ConnectionRefusedError:
-            raise SimpleperfError("the iperf2 server's port is closed (ICMP port "
-                                  "unreachable)") from None
-        except BlockingIOError:
-            continue
-        try:
-            return iperf2.parse_report(answer)
-        except ProtocolError:
-            continue  # not the report: another ending's echo, or noise
-    raise SimpleperfError(f"the iperf2 server sent no report within {REPORT_SECONDS:g} s "
-                          "of the test's end (is it a UDP server: iperf -s -u?)")
 
 
 def _await_close(socks: list[socket.socket]) -> dict[socket.socket, float]:

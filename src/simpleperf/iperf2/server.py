@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import tcp_stream, udp_receive
+from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
@@ -27,17 +27,13 @@ from ..policy import ServerPolicy, buffer_bytes
 from ..protocol import iperf2
 from ..report import native as table
 from ..report import server_json
-from ..stats import UdpReceiveAccount
 from ..testspec import TestSpec
-from ..transport import compiled, tcp, udp
-from ..transport.buffers import aligned
+from ..transport import tcp, udp
 from ..udp_port import UdpPort
-from . import bounceback
+from . import bounceback, datagrams
 
 GATHER_SECONDS = 2.0  # the connections of one -P test arrive within this of the first
 STEP_SECONDS = 1.0  # the server's intervals, for -J
-REPORT_TRIES = 10  # the final report, sent again while the client keeps ending (iperf2's)
-QUIET_SECONDS = 0.25  # ... until it has been quiet this long
 HEADER_SECONDS = 5.0  # a TCP client's header must be whole by then
 EARLY_DATAGRAMS = 1024  # kept of those the listener reads before a test's socket is there
 ENDED_SECONDS = 5.0  # a UDP client heard of this recently after its test starts nothing
@@ -270,15 +266,18 @@ class _UdpTests:
                 self.service.say(f"Refused iperf2 client {label}: {refusal}")
                 self.service.document(server_json.error_document(label, refusal))
                 return
+            tcp.set_wake_up(sock)
+            if header.reverse:  # -R: we send, as iperf2's client would, and end as it does
+                self._send(sock, label, header, spec)
+                return
             stream = Stream(1, False, "udp", sock, label)
             udp.enable_receive_offload(sock)
-            tcp.set_wake_up(sock)
-            receiver = _UdpReceiver(first, bool(header.flags & iperf2.SEQNO64B),
+            receiver = datagrams.UdpReceiver(first, bool(header.flags & iperf2.SEQNO64B),
                                     self.service.options.idle_limit)
 
             def report() -> None:  # before the socket closes
                 if receiver.last is not None and not header.no_udp_fin:
-                    _send_report(sock, stream, receiver.last)
+                    datagrams.send_report(sock, stream, receiver.last)
 
             self.service._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
                           receiver.run, report)
@@ -290,6 +289,24 @@ class _UdpTests:
             self.peers.forget(peer)
             if refusal is None:
                 self.service.policy.release(buffer_bytes(spec.stream_count(), spec.length))
+
+
+    def _send(self, sock: socket.socket, label: str, header: iperf2.ClientHeader,
+              spec: TestSpec) -> None:
+        """-u -R: datagrams in iperf2's layout at the client's -b for its -t; then the last,
+        until the client's report comes (what it received: not our row, which is ours)."""
+        stream = Stream(1, True, "udp", sock, label, header=iperf2.LAYOUT)
+
+        def end() -> None:
+            try:
+                datagrams.ask_report(stream, "client")
+            except datagrams.ReceiverGone:
+                pass  # it has our last datagram and has left, as iperf2's client does
+            except SimpleperfError as error:
+                self.service.say(f"iperf2 test from {label}: {error}")
+
+        self.service._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
+                              answer=end)
 
 
 def _connect_back(peer: str, header: iperf2.ClientHeader, count: int
@@ -363,141 +380,6 @@ class _UdpPeers:
             now = time.time()
             self._ended = {p: t for p, t in self._ended.items() if now - t < ENDED_SECONDS}
             self._ended[peer] = now
-
-
-class _UdpReceiver:
-    """The body of an iperf2 UDP stream's thread: datagrams accounted until the client's
-    last (a negative number), whose header `last` keeps for the report."""
-
-    def __init__(self, first: list[tuple[bytes, float]], wide: bool, idle: float) -> None:
-        self.first = first  # what the listener read before the socket was connected
-        self.wide = wide
-        self.idle = idle
-        self.last: bytes | None = None
-
-    def run(self, stream: Stream, spec: TestSpec, start: float, stop: threading.Event
-            ) -> None:
-        account = stream.account = UdpReceiveAccount(stream.delays)
-        clock = time.monotonic
-        try:
-            received = 0
-            for data, arrival in self.first:
-                received += self._account(account, data, 0, len(data), len(data), arrival)
-            udp_receive.progress(stream, received, clock)
-            fastpath = compiled.module()
-            if fastpath is not None and stream.delays is None:
-                self._read_compiled(stream, account, stop, fastpath)
-            else:
-                self._read_batches(stream, account, stop)
-        finally:
-            stream.done.set()
-
-    def _quiet_too_long(self, stream: Stream, now: float) -> bool:
-        if now - (stream.last or now) > self.idle:
-            stream.error = f"no datagram for {self.idle:g} s"
-            return True
-        return False
-
-    def _read_compiled(self, stream: Stream, account: UdpReceiveAccount,
-                       stop: threading.Event, fastpath: Any) -> None:
-        """recvmmsg in C, the runs in order accounted in C (udp_receive's compiled path,
-        told iperf2's layout); the row with the client's last datagram in Python."""
-        slot, count = udp.BatchReceiver.SLOT, udp_receive.MESSAGES_PER_READ
-        buffer = aligned(slot * count)
-        table = bytearray(udp_receive.ROW.size * count)
-        read, fd, clock = fastpath.receive, stream.sock.fileno(), time.monotonic
-        received = stream.num_bytes
-        while not stop.is_set() and self.last is None:
-            try:
-                got = read(fd, buffer, slot, count, table)
-            except ConnectionRefusedError:
-                continue
-            if not got:
-                if self._quiet_too_long(stream, clock()):
-                    return
-                continue
-            ending = self._first_ending(buffer, slot, table, got)
-            received += udp_receive.account_read(account, iperf2.LAYOUT, buffer, slot, table,
-                                                 ending, fastpath)
-            if ending < got:
-                length, segment, arrival, _ = udp_receive.ROW.unpack_from(
-                    table, ending * udp_receive.ROW.size)
-                received += self._account(account, buffer, ending * slot, length, segment,
-                                          arrival)
-            udp_receive.progress(stream, received, clock)
-
-    def _first_ending(self, buffer: Any, slot: int, table: bytearray, got: int) -> int:
-        """The first row whose last datagram's number is negative (the client's last); got
-        when none is. The last comes after every other, so a row's last datagram tells."""
-        row = udp_receive.ROW
-        for index in range(got):
-            length, segment = row.unpack_from(table, index * row.size)[:2]
-            at = index * slot + (length - 1) // max(segment, 1) * max(segment, 1)
-            if length >= iperf2.DATAGRAM.size and buffer[at + (12 if self.wide else 0)] >= 0x80:
-                return index
-        return got
-
-    def _read_batches(self, stream: Stream, account: UdpReceiveAccount,
-                      stop: threading.Event) -> None:
-        """recvmmsg from Python, every datagram accounted in Python (the delays logged)."""
-        receiver = udp.BatchReceiver(stream.sock)
-        buffer, message = receiver.buffer, receiver.message
-        received, clock = stream.num_bytes, time.monotonic
-        while not stop.is_set() and self.last is None:
-            try:
-                got = receiver.receive()
-            except (BlockingIOError, ConnectionRefusedError):
-                if self._quiet_too_long(stream, clock()):
-                    return
-                continue
-            for index in range(got):
-                base, count, segment, arrival, _ = message(index)
-                received += self._account(account, buffer, base, count, segment, arrival)
-            udp_receive.progress(stream, received, clock)
-
-    def _account(self, account: UdpReceiveAccount, buffer: Any, base: int, count: int,
-                 segment: int, arrival: float) -> int:
-        """One read: a datagram, or a run of `segment`-byte ones; the bytes that count."""
-        moved = 0
-        packets = []
-        step = max(1, min(segment, count))
-        for offset in range(base, base + count, step):
-            size = min(step, base + count - offset)
-            if size < iperf2.DATAGRAM.size or self.last is not None:
-                continue
-            number, sent = iperf2.sequence(buffer, offset, self.wide)
-            if number < 0:  # the client's last: it counts, and ends the test
-                number = -number
-                self.last = bytes(buffer[offset:offset + iperf2.DATAGRAM.size])
-            packets.append((number, sent, arrival))
-            moved += size
-        account.feed_packets(packets)
-        return moved
-
-
-def _send_report(sock: socket.socket, stream: Stream, last: bytes) -> None:
-    """iperf2's answer to the client's last datagram, again while the client keeps ending
-    (the answer was lost), until it is quiet."""
-    account = stream.account
-    assert account is not None
-    seconds = (stream.last or 0.0) - (stream.first or 0.0)
-    delays = None
-    if stream.delays is not None:
-        total = stream.delays.total()
-        if total.count:
-            m2 = max(0.0, total.squares - total.total * total.total / total.count)
-            delays = (total.minimum, total.maximum, total.total, total.mean, m2, total.count)
-    report = iperf2.ServerReport(stream.num_bytes, max(seconds, 0.0), account.lost,
-                                 account.out_of_order, account.highest, account.jitter,
-                                 delays)
-    answer = iperf2.encode_report(report, last)
-    sock.settimeout(QUIET_SECONDS)
-    for _ in range(REPORT_TRIES):
-        try:
-            sock.send(answer)
-            sock.recv(65536)  # more endings: the client has not heard us yet
-        except OSError:  # quiet (a timeout) or gone
-            return
 
 
 def _read_header(conn: socket.socket, prefix: bytes, stopping: threading.Event
