@@ -371,6 +371,22 @@ def test_our_bounceback_at_an_iperf2_server_and_at_ours():
         assert end["rtt"]["min_ms"] >= 2.0 and 1.9 <= end["server_hold_mean_ms"] < 10
 
 
+def test_our_reverse_udp_receives_what_the_iperf2_server_sent():
+    process, port = _iperf_server("-u")
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", "-R",
+                              "-b", "10M", "-t", "2", "-J")
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert done.returncode == 0, done.stderr
+    received = json.loads(done.stdout)["end"]["sum_received"]
+    (row,) = [r.split(",") for r in output.splitlines() if r.count(",") >= 12]
+    assert received["bytes"] == int(row[7])  # all it sent (its row: the sender's count)
+    assert received["lost_packets"] == 0 and received["packets"] > 1500
+    assert 9.5e6 < received["bits_per_second"] < 10.5e6
+
+
 def test_our_csv_rows_read_as_iperf2s_own():
     """-y C: the rows a script parses from iperf2's client, the bytes the server's own."""
     tcp_server, tcp_port = _iperf_server()
@@ -434,6 +450,10 @@ def test_our_udp_client_reads_the_iperf2_server_report():
 
 
 def test_our_client_says_what_an_iperf2_server_cannot_do():
-    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u", "-R")
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u", "-d")
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "iperf2 server" in done.stderr
+    nobody = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u",
+                            "-R", "-t", "1")
+    assert nobody.returncode == 1 and nobody.stderr.strip().count("\n") == 0
+    assert "nothing listens on that UDP port" in nobody.stderr

@@ -10,8 +10,10 @@ sent again every RETRY_SECONDS until it does, for at most REPORT_SECONDS."""
 from __future__ import annotations
 
 import dataclasses
+import random
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,8 @@ from . import datagrams
 
 CLOSE_SECONDS = 5.0  # a TCP server's close after ours, at most this long awaited
 CONNECT_BACK_SECONDS = 5.0  # -d, -r: the server's connections back, awaited this long
+ASK_TIMES = 100  # UDP -R: our header sent at most this often until the server sends
+IDLE_SECONDS = 10.0  # UDP -R: a server silent this long has gone
 
 
 def refusal(options: ClientOptions) -> str | None:
@@ -37,8 +41,6 @@ def refusal(options: ClientOptions) -> str | None:
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
     if options.direction == "bidir" and options.udp:
         return f"{where}: --bidir (iperf2's --full-duplex) over UDP is not driven yet"
-    if options.udp and options.direction == "reverse":
-        return f"{where}: -R over UDP is not driven against iperf2 yet"
     if options.udp and (options.dualtest or options.tradeoff):
         return f"{where}: -d and -r over UDP are not driven against iperf2 yet"
     if options.trip_times and not options.udp:
@@ -73,6 +75,7 @@ class _Iperf2Test:
             options.length_given or options.udp, self.back, options.peer_detect)
         self.server_version = ""  # -X: what the server said it is
         self.streams: list[Stream] = []
+        self.receivers: dict[int, datagrams.UdpReceiver] = {}  # UDP -R: by stream number
 
     def run(self) -> None:
         try:
@@ -123,8 +126,11 @@ class _Iperf2Test:
             sending = spec.direction != "reverse"
             if udp_test:
                 sock = _open_udp(options)
-                stream = Stream(number, True, "udp", sock, tcp.endpoint(sock.getsockname()),
+                stream = Stream(number, sending, "udp", sock, tcp.endpoint(sock.getsockname()),
                                 header=iperf2.LAYOUT, payload=first)
+                if not sending:  # -R: the header until the server sends, as iperf2's does
+                    self.receivers[number] = datagrams.UdpReceiver([], True, IDLE_SECONDS)
+                    _ask_to_send(sock, first, spec.length)
             else:
                 sock = tcp.connect_to_server(options, stream=number)
                 stream = Stream(number, sending, "tcp", sock,
@@ -150,7 +156,7 @@ class _Iperf2Test:
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
         output.start()
-        measurement.begin(time.monotonic())
+        measurement.begin(time.monotonic(), *([self._receive] if self.receivers else []))
         congestion = options.congestion or tcp.system_congestion()
         try:
             while not all(s.done.is_set() for s in self.streams):
@@ -168,11 +174,36 @@ class _Iperf2Test:
         if errors:
             raise SimpleperfError(errors[0])
 
+    def _answer_senders(self) -> dict[int, dict[str, Any]]:
+        """UDP -R: iperf2's report to the server for its last datagram, as its own
+        client's receiving end answers; the sender's view: the datagrams its numbers say
+        it sent, of the size those that arrived had."""
+        remote = {}
+        for stream in self.streams:
+            receiver = self.receivers[stream.number]
+            if receiver.last is None or stream.account is None:
+                continue
+            datagrams.send_report(stream.sock, stream, receiver.last)
+            sent = stream.account.highest
+            arrived = max(sent - stream.account.lost, 1)
+            remote[stream.number] = {
+                "stream": stream.number, "packets": sent,
+                "bytes": round(stream.num_bytes * sent / arrived),
+                "seconds": (stream.last or 0.0) - (stream.first or 0.0)}
+        return remote
+
+    def _receive(self, stream: Stream, spec: TestSpec, start: float,
+                 stop: threading.Event) -> None:
+        """UDP -R: what iperf2's server sends, until its last datagram."""
+        self.receivers[stream.number].run(stream, spec, start, stop)
+
     def _end(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
         """The test's end as iperf2 has it: the server's view, by stream number (UDP)."""
         if self.spec.protocol == "tcp":
             closed = _await_close([s.sock for s in self.streams if s.sending])
             return _told_by_close(self.streams, closed)
+        if self.receivers:
+            return self._answer_senders()
         remote = {}
         for stream in self.streams:
             report = datagrams.ask_report(stream)
@@ -204,6 +235,28 @@ def _read_ack(sock: socket.socket, trip_times: bool) -> str:
     except ProtocolError:
         raise SimpleperfError(f"the iperf2 server did not acknowledge our header with its "
                               f"version within {CLOSE_SECONDS:g} s (-X)") from None
+
+
+def _ask_to_send(sock: socket.socket, first: bytes, length: int) -> None:
+    """UDP -R: our header (in a datagram of -l bytes) again, every 10 to 20 ms, until the
+    server's first datagram is there (at most ASK_TIMES), as iperf2's client asks."""
+    datagram = bytearray(max(length, iperf2.DATAGRAM.size + len(first)))
+    datagram[iperf2.DATAGRAM.size:iperf2.DATAGRAM.size + len(first)] = first
+    for _ in range(ASK_TIMES):
+        datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(1, time.time())
+        try:
+            sock.send(datagram)
+            readable, _, _ = select.select([sock], [], [], 0.01 + random.random() * 0.01)
+            if readable and sock.recv(1, socket.MSG_PEEK):  # data, or the ICMP error
+                return
+        except BlockingIOError:
+            continue
+        except ConnectionRefusedError:
+            raise SimpleperfError("nothing listens on that UDP port (ICMP port "
+                                  "unreachable): is an iperf2 server there (iperf -s -u)?"
+                                  ) from None
+    raise SimpleperfError("the iperf2 server sent nothing for our -R test (is it a UDP "
+                          "server: iperf -s -u?)")
 
 
 def _listen_back(options: ClientOptions) -> socket.socket:
