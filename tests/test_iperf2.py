@@ -212,11 +212,41 @@ def test_an_iperf2_bounceback_client_gets_every_message_back(json_server):
     assert document["end"]["sum_received"]["bytes"] == count * iperf2.DEFAULT_BOUNCE_SIZE
 
 
+def test_a_permit_key_is_checked_as_2_1_8_checks_it():
+    port = free_port()
+    live = LiveProcess("-s", "-p", str(port), "--permit-key", "sesame1", "-J")
+    _await_listening(port)
+    try:
+        right = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--permit-key=sesame1",
+                       "-y", "C")
+        for wrong in (["--permit-key=sesame2"], []):
+            _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", *wrong, "-y", "C")
+        served, *refused = _wait_documents(live, 3)
+    finally:
+        live.close()
+    assert served["end"]["sum_received"]["bytes"] == _csv_bytes(right.stdout)[0] > 0
+    assert [d["error"] for d in refused] == [
+        "the wrong permit key", "no permit key (this server has --permit-key)"]
+    process, iperf_port = _iperf_server("--permit-key=sesame3")
+    try:
+        ours = run_simpleperf("-c", "127.0.0.1", "-p", str(iperf_port), "--iperf2",
+                              "--permit-key", "sesame3", "-t", "1", "-J")
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert ours.returncode == 0, ours.stderr
+    theirs = _csv_bytes(output)[0]  # 2.1.8's server leaves the key out of its count
+    assert json.loads(ours.stdout)["end"]["sum_sent"]["bytes"] == theirs + len("sesame3")
+
+
 def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
     live, port = json_server
-    _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--permit-key=key1", timeout=30)
-    (refused,) = _wait_documents(live, 1)
-    assert refused["error"] == "iperf2's --permit-key is not served yet"
+    isochronous = iperf2.encode_header(iperf2.ClientHeader(
+        upper=iperf2.UPPER_ISOCH, version=iperf2.VERSION), udp=False)
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(isochronous)
+        (refused,) = _wait_documents(live, 1)
+    assert refused["error"] == "iperf2's --isochronous is not served yet"
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
     assert done.returncode == 0
     assert "error" not in _wait_documents(live, 2)[1]

@@ -98,6 +98,8 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["--tcp-write-prefetch", "0"], "--tcp-write-prefetch must be a size"),
     (["--txstart-time", "soon"], "--txstart-time must be a Unix time"),
     (["--txstart-time", "1e12"], "within a day"),
+    (["--permit-key", "sesame"], "a client needs --iperf2"),
+    (["--iperf2", "--permit-key", "abc"], "--permit-key must be 4 to 128"),
     (["--bounceback=0"], "a burst of 1 to"), (["--bounceback", "-u"], "not with -u"),
     (["--bounceback-period", "1"], "are --bounceback options"),
     (["--bounceback", "--bounceback-hold", "soon"], "--bounceback-hold must be milliseconds")])

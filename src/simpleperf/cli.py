@@ -412,6 +412,8 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         secret=secret, allow_classic=args.allow_classic, mptcp=args.mptcp,
         bind_dev=None if args.bind_dev is None else iperf3_flags.device_name(args.bind_dev),
         rsa_auth=iperf3_flags.authorizer(args),
+        permit_key=None if args.permit_key is None else iperf2_flags.permit_key(
+            args.permit_key, server=True),
         idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
                                  int(DEFAULT_IDLE_SECONDS * 1000), 100,
                                  int(MAX_TEST_SECONDS * 1000)) / 1000,

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import secrets
+import string
 import time
 from typing import Any
 
 from .errors import UsageError
 from .options import MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
+from .protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
 from .units import parse_size
 
 # letter -> (iperf2's long name, what the letter means without --iperf2)
@@ -39,7 +42,6 @@ COLLISIONS: dict[str, tuple[str, str]] = {
 NOT_YET: dict[str, tuple[str, str]] = {
     "--hide-ips": ("", "hiding addresses in the output"),
     "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
-    "--permit-key": ("", "the permit key"),
     "--permit-key-timeout": ("", "the permit key"),
     "--sum-only": ("", "sum-only reports"),
     "--realtime": ("-z", "the realtime scheduler"),
@@ -119,6 +121,10 @@ def add_arguments(group: Any) -> None:
     group.add_argument("-y", "--reportstyle", metavar="C", help="C: iperf2's comma-"
                        "separated rows (time, addresses and ports, stream, interval, bytes, "
                        "bits/s; UDP: jitter, lost, total, percent, out of order)")
+    group.add_argument("--permit-key", nargs="?", const="", metavar="KEY", help="iperf2's "
+                       "permit key (4 to 128 characters): a server serves only iperf2 TCP "
+                       "clients that state it (without KEY it makes one and prints it); a "
+                       "client with --iperf2 states it")
     group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
                        "port the server connects back to (-L there; default: any free port, "
                        "which the header tells the server)")
@@ -178,6 +184,11 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
                              "with --iperf2, without -u")
         changes["peer_detect"] = True
     changes.update(_bounceback(options, args))
+    if args.permit_key is not None:
+        if not options.iperf2 or options.udp:
+            raise UsageError("--permit-key is iperf2's, over TCP: a client needs --iperf2 "
+                             "and no -u")
+        changes["permit_key"] = permit_key(args.permit_key, server=False)
     if args.reportstyle is not None:
         if args.reportstyle not in ("C", "c"):
             raise UsageError(f"-y/--reportstyle takes C (iperf2's CSV), not "
@@ -234,6 +245,20 @@ def _number(flag: str, text: str, high: float, unit: str) -> float:
     if not 0 <= value <= high:  # NaN fails too
         raise UsageError(f"{flag} must be {unit} from 0 to {high:g}, not '{text}'")
     return value
+
+
+def permit_key(text: str, server: bool) -> str:
+    """--permit-key's value; a server without one makes one, as iperf2's does (its time
+    and 16 random characters)."""
+    if not text and server:
+        now = time.time()
+        return f"{now:.6f}-" + "".join(secrets.choice(string.ascii_letters + string.digits)
+                                       for _ in range(16))
+    if not MIN_PERMIT_KEY <= len(text) <= MAX_PERMIT_KEY or not text.isprintable() or \
+            not text.isascii():
+        raise UsageError(f"--permit-key must be {MIN_PERMIT_KEY} to {MAX_PERMIT_KEY} "
+                         f"printable characters, not '{text}'")
+    return text
 
 
 def _port(text: str) -> int:

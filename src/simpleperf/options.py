@@ -154,6 +154,7 @@ class ServerOptions:
     mptcp: bool = False  # -m/--mptcp: listen for Multipath TCP clients (plain ones too)
     bind_dev: str | None = None  # --bind-dev: listen on this interface only
     rsa_auth: Any = None  # rsa_auth.Authorizer: iperf3 clients must authenticate
+    permit_key: str | None = None  # --permit-key: iperf2 TCP clients must state it
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     memory_budget: int = DEFAULT_MEMORY_BUDGET  # bytes of test buffers at once
@@ -260,6 +261,7 @@ class ClientOptions:
     bounce_period: float = 0.0  # --bounceback-period: seconds between bursts (0: at once)
     bounce_hold: float = 0.0  # --bounceback-hold: seconds the server holds each
     csv: bool = False  # -y C: iperf2's comma-separated rows instead of text
+    permit_key: str | None = None  # --iperf2 --permit-key: the key after each TCP header
     write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
 

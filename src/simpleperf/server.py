@@ -78,6 +78,8 @@ class Server:
         self.refuser.start()
         self.udp_port.start()  # before the banner: a server that says it listens, does
         self.say(table.server_banner(self.options.port))
+        if self.options.permit_key is not None:  # iperf2's clients must state it
+            self.say(f"iperf2 permit key: {self.options.permit_key}")
         if self.options.secret is not None:
             self.say("Clients must prove the shared secret; classic clients, which cannot, "
                      + ("are served anyway (--allow-classic)" if self.options.allow_classic

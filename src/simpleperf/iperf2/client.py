@@ -122,6 +122,8 @@ class _Iperf2Test:
         options, spec = self.options, self.spec
         udp_test = spec.protocol == "udp"
         first = iperf2.encode_header(self.header, udp_test)
+        if options.permit_key is not None:  # TCP only (the flag says so)
+            first = iperf2.with_permit_key(first, options.permit_key)
         for number in range(1, spec.parallel + 1):
             sending = spec.direction != "reverse"
             if udp_test:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hmac
 import socket
 import threading
 import time
@@ -72,6 +73,7 @@ class Iperf2Service:
         try:
             raw, rest = _read_header(conn, prefix, self.stopping)
             header = iperf2.parse_header(raw)
+            rest = self._check_permit_key(conn, raw, rest)
         except ProtocolError as error:
             self.say(f"Refused iperf2 client {peer}: {error}")
             self.document(server_json.error_document(peer, str(error)))
@@ -105,6 +107,23 @@ class Iperf2Service:
             for other, _ in conns[1:]:
                 other.close()
         return False
+
+    def _check_permit_key(self, conn: socket.socket, raw: bytes, rest: bytes) -> bytes:
+        """--permit-key, as 2.1.8's listener checks it: the key after the header must be
+        ours, and a client without one is refused by a server that has one. What came
+        after the header, the key included: iperf2's client counts it in its bytes."""
+        length = iperf2.permit_key_length(raw)
+        expected = self.options.permit_key
+        if length is None:
+            if expected is not None:
+                raise ProtocolError("no permit key (this server has --permit-key)")
+            return rest
+        data = _read_exactly(conn, rest, length, self.stopping)
+        if expected is None:
+            raise ProtocolError("a permit key, and this server has no --permit-key")
+        if not hmac.compare_digest(data[:length], expected.encode()):
+            raise ProtocolError("the wrong permit key")
+        return data
 
     def _run_tcp(self, peer: str, header: iperf2.ClientHeader,
                  conns: list[tuple[socket.socket, bytes]]) -> None:
@@ -380,6 +399,23 @@ class _UdpPeers:
             now = time.time()
             self._ended = {p: t for p, t in self._ended.items() if now - t < ENDED_SECONDS}
             self._ended[peer] = now
+
+
+def _read_exactly(conn: socket.socket, data: bytes, needed: int, stopping: threading.Event
+                  ) -> bytes:
+    """At least `needed` bytes (`data` holds the first of them), within HEADER_SECONDS."""
+    began = time.monotonic()
+    while len(data) < needed:
+        try:
+            chunk = conn.recv(needed - len(data))
+        except BlockingIOError:  # the wake-up timer
+            if stopping.is_set() or time.monotonic() - began > HEADER_SECONDS:
+                raise ProtocolError("the iperf2 permit key did not arrive whole") from None
+            continue
+        if not chunk:
+            raise ProtocolError("the iperf2 client closed inside its permit key")
+        data += chunk
+    return data
 
 
 def _read_header(conn: socket.socket, prefix: bytes, stopping: threading.Event

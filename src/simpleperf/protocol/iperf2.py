@@ -70,7 +70,9 @@ UDP_HEADER_SIZE = DATAGRAM.size + TCP_HEADER_SIZE  # 76
 _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 
 # what iperf2 does that we do not (yet): the line a refused header gets
-_UNSERVED = ((BOUNCEBACK, "--bounceback"), (KEYCHECK, "--permit-key"))
+_UNSERVED = ((BOUNCEBACK, "--bounceback"),)
+PERMIT_KEY_LENGTH = struct.Struct("!H")  # --permit-key: the header's last 2 bytes, then it
+MIN_PERMIT_KEY, MAX_PERMIT_KEY = 4, 128  # characters (payloads.h)
 _UNSERVED_UPPER = ((UPPER_ISOCH, "--isochronous"), (UPPER_PERIODIC_BURST, "--burst-period"))
 
 
@@ -203,6 +205,27 @@ def parse_header(data: bytes | memoryview, offset: int = 0) -> ClientHeader:
     return ClientHeader(flags=flags, threads=threads, port=port & 0xFFFF,
                         buffer_length=buffer_length, window=max(window, 0), amount=amount,
                         upper=upper, version=version, tos=tos, rate=rate, start=start)
+
+
+def permit_key_length(raw: bytes) -> int | None:
+    """A TCP header's --permit-key: how many bytes of key follow it (None: no key). The
+    stated length holds the key's 2-byte length, not the key."""
+    flags = struct.unpack_from("!I", raw)[0]
+    if not flags & KEYCHECK:
+        return None
+    length: int = PERMIT_KEY_LENGTH.unpack_from(raw, len(raw) - PERMIT_KEY_LENGTH.size)[0]
+    if not MIN_PERMIT_KEY <= length <= MAX_PERMIT_KEY:
+        raise ProtocolError(f"an iperf2 permit key of {length} characters")
+    return length
+
+
+def with_permit_key(first: bytes, key: str) -> bytes:
+    """A TCP header (encode_header's) with --permit-key's key after it, as 2.1.8 writes it."""
+    flags = struct.unpack_from("!I", first)[0]
+    stated = len(first) + PERMIT_KEY_LENGTH.size
+    flags = (flags & ~LEN_MASK) | KEYCHECK | ((stated << 1) & LEN_MASK)
+    data = key.encode()
+    return (struct.pack("!I", flags) + first[4:] + PERMIT_KEY_LENGTH.pack(len(data)) + data)
 
 
 def encode_header(header: ClientHeader, udp: bool) -> bytes:
