@@ -170,7 +170,8 @@ class NativeService:
                 _tell(channel, f"protocol error: {error}")
             self._failed(peer, f"Test from {peer} ended: {error}", str(error))
         except SimpleperfError as error:
-            _tell(channel, str(error))
+            if not isinstance(error, _Told):
+                _tell(channel, str(error))
             self._failed(peer, f"Test from {peer} failed: {error}", str(error))
         finally:
             if token is not None:
@@ -233,6 +234,9 @@ class NativeService:
             try:
                 session.run()
                 _await_bye(channel)
+            except SimpleperfError as error:  # a limit, a failed stream: the client hears
+                _tell(channel, str(error))  # why before its streams close under it
+                raise _Told(str(error)) from None
             finally:
                 measurement.close()
         finally:
@@ -282,6 +286,10 @@ def _await_streams(channel: ControlChannel, pending: PendingTest) -> None:
                            f"{pending.spec.stream_count()} streams connected within "
                            f"{STREAMS_SECONDS:g} s")
         channel.receive(0.05)  # the exchange allows the client nothing until start
+
+
+class _Told(SimpleperfError):
+    """A test's failure the client has been told of already."""
 
 
 def _tell(channel: ControlChannel, message: str) -> None:

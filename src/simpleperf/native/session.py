@@ -9,7 +9,7 @@ from typing import Any
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord
 from ..engine.udp_stream import QUIET_SECONDS as UDP_QUIET_MIN
-from ..errors import PeerEnded, SimpleperfError
+from ..errors import PeerEnded, ProtocolError, SimpleperfError
 from ..options import test_deadline
 from ..policy import TestWatch
 from ..protocol.events import Error, Event, Finished, Results
@@ -17,6 +17,7 @@ from ..protocol.native import MAX_PEER_INTERVALS
 from ..transport import tcpinfo
 from .control import ControlChannel
 
+ERROR_GRACE = 0.5  # seconds a failed stream waits for the peer's reason on the control
 UDP_QUIET_MAX = 2.0  # a UDP receiver's quiet time, scaled by the path's RTT, at most this
 POLL_MIN, POLL_MAX = 0.002, 0.05
 
@@ -75,7 +76,8 @@ class NativeSession:
             event = self.channel.receive(wait)
             if event is not None:
                 self._handle(event)
-            if errors := measurement.errors():  # a stream that failed ends the test now
+            if errors := measurement.errors():  # a stream that failed ends the test now,
+                self._said_why()  # with the server's own reason, when it ended the test
                 raise SimpleperfError(errors[0])
             if now - measurement.start > self.time_limit:
                 raise SimpleperfError(f"the test ran past its time limit of "
@@ -83,6 +85,19 @@ class NativeSession:
             if self.watch is not None and (
                     broken := self.watch.breach(now, measurement.total_bytes())):
                 raise SimpleperfError(str(broken))
+
+    def _said_why(self) -> None:
+        """A server that ends a test (its limits) says why on the control connection, then
+        closes the streams; a stream can fail a moment before that word is read. Read it
+        (PeerEnded) for at most ERROR_GRACE seconds."""
+        deadline = time.monotonic() + ERROR_GRACE
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                event = self.channel.receive(left)
+            except ProtocolError:  # the connection is gone too: the stream's error stands
+                return
+            if event is not None:
+                self._handle(event)
 
     def _handle(self, event: Event) -> None:
         """The exchange has already checked the order: while running, only these come."""
