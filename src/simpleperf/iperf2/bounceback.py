@@ -35,20 +35,11 @@ def read_message(sock: socket.socket, size: int, prefix: bytes, stop: threading.
     so `stop` and `idle` seconds of silence end the wait."""
     message = bytearray(size)
     message[:len(prefix)] = prefix
-    view, got, quiet_since = memoryview(message), len(prefix), time.monotonic()
-    while got < size:
-        try:
-            count = sock.recv_into(view[got:], size - got)
-        except BlockingIOError:
-            if stop.is_set() or time.monotonic() - quiet_since > idle:
-                raise ProtocolError(f"no bounceback message for {idle:g} s") from None
-            continue
-        if not count:
-            if got:
-                raise ProtocolError("the peer closed inside a bounceback message")
-            return None
-        got += count
-        quiet_since = time.monotonic()
+    if len(prefix) < size and not _read_into(sock, memoryview(message)[len(prefix):],
+                                             size - len(prefix), stop, idle):
+        if prefix:
+            raise ProtocolError("the peer closed inside a bounceback message")
+        return None
     return message
 
 

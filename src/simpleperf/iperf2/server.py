@@ -118,7 +118,8 @@ class Iperf2Service:
             if expected is not None:
                 raise ProtocolError("no permit key (this server has --permit-key)")
             return rest
-        data = _read_exactly(conn, rest, length, self.stopping)
+        data = _read_exactly(conn, rest, length, self.stopping, "permit key",
+                             time.monotonic())
         if expected is None:
             raise ProtocolError("a permit key, and this server has no --permit-key")
         if not hmac.compare_digest(data[:length], expected.encode()):
@@ -401,19 +402,19 @@ class _UdpPeers:
             self._ended[peer] = now
 
 
-def _read_exactly(conn: socket.socket, data: bytes, needed: int, stopping: threading.Event
-                  ) -> bytes:
-    """At least `needed` bytes (`data` holds the first of them), within HEADER_SECONDS."""
-    began = time.monotonic()
+def _read_exactly(conn: socket.socket, data: bytes, needed: int, stopping: threading.Event,
+                  what: str, began: float) -> bytes:
+    """At least `needed` bytes (`data` holds the first of them), within HEADER_SECONDS of
+    `began`; `what` they are, for the line that says they did not come."""
     while len(data) < needed:
         try:
             chunk = conn.recv(needed - len(data))
         except BlockingIOError:  # the wake-up timer
             if stopping.is_set() or time.monotonic() - began > HEADER_SECONDS:
-                raise ProtocolError("the iperf2 permit key did not arrive whole") from None
+                raise ProtocolError(f"the iperf2 {what} did not arrive whole") from None
             continue
         if not chunk:
-            raise ProtocolError("the iperf2 client closed inside its permit key")
+            raise ProtocolError(f"the iperf2 client closed inside its {what}")
         data += chunk
     return data
 
@@ -421,21 +422,9 @@ def _read_exactly(conn: socket.socket, data: bytes, needed: int, stopping: threa
 def _read_header(conn: socket.socket, prefix: bytes, stopping: threading.Event
                  ) -> tuple[bytes, bytes]:
     """The whole header (its length from its flags) and what came after it."""
-    data = prefix
     began = time.monotonic()
-    needed = 4
-    while True:
-        if len(data) >= 4:
-            needed = max(iperf2.tcp_header_length(int.from_bytes(data[:4], "big")),
-                         iperf2.CLIENT_V1.size)
-        if len(data) >= needed:
-            return data[:needed], data[needed:]
-        try:
-            chunk = conn.recv(needed - len(data))
-        except BlockingIOError:  # the wake-up timer
-            if stopping.is_set() or time.monotonic() - began > HEADER_SECONDS:
-                raise ProtocolError("the iperf2 header did not arrive whole") from None
-            continue
-        if not chunk:
-            raise ProtocolError("the iperf2 client closed inside its header")
-        data += chunk
+    data = _read_exactly(conn, prefix, 4, stopping, "header", began)
+    needed = max(iperf2.tcp_header_length(int.from_bytes(data[:4], "big")),
+                 iperf2.CLIENT_V1.size)
+    data = _read_exactly(conn, data, needed, stopping, "header", began)
+    return data[:needed], data[needed:]
