@@ -80,6 +80,7 @@ def wait(lab: str, topology: Topology, bound: float, down: set[str] | None = Non
     last_tables: dict | None = None
     changed = started
     reachable_at: float | None = None
+    complete_at: float | None = None  # since when every adjacency has been as expected
     while True:
         now_tables = tables.read(nodes)
         now = time.monotonic()
@@ -91,7 +92,15 @@ def wait(lab: str, topology: Topology, bound: float, down: set[str] | None = Non
             reachable_at = now - started
         quiet = now - changed >= QUIET_SECONDS
         missing = missing_adjacencies(lab, topology, down) if quiet else ["(routes changing)"]
-        if quiet and not missing and not (reachable and cut):
+        if missing:
+            complete_at = None
+        elif complete_at is None:
+            complete_at = now
+        # Quiet counts only once the adjacencies are complete: a neighbour that has just
+        # reached Full has not yet had its routes computed, so the routes may be quiet
+        # because nothing has happened yet.
+        settled = complete_at is not None and now - complete_at >= QUIET_SECONDS
+        if settled and not (reachable and cut):
             return Converged(reachable_at if not cut else None, changed - started, routed, cut)
         if now - started > bound:
             shown = ", ".join(f"{a}->{b}" for a, b in cut[:6]) or "none"
