@@ -1,5 +1,5 @@
-"""`simpleperf lab ...`: list, probe, run, results, compare, up, down, status, exec, capture,
-analyze."""
+"""`simpleperf lab ...`: list, probe, run, results, compare, up, export, down, status, exec,
+capture, analyze."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 
 from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from .containerlab import export as clab_export
+from .containerlab import load as clab_load
 from .model import link_properties, theory, topology
 from .model.datafiles import DataFileError
 from .net import build, changes, lifecycle, ownership, stages
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(root): topologies from TOML, experiments with theory beside every "
                            "number, captures.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
-                                     metavar="{list,probe,run,results,compare,up,down,status,"
+                                     metavar="{list,probe,run,results,compare,up,export,down,status,"
                                              "exec,link,node,capture,analyze}")
     commands.add_parser("list", help="the shipped topologies and experiments, a line each")
     commands.add_parser("probe", help="what this kernel offers the lab (netem, AQM qdiscs, "
@@ -63,13 +65,26 @@ def build_parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="two runs side by side")
     compare.add_argument("runs", nargs=2, metavar="RUN", help="a results folder")
     up = commands.add_parser("up", help="build a topology: a shipped name or a .toml file")
-    up.add_argument("topology", help="portfolio, pair, or a path to a TOML file")
+    up.add_argument("topology", help="portfolio, pair, a path to a TOML file, or a "
+                    "containerlab topology (NAME.clab.yml) of linux nodes")
     _shaper_option(up)
     pair = up.add_argument_group("pair (two hosts h1, h2 joined by one link)")
     _property_flags(pair, link_properties.PROPERTIES)
     for direction, way in (("uplink", "h1 to h2"), ("downlink", "h2 to h1")):
         pair.add_argument(f"--{direction}-trace", metavar="TRACE",
                           help=f"a trace for {way} only (as mm-link's {direction})")
+    export = commands.add_parser("export", help="write a topology as a containerlab lab or "
+                                 "a clabernetes Topology (Kubernetes)")
+    export.add_argument("topology", help="a shipped name or a path to a TOML file")
+    export.add_argument("--to", required=True, choices=("containerlab", "clabernetes"),
+                        help="containerlab: NAME.clab.yml and the files it binds; "
+                             "clabernetes: NAME.clabernetes.yaml (ConfigMaps and a Topology)")
+    export.add_argument("folder", metavar="DIR", help="where the files go (made if missing)")
+    export.add_argument("--router-image", default=clab_export.ROUTER_IMAGE,
+                        help=f"routers' image (default {clab_export.ROUTER_IMAGE})")
+    export.add_argument("--host-image", default=clab_export.HOST_IMAGE,
+                        help="hosts' and switches' image: ip, tc and Python 3.10+ (default "
+                             f"{clab_export.HOST_IMAGE})")
     down = commands.add_parser("down", help="remove a lab and everything it created")
     down.add_argument("name", nargs="?", help="which lab (default: the only one up)")
     status = commands.add_parser("status", help="nodes, links, shaping, expected RTTs")
@@ -198,9 +213,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         for link in model.links:
             for said in _queue_runners(model, link, record.backend):
                 print(f"  link {link.name}: {said}")
-        print(f"  simpleperf lab status {model.name}   |   simpleperf lab exec h1 -- ping ...  "
-              f"|   simpleperf lab down {model.name}")
+        first = (model.hosts() or list(model.nodes))[0]
+        print(f"  simpleperf lab status {model.name}   |   simpleperf lab exec {first} -- ping "
+              f"...  |   simpleperf lab down {model.name}")
         return EXIT_OK
+    if args.command == "export":
+        return _export(args)
     if args.command == "down":
         result = lifecycle.down(args.name)
         print(f"removed {len(result.removed)} items: " + ", ".join(result.removed))
@@ -262,8 +280,40 @@ def _model(args: argparse.Namespace) -> tuple[topology.Topology, dict[str, Any]]
         flag = link_properties.BY_NAME[next(iter(given))].flag if given else \
             "--uplink-trace or --downlink-trace"
         raise UsageError(f"{flag} only applies to the pair topology")
-    model = topology.load(args.topology)
+    if clab_load.is_containerlab(args.topology):
+        model, notes = clab_load.load(args.topology)
+        for note in notes:
+            print(f"note: {note}")
+    else:
+        model = topology.load(args.topology)
     return model, {"file": model.source}
+
+
+def _export(args: argparse.Namespace) -> int:
+    model = topology.load(args.topology)
+    images = clab_export.Images(args.router_image, args.host_image)
+    made = (clab_export.containerlab if args.to == "containerlab"
+            else clab_export.clabernetes)(model, images)
+    folder = Path(args.folder)
+    try:
+        for relative, content in made.items():
+            path = folder / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+    except OSError as error:
+        raise lifecycle.LabError(f"cannot write {folder}: {error.strerror}") from None
+    first = next(iter(p for p in made if p.endswith((".yml", ".yaml"))))
+    files = "file" if len(made) == 1 else "files"
+    print(f"wrote {len(made)} {files} to {folder}: {', '.join(sorted(made))}")
+    if args.to == "containerlab":
+        print(f"  containerlab deploy -t {folder / first}   (or: simpleperf lab up "
+              f"{folder / first})")
+    else:
+        print(f"  kubectl apply -f {folder / first}   (clabernetes' controller runs it)")
+    return EXIT_OK
 
 
 def shipped() -> str:

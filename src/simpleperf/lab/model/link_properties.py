@@ -21,6 +21,7 @@ from .errors import TopologyError
 
 MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
 MAX_DELAY = 10.0  # seconds
+TIME_DIGITS = 9  # times are kept to the nanosecond
 MAX_QUEUE = 1_000_000  # packets
 # Queue disciplines a link direction's queue can run: drop-tail (a pfifo), active queue
 # management a kernel may have too (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE,
@@ -57,7 +58,9 @@ def duration(value: Any, where: str) -> float:
                             "'250us'") from None
     if seconds > MAX_DELAY:
         raise TopologyError(f"{where} = {value!r} is longer than {MAX_DELAY:g} s")
-    return seconds
+    # To the nanosecond, so that one time in any unit is one value: '7000us' is 0.007 s
+    # as '7ms' is (7000 x 1e-6 alone is 0.006999...).
+    return round(seconds, TIME_DIGITS)
 
 
 def loss(value: Any, where: str) -> float:
@@ -113,6 +116,10 @@ def trace(value: Any, where: str) -> str:
     return traces.load(value, where).path
 
 
+def _micro(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f}us"
+
+
 def whole_text(unit: str = "") -> Callable[[str], int]:
     """Reads a whole number (of `unit`) given as text: a flag, a sweep's value."""
     def read(text: str) -> int:
@@ -137,6 +144,7 @@ class LinkProperty:
     from_text: Callable[[str], Any] = str  # a value given as text, before parse
     qdiscs: tuple[str, ...] = ()  # a queue discipline's parameter: the disciplines it tunes
     replaces: str = ""  # another property it stands in for (a trace: the rate)
+    written: Callable[[Any], Any] = lambda value: value  # the model's value as files give it
 
     @property
     def flag(self) -> str:
@@ -155,13 +163,16 @@ class LinkProperty:
 
 
 PROPERTIES: tuple[LinkProperty, ...] = (
-    LinkProperty("rate", "bw", rate, "link rate", "100M", at_switch=True),
-    LinkProperty("delay", "delay", duration, "one-way delay in each direction", "20ms"),
+    LinkProperty("rate", "bw", rate, "link rate", "100M", at_switch=True,
+                 written=lambda bits: f"{bits:.0f}bit"),
+    LinkProperty("delay", "delay", duration, "one-way delay in each direction", "20ms",
+                 written=_micro),
     LinkProperty("jitter", "jitter", duration, "standard deviation of the one-way delay",
-                 "2ms"),
+                 "2ms", written=_micro),
     LinkProperty("reorder", "reorder", flag, "let jitter reorder packets", live=False,
                  sweep=False),
-    LinkProperty("loss", "loss", loss, "random loss in each direction", "1%"),
+    LinkProperty("loss", "loss", loss, "random loss in each direction", "1%",
+                 written=lambda probability: probability * 100),
     LinkProperty("queue", "max_queue_size", packets, "the queue's limit in packets (needs a "
                  "rate)", "50", at_switch=True, from_text=whole_text("packets")),
     LinkProperty("qdisc", "qdisc", qdisc, f"queue discipline: {', '.join(QDISCS)}",
@@ -171,14 +182,15 @@ PROPERTIES: tuple[LinkProperty, ...] = (
                  qdiscs=KERNEL_QDISCS),
     LinkProperty("target", "target", aqm_time, "AQM target queue delay (kernel default: "
                  "codel, fq_codel 5ms; pie, fq_pie, dualpi2 15ms)", "5ms", at_switch=True,
-                 qdiscs=("codel", "fq_codel", "pie", "fq_pie", "dualpi2")),
+                 qdiscs=("codel", "fq_codel", "pie", "fq_pie", "dualpi2"), written=_micro),
     LinkProperty("interval", "interval", aqm_time, "CoDel's interval (default 100ms; CAKE's "
-                 "rtt)", "100ms", at_switch=True, qdiscs=("codel", "fq_codel", "cake")),
+                 "rtt)", "100ms", at_switch=True, qdiscs=("codel", "fq_codel", "cake"),
+                 written=_micro),
     LinkProperty("tupdate", "tupdate", aqm_time, "the probability's update period of PIE "
                  "(default 15ms) and DualPI2 (16ms)", "15ms", at_switch=True,
-                 qdiscs=("pie", "fq_pie", "dualpi2")),
+                 qdiscs=("pie", "fq_pie", "dualpi2"), written=_micro),
     LinkProperty("step", "step", aqm_time, "DualPI2's marking threshold for its L4S queue "
-                 "(default 1ms)", "1ms", at_switch=True, qdiscs=("dualpi2",)),
+                 "(default 1ms)", "1ms", at_switch=True, qdiscs=("dualpi2",), written=_micro),
     LinkProperty("coupling", "coupling", coupling, "DualPI2's coupling factor k between its "
                  "queues (default 2)", "2", at_switch=True, qdiscs=("dualpi2",),
                  from_text=whole_text()),
@@ -218,6 +230,13 @@ def check_qdisc(values: dict[str, Any], where: str) -> None:
         if prop.qdiscs and given not in (None, False) and chosen not in prop.qdiscs:
             raise TopologyError(f"{where}: {prop.mininet} applies to qdisc "
                                 f"{' or '.join(prop.qdiscs)}, and the queue is {chosen}")
+
+
+def to_file(values: dict[str, Any]) -> dict[str, Any]:
+    """Values by the model's names as a topology file writes them (bw '100000000bit',
+    delay '1000us', loss in percent): what from_dict reads back to the same values."""
+    return {BY_NAME[name].mininet: BY_NAME[name].written(value)
+            for name, value in values.items() if value is not None and value is not False}
 
 
 def to_mininet(values: dict[str, Any]) -> dict[str, Any]:

@@ -173,6 +173,8 @@ class Topology:
     @property
     def routing_summary(self) -> str:
         """How its routers route, in a few words: "ospf inside each AS, BGP between them"."""
+        if not self.routing.dynamic and self.runs_daemons:
+            return "the routers' own FRR configuration"
         return (self.routing.protocol
                 + (" inside each AS, BGP between them"
                    if any(self.nodes[r].asn for r in self.routers()) else "")

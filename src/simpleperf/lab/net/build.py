@@ -310,14 +310,9 @@ def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: 
 
 def netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:
     """Delay, jitter and loss by netem, on an ifb that the wire port's ingress redirects to."""
-    qdisc = stages.netem(ifb_of(ingress), shaping)
-    if qdisc is None:
-        return
-    space.ip_first += [f"link add {qdisc.device} type ifb", f"link set {qdisc.device} up"]
-    space.tc += [f"qdisc add dev {ingress} handle ffff: ingress",
-                 f"filter add dev {ingress} parent ffff: protocol all u32 match u32 0 0 "
-                 f"action mirred egress redirect dev {qdisc.device}",
-                 qdisc.command("add")]
+    ip_lines, tc_lines = stages.ingress_netem(ingress, ifb_of(ingress), shaping)
+    space.ip_first += ip_lines
+    space.tc += tc_lines
 
 
 def _serve_routing_daemons(space: NamespacePlan, port_a: str, port_b: str) -> None:

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ...units import parse_duration, parse_rate
 from ..model import diffserv
+from ..model.link_properties import KERNEL_QDISCS, TIME_DIGITS
 from ..model.theory import FRAME_BYTES
 from ..model.topology import Shaping
 from .shaping import aqm
@@ -271,3 +273,124 @@ def netem(device: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
     if shaping.loss:
         options += f" loss {shaping.loss * 100:.6f}%"
     return Qdisc(device, "1:", "netem", options)
+
+
+def ingress_netem(ingress: str, ifb: str, shaping: Shaping) -> tuple[list[str], list[str]]:
+    """Delay, jitter and loss for what arrives at `ingress`: netem on the ifb `ifb` that
+    its ingress redirects everything to. The lines for `ip -batch` and for `tc -batch`
+    (none for a direction without delay, jitter or loss)."""
+    qdisc = netem(ifb, shaping)
+    if qdisc is None:
+        return [], []
+    return ([f"link add {ifb} type ifb", f"link set {ifb} up"],
+            [f"qdisc add dev {ingress} handle ffff: ingress",
+             f"filter add dev {ingress} parent ffff: protocol all u32 match u32 0 0 "
+             f"action mirred egress redirect dev {ifb}", qdisc.command("add")])
+
+
+# ---------------------------------------------------------------- reading the stages back
+# What a topology written out as tc lines (containerlab's exec) says about a direction: the
+# words egress() and netem() write, read back into Shaping's fields. Anything else is one
+# line naming it.
+
+KERNEL_AQM = tuple(q for q in KERNEL_QDISCS if q != "cake")  # below a tbf, as queue_stage
+_FLAGS = {"ecn": ("ecn", True), "noecn": ("ecn", False), "any_ect": ("any_ect", True),
+          "l4s_ect": ("any_ect", False)}
+_TIMES = {"target": "target", "interval": "interval", "tupdate": "tupdate",
+          "step_thresh": "step", "rtt": "interval"}
+LOSS_DIGITS = 12  # netem's loss is a 32-bit fraction: '0.500000%' is 0.005
+
+
+def _seconds(text: str) -> float:
+    return round(parse_duration(text), TIME_DIGITS)
+
+
+_COUNTS = {"flows": "flows", "quantum": "quantum", "coupling_factor": "coupling"}
+# Words of each discipline that the lab does not model: read past (a tbf's bucket, which
+# the lab sizes itself).
+_IGNORED = {"tbf": {"burst", "peakrate", "mtu", "limit", "buffer", "latency", "minburst"},
+            "cake": {"diffserv3", "triple-isolate", "split-gso", "besteffort"}}
+
+
+def read_qdisc(kind: str, words: list[str]) -> dict[str, Any]:
+    """The Shaping fields one qdisc of a direction's egress gives (tbf: the rate; pfifo:
+    the queue; an AQM: itself and its parameters). ValueError naming what it cannot read."""
+    if kind == "pfifo" or kind in KERNEL_AQM:
+        values: dict[str, Any] = {} if kind == "pfifo" else {"qdisc": kind}
+    elif kind in ("tbf", "cake"):
+        values = {"qdisc": "cake"} if kind == "cake" else {}
+    else:
+        raise ValueError(f"qdisc {kind} is not one the lab builds (tbf, pfifo, htb, "
+                         f"{', '.join(KERNEL_AQM)}, netem)")
+    position = 0
+    while position < len(words):
+        word = words[position]
+        value = words[position + 1] if position + 1 < len(words) else ""
+        position += 1
+        if word in _FLAGS:
+            values[_FLAGS[word][0]] = _FLAGS[word][1]
+            continue
+        position += 1
+        if word in ("rate", "bandwidth"):
+            values["rate"] = parse_rate(value)
+        elif word == "limit" and kind != "tbf":
+            values["queue"] = int(value)
+        elif word == "memlimit":
+            values["queue"] = int(value) // FRAME_BYTES
+        elif word in _TIMES:
+            values[_TIMES[word]] = _seconds(value)
+        elif word in _COUNTS:
+            values[_COUNTS[word]] = int(value)
+        elif word not in _IGNORED.get(kind, ()):
+            raise ValueError(f"{kind}'s '{word}' is not a setting the lab models")
+    if values.get("queue") == DEFAULT_QUEUE:
+        del values["queue"]  # what a queue without a limit gets
+    return values
+
+
+def read_netem(words: list[str]) -> dict[str, Any]:
+    """Delay, jitter (in order when netem also has a rate: netem() writes one then) and
+    loss from netem's words."""
+    values: dict[str, Any] = {}
+    position, in_order = 0, False
+    while position < len(words):
+        word = words[position]
+        following = words[position + 1:position + 3]
+        if word == "delay" and following:
+            values["delay"] = _seconds(following[0])
+            position += 2
+            if len(following) > 1 and following[1][:1].isdigit():
+                values["jitter"] = _seconds(following[1])
+                position += 1
+        elif word == "loss" and following:
+            chance = following[1] if following[0] == "random" else following[0]
+            values["loss"] = round(float(chance.rstrip("%")) / 100, LOSS_DIGITS)
+            position += 3 if following[0] == "random" else 2
+        elif word == "distribution" and following[:1] == ["normal"]:
+            position += 2
+        elif word in ("limit", "rate") and following:
+            in_order = in_order or word == "rate"
+            position += 2
+        else:
+            raise ValueError(f"netem's '{word}' is not a setting the lab models (delay, "
+                             "jitter, loss)")
+    if values.get("jitter"):
+        values["reorder"] = not in_order
+    if values.get("delay") == 0 and not values.get("jitter"):
+        del values["delay"]
+    return values
+
+
+def read_class_tree(classes: dict[str, list[str]], leaves: dict[str, list[str]]
+                    ) -> dict[str, Any]:
+    """DiffServ classes as class_tree() writes them: the rate of class 1:1, the queue of
+    best effort's leaf."""
+    root = classes.get("1:1", [])
+    if "rate" not in root:
+        raise ValueError("an htb tree without class 1:1 and its rate is not the lab's classes")
+    values: dict[str, Any] = {"qdisc": "classes",
+                              "rate": parse_rate(root[root.index("rate") + 1])}
+    leaf = leaves.get(CLASS_IDS["be"], [])
+    if "limit" in leaf and int(leaf[leaf.index("limit") + 1]) != DEFAULT_QUEUE:
+        values["queue"] = int(leaf[leaf.index("limit") + 1])
+    return values

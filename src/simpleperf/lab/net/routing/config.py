@@ -79,18 +79,57 @@ def router_id(topology: Topology, router: str) -> ipaddress.IPv4Address:
 
 
 def daemons(topology: Topology, router: str) -> list[str]:
-    """The FRR daemons a router runs, zebra first (the others connect to it)."""
+    """The FRR daemons a router runs, zebra first (the others connect to it): those its
+    routing needs, and those its raw fragment configures (`router ospf`: ospfd)."""
     node = topology.nodes[router]
     wanted = ["zebra"]
     if node.frr:
         wanted.append("staticd")
-    if topology.routing.protocol == "ospf":
+    if topology.routing.protocol == "ospf" or _configures(node.frr, "router ospf"):
         wanted.append("ospfd")
-    if node.asn is not None:
+    if node.asn is not None or _configures(node.frr, "router bgp"):
         wanted.append("bgpd")
-    if topology.routing.timers.bfd:
+    if topology.routing.timers.bfd or _configures(node.frr, "bfd"):
         wanted.append("bfdd")
     return wanted
+
+
+def _configures(fragment: str, section: str) -> bool:
+    """Does a raw fragment open this top-level section ('router ospf', 'bfd')?"""
+    return any(line == section or line.startswith(section + " ")
+               for line in fragment.splitlines())
+
+
+# FRR's daemons file (/etc/frr/daemons), as FRR's packages and containers read it: every
+# daemon yes or no, each bound to loopback.
+FRR_DAEMONS = ("zebra", "bgpd", "ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd",
+               "nhrpd", "eigrpd", "babeld", "sharpd", "staticd", "pbrd", "bfdd", "fabricd")
+
+
+def daemons_file(topology: Topology, router: str) -> str:
+    """The daemons file that starts what `daemons` names (staticd always: the integrated
+    configuration's static routes need it)."""
+    running = {*daemons(topology, router), "staticd"}
+    lines = [f"{name}={'yes' if name in running else 'no'}" for name in FRR_DAEMONS]
+    lines += ["vtysh_enable=yes", 'zebra_options=" -A 127.0.0.1 -s 90000000"']
+    lines += [f'{name}_options=" -A 127.0.0.1"' for name in FRR_DAEMONS[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def integrated(topology: Topology, router: str) -> str:
+    """The router's whole configuration as one frr.conf (what FRR's containers read): its
+    addresses, then what each daemon's own file says, its static routes, its raw fragment."""
+    lines = ["frr defaults traditional", f"hostname {router}", "log timestamp precision 6",
+             "no ipv6 forwarding"]
+    for end, _ in topology.endpoints_of(router):
+        if end.address is not None:
+            lines += [f"interface {end.interface}", f" ip address {end.address}", "exit"]
+    for daemon in daemons(topology, router):
+        lines += _body(topology, router, daemon)
+    lines += [f"ip route {route.destination} {route.via}"
+              for route in topology.nodes[router].routes]
+    fragment = topology.nodes[router].frr.strip()
+    return "\n".join(lines + ([fragment] if fragment else [])) + "\n"
 
 
 def configs(topology: Topology, router: str) -> dict[str, str]:
@@ -98,25 +137,38 @@ def configs(topology: Topology, router: str) -> dict[str, str]:
     header = [f"hostname {router}", "log timestamp precision 6"]
     texts = {}
     for daemon in daemons(topology, router):
-        body = {"ospfd": _ospf, "bgpd": _bgp, "bfdd": _bfd}.get(daemon)
-        lines = header + (body(topology, router) if body else [])
-        texts[daemon] = "\n".join(lines) + "\n"
+        texts[daemon] = "\n".join(header + _body(topology, router, daemon)) + "\n"
     return texts
+
+
+def _body(topology: Topology, router: str, daemon: str) -> list[str]:
+    """What the lab's routing configures in one daemon (nothing for a daemon that only a
+    raw fragment configures, beyond OSPF's fast timers)."""
+    if daemon == "ospfd":
+        return _ospf(topology, router)
+    if daemon == "bgpd" and topology.nodes[router].asn is not None:
+        return _bgp(topology, router)
+    if daemon == "bfdd" and topology.routing.timers.bfd:
+        return _bfd(topology, router)
+    return []
 
 
 def _ospf(topology: Topology, router: str) -> list[str]:
     timers = topology.routing.timers
     lines = []
+    raw = _configures(topology.nodes[router].frr, "router ospf")
     for interface in interfaces(topology, router):
         if interface.ospf is None:
+            if raw:  # where its own configuration runs OSPF, the lab's timers (it may
+                # set others: it is applied after)
+                lines += [f"interface {interface.end.interface}",
+                          *_ospf_timers(topology), "exit"]
             continue
         lines += [f"interface {interface.end.interface}", " ip ospf area 0"]
         if interface.ospf == "passive":
             lines.append(" ip ospf passive")
         else:
-            lines += [f" ip ospf hello-interval {timers.ospf_hello}",
-                      f" ip ospf dead-interval {timers.ospf_dead}",
-                      f" ip ospf retransmit-interval {RETRANSMIT_SECONDS}"]
+            lines += _ospf_timers(topology)
             if interface.ospf == "point-to-point":
                 lines.append(" ip ospf network point-to-point")
             if timers.bfd:
@@ -127,6 +179,13 @@ def _ospf(topology: Topology, router: str) -> list[str]:
     lines += ["router ospf", f" ospf router-id {router_id(topology, router)}", f" {SPF_THROTTLE}",
               *(f" {timer}" for timer in LSA_TIMERS)]
     return lines + ["exit"]
+
+
+def _ospf_timers(topology: Topology) -> list[str]:
+    timers = topology.routing.timers
+    return [f" ip ospf hello-interval {timers.ospf_hello}",
+            f" ip ospf dead-interval {timers.ospf_dead}",
+            f" ip ospf retransmit-interval {RETRANSMIT_SECONDS}"]
 
 
 def _bgp(topology: Topology, router: str) -> list[str]:

@@ -1,0 +1,397 @@
+"""A containerlab topology of `linux` nodes read into the lab's own, so that `lab up` builds
+it in namespaces without Docker.
+
+A node binding FRR's `frr.conf` (and `daemons`) is a router: its interfaces' addresses come
+from the configuration and the rest of it runs as the router's raw FRR configuration, on the
+lab's own daemons. A node that sets `net.ipv4.ip_forward` is a router without daemons; one
+whose exec makes a bridge is a switch; any other node is a host. `exec` lines are read as the
+lab's own commands: `ip` addresses, routes and bridges, `tc` shaping as the lab's stages
+write it (net/stages.py reads it back), `sysctl -w`, and a simpleperf server (the lab starts
+its own where it needs one). Anything else is one line naming node and line, and nothing is
+built. The result is a topology file's table, checked by the same code as any topology's.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..model import datafiles, routing
+from ..model.link_properties import to_file
+from ..model.topology import LAB_NAME, NODE_NAME, Topology, TopologyError, from_dict
+from ..net import build, stages
+from .export import LINK_NAME_VAR
+
+MAX_YAML_BYTES = 1 << 20
+FRR_CONFIG = "/etc/frr/frr.conf"
+FRR_DAEMONS_FILE = "/etc/frr/daemons"
+LAB_DAEMONS = ("zebra", "staticd", "ospfd", "bgpd", "bfdd")  # net/routing/config.daemons
+# Lines of an frr.conf that the lab sets itself for every router (its name, logging,
+# forwarding) and that running daemons would not take from vtysh.
+GLOBAL_LINES = re.compile(r"(frr version|frr defaults|hostname|log |service |no ipv6 forwarding"
+                          r"|ipv6 forwarding|ip forwarding|no ip forwarding|line vty|end$)")
+# What the lab can run of an FRR configuration's sections.
+UNSUPPORTED_SECTIONS = re.compile(r"(router (?!ospf\b|bgp\b)\S+|mpls ldp|router ospf6)")
+SETTINGS = {"net.ipv4.tcp_ecn": "ecn", "net.ipv4.tcp_congestion_control": "congestion"}
+ROUTING_SETTINGS = {line.split("=")[0] for line in build.ROUTING_SYSCTLS}
+FORWARDING = "net.ipv4.ip_forward"
+SERVER_LINE = re.compile(r"(python3 \S*simpleperf\S*|simpleperf) -s( .*)?")
+
+
+@dataclass
+class _Node:
+    """What one containerlab node says, as the lab reads it."""
+
+    name: str  # the lab's name for it
+    kind: str = "host"
+    addresses: dict[str, str] = field(default_factory=dict)  # interface: address
+    routes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # ecn, congestion
+    frr: str = ""
+    egress: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+    classes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    ingress: dict[str, str] = field(default_factory=dict)  # interface: its ifb
+    netem: dict[str, dict[str, Any]] = field(default_factory=dict)  # device: what it does
+
+
+def is_containerlab(path: str) -> bool:
+    return path.endswith((".clab.yml", ".clab.yaml"))
+
+
+def load(path: str) -> tuple[Topology, list[str]]:
+    """The topology a containerlab file describes, and notes on what was left out."""
+    import yaml
+
+    source = Path(path)
+    data = datafiles.read_bounded(source, MAX_YAML_BYTES, TopologyError)
+    if len(data) > MAX_YAML_BYTES:
+        raise TopologyError(f"{path} is larger than {MAX_YAML_BYTES >> 20} MB")
+    try:
+        document = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        where = getattr(error, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise TopologyError(f"{path} is not YAML{at}: "
+                            f"{str(getattr(error, 'problem', error)).strip()}") from None
+    notes: list[str] = []
+    table = to_table(document, source.parent, notes)
+    import tomli_w
+
+    return from_dict(table, source=tomli_w.dumps(table)), notes
+
+
+def to_table(document: Any, folder: Path, notes: list[str]) -> dict[str, Any]:
+    """A containerlab topology (parsed YAML) as a topology file's table; bound files are
+    read from `folder`."""
+    if not isinstance(document, dict) or not isinstance(document.get("topology"), dict):
+        raise TopologyError("a containerlab file needs name: and topology: with nodes: and "
+                            "links:")
+    lab = _lab_name(document.get("name"))
+    topology = document["topology"]
+    raw_nodes = topology.get("nodes")
+    if not isinstance(raw_nodes, dict) or not raw_nodes:
+        raise TopologyError("topology.nodes must name at least one node")
+    names = _node_names(raw_nodes)
+    nodes = {clab: _read_node(clab, names[clab], _merged(topology, clab, raw_nodes[clab]),
+                              folder, notes) for clab in raw_nodes}
+    links = _links(topology.get("links"), nodes)
+    table: dict[str, Any] = {"name": lab, "description": f"containerlab topology "
+                             f"{document.get('name')}, as the lab builds it"}
+    for kind, plural in (("host", "hosts"), ("router", "routers"), ("switch", "switches")):
+        chosen = {node.name: _node_table(node) for node in nodes.values() if node.kind == kind}
+        if chosen:
+            table[plural] = chosen
+    table["links"] = links
+    return _with_fragments(table, nodes, links)
+
+
+def _lab_name(value: Any) -> str:
+    name = str(value or "").lower()
+    if not LAB_NAME.fullmatch(name):
+        raise TopologyError(f"name: {value!r}: the lab needs 1-10 lowercase letters, digits "
+                            "or '-', starting with a letter")
+    return name
+
+
+def _node_names(raw_nodes: dict[str, Any]) -> dict[str, str]:
+    """containerlab's node names as the lab's (lowercase letters and digits)."""
+    names: dict[str, str] = {}
+    for clab in raw_nodes:
+        name = re.sub(r"[^a-z0-9]", "", str(clab).lower())
+        if not NODE_NAME.fullmatch(name):
+            raise TopologyError(f"node {clab}: the lab names nodes with 1-10 lowercase letters "
+                                "or digits, starting with a letter")
+        if name in names.values():
+            raise TopologyError(f"node {clab}: two nodes are both {name} to the lab")
+        names[clab] = name
+    return names
+
+
+def _merged(topology: dict[str, Any], clab: str, spec: Any) -> dict[str, Any]:
+    """A node's settings as containerlab resolves them: the node's own over its group's
+    over its kind's over the defaults."""
+    spec = spec or {}
+    if not isinstance(spec, dict):
+        raise TopologyError(f"node {clab}: must be a mapping")
+    groups, kinds = topology.get("groups") or {}, topology.get("kinds") or {}
+    group = groups.get(spec.get("group")) or {} if isinstance(groups, dict) else {}
+    defaults = topology.get("defaults") or {}
+    kind = spec.get("kind") or group.get("kind") or defaults.get("kind")
+    merged: dict[str, Any] = {}
+    for layer in (defaults, kinds.get(kind) or {} if isinstance(kinds, dict) else {},
+                  group, spec):
+        if isinstance(layer, dict):
+            merged.update(layer)
+    merged["kind"] = kind
+    return merged
+
+
+def _read_node(clab: str, name: str, spec: dict[str, Any], folder: Path,
+               notes: list[str]) -> _Node:
+    if spec["kind"] != "linux":
+        raise TopologyError(f"node {clab}: kind {spec['kind']!r}; the lab builds linux "
+                            "nodes (namespaces) only")
+    node = _Node(name)
+    for key, value in (spec.get("sysctls") or {}).items():
+        _setting(node, clab, str(key), str(value))
+    config, daemons = _bound_frr(clab, spec.get("binds") or [], folder)
+    if config is not None:
+        node.kind = "router"
+        node.frr = _router_config(clab, config, node)
+        if daemons is not None:
+            _note_daemons(clab, daemons, notes)
+    for line in spec.get("exec") or []:
+        _exec_line(node, clab, str(line))
+    return node
+
+
+def _setting(node: _Node, clab: str, key: str, value: str) -> None:
+    if key == FORWARDING:
+        if value == "1" and node.kind == "host":
+            node.kind = "router"
+    elif key in SETTINGS:
+        if key == "net.ipv4.tcp_ecn":
+            if value in ("0", "1"):
+                node.settings["ecn"] = value == "1"
+        else:
+            node.settings["congestion"] = value
+    elif key not in ROUTING_SETTINGS:
+        raise TopologyError(f"node {clab}: sysctl {key} is not one the lab sets (ip_forward, "
+                            "tcp_ecn, tcp_congestion_control)")
+
+
+def _bound_frr(clab: str, binds: list[Any], folder: Path) -> tuple[str | None, str | None]:
+    """The frr.conf and daemons file a node binds, read (None: not bound)."""
+    found: dict[str, str] = {}
+    for bind in binds:
+        parts = str(bind).split(":")
+        if len(parts) < 2:
+            continue
+        source = folder / parts[0]
+        targets = {FRR_CONFIG: source, FRR_DAEMONS_FILE: source}
+        if parts[1].rstrip("/") == "/etc/frr":
+            targets = {FRR_CONFIG: source / "frr.conf", FRR_DAEMONS_FILE: source / "daemons"}
+        for target, path in targets.items():
+            if parts[1].rstrip("/") in (target, "/etc/frr") and (
+                    target == FRR_CONFIG or path.exists()):
+                text = datafiles.read_bounded(path, routing.MAX_FRAGMENT * 4, TopologyError)
+                found[target] = text.decode("utf-8", errors="replace")
+    return found.get(FRR_CONFIG), found.get(FRR_DAEMONS_FILE)
+
+
+def _router_config(clab: str, text: str, node: _Node) -> str:
+    """An frr.conf as the router's raw configuration: its interfaces' addresses taken out
+    (the lab gives them), the lines the lab sets itself left out."""
+    kept: list[str] = []
+    interface: str | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if UNSUPPORTED_SECTIONS.match(stripped):
+            raise TopologyError(f"node {clab}: frr.conf configures '{stripped}', and the lab "
+                                f"runs {', '.join(LAB_DAEMONS)} only")
+        if not line.startswith((" ", "\t")):
+            interface = stripped.split()[1] if stripped.startswith("interface ") and \
+                len(stripped.split()) > 1 else None
+        if interface not in (None, "lo") and stripped.startswith("ip address ") \
+                and interface not in node.addresses:
+            node.addresses[interface] = stripped.split()[2]
+            continue
+        if GLOBAL_LINES.match(stripped) or stripped == "!":
+            continue
+        kept.append(line)
+    return "\n".join(kept).strip() + "\n"
+
+
+def _note_daemons(clab: str, text: str, notes: list[str]) -> None:
+    enabled = [match.group(1) for match in re.finditer(r"(?m)^(\w+)=yes\b", text)]
+    left = [d for d in enabled if d not in LAB_DAEMONS and d != "vtysh_enable"]
+    if left:
+        notes.append(f"node {clab}: its daemons file enables {', '.join(left)}, which the "
+                     "lab does not run (nothing in its frr.conf needs it): not started")
+
+
+def _exec_line(node: _Node, clab: str, line: str) -> None:
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        words = []
+    if _ip_line(node, words) or _tc_line(node, clab, words, line):
+        return
+    if words[:2] == ["sysctl", "-w"] and len(words) == 3 and "=" in words[2]:
+        _setting(node, clab, *words[2].split("=", 1))
+        return
+    if SERVER_LINE.fullmatch(line.strip()):
+        return  # the lab starts servers where its experiments need them
+    raise TopologyError(f"node {clab}: exec line '{line}' is not one the lab understands "
+                        "(ip addresses, routes and bridges; tc; sysctl -w; a simpleperf "
+                        "server)")
+
+
+def _ip_line(node: _Node, words: list[str]) -> bool:
+    if words[:1] != ["ip"] or len(words) < 4:
+        return False
+    verb = words[1:3]
+    if verb in (["addr", "add"], ["address", "add"], ["a", "add"]) and len(words) >= 6 \
+            and words[4] == "dev":
+        node.addresses[words[5]] = words[3]
+        return True
+    if verb in (["route", "add"], ["route", "replace"], ["r", "add"]) and len(words) >= 6 \
+            and words[4] == "via":
+        node.routes.append(f"{words[3]} via {words[5]}")
+        return True
+    if verb == ["link", "add"] and words[4:6] == ["type", "bridge"]:
+        node.kind = "switch"
+        return True
+    if verb == ["link", "add"] and words[4:] == ["type", "ifb"]:
+        return True
+    return verb == ["link", "set"] and (words[4:] == ["up"] or words[4:5] == ["master"])
+
+
+def _tc_line(node: _Node, clab: str, words: list[str], line: str) -> bool:
+    if words[:1] != ["tc"]:
+        return False
+    try:
+        _read_tc(node, words[1:])
+    except (ValueError, IndexError) as error:
+        raise TopologyError(f"node {clab}: exec line '{line}': {error}") from None
+    return True
+
+
+def _read_tc(node: _Node, words: list[str]) -> None:
+    """One `tc` line, as the lab's stages write them."""
+    what, verb, device = words[0], words[1], words[3]
+    if verb not in ("add", "replace") or words[2] != "dev":
+        raise ValueError("the lab reads 'tc qdisc|class|filter add dev DEVICE ...'")
+    rest = words[4:]
+    if what == "qdisc":
+        if rest[:3] == ["handle", "ffff:", "ingress"]:
+            return
+        parent = "root" if rest[0] == "root" else rest[1]
+        rest = rest[1:] if rest[0] == "root" else rest[2:]
+        if rest[:1] == ["handle"]:
+            rest = rest[2:]
+        kind, options = rest[0], rest[1:]
+        if kind == "netem":  # on an ifb behind an ingress, or on the egress itself
+            node.netem[device] = stages.read_netem(options)
+        elif kind == "htb" or device in node.classes:
+            node.classes.setdefault(device, {})[f"leaf {parent}"] = options
+            node.classes[device].setdefault("htb", [])
+        else:
+            stages.read_qdisc(kind, options)  # what it cannot read, named at its line
+            node.egress.setdefault(device, []).append((kind, options))
+    elif what == "class":
+        node.classes.setdefault(device, {})[rest[rest.index("classid") + 1]] = rest
+    elif what == "filter":
+        if "redirect" in rest:
+            node.ingress[device] = rest[rest.index("dev") + 1]
+        elif "flowid" not in rest:
+            raise ValueError("a filter the lab does not build (it redirects an ingress to "
+                             "an ifb, or sends DSCPs to classes)")
+    else:
+        raise ValueError(f"tc {what} is not one the lab builds")
+
+
+def _direction(sender: _Node, out: str, receiver: _Node, into: str) -> dict[str, Any]:
+    """One direction's shaping: the sender's egress stages, the receiver's ingress netem."""
+    values: dict[str, Any] = {}
+    if out in sender.classes:
+        tree = sender.classes[out]
+        leaves = {key.split()[1]: words for key, words in tree.items()
+                  if key.startswith("leaf ")}
+        values.update(stages.read_class_tree(tree, leaves))
+    for kind, options in sender.egress.get(out, []):
+        values.update(stages.read_qdisc(kind, options))
+    values.update(sender.netem.get(out, {}))
+    ifb = receiver.ingress.get(into)
+    if ifb is not None:
+        values.update(receiver.netem.get(ifb, {}))
+    return values
+
+
+def _links(raw: Any, nodes: dict[str, _Node]) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise TopologyError("topology.links must list at least one link")
+    links: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for index, spec in enumerate(raw, start=1):
+        ends = spec.get("endpoints") if isinstance(spec, dict) else None
+        if not isinstance(ends, list) or len(ends) != 2 or not all(
+                isinstance(e, str) and e.count(":") == 1 for e in ends):
+            raise TopologyError(f"link {index}: the lab reads links as endpoints: "
+                                "[\"node:interface\", \"node:interface\"] between two nodes")
+        (a, a_if), (b, b_if) = (e.split(":") for e in ends)
+        for clab in (a, b):
+            if clab not in nodes:
+                raise TopologyError(f"link {index}: {clab} is not a node of the topology "
+                                    "(host:, macvlan: and mgmt-net: links reach past the lab)")
+        link: dict[str, Any] = {"a": nodes[a].name, "b": nodes[b].name,
+                                "_ends": ((a, a_if), (b, b_if))}
+        named = (spec.get("vars") or {}).get(LINK_NAME_VAR)
+        default = f"{nodes[a].name}-{nodes[b].name}"
+        seen[default] = seen.get(default, 0) + 1
+        if named or seen[default] > 1:
+            link["name"] = str(named or f"{default}-{seen[default]}")
+        for side, (clab, interface) in (("a", (a, a_if)), ("b", (b, b_if))):
+            address = nodes[clab].addresses.get(interface)
+            ipv4 = spec.get("ipv4") or []
+            address = address or (ipv4[0 if side == "a" else 1] if len(ipv4) == 2 else None)
+            if address:
+                link[f"{side}_address"] = address
+        a_to_b = to_file(_direction(nodes[a], a_if, nodes[b], b_if))
+        b_to_a = to_file(_direction(nodes[b], b_if, nodes[a], a_if))
+        if a_to_b == b_to_a:
+            link.update(a_to_b)
+        else:
+            link.update({key: value for key, value in (("a_to_b", a_to_b),
+                                                       ("b_to_a", b_to_a)) if value})
+        links.append(link)
+    return links
+
+
+def _node_table(node: _Node) -> dict[str, Any]:
+    table: dict[str, Any] = dict(node.settings)
+    if node.routes and node.kind != "switch":
+        table["routes"] = node.routes
+    return table
+
+
+def _with_fragments(table: dict[str, Any], nodes: dict[str, _Node],
+                    links: list[dict[str, Any]]) -> dict[str, Any]:
+    """The routers' configurations, with containerlab's interface names replaced by those
+    the lab gives (known once the links are read: the lab numbers them)."""
+    ends = [link.pop("_ends") for link in links]
+    built = from_dict(table)
+    renames: dict[str, dict[str, str]] = {}
+    for (a, b), link in zip(ends, built.links, strict=True):
+        for (clab, interface), end in ((a, link.a), (b, link.b)):
+            renames.setdefault(clab, {})[interface] = end.interface
+    from .export import rename_interfaces
+
+    for clab, node in nodes.items():
+        if node.frr.strip():
+            table["routers"][node.name]["frr"] = rename_interfaces(node.frr,
+                                                                   renames.get(clab, {}))
+    return table
