@@ -60,8 +60,23 @@ a = "r1"
 a_address = "10.0.12.1/30"
 b = "r2"
 b_address = "10.0.12.2/30"
-a_to_b = { bw = "20M", delay = "5ms", jitter = "1ms", loss = 0.5, qdisc = "dualpi2", step = "2ms", coupling = 3, any_ect = true }
-b_to_a = { bw = "30M", delay = "7ms", jitter = "2ms", reorder = true, qdisc = "cake", interval = "40ms", max_queue_size = 300 }
+[links.a_to_b]
+bw = "20M"
+delay = "5ms"
+jitter = "1ms"
+loss = 0.5
+qdisc = "dualpi2"
+step = "2ms"
+coupling = 3
+any_ect = true
+[links.b_to_a]
+bw = "30M"
+delay = "7ms"
+jitter = "2ms"
+reorder = true
+qdisc = "cake"
+interval = "40ms"
+max_queue_size = 300
 [[links]]
 a = "r2"
 a_address = "10.0.2.1/24"
@@ -93,18 +108,8 @@ _CRD = yaml.safe_load((REFERENCE / "clabernetes" / "topologies.crd.yaml").read_t
 TOPOLOGY_SCHEMA = _validator(_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
 
 
-def write(files: dict[str, str | bytes], folder: Path) -> None:
-    for relative, content in files.items():
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-
-
 def exported(model: topology.Topology, folder: Path) -> Path:
-    write(export.containerlab(model), folder)
+    export.write(export.containerlab(model), folder)
     return folder / f"{model.name}.clab.yml"
 
 

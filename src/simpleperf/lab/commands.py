@@ -296,13 +296,7 @@ def _export(args: argparse.Namespace) -> int:
             else clab_export.clabernetes)(model, images)
     folder = Path(args.folder)
     try:
-        for relative, content in made.items():
-            path = folder / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                path.write_text(content)
+        clab_export.write(made, folder)
     except OSError as error:
         raise lifecycle.LabError(f"cannot write {folder}: {error.strerror}") from None
     first = next(iter(p for p in made if p.endswith((".yml", ".yaml"))))

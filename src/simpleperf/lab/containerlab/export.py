@@ -118,6 +118,17 @@ def clabernetes(topology: Topology, images: Images = Images()) -> dict[str, str 
     return {f"{topology.name}.clabernetes.yaml": "---\n".join(_yaml(d) for d in documents)}
 
 
+def write(files: dict[str, str | bytes], folder: Path) -> None:
+    """The files, by their paths relative to `folder` (made if missing). OSError."""
+    for relative, content in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
 def _config_map(name: str, files: dict[str, str | bytes]) -> dict[str, Any]:
     text = {_key(p): c for p, c in files.items() if isinstance(c, str)}
     binary = {_key(p): _base64(c) for p, c in files.items() if isinstance(c, bytes)}
