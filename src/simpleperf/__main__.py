@@ -1,5 +1,6 @@
-"""`simpleperf` and `python3 -m simpleperf`: the lab when the first word is `lab`, else the
-tool. The lab sits on top of the tool; the tool never needs it."""
+"""`simpleperf` and `python3 -m simpleperf`: the lab when the first word is `lab`, the
+Prometheus exporter when it is `exporter`, else the tool. Both sit on top of the tool; the
+tool never needs them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
         from .lab.commands import main as lab_main
 
         return lab_main(argv[1:])
+    if argv[:1] == ["exporter"]:
+        from .exporter.web import main as exporter_main
+
+        return exporter_main(argv[1:])
     from .main import main as tool_main
 
     return tool_main(argv)

@@ -295,6 +295,7 @@ class RttSummary:
     p99: float
 
     trimmed: float  # the draft's single-sided trimmed mean (RPM_TRIM kept)
+    samples: tuple[float, ...] = ()  # each round trip, in the order they came
 
     @property
     def rpm(self) -> float:
@@ -311,7 +312,8 @@ def summarise_rtt(samples_ms: Sequence[float]) -> RttSummary | None:
     return RttSummary(count, min(samples_ms), average, max(samples_ms),
                       max(0.0, square_mean - average * average) ** 0.5,
                       percentile(samples_ms, 0.5), percentile(samples_ms, 0.9),
-                      percentile(samples_ms, 0.99), trimmed_mean(samples_ms))
+                      percentile(samples_ms, 0.99), trimmed_mean(samples_ms),
+                      tuple(samples_ms))
 
 
 # Responsiveness, as draft-ietf-ippm-responsiveness defines it: round trips per minute,

@@ -1,14 +1,16 @@
 """`simpleperf -c HOST --rtt`: round-trip times to a simpleperf server, printed as ping
-prints them, over TCP or (with -u) UDP echo."""
+prints them, over TCP or (with -u) UDP echo; with -J one document at the end."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
 from ..engine.latency import SECRET_HINT, EchoProber
 from ..options import ClientOptions
 from ..report import native as table
+from ..report.json import rtt_block
 from ..stats import summarise_rtt
 
 
@@ -16,6 +18,9 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     protocol = "udp" if options.udp else "tcp"
     prober = EchoProber(options.host, options.port, protocol, options.family, options.secret)
     count = options.count or max(1, round(options.duration / options.rtt_interval))
+    if options.json:
+        _document(options, prober, count, protocol, out)
+        return
     out(f"RTT to {options.host} port {options.port} over {protocol.upper()} echo, "
         f"{count} probes every {options.rtt_interval:g} s")
 
@@ -33,3 +38,25 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
         out(line)
     if prober.sent and not prober.samples_ms and options.secret is None:
         out("no probe was answered" + SECRET_HINT)
+
+
+def _document(options: ClientOptions, prober: EchoProber, count: int, protocol: str,
+              out: Callable[[str], None]) -> None:
+    """-J: {"start": what was asked, "end": {"sent", "answered", "rtt": the summary as a
+    test's latency blocks give it, each answered probe's round trip in "samples_ms"}}."""
+    error = None
+    try:
+        prober.run(count, options.rtt_interval, lambda number, rtt: None, threading.Event())
+    except KeyboardInterrupt:
+        error = "interrupted"
+    finally:
+        prober.close()
+    document: dict = {
+        "start": {"connecting_to": {"host": options.host, "port": options.port},
+                  "rtt": {"protocol": protocol, "count": count,
+                          "interval": options.rtt_interval}},
+        "end": {"sent": prober.sent, "answered": len(prober.samples_ms),
+                "rtt": rtt_block(summarise_rtt(prober.samples_ms))}}
+    if error:
+        document["error"] = error
+    out(json.dumps(document, indent=4))

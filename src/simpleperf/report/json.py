@@ -239,16 +239,20 @@ def delay_entries(view: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def rtt_block(summary: RttSummary | None) -> dict[str, Any] | None:
+    """Round trips' summary, milliseconds (None: no probe answered)."""
+    if summary is None:
+        return None
+    return {"count": summary.count, "min_ms": summary.minimum, "mean_ms": summary.average,
+            "max_ms": summary.maximum, "mdev_ms": summary.mdev, "p50_ms": summary.p50,
+            "p90_ms": summary.p90, "p99_ms": summary.p99,
+            "trimmed_mean_ms": summary.trimmed, "rpm": summary.rpm,
+            "samples_ms": list(summary.samples)}
+
+
 def latency_section(idle: RttSummary | None, loaded: RttSummary | None) -> dict[str, Any]:
     """New in simpleperf (iperf3 has no latency under load): milliseconds."""
-    def block(summary: RttSummary | None):
-        if summary is None:
-            return None
-        return {"count": summary.count, "min_ms": summary.minimum, "mean_ms": summary.average,
-                "max_ms": summary.maximum, "mdev_ms": summary.mdev, "p50_ms": summary.p50,
-                "p90_ms": summary.p90, "p99_ms": summary.p99,
-                "trimmed_mean_ms": summary.trimmed, "rpm": summary.rpm}
-    return {"idle": block(idle), "loaded": block(loaded)}
+    return {"idle": rtt_block(idle), "loaded": rtt_block(loaded)}
 
 
 def _rate(num_bytes: int, seconds: float) -> float:

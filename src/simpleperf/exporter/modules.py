@@ -1,0 +1,192 @@
+"""The exporter's modules: what one probe measures, as blackbox_exporter's modules say what
+one of its probes does. Built-in modules run with no file; a TOML file adds or replaces
+them:
+
+    [modules.tcp_reverse]
+    prober = "tcp"          # tcp, udp, rtt, rpm
+    duration = "5s"
+    direction = "reverse"   # forward (the exporter sends), reverse, bidir
+    parallel = 2
+    congestion = "bbr"
+    dscp = "AF41"
+
+Every mistake is one line naming the module and the field.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..options import MAX_PARALLEL, dscp_code, is_congestion_name
+from ..units import parse_duration, parse_rate
+
+PROBERS = ("tcp", "udp", "rtt", "rpm")
+DIRECTIONS = ("forward", "reverse", "bidir")
+SERVERS = ("simpleperf", "iperf3")  # what the targets are
+THROUGHPUT = ("tcp", "udp", "rpm")  # probers that load the path: one at a time per server
+MAX_DURATION = 300.0  # seconds: a probe must fit a scrape, and Prometheus' are minutes at most
+MIN_DURATION = 0.5
+MAX_CONFIG_BYTES = 1 << 20
+MAX_MODULES = 1000
+RTT_INTERVAL = 0.1  # seconds between the rtt prober's probes
+FIELDS = {"prober", "duration", "direction", "parallel", "rate", "length", "congestion",
+          "dscp", "server", "trip_times", "port"}
+
+
+class ConfigError(ValueError):
+    """A mistake in the modules file: one line."""
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    prober: str = "tcp"
+    duration: float = 5.0  # seconds the test runs (rpm: its time limit)
+    direction: str = "forward"
+    parallel: int = 1
+    rate: float | None = None  # bits/s (udp's default: 10 Mbit/s)
+    length: int | None = None  # bytes per write or datagram
+    congestion: str | None = None
+    dscp: int | None = None
+    server: str = "simpleperf"
+    trip_times: bool = False  # one-way delays: the two ends' clocks must agree
+    port: int | None = None  # the target's port when it names none
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def loads_the_path(self) -> bool:
+        return self.prober in THROUGHPUT
+
+    @property
+    def protocol(self) -> str:
+        return "udp" if self.prober == "udp" else "tcp"
+
+    def directions(self) -> tuple[str, ...]:
+        """The directions its results come in (bidir: both)."""
+        if self.prober in ("rtt", "rpm"):
+            return ("forward",)
+        return ("forward", "reverse") if self.direction == "bidir" else (self.direction,)
+
+
+BUILT_IN = {module.name: module for module in (
+    Module("tcp"),
+    Module("tcp_reverse", direction="reverse"),
+    Module("tcp_bidir", direction="bidir"),
+    Module("udp", prober="udp", rate=10e6),
+    Module("rtt", prober="rtt", duration=2.0),
+    Module("rpm", prober="rpm", duration=10.0),
+    Module("iperf3_tcp", server="iperf3"),
+    Module("iperf3_udp", prober="udp", rate=10e6, server="iperf3"),
+)}
+
+
+def load(path: str | None) -> dict[str, Module]:
+    """The built-in modules, with a file's added (a module of the same name replaced)."""
+    modules = dict(BUILT_IN)
+    if path is None:
+        return modules
+    try:
+        with open(path, "rb") as source:
+            data = source.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MB")
+    tables = _toml(data, path)
+    unknown = sorted(set(tables) - {"modules"})
+    if unknown:
+        raise ConfigError(f"{path}: '{unknown[0]}' is not a table the exporter reads "
+                          "(modules)")
+    given = tables.get("modules", {})
+    if not isinstance(given, dict) or len(given) > MAX_MODULES:
+        raise ConfigError(f"{path}: modules must be tables, [modules.NAME], at most "
+                          f"{MAX_MODULES}")
+    for name, spec in given.items():
+        modules[name] = parse(name, spec)
+    return modules
+
+
+def _toml(data: bytes, path: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{Path(path).name}: not valid TOML: {error}") from None
+
+
+def parse(name: str, spec: Any) -> Module:
+    """One module's table."""
+    where = f"module {name}"
+    if not name.replace("_", "").replace("-", "").isalnum() or len(name) > 64:
+        raise ConfigError(f"{where}: a name is letters, digits, '_' or '-' (at most 64)")
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = sorted(set(spec) - FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}: '{unknown[0]}' is not a field ({', '.join(sorted(FIELDS))})")
+    module = Module(name)
+    values: dict[str, Any] = {}
+    for key, choices in (("prober", PROBERS), ("direction", DIRECTIONS), ("server", SERVERS)):
+        if key in spec:
+            if spec[key] not in choices:
+                raise ConfigError(f"{where}: {key} must be one of {', '.join(choices)}, not "
+                                  f"{spec[key]!r}")
+            values[key] = spec[key]
+    if "duration" in spec:
+        values["duration"] = _seconds(spec["duration"], f"{where}: duration")
+    if "parallel" in spec:
+        values["parallel"] = _whole(spec["parallel"], f"{where}: parallel", 1, MAX_PARALLEL)
+    if "length" in spec:
+        values["length"] = _whole(spec["length"], f"{where}: length", 16, 1 << 20)
+    if "port" in spec:
+        values["port"] = _whole(spec["port"], f"{where}: port", 1, 65535)
+    if "rate" in spec:
+        try:
+            values["rate"] = parse_rate(str(spec["rate"]))
+        except ValueError:
+            raise ConfigError(f"{where}: rate {spec['rate']!r} is not a rate such as "
+                              "'10M'") from None
+    if "congestion" in spec:
+        if not is_congestion_name(spec["congestion"]):
+            raise ConfigError(f"{where}: congestion names a TCP congestion control, such as "
+                              f"'cubic', not {spec['congestion']!r}")
+        values["congestion"] = spec["congestion"]
+    if "dscp" in spec:
+        code = dscp_code(spec["dscp"])
+        if code is None:
+            raise ConfigError(f"{where}: dscp must be 0..63 or a name (EF, AF41, CS1, ...)")
+        values["dscp"] = code
+    if "trip_times" in spec:
+        if not isinstance(spec["trip_times"], bool):
+            raise ConfigError(f"{where}: trip_times must be true or false")
+        values["trip_times"] = spec["trip_times"]
+    module = replace(module, **values)
+    if module.prober == "udp" and module.rate is None:
+        module = replace(module, rate=10e6)
+    if module.server == "iperf3" and module.prober not in ("tcp", "udp"):
+        raise ConfigError(f"{where}: an iperf3 server runs tcp and udp tests only")
+    if module.server == "iperf3" and module.trip_times:
+        raise ConfigError(f"{where}: trip_times needs a simpleperf server (iperf3 has none)")
+    return module
+
+
+def _seconds(value: Any, where: str) -> float:
+    try:
+        seconds = parse_duration(str(value))
+    except ValueError:
+        raise ConfigError(f"{where}: {value!r} is not a time such as '5s'") from None
+    if not MIN_DURATION <= seconds <= MAX_DURATION:
+        raise ConfigError(f"{where}: must be from {MIN_DURATION:g} s to {MAX_DURATION:g} s")
+    return seconds
+
+
+def _whole(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{where}: must be a whole number from {low} to {high}")
+    return value

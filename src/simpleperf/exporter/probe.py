@@ -1,0 +1,215 @@
+"""One probe: the simpleperf client run against a target as a module says, its JSON read into
+readings. The exporter sits on top of the tool as the lab does: it runs the tool's client and
+reads its -J document, so a probe is exactly what `simpleperf -c ... -J` measures.
+
+`command` and `readings` are pure; `run` starts the client (its own process: a probe that
+overruns its time is killed whole, and the exporter's threads and memory stay flat).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .modules import RTT_INTERVAL, Module
+
+IPERF3_PORT = 5201
+SETUP_SECONDS = 1.5  # what a test takes beyond its duration (connect, exchange, results)
+# RTT and one-way delay histograms: smokeping_prober's exponential buckets, 50 us doubling
+# twenty times (to 26 s).
+BUCKETS = tuple(50e-6 * 2 ** i for i in range(20))
+
+
+class ProbeFailed(Exception):
+    """The probe did not give a whole result; str() says why in one line."""
+
+
+@dataclass(frozen=True)
+class Histogram:
+    buckets: tuple[int, ...]  # cumulative counts at each of BUCKETS
+    count: int
+    total: float  # sum of the values, seconds
+
+    @classmethod
+    def of(cls, values: list[float]) -> Histogram:
+        return cls(tuple(sum(1 for v in values if v <= edge) for edge in BUCKETS),
+                   len(values), sum(values))
+
+
+@dataclass
+class Readings:
+    """A probe's figures: gauges and histograms by (metric, its labels beyond target and
+    module as sorted pairs)."""
+
+    gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    histograms: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = \
+        field(default_factory=dict)
+
+    def gauge(self, name: str, value: Any, **labels: str) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value):
+            self.gauges[(name, tuple(sorted(labels.items())))] = float(value)
+
+    def histogram(self, name: str, histogram: Histogram | None, **labels: str) -> None:
+        if histogram is not None and histogram.count:
+            self.histograms[(name, tuple(sorted(labels.items())))] = histogram
+
+
+def command(module: Module, host: str, port: int | None) -> list[str]:
+    """The client's command line for one probe of `module` at host:port."""
+    port = port or module.port or (IPERF3_PORT if module.server == "iperf3" else None)
+    line = [sys.executable, "-m", "simpleperf", "-c", host, "-J"]
+    if port is not None:
+        line += ["-p", str(port)]
+    if module.prober == "rtt":
+        count = max(1, round(module.duration / RTT_INTERVAL))
+        return line + ["--rtt", "--count", str(count), "--rtt-interval", str(RTT_INTERVAL)]
+    line += ["-t", f"{module.duration:g}"]
+    if module.prober == "rpm":
+        return line + ["--rpm"] + (["-R"] if module.direction == "reverse" else [])
+    if module.prober == "udp":
+        line += ["-u"]
+    if module.rate is not None:
+        line += ["-b", f"{module.rate:.0f}"]
+    if module.parallel > 1:
+        line += ["-P", str(module.parallel)]
+    line += {"reverse": ["-R"], "bidir": ["--bidir"]}.get(module.direction, [])
+    if module.length is not None:
+        line += ["-l", str(module.length)]
+    if module.congestion is not None:
+        line += ["-C", module.congestion]
+    if module.dscp is not None:
+        line += ["--dscp", str(module.dscp)]
+    if module.trip_times:
+        line += ["--trip-times"]
+    if module.server == "iperf3":
+        line += ["--iperf3", "--no-latency"]
+    return line
+
+
+def seconds_needed(module: Module) -> float:
+    return module.duration + SETUP_SECONDS
+
+
+def run(module: Module, host: str, port: int | None, budget: float) -> dict[str, Any]:
+    """The client's -J document, within `budget` seconds; ProbeFailed otherwise."""
+    try:
+        done = subprocess.run(command(module, host, port), capture_output=True, text=True,
+                              timeout=budget, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed(f"the test did not end within {budget:.1f} s") from None
+    except OSError as error:
+        raise ProbeFailed(f"cannot run the client: {error.strerror}") from None
+    try:
+        document = json.loads(done.stdout) if done.stdout.strip() else None
+    except ValueError:
+        document = None
+    said = (done.stderr.strip().splitlines() or [""])[-1].removeprefix("simpleperf: error: ")
+    if done.returncode != 0 or not isinstance(document, dict) or document.get("error"):
+        reason = said or (document or {}).get("error") or f"exit status {done.returncode}"
+        raise ProbeFailed(str(reason)[:300])
+    return document
+
+
+def readings(module: Module, document: dict[str, Any]) -> Readings:
+    """The figures of a client's -J document (pure). ProbeFailed when it lacks what the
+    module's prober gives (a half result is no result)."""
+    found = Readings()
+    end = document.get("end")
+    if not isinstance(end, dict):
+        raise ProbeFailed("the client's document has no end")
+    try:
+        if module.prober == "rtt":
+            _rtt(found, end)
+        elif module.prober == "rpm":
+            _rpm(found, end)
+        else:
+            _transfer(found, module, end)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ProbeFailed(f"the client's document lacks {error}") from None
+    return found
+
+
+def _transfer(found: Readings, module: Module, end: dict[str, Any]) -> None:
+    protocol = module.protocol
+    for direction in module.directions():
+        suffix = "_bidir_reverse" if direction == "reverse" and module.direction == "bidir" \
+            else ""
+        received, sent = end["sum_received" + suffix], end["sum_sent" + suffix]
+        labels = {"direction": direction, "protocol": protocol}
+        found.gauge("simpleperf_goodput_bits_per_second", received["bits_per_second"], **labels)
+        found.gauge("simpleperf_received_bytes", received["bytes"], **labels)
+        found.gauge("simpleperf_sent_bytes", sent["bytes"], **labels)
+        if protocol == "tcp":
+            found.gauge("simpleperf_tcp_retransmits", sent.get("retransmits"), **labels)
+        else:
+            udp = end["sum" + suffix]
+            found.gauge("simpleperf_udp_jitter_seconds", udp["jitter_ms"] / 1e3, **labels)
+            found.gauge("simpleperf_udp_lost_packets", udp["lost_packets"], **labels)
+            found.gauge("simpleperf_udp_packets", udp["packets"], **labels)
+            found.gauge("simpleperf_udp_loss_ratio", udp["lost_percent"] / 100, **labels)
+        found.histogram("simpleperf_one_way_delay_seconds",
+                        _one_way(end, direction, module.direction), **labels)
+    congestion = end.get("sender_tcp_congestion")
+    if protocol == "tcp" and isinstance(congestion, str):
+        found.gauge("simpleperf_tcp_congestion_info", 1, congestion=congestion)
+    latency = end.get("latency") or {}
+    for load in ("idle", "loaded"):
+        block = latency.get(load)
+        if isinstance(block, dict):
+            found.histogram("simpleperf_rtt_seconds", _samples(block), load=load,
+                            protocol="tcp")
+            found.gauge("simpleperf_rpm", block.get("rpm"), load=load)
+
+
+def _one_way(end: dict[str, Any], direction: str, asked: str) -> Histogram | None:
+    """The one-way delays the receiving end counted (iperf2's --trip-times), from the
+    histograms of the direction's streams (with --bidir the first half of them are the
+    client's, as iperf3 numbers them): each bin counted at its upper edge."""
+    streams = list(end.get("streams", []))
+    if asked == "bidir":
+        half = len(streams) // 2
+        streams = streams[:half] if direction == "forward" else streams[half:]
+    at: dict[float, int] = {}  # a bin's upper edge (seconds): how many delays in it
+    total, count = 0.0, 0
+    for stream in streams:
+        delays = (stream.get("receiver") or {}).get("one_way_delay")
+        if not isinstance(delays, dict) or "histogram" not in delays:
+            continue
+        width = delays["histogram"]["bin_width_ms"] / 1e3
+        for index, number in delays["histogram"]["bins"]:
+            at[index * width] = at.get(index * width, 0) + int(number)
+        at[0.0] = at.get(0.0, 0) + int(delays["histogram"].get("below", 0))
+        total += delays["mean_ms"] / 1e3 * delays["count"]
+        count += delays["count"]
+    if not count:
+        return None
+    return Histogram(tuple(sum(n for edge, n in at.items() if edge <= bucket)
+                           for bucket in BUCKETS), count, total)
+
+
+def _samples(block: dict[str, Any]) -> Histogram:
+    return Histogram.of([value / 1e3 for value in block.get("samples_ms", [])])
+
+
+def _rtt(found: Readings, end: dict[str, Any]) -> None:
+    found.gauge("simpleperf_rtt_probes_sent", end["sent"])
+    found.gauge("simpleperf_rtt_probes_answered", end["answered"])
+    block = end.get("rtt")
+    if not isinstance(block, dict):
+        raise ProbeFailed("no probe was answered")
+    found.histogram("simpleperf_rtt_seconds", _samples(block), load="idle", protocol="tcp")
+    found.gauge("simpleperf_rpm", block.get("rpm"), load="idle")
+
+
+def _rpm(found: Readings, end: dict[str, Any]) -> None:
+    result = end["responsiveness"]
+    found.gauge("simpleperf_responsiveness_rpm", result["rpm"])
+    for load, key in (("idle", "foreign_rpm"), ("loaded", "loaded_rpm")):
+        found.gauge("simpleperf_rpm", result.get(key), load=load)
+    found.gauge("simpleperf_goodput_bits_per_second", result["goodput"],
+                direction="forward", protocol="tcp")
