@@ -29,6 +29,7 @@ from .options import (
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
     DEFAULT_MEMORY_BUDGET,
     DEFAULT_PORT,
+    DEFAULT_QUEUE_WAIT,
     DEFAULT_RATE_WINDOW,
     DEFAULT_RPM_INTERVAL,
     DEFAULT_RPM_SECONDS,
@@ -46,6 +47,8 @@ from .options import (
     MAX_OMIT,
     MAX_PARALLEL,
     MAX_PORT,
+    MAX_QUEUE,
+    MAX_QUEUE_WAIT,
     MAX_RATE,
     MAX_RATE_WINDOW,
     MAX_RPM_INTERVAL,
@@ -218,6 +221,13 @@ def _add_server_options(server) -> None:
     server.add_argument("--max-duration", "--server-max-duration", help="refuse tests "
                         "longer than this many seconds and end any test that runs longer")
     server.add_argument("--max-clients", help="tests served at the same time")
+    server.add_argument("--queue", metavar="N", help="with --max-clients: up to N more "
+                        "tests wait for a place instead of being refused (as perfSONAR "
+                        "schedules throughput tests: --max-clients 1 runs them one at a "
+                        "time; RTT probes are not tests and always run)")
+    server.add_argument("--queue-wait", metavar="SECONDS", help="--queue: how long a test "
+                        f"may wait (default {DEFAULT_QUEUE_WAIT:g}, at most "
+                        f"{MAX_QUEUE_WAIT:g})")
     server.add_argument("-1", "--one-off", "--singleclient", action="store_true",
                         help="serve one test, then exit (as iperf3 -s -1)")
     server.add_argument("--max-parallel", help="streams one test may open")
@@ -305,6 +315,7 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "server_bitrate_limit": "--server-bitrate-limit", "idle_timeout": "--idle-timeout",
                 "daemon": "-D/--daemon", "pidfile": "--pidfile",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
+                "queue": "--queue", "queue_wait": "--queue-wait",
                 "allow_classic": "--allow-classic",
                 "max_connections": "--max-connections", "rcv_timeout": "--rcv-timeout",
                 "max_connections_per_host": "--max-connections-per-host",
@@ -408,6 +419,9 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         max_duration=_positive_seconds("--max-duration", args.max_duration, None,
                                        high=MAX_TEST_SECONDS),
         max_clients=_optional_int("--max-clients", args.max_clients, 1, MAX_CLIENTS_LIMIT),
+        queue=_queue(args),
+        queue_wait=_positive_seconds("--queue-wait", args.queue_wait, DEFAULT_QUEUE_WAIT,
+                                     high=MAX_QUEUE_WAIT),
         max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
         secret=secret, allow_classic=args.allow_classic, mptcp=args.mptcp,
         bind_dev=None if args.bind_dev is None else iperf3_flags.device_name(args.bind_dev),
@@ -652,6 +666,14 @@ def _secret(path: str | None) -> bytes | None:
     if not secret:
         raise UsageError(f"--auth-secret-file: '{path}' is empty")
     return secret
+
+
+def _queue(args: argparse.Namespace) -> int:
+    if args.queue is not None and args.max_clients is None:
+        raise UsageError("--queue waits for one of --max-clients: give --max-clients too")
+    if args.queue_wait is not None and args.queue is None:
+        raise UsageError("--queue-wait goes with --queue")
+    return _int_in_range("--queue", args.queue, 0, 0, MAX_QUEUE)
 
 
 def _optional_int(flag: str, text: str | None, low: int, high: int) -> int | None:

@@ -78,6 +78,12 @@ DEFAULT_IDLE_SECONDS = 60.0  # a classic connection that brings (almost) nothing
 DEFAULT_MAX_CONNECTIONS_PER_HOST = 300
 SERVER_OVERRUN_SECONDS = 5.0  # a server ends a test this long after --max-duration
 RESULTS_WAIT_SECONDS = 30.0  # after the test's end, for the peer's results
+DECISION_SECONDS = 15.0  # a native client waits this long for the server's accepted
+# --queue-wait: a test that finds --max-clients running waits this long at most for one to
+# end (less than a native client waits for the server's decision, with time to spare).
+DEFAULT_QUEUE_WAIT = 10.0
+MAX_QUEUE_WAIT = DECISION_SECONDS - 2.0
+MAX_QUEUE = 1000
 # A transfer that does not move for this long is given up: the test's own length, within
 # these bounds. At least a few doubling retransmission timeouts (0.2 + 0.4 + 0.8 + 1.6 s),
 # so heavy loss is not taken for a server that stopped reading; a -n test, whose length is
@@ -148,6 +154,8 @@ class ServerOptions:
     congestion: str | None = None
     max_duration: float | None = None
     max_clients: int | None = None
+    queue: int = 0  # --queue: tests that may wait for one of --max-clients (0: refused)
+    queue_wait: float = DEFAULT_QUEUE_WAIT  # --queue-wait: how long each may wait
     max_parallel: int | None = None
     secret: bytes | None = None
     allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret

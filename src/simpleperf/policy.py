@@ -6,6 +6,7 @@ answer in their protocol."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
@@ -37,23 +38,41 @@ class Refusal:
 
 
 class TestSlots:
-    """Tests running at once, native and iperf3 together, against --max-clients."""
+    """Tests running at once, native and iperf3 together, against --max-clients; with
+    --queue, up to that many more wait (each at most --queue-wait) for a place, in turn."""
 
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
+    def __init__(self, limit: int | None, queue: int = 0, wait: float = 0.0) -> None:
+        self.limit, self.queue, self.wait = limit, queue, wait
         self.running = 0
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._turns: deque[object] = deque()  # the waiting tests, first come first
 
     def acquire(self) -> bool:
-        with self._lock:
-            if self.limit is not None and self.running >= self.limit:
+        with self._changed:
+            if self.limit is None or self.running < self.limit and not self._turns:
+                self.running += 1
+                return True
+            if len(self._turns) >= self.queue:
                 return False
-            self.running += 1
-            return True
+            me = object()
+            self._turns.append(me)
+            deadline = time.monotonic() + self.wait
+            try:
+                while self.running >= self.limit or self._turns[0] is not me:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._changed.wait(left)
+                self.running += 1
+                return True
+            finally:
+                self._turns.remove(me)
+                self._changed.notify_all()
 
     def release(self) -> None:
-        with self._lock:
+        with self._changed:
             self.running -= 1
+            self._changed.notify_all()
 
 
 class MemoryBudget:
@@ -99,7 +118,7 @@ def buffer_bytes(streams: int, length: int) -> int:
 class ServerPolicy:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.slots = TestSlots(options.max_clients)
+        self.slots = TestSlots(options.max_clients, options.queue, options.queue_wait)
         self.memory = MemoryBudget(options.memory_budget)
         self.udp_available = True  # until the server finds it cannot open its UDP port
         self.connections: dict[str, int] = {}  # open connections by the peer's address
@@ -181,9 +200,12 @@ class ServerPolicy:
                            f", more than this server's {_megabytes(budget)} "
                            "(--memory-budget)")
         if not self.slots.acquire():
+            queued = (f"; --queue {self.options.queue}: full, or the "
+                      f"{self.options.queue_wait:g} s wait ran out") if self.options.queue \
+                else ""
             return Refusal(Limit.BUSY, f"the server is busy: {self.slots.running} tests "
                            f"running, at most {self.options.max_clients} at once "
-                           "(--max-clients)")
+                           f"(--max-clients{queued})")
         if not self.memory.take(memory):
             self.slots.release()
             return Refusal(Limit.MEMORY, f"the server is busy: the test's buffers would take "

@@ -14,8 +14,9 @@ from .probe import BUCKETS, Readings
 METRICS = {
     "probe_success": "1 if the probe gave a whole result, else 0",
     "probe_duration_seconds": "how long the probe took, its wait for the server included",
-    "simpleperf_probe_wait_seconds": "how long the probe waited for the server to be free of "
-                                     "other throughput probes",
+    "simpleperf_probe_wait_seconds": "how long the probe waited for its target to be free of "
+                                     "other throughput tests (the exporter's turns and the "
+                                     "server's --queue)",
     "simpleperf_goodput_bits_per_second": "what the receiving end received, per second",
     "simpleperf_received_bytes": "bytes the receiving end received",
     "simpleperf_sent_bytes": "bytes the sending end sent",

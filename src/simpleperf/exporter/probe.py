@@ -48,6 +48,7 @@ class Readings:
     gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     histograms: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = \
         field(default_factory=dict)
+    server_wait: float = 0.0  # seconds a busy server's queue held the test (--queue)
 
     def gauge(self, name: str, value: Any, **labels: str) -> None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) \
@@ -119,6 +120,9 @@ def readings(module: Module, document: dict[str, Any]) -> Readings:
     """The figures of a client's -J document (pure). ProbeFailed when it lacks what the
     module's prober gives (a half result is no result)."""
     found = Readings()
+    queued = (document.get("start") or {}).get("queued_seconds")
+    if isinstance(queued, (int, float)) and queued > 0:
+        found.server_wait = float(queued)
     end = document.get("end")
     if not isinstance(end, dict):
         raise ProbeFailed("the client's document has no end")

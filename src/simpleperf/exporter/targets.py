@@ -91,7 +91,9 @@ def split(given: str) -> tuple[str, int | None]:
     text = given.strip()
     port_text = None
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
+        host, closed, rest = text[1:].partition("]")
+        if not closed or not _is_address(host):
+            raise Refused(f"target {given[:100]!r} is not HOST, HOST:PORT or [V6]:PORT", 400)
         if rest:
             if not rest.startswith(":"):
                 raise Refused(f"target {given!r} is not HOST, HOST:PORT or [V6]:PORT", 400)

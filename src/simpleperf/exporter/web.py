@@ -115,7 +115,7 @@ class Exporter:
                   file=sys.stderr, flush=True)
         self.probes.labels(module.name, "success" if success else "failure").inc()
         return page(readings, target.host, module.name, success,
-                    time.monotonic() - began, waited), success
+                    time.monotonic() - began, waited + readings.server_wait), success
 
     @staticmethod
     def _measure(module: modules.Module, target: Target, deadline: float) -> probing.Readings:

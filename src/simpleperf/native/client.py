@@ -18,7 +18,7 @@ from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import Interrupted, PeerEnded, PeerGone, PeerRefused, ProtocolError, SimpleperfError
-from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
+from ..options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf3
 from ..protocol.events import Accepted, Auth, Authenticated, Bye, Error, Hello, Start, Test, Welcome
 from ..protocol.exchange import Role
@@ -42,7 +42,6 @@ from .session import NativeSession
 CLASSIC_WAIT_MIN = 1.5  # seconds without an answer to our greeting: a classic server
 IDLE_PROBES = 5
 AUTH_SECONDS = 10.0
-DECISION_SECONDS = 15.0  # for the server's accepted, then its start
 
 
 RSA_NEEDS_IPERF3 = ("--username is iperf3's RSA authentication, for iperf3 servers; this "
@@ -191,13 +190,16 @@ class _NativeTest:
                 time.sleep(0.01)
             idle = summarise_rtt(self.prober.samples_ms)
         self.channel.send(Test(self.spec))
+        asked = time.monotonic()
         accepted = self.channel.expect(DECISION_SECONDS, Accepted)
+        queued = time.monotonic() - asked  # a busy server's --queue, and a round trip
         try:
             self._open_streams(accepted.token)
             tcp_stream.attach_file(self.streams, options.file)
             self.channel.expect(DECISION_SECONDS, Start)
             output = TestOutput(options, self.spec, self.streams, self.out,
                                 "simpleperf-native/1", accepted.token.hex())
+            output.queued = queued
             measurement = Measurement(self.spec, self.streams,
                                       options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                       output.interval)

@@ -39,6 +39,7 @@ class TestOutput:
         self.json_intervals: list[dict[str, Any]] = []
         self.server_output: str | None = None  # an iperf3 server's own text (asked for)
         self.started_wall = time.time()
+        self.queued: float | None = None  # seconds the server kept the test waiting (native)
 
     def start(self) -> None:
         options = self.options
@@ -157,6 +158,7 @@ class TestOutput:
             "connected": [_connected(s, options) for s in self.streams],
             "test_start": json_report.test_start(self.spec),
             "protocol": self.protocol_name,
+            **({} if self.queued is None else {"queued_seconds": self.queued}),
         }
 
     def _peer_interval_entries(self, peer_intervals: Sequence[IntervalRecord]
