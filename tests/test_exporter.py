@@ -5,7 +5,9 @@ and a link made slower shows in them."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import re
 import socket
 import subprocess
@@ -276,6 +278,47 @@ def test_threads_and_descriptors_stay_flat_over_many_probes(exporter_and_server)
     after = proc_status(pid)
     assert after["threads"] <= before["threads"] and after["fds"] <= before["fds"], \
         (before, after)
+
+
+def clients_of(port: int) -> list[int]:
+    """Processes running simpleperf's client against `port`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                words = cmdline.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"-c" in words and str(port).encode() in words and b"-J" in words:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.loopback
+def test_an_exporter_stopped_mid_probe_leaves_no_client_behind(tmp_path):
+    server, port = start_server()
+    exporter = Exporter("--config", write_config(tmp_path, '[modules.long]\nduration = "8s"\n'))
+    try:
+        ended: list[str] = []
+
+        def probe_it() -> None:
+            try:
+                exporter.get(f"/probe?target=127.0.0.1:{port}&module=long")
+            except (OSError, http.client.HTTPException) as error:
+                ended.append(type(error).__name__)  # the exporter stopped before answering
+        scrape = threading.Thread(target=probe_it)
+        scrape.start()
+        deadline = time.monotonic() + 10
+        while not clients_of(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert clients_of(port), "the probe's client never started"
+        assert exporter.process.interrupt() == 0
+        scrape.join(20)
+        time.sleep(0.2)
+        assert clients_of(port) == []
+    finally:
+        exporter.process.close()
+        server.close()
 
 
 @pytest.mark.loopback

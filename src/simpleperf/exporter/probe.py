@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,22 +97,62 @@ def seconds_needed(module: Module) -> float:
     return module.duration + SETUP_SECONDS
 
 
-def run(module: Module, host: str, port: int | None, budget: float) -> dict[str, Any]:
+class Clients:
+    """The probes' client processes running now, so that an exporter that stops ends them
+    (each by its own process id) instead of leaving them behind."""
+
+    def __init__(self) -> None:
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def start(self, line: list[str]) -> subprocess.Popen:
+        with self._lock:
+            if self.closed:
+                raise ProbeFailed("the exporter is stopping")
+            process = subprocess.Popen(line, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+            self._running.add(process)
+            return process
+
+    def done(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.discard(process)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            running = list(self._running)
+        for process in running:
+            process.kill()
+            process.wait()
+
+
+def run(module: Module, host: str, port: int | None, budget: float,
+        clients: Clients | None = None) -> dict[str, Any]:
     """The client's -J document, within `budget` seconds; ProbeFailed otherwise."""
+    clients = clients or Clients()
     try:
-        done = subprocess.run(command(module, host, port), capture_output=True, text=True,
-                              timeout=budget, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"the test did not end within {budget:.1f} s") from None
+        process = clients.start(command(module, host, port))
     except OSError as error:
         raise ProbeFailed(f"cannot run the client: {error.strerror}") from None
     try:
-        document = json.loads(done.stdout) if done.stdout.strip() else None
+        out, err = process.communicate(timeout=budget)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise ProbeFailed(f"the test did not end within {budget:.1f} s") from None
+    finally:
+        clients.done(process)
+    if clients.closed:
+        raise ProbeFailed("the exporter is stopping")
+    try:
+        document = json.loads(out) if out.strip() else None
     except ValueError:
         document = None
-    said = (done.stderr.strip().splitlines() or [""])[-1].removeprefix("simpleperf: error: ")
-    if done.returncode != 0 or not isinstance(document, dict) or document.get("error"):
-        reason = said or (document or {}).get("error") or f"exit status {done.returncode}"
+    said = (err.strip().splitlines() or [""])[-1].removeprefix("simpleperf: error: ")
+    if process.returncode != 0 or not isinstance(document, dict) or document.get("error"):
+        reason = said or (document or {}).get("error") or f"exit status {process.returncode}"
         raise ProbeFailed(str(reason)[:300])
     return document
 

@@ -88,6 +88,7 @@ class Exporter:
 
         self.modules, self.allowed = known, allowed
         self.turns = Turns(queue)
+        self.clients = probing.Clients()
         self.slots = threading.BoundedSemaphore(max_probes)
         self.probes = Counter("simpleperf_exporter_probes", "probes run, by module and "
                               "result", ["module", "result"])
@@ -117,10 +118,10 @@ class Exporter:
         return page(readings, target.host, module.name, success,
                     time.monotonic() - began, waited + readings.server_wait), success
 
-    @staticmethod
-    def _measure(module: modules.Module, target: Target, deadline: float) -> probing.Readings:
+    def _measure(self, module: modules.Module, target: Target, deadline: float
+                 ) -> probing.Readings:
         document = probing.run(module, target.address, target.port,
-                             max(0.1, deadline - time.monotonic()))
+                               max(0.1, deadline - time.monotonic()), self.clients)
         return probing.readings(module, document)
 
 
@@ -265,8 +266,8 @@ def main(argv: list[str]) -> int:
         print("simpleperf exporter: error: it needs prometheus_client (pip install "
               "'simpleperf[exporter]')", file=sys.stderr)
         return EXIT_FAILURE
-    handler = type("Handler", (Handler,), {"exporter": Exporter(known, allowed, args.queue,
-                                                                 args.max_probes)})
+    exporter = Exporter(known, allowed, args.queue, args.max_probes)
+    handler = type("Handler", (Handler,), {"exporter": exporter})
     try:
         server = ThreadingHTTPServer((host, port), handler)
     except OSError as error:
@@ -288,5 +289,6 @@ def main(argv: list[str]) -> int:
     try:
         server.serve_forever()
     finally:
+        exporter.clients.close()  # probes under way: their clients end with the exporter
         server.server_close()
     return EXIT_OK
