@@ -17,7 +17,14 @@ import urllib.error
 import urllib.request
 
 import pytest
-from helpers import SIMPLEPERF, LiveProcess, free_port, proc_status, start_server
+from helpers import (
+    SIMPLEPERF,
+    LiveProcess,
+    free_port,
+    proc_status,
+    start_iperf3_server,
+    start_server,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lab_helpers import in_node, lab, needs_lab
@@ -210,6 +217,27 @@ def test_a_probe_reports_what_the_tool_measures(exporter_and_server):
     assert [labels for (name, labels) in found if name == "simpleperf_tcp_congestion_info"]
     own = series(exporter.get("/metrics")[1])
     assert value(own, "simpleperf_exporter_probes_total", module="tcp1", result="success") == 1
+
+
+@pytest.mark.loopback
+@pytest.mark.iperf3
+def test_an_iperf3_server_is_probed_for_what_iperf3_can_give(tmp_path):
+    server, port = start_iperf3_server("3.12")
+    exporter = Exporter("--config", write_config(
+        tmp_path, '[modules.i3]\nserver = "iperf3"\nprober = "udp"\nrate = "30M"\n'
+                  'duration = "1s"\n'))
+    try:
+        found = series(exporter.get(f"/probe?target=127.0.0.1:{port}&module=i3")[1])
+        assert value(found, "probe_success") == 1
+        assert 0.9 * 30e6 < value(found, "simpleperf_goodput_bits_per_second",
+                                  direction="forward", protocol="udp") < 1.1 * 30e6
+        assert value(found, "simpleperf_udp_packets", direction="forward") > 0
+        # No RTT probes: iperf3 has no echo service.
+        assert not [name for name, _ in found if name.startswith("simpleperf_rtt")]
+    finally:
+        exporter.close()
+        server.kill()
+        server.wait()
 
 
 @pytest.mark.loopback
