@@ -110,10 +110,16 @@ def load(path: str | None) -> dict[str, Module]:
 
 
 def _toml(data: bytes, path: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    """The file's tables. Its own reader, not the lab's: the exporter stands on the tool,
+    beside the lab, and never imports it."""
+    try:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
+    except ImportError:
+        raise ConfigError("reading a modules file on Python 3.10 needs tomli: pip install "
+                          "'simpleperf[exporter]'") from None
     try:
         return tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:

@@ -13,6 +13,7 @@ import math
 import subprocess
 import sys
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +37,15 @@ class Histogram:
     total: float  # sum of the values, seconds
 
     @classmethod
+    def counted(cls, at: dict[float, int], count: int, total: float) -> Histogram:
+        """From how many values lie at each point (`count` may hold more, above every
+        bucket: they are in +Inf only)."""
+        return cls(tuple(sum(n for value, n in at.items() if value <= edge)
+                         for edge in BUCKETS), count, total)
+
+    @classmethod
     def of(cls, values: list[float]) -> Histogram:
-        return cls(tuple(sum(1 for v in values if v <= edge) for edge in BUCKETS),
-                   len(values), sum(values))
+        return cls.counted(dict(Counter(values)), len(values), sum(values))
 
 
 @dataclass
@@ -233,8 +240,7 @@ def _one_way(end: dict[str, Any], direction: str, asked: str) -> Histogram | Non
         count += delays["count"]
     if not count:
         return None
-    return Histogram(tuple(sum(n for edge, n in at.items() if edge <= bucket)
-                           for bucket in BUCKETS), count, total)
+    return Histogram.counted(at, count, total)
 
 
 def _samples(block: dict[str, Any]) -> Histogram:

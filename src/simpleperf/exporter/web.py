@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -103,12 +103,11 @@ class Exporter:
         began = time.monotonic()
         readings, waited, success = probing.Readings(), 0.0, False
         needed = probing.seconds_needed(module)
+        # Throughput probes take their turn; rtt probes go at once, beside them.
+        turn = self.turns.turn((target.address, target.port), began + budget - needed) \
+            if module.loads_the_path else nullcontext(0.0)
         try:
-            if module.loads_the_path:
-                with self.turns.turn((target.address, target.port),
-                                     began + budget - needed) as waited:
-                    readings = self._measure(module, target, began + budget)
-            else:
+            with turn as waited:
                 readings = self._measure(module, target, began + budget)
             success = True
         except (Busy, probing.ProbeFailed) as error:

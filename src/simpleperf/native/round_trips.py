@@ -11,52 +11,49 @@ from ..engine.latency import SECRET_HINT, EchoProber
 from ..options import ClientOptions
 from ..report import native as table
 from ..report.json import rtt_block
-from ..stats import summarise_rtt
+from ..stats import RttSummary, summarise_rtt
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     protocol = "udp" if options.udp else "tcp"
     prober = EchoProber(options.host, options.port, protocol, options.family, options.secret)
     count = options.count or max(1, round(options.duration / options.rtt_interval))
-    if options.json:
-        _document(options, prober, count, protocol, out)
-        return
-    out(f"RTT to {options.host} port {options.port} over {protocol.upper()} echo, "
-        f"{count} probes every {options.rtt_interval:g} s")
+    if not options.json:
+        out(f"RTT to {options.host} port {options.port} over {protocol.upper()} echo, "
+            f"{count} probes every {options.rtt_interval:g} s")
 
     def show(number: int, rtt: float | None) -> None:
-        out(table.rtt_probe_line(number, rtt) if rtt is not None
-            else f"probe {number}: no answer")
+        if not options.json:  # -J: one document at the end
+            out(table.rtt_probe_line(number, rtt) if rtt is not None
+                else f"probe {number}: no answer")
+    interrupted = False
     try:
         prober.run(count, options.rtt_interval, show, threading.Event())
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         prober.close()
-    for line in table.rtt_summary_lines(options.host, prober.sent,
-                                        summarise_rtt(prober.samples_ms)):
+    summary = summarise_rtt(prober.samples_ms)
+    if options.json:
+        out(json.dumps(_document(options, prober, count, protocol, summary, interrupted),
+                       indent=4))
+        return
+    for line in table.rtt_summary_lines(options.host, prober.sent, summary):
         out(line)
     if prober.sent and not prober.samples_ms and options.secret is None:
         out("no probe was answered" + SECRET_HINT)
 
 
 def _document(options: ClientOptions, prober: EchoProber, count: int, protocol: str,
-              out: Callable[[str], None]) -> None:
+              summary: RttSummary | None, interrupted: bool) -> dict:
     """-J: {"start": what was asked, "end": {"sent", "answered", "rtt": the summary as a
     test's latency blocks give it, each answered probe's round trip in "samples_ms"}}."""
-    error = None
-    try:
-        prober.run(count, options.rtt_interval, lambda number, rtt: None, threading.Event())
-    except KeyboardInterrupt:
-        error = "interrupted"
-    finally:
-        prober.close()
     document: dict = {
         "start": {"connecting_to": {"host": options.host, "port": options.port},
                   "rtt": {"protocol": protocol, "count": count,
                           "interval": options.rtt_interval}},
         "end": {"sent": prober.sent, "answered": len(prober.samples_ms),
-                "rtt": rtt_block(summarise_rtt(prober.samples_ms))}}
-    if error:
-        document["error"] = error
-    out(json.dumps(document, indent=4))
+                "rtt": rtt_block(summary)}}
+    if interrupted:
+        document["error"] = "interrupted"
+    return document

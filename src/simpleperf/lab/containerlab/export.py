@@ -17,6 +17,7 @@ a link's name goes in its `vars`.
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import zipfile
@@ -147,8 +148,6 @@ def _key(path: str) -> str:
 
 
 def _base64(content: bytes) -> str:
-    import base64
-
     return base64.b64encode(content).decode()
 
 

@@ -23,7 +23,7 @@ from ..model import datafiles, routing
 from ..model.link_properties import to_file
 from ..model.topology import LAB_NAME, NODE_NAME, Topology, TopologyError, from_dict
 from ..net import build, stages
-from .export import LINK_NAME_VAR
+from .export import LINK_NAME_VAR, rename_interfaces
 
 MAX_YAML_BYTES = 1 << 20
 FRR_CONFIG = "/etc/frr/frr.conf"
@@ -52,7 +52,10 @@ class _Node:
     settings: dict[str, Any] = field(default_factory=dict)  # ecn, congestion
     frr: str = ""
     egress: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
-    classes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    classes: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # device: an
+    # htb tree's classes, by classid (DiffServ classes)
+    leaves: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # device: the
+    # qdiscs under those classes, by their parent class
     ingress: dict[str, str] = field(default_factory=dict)  # interface: its ifb
     netem: dict[str, dict[str, Any]] = field(default_factory=dict)  # device: what it does
 
@@ -157,7 +160,7 @@ def _read_node(clab: str, name: str, spec: dict[str, Any], folder: Path,
     node = _Node(name)
     for key, value in (spec.get("sysctls") or {}).items():
         _setting(node, clab, str(key), str(value))
-    config, daemons = _bound_frr(clab, spec.get("binds") or [], folder)
+    config, daemons = _bound_frr(spec.get("binds") or [], folder)
     if config is not None:
         node.kind = "router"
         node.frr = _router_config(clab, config, node)
@@ -183,22 +186,26 @@ def _setting(node: _Node, clab: str, key: str, value: str) -> None:
                             "tcp_ecn, tcp_congestion_control)")
 
 
-def _bound_frr(clab: str, binds: list[Any], folder: Path) -> tuple[str | None, str | None]:
-    """The frr.conf and daemons file a node binds, read (None: not bound)."""
+def _bound_frr(binds: list[Any], folder: Path) -> tuple[str | None, str | None]:
+    """The frr.conf and daemons file a node binds (each file, or the folder /etc/frr),
+    read (None: not bound; a daemons file that is not there is left out)."""
     found: dict[str, str] = {}
     for bind in binds:
         parts = str(bind).split(":")
         if len(parts) < 2:
             continue
-        source = folder / parts[0]
-        targets = {FRR_CONFIG: source, FRR_DAEMONS_FILE: source}
-        if parts[1].rstrip("/") == "/etc/frr":
-            targets = {FRR_CONFIG: source / "frr.conf", FRR_DAEMONS_FILE: source / "daemons"}
-        for target, path in targets.items():
-            if parts[1].rstrip("/") in (target, "/etc/frr") and (
-                    target == FRR_CONFIG or path.exists()):
-                text = datafiles.read_bounded(path, routing.MAX_FRAGMENT * 4, TopologyError)
-                found[target] = text.decode("utf-8", errors="replace")
+        source, destination = folder / parts[0], parts[1].rstrip("/")
+        if destination == "/etc/frr":
+            wanted = {FRR_CONFIG: source / "frr.conf", FRR_DAEMONS_FILE: source / "daemons"}
+        elif destination in (FRR_CONFIG, FRR_DAEMONS_FILE):
+            wanted = {destination: source}
+        else:
+            continue
+        for target, path in wanted.items():
+            if target == FRR_DAEMONS_FILE and not path.exists():
+                continue
+            text = datafiles.read_bounded(path, routing.MAX_FRAGMENT * 4, TopologyError)
+            found[target] = text.decode("utf-8", errors="replace")
     return found.get(FRR_CONFIG), found.get(FRR_DAEMONS_FILE)
 
 
@@ -296,9 +303,10 @@ def _read_tc(node: _Node, words: list[str]) -> None:
         kind, options = rest[0], rest[1:]
         if kind == "netem":  # on an ifb behind an ingress, or on the egress itself
             node.netem[device] = stages.read_netem(options)
-        elif kind == "htb" or device in node.classes:
-            node.classes.setdefault(device, {})[f"leaf {parent}"] = options
-            node.classes[device].setdefault("htb", [])
+        elif kind == "htb":
+            node.classes.setdefault(device, {})
+        elif device in node.classes:
+            node.leaves.setdefault(device, {})[parent] = options
         else:
             stages.read_qdisc(kind, options)  # what it cannot read, named at its line
             node.egress.setdefault(device, []).append((kind, options))
@@ -318,10 +326,7 @@ def _direction(sender: _Node, out: str, receiver: _Node, into: str) -> dict[str,
     """One direction's shaping: the sender's egress stages, the receiver's ingress netem."""
     values: dict[str, Any] = {}
     if out in sender.classes:
-        tree = sender.classes[out]
-        leaves = {key.split()[1]: words for key, words in tree.items()
-                  if key.startswith("leaf ")}
-        values.update(stages.read_class_tree(tree, leaves))
+        values.update(stages.read_class_tree(sender.classes[out], sender.leaves.get(out, {})))
     for kind, options in sender.egress.get(out, []):
         values.update(stages.read_qdisc(kind, options))
     values.update(sender.netem.get(out, {}))
@@ -388,8 +393,6 @@ def _with_fragments(table: dict[str, Any], nodes: dict[str, _Node],
     for (a, b), link in zip(ends, built.links, strict=True):
         for (clab, interface), end in ((a, link.a), (b, link.b)):
             renames.setdefault(clab, {})[interface] = end.interface
-    from .export import rename_interfaces
-
     for clab, node in nodes.items():
         if node.frr.strip():
             table["routers"][node.name]["frr"] = rename_interfaces(node.frr,
