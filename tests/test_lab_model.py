@@ -703,3 +703,51 @@ def test_classes_with_the_kernel_are_an_htb_tree_as_the_own_classes_share_the_li
         no_htb.require_queues(build.kernel_queues(model, "netem"), "netem")
     Capabilities(tbf=True, netem=True, ifb=True, nfqueue=True, htb=True).require_queues(
         build.kernel_queues(model, "netem"), "netem")
+
+
+def _campus_static() -> topology.Topology:
+    """campus with static routes where OSPF would put them (r2's path preferred)."""
+    text = topology.load("campus").source
+    text = text.replace('routing = "ospf"', "").replace("cost = 10", "").replace(
+        "cost = 30", "")
+    routes = {"h1": "default via 10.10.1.1", "h4": "default via 10.10.2.1",
+              "r1": "10.10.2.0/24 via 10.10.12.2", "r2": "10.10.1.0/24 via 10.10.12.1",
+              "r3": "10.10.1.0/24 via 10.10.23.1"}
+    for node, route in routes.items():
+        text = text.replace(f"{node} = {{}}", f'{node} = {{ routes = ["{route}"] }}')
+    text = text.replace('r2 = { routes = ["10.10.1.0/24 via 10.10.12.1"] }',
+                        'r2 = { routes = ["10.10.1.0/24 via 10.10.12.1", '
+                        '"10.10.2.0/24 via 10.10.23.2"] }')
+    return topology.parse(text)
+
+
+def test_an_mptcp_connection_gets_a_subflow_on_each_path_that_shares_no_core_link() -> None:
+    model = _campus_static()
+    first, second = theory.subflow_paths(model, "h1", "h4")
+    assert [link.name for link, _ in first.hops][2:4] == ["C1", "C2"]  # the routed one
+    assert "B1" in [link.name for link, _ in second.hops]
+    assert not {"C1", "C2"} & {link.name for link, _ in second.hops}
+    assert (first.bottleneck, second.bottleneck) == (100e6, 50e6)
+    assert len(theory.subflow_paths(model, "h1", "h4", frozenset({"B1"}))) == 1
+    assert len(theory.subflow_paths(model, "h1", "h2")) == 1  # one LAN: no second path
+    assert len(theory.subflow_paths(topology.load("portfolio"), "h1", "h4")) == 1
+    outcome = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h4",
+                                       "mptcp": True}, "flow"), "10.10.2.11")
+    single = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h4"}, "flow"),
+                         "10.10.2.11")
+    theory.predict(model, [outcome], "cubic")
+    theory.predict(model, [single], "cubic")
+    assert outcome.predicted == pytest.approx(150e6 * theory.TCP_GOODPUT)
+    assert single.predicted == pytest.approx(100e6 * theory.TCP_GOODPUT)
+    assert outcome.theory_path == "h1 r1 r2 r3 h4 + h1 r1 r3 h4"
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ({"kind": "tcp", "mptcp": "yes"}, "mptcp must be true or false"),
+    ({"kind": "udp", "mptcp": True}, "mptcp only applies to tcp flows"),
+    ({"kind": "tcp", "mptcp": True, "tool": "iperf3"},
+     "mptcp needs a simpleperf server, not tool = 'iperf3'"),
+])
+def test_bad_mptcp_flows_are_one_line(table, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        flows.parse({"from": "h1", "to": "h4", **table}, "flow")

@@ -361,3 +361,52 @@ def test_a_failover_run_measures_each_event_and_theory_follows_the_new_path(tmp_
     tcp = next(f for f in step["flows"] if f["label"] == "tcp")
     assert tcp["paths"] == ["h1 r1 r2 r4 r5 h3"]  # at the end: P13 is back
     assert "tcp took h1 r1 r2 r4 r5 h3" in done.stdout
+
+
+def test_mptcp_paths_are_steered_for_the_step_and_undone_after(campus):
+    """Each further path of an mptcp flow: an address on the target announced to MPTCP,
+    routed along that path (r1 sends it over the backup link B1), both hosts accepting
+    subflows; all of it gone after, the limits as they were."""
+    from simpleperf.lab.model import flows
+    from simpleperf.lab.model.outcomes import FlowOutcome
+    from simpleperf.lab.run import multipath
+
+    model = tables.routed(topology.load("campus"))
+    before = {node: in_node(node, "ip", "mptcp", "limits", "show").stdout
+              for node in ("h1", "h4")}
+    outcome = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h4",
+                                       "mptcp": True}, "flow"), "10.10.2.11")
+    steering = multipath.steer(model, [outcome], frozenset())
+    try:
+        (address,) = outcome.subflow_addresses
+        assert address == "10.10.2.254"
+        assert f"inet {address}/32" in in_node("h4", "ip", "addr", "show", "h4-eth0").stdout
+        assert "signal" in in_node("h4", "ip", "mptcp", "endpoint", "show").stdout
+        assert next_hop("r1", address) == "10.10.13.2"  # B1, not r2's path
+        assert next_hop("r1", "10.10.2.11") == "10.10.12.2"
+        assert "add_addr_accepted 8" in in_node("h1", "ip", "mptcp", "limits", "show").stdout
+    finally:
+        assert steering.restore() == []
+    assert address not in in_node("h4", "ip", "addr", "show").stdout
+    assert in_node("h4", "ip", "mptcp", "endpoint", "show").stdout.strip() == ""
+    assert next_hop("r1", address) == "10.10.12.2"
+    assert {node: in_node(node, "ip", "mptcp", "limits", "show").stdout
+            for node in ("h1", "h4")} == before
+
+
+def test_one_mptcp_connection_uses_both_campus_paths(tmp_path):
+    """`lab run multipath --quick`: TCP on r2's path against MPTCP over it and the backup
+    link: two subflows, one on each path, and more goodput than one path can carry, near
+    theory's sum of both (100 + 50 Mbit/s)."""
+    done = lab("run", "multipath", "--quick", "--results", str(tmp_path), timeout=240)
+    (folder,) = tmp_path.iterdir()
+    steps = json.loads((folder / "results.json").read_text())["steps"]
+    (tcp,), (mptcp,) = (step["flows"] for step in steps)
+    assert tcp["paths"] == ["h1 r1 r2 r3 h4"]
+    assert mptcp["paths"] == ["h1 r1 r2 r3 h4 + h1 r1 r3 h4"] == [mptcp["theory_path"]]
+    assert mptcp["mptcp_subflows"] == 2
+    one_path = 100e6 * theory.TCP_GOODPUT
+    assert mptcp["predicted"] == pytest.approx(150e6 * theory.TCP_GOODPUT)
+    assert mptcp["throughput"] > one_path > tcp["throughput"] * 0.95
+    assert mptcp["throughput"] > 0.9 * mptcp["predicted"], done.stdout
+    assert "mptcp took h1 r1 r2 r3 h4 + h1 r1 r3 h4 (MPTCP: 2 subflows)" in done.stdout

@@ -87,7 +87,7 @@ class FlowKind:
 
 KINDS: dict[str, FlowKind] = {kind.name: kind for kind in (
     FlowKind("tcp", frozenset({"parallel", "length", "window", "congestion", "dscp",
-                               "rtt_under_load", "tool"}), tcp=True, share_judged=True,
+                               "rtt_under_load", "tool", "mptcp"}), tcp=True, share_judged=True,
              measured=True),
     FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load", "l4s",
                                "tool"}), paced=True, measured=True),
@@ -130,6 +130,7 @@ class Flow:
     dscp: int | None = None  # tcp, udp, ping: the packets' DSCP code point (0..63)
     l4s: bool = False  # udp: ECT(1), at the rate CE marks set (--l4s); `rate` is a ceiling
     tool: str = "simpleperf"  # tcp, udp: the server, one of TOOLS
+    mptcp: bool = False  # tcp: Multipath TCP, a subflow over each path (run/multipath.py)
 
     @property
     def spec(self) -> FlowKind:
@@ -295,11 +296,18 @@ def _tool(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[st
     flow = where.removesuffix(f": {name}")
     needs_ours = [field for field, given in (
         ("frames", "frames" in raw), ("l4s", raw.get("l4s") is True),
-        ('rate = "probe"', raw.get("rate") == "probe")) if given]
+        ('rate = "probe"', raw.get("rate") == "probe"),
+        ("mptcp", raw.get("mptcp") is True)) if given]
     if tool != "simpleperf" and needs_ours:
         raise ExperimentError(f"{flow}: {needs_ours[0]} needs a simpleperf server, not "
                               f"tool = {tool!r}")
     return {"tool": tool}
+
+
+def _mptcp(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
+    if not isinstance(raw["mptcp"], bool):
+        raise ExperimentError(f"{where} must be true or false")
+    return {"mptcp": raw["mptcp"]}
 
 
 def _size(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
@@ -326,6 +334,7 @@ def _command(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict
 FIELDS = {"parallel": _count_of(1, MAX_PARALLEL), "rate": _rate, "frames": _frames,
           "length": _length, "congestion": _congestion, "window": _window, "dscp": _dscp,
           "count": _count_of(1, MAX_COUNT), "interval": _interval,
-          "rtt_under_load": _rtt_under_load, "l4s": _l4s, "tool": _tool, "size": _size,
+          "rtt_under_load": _rtt_under_load, "l4s": _l4s, "mptcp": _mptcp, "tool": _tool,
+          "size": _size,
           "content": _content,
           "objects": _count_of(1, MAX_OBJECTS), "server": _command, "client": _command}

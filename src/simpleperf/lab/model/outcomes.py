@@ -56,6 +56,10 @@ class FlowOutcome:
     sockets: list[tuple[str, int, str, int]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     theory_path: str | None = None  # the nodes theory's prediction assumed
+    # tcp with mptcp: the target's addresses its further subflows were steered to (one a
+    # path), and the subflows its connections had at the end (MPTCP_INFO, summed)
+    subflow_addresses: list[str] = field(default_factory=list)
+    mptcp_subflows: int | None = None
     # tcp, udp (--trip-times): the receiver's one-way delays, ms: min, mean, p99; and
     # theory's, the forward path's delays (a floor: queues and the machine only add)
     # (tcp: from the kernel's send of each write's last byte, the path's delay); tcp: each

@@ -168,6 +168,72 @@ def path(topology: Topology, source: str, destination: ipaddress.IPv4Address | s
     raise TopologyError(f"routing loop from {source} to {destination}")
 
 
+MAX_SUBFLOW_PATHS = 4  # of one MPTCP connection: its first path and up to three more
+
+
+def subflow_paths(topology: Topology, source: str, destination: ipaddress.IPv4Address | str,
+                  down: frozenset[str] = frozenset()) -> list[Path]:
+    """The paths an MPTCP connection's subflows take (mptcp = true): the routed path to
+    `destination`, then each further path from `source` to the destination's owner that
+    shares none of the earlier paths' links between forwarding nodes (the hosts' own
+    access links may be shared), fewest hops first, over links not `down`. One path where
+    the topology offers no second."""
+    if isinstance(destination, str) and destination in topology.nodes:
+        destination = topology.address_of(destination)
+    found = [path(topology, source, destination)]
+    owner = topology.owner_of(ipaddress.IPv4Address(destination))
+    assert owner is not None  # path() found it
+    used = _interior_links(topology, found[0])
+    while len(found) < MAX_SUBFLOW_PATHS:
+        hops = _fewest_hops(topology, source, owner, used | set(down))
+        interior = _interior_links(topology, Path(tuple(hops or ())))
+        if not interior:  # none, or one through no router: the same as the first
+            break
+        found.append(Path(tuple(hops or ())))
+        used |= interior
+    return found
+
+
+def _interior_links(topology: Topology, route: Path) -> set[str]:
+    """The path's links but those of its first and last layer-3 hop (a host's access)."""
+    forwarding = [i for i, (link, node) in enumerate(route.hops)
+                  if topology.nodes[node].kind != "switch"]
+    if len(forwarding) < 2:
+        return set()
+    first_end = forwarding[1]  # the hops before the second forwarding node's are access
+    last_start = forwarding[-1]
+    return {link.name for link, _ in route.hops[first_end:last_start]}
+
+
+def _fewest_hops(topology: Topology, source: str, target: str, avoid: set[str]
+                 ) -> list[Hop] | None:
+    """Breadth first from `source` to `target` over links not in `avoid`, forwarding only
+    through routers and switches (a host does not forward)."""
+    queue: deque[tuple[str, list[Hop]]] = deque([(source, [])])
+    seen = {source}
+    while queue:
+        node, hops = queue.popleft()
+        for _, link in topology.endpoints_of(node):
+            if link.name in avoid:
+                continue
+            other = link.other(node).node
+            if other in seen:
+                continue
+            route = hops + [(link, node)]
+            if other == target:
+                return route
+            if topology.nodes[other].kind in ("router", "switch"):
+                seen.add(other)
+                queue.append((other, route))
+    return None
+
+
+def path_nodes(topology: Topology, source: str, route: Path) -> str:
+    """The forwarding nodes a path crosses, as words: "h1 r1 r2 r3 h4"."""
+    nodes = [source] + [link.other(node).node for link, node in route.hops]
+    return " ".join(n for n in nodes if topology.nodes[n].kind != "switch")
+
+
 def base_rtt(topology: Topology, a: str, b: str) -> float:
     """Round-trip time with empty queues: the one-way delays out and back."""
     return path(topology, a, b).one_way_delay + path(topology, b, a).one_way_delay
@@ -318,11 +384,14 @@ FIFO_QDISCS = ("droptail", "codel", "pie", "dualpi2", "classes")
 
 
 def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str,
-            seconds: Sequence[float] | None = None) -> None:
+            seconds: Sequence[float] | None = None, down: frozenset[str] = frozenset()
+            ) -> None:
     """Theory beside every flow of a step: base RTT (and with every forward queue full),
     its max-min fair share of every shaped link the step's flows share (water-filling) as
     goodput, and the window and Mathis bounds. `congestion`: the hosts' default; `seconds`:
-    each flow's duration, for what theory promises of flows that share a bottleneck."""
+    each flow's duration, for what theory promises of flows that share a bottleneck. An
+    MPTCP flow's connections each have a subflow on every path subflow_paths finds (not
+    `down`), each its own congestion control (Linux couples none), so each a share."""
     paths: list[Path] = []
     owners: list[int] = []
     demands: list[float | None] = []
@@ -341,21 +410,27 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         if any(s.qdisc == "classes" for s in forward.shaping()):
             forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
             classed[index] = forward
+        routes = [forward]
+        if flow.mptcp:
+            routes += subflow_paths(topology, flow.source, outcome.address, down)[1:]
+            outcome.theory_path = " + ".join(path_nodes(topology, flow.source, r) for r in routes)
         share = udp_goodput_share(datagram_bytes(flow.length))
         demand = None  # as much as its share
         if flow.spec.paced and outcome.rate is not None:
             demand = outcome.rate / share
         elif flow.spec.tcp and flow.window and outcome.window_bound:
-            demand = outcome.window_bound / TCP_GOODPUT / flow.parallel  # a window a trip
+            # a window a trip (an MPTCP connection's window spread over its subflows)
+            demand = outcome.window_bound / TCP_GOODPUT / flow.parallel / len(routes)
         # a paced flow through queues that serve in arrival order takes what it sends (an
         # l4s one backs off: its rate is a ceiling)
         unresponsive = flow.spec.paced and not flow.l4s and all(
             s.qdisc in FIFO_QDISCS for s in forward.shaping())
         for _ in range(flow.parallel):
-            paths.append(forward)
-            owners.append(index)
-            demands.append(demand)
-            inelastic.append(unresponsive)
+            for route in routes:
+                paths.append(route)
+                owners.append(index)
+                demands.append(demand)
+                inelastic.append(unresponsive)
     if not paths:
         return
     capacities = class_capacities(paths, demands)

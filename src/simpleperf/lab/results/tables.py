@@ -178,6 +178,8 @@ def path_lines(flow: dict[str, Any]) -> list[str]:
     taken = "; ".join(path + (f" ({n} connections)" if n > 1 else "")
                       for path, n in counted.items())
     line = f"{flow['label']} took {taken}"
+    if flow.get("mptcp_subflows"):  # None in runs from before MPTCP flows
+        line += f" (MPTCP: {flow['mptcp_subflows']} subflows)"
     if flow.get("theory_path") and set(counted) != {flow["theory_path"]}:
         line += f" (theory assumed {flow['theory_path']})"
     return [line]

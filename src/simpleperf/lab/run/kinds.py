@@ -87,7 +87,8 @@ class SimpleperfRunner(KindRunner):
         if flow.tool in TOOL_SERVERS:
             udp = ["-u"] if flow.tool == "iperf2" and flow.spec.paced else []
             return [*TOOL_SERVERS[flow.tool][0], "-p", port, *udp, *window]
-        return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *window]
+        mptcp = ["-m"] if flow.mptcp else []
+        return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *window, *mptcp]
 
     def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
                timing: Timing) -> list[str]:
@@ -120,7 +121,7 @@ class TcpRunner(SimpleperfRunner):
     def arguments(self, outcome: FlowOutcome) -> list[str]:
         flow = outcome.flow
         native = ["--native"] if flow.tool == "simpleperf" else []
-        return [*native, "-P", str(flow.parallel),
+        return [*native, "-P", str(flow.parallel), *(["-m"] if flow.mptcp else []),
                 *(["-w", str(flow.window)] if flow.window else []),
                 *(["-l", str(flow.length)] if flow.length else []),
                 *(["-C", flow.congestion] if flow.congestion else [])]
@@ -316,6 +317,9 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     outcome.throughput = end["sum_received"]["bits_per_second"]
     outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
                                       for stream in end["streams"]]
+    if outcome.flow.mptcp:
+        outcome.mptcp_subflows = sum(stream["sender"].get("mptcp_subflows", 0)
+                                     for stream in end["streams"])
     if outcome.flow.spec.paced:  # a UDP test: its datagrams' jitter and loss
         outcome.jitter_ms = end["sum"]["jitter_ms"]
         outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]

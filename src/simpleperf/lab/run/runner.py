@@ -323,7 +323,8 @@ def _progress(outcome: StepOutcome) -> list[str]:
         lines.append(f"Jain's fairness index {outcome.fairness:.3f}")
     for flow in outcome.flows:
         lines += path_lines({"label": flow.flow.label, "paths": flow.paths,
-                             "theory_path": flow.theory_path})
+                             "theory_path": flow.theory_path,
+                             "mptcp_subflows": flow.mptcp_subflows})
     for event in outcome.events:
         lines += event_lines(asdict(event))
     for taken in outcome.captures:

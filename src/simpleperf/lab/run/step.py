@@ -24,7 +24,7 @@ from ..model.topology import Topology
 from ..net import ownership
 from ..net.routing import tables
 from ..net.system import system_congestion_control
-from . import kinds
+from . import kinds, multipath
 from .applications import Applications
 from .captures import StepCaptures
 from .events import EVENT_INTERVAL, StepEvents
@@ -59,6 +59,7 @@ class StepRunner:
         self.steps_run = 0
         self._running: list[subprocess.Popen] = []
         self.progress = progress
+        self._steering: multipath.Steering | None = None
 
     # ------------------------------------------------------------------ processes
 
@@ -94,6 +95,8 @@ class StepRunner:
         if self._events is not None:
             self._events.restore(self.say)
             self._events = None
+        multipath.undo(self._steering, self.say)
+        self._steering = None
 
     # ------------------------------------------------------------------ a step
 
@@ -103,8 +106,10 @@ class StepRunner:
         self.model = tables.routed(self.built)  # theory follows the routes installed now
         outcomes = [FlowOutcome(flow, flow.address or str(self.model.address_of(flow.target)))
                     for flow in step.flows]
+        down = frozenset(self.record.links_down)
         theory.predict(self.model, outcomes, system_congestion_control(),
-                       [self._duration(o) for o in outcomes])
+                       [self._duration(o) for o in outcomes], down)
+        self._steering = multipath.steer(self.model, outcomes, down)
         self._phase("starting the servers")
         servers = self._start_servers(outcomes)
         self.steps_run += 1
@@ -129,7 +134,8 @@ class StepRunner:
                                         o.flow.spec.ends == "exit" and o.flow.duration is None
                                         and self._duration(o) == longest for o in outcomes))
         for index, process in clients.items():
-            self._read_client(outcomes[index], *self._finish(process, longest + 60))
+            _read_client(self.kinds[outcomes[index].flow.kind], outcomes[index],
+                         *self._finish(process, longest + 60))
         self._phase("collecting the results")
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
@@ -137,7 +143,7 @@ class StepRunner:
         if any(outcomes[index].flow.window for index in pingers):
             # a window-limited flow moved a window per round trip it met: theory anew
             theory.predict(self.model, outcomes, system_congestion_control(),
-                           [self._duration(o) for o in outcomes])
+                           [self._duration(o) for o in outcomes], down)
         if self.built.runs_daemons:
             for outcome in outcomes:
                 _trace(self.model, outcome)
@@ -152,6 +158,8 @@ class StepRunner:
         captured = self.captures.stop() if self.captures is not None else []
         self._phase("stopping the servers")
         self._stop_servers(servers, outcomes)
+        multipath.undo(self._steering, self.say)
+        self._steering = None
         if self.progress is not None:
             self.progress.done()
         starts = [o.started for o in outcomes if o.started is not None]
@@ -231,15 +239,17 @@ class StepRunner:
             f"udp rate probe in {flow.source}")
         _take_probe(outcome, *self._finish(process, 16 * (trial + 5)), self.say)
 
-    def _read_client(self, outcome: FlowOutcome, out: str, err: str, code: int) -> None:
-        """The launcher's start mark, then what the client printed, read by its kind."""
-        lines = out.splitlines()
-        if lines and lines[0].startswith(START_MARK):
-            outcome.started = float(lines[0].split()[1])
-            lines = lines[1:]
-        self.kinds[outcome.flow.kind].read(outcome, lines, err, code)
-
     # ------------------------------------------------------------------ parsing
+
+def _read_client(runner: kinds.KindRunner, outcome: FlowOutcome, out: str, err: str,
+                 code: int) -> None:
+    """The launcher's start mark, then what the client printed, read by its kind."""
+    lines = out.splitlines()
+    if lines and lines[0].startswith(START_MARK):
+        outcome.started = float(lines[0].split()[1])
+        lines = lines[1:]
+    runner.read(outcome, lines, err, code)
+
 
 def _take_probe(outcome: FlowOutcome, out: str, err: str, code: int, say) -> None:
     """The flow's rate from its search's JSON (1 Mbit/s, said, when the search failed)."""
@@ -265,14 +275,26 @@ def _trace(model: Topology, outcome: FlowOutcome) -> None:
     """Which nodes each connection of a flow crossed, and which theory assumed: where
     routing spreads flows over equal-cost paths, they can differ."""
     protocol = outcome.flow.kind
-    # A connection spread packet by packet over several paths: "A + B".
-    outcome.paths = [" + ".join(" ".join(path) for path in tables.flow_paths(
-                         model, outcome.flow.source, (*socket, protocol)))
-                     for socket in outcome.sockets if protocol in ("tcp", "udp")]
+    # A connection spread packet by packet over several paths, or an MPTCP connection's
+    # subflows (those it had, to the addresses steered along further paths): "A + B".
+    further = outcome.subflow_addresses[:max(0, (outcome.mptcp_subflows or 0)
+                                             // max(1, len(outcome.sockets)) - 1)]
+    outcome.paths = []
+    for local, port, remote, remote_port in outcome.sockets:
+        if protocol not in ("tcp", "udp"):
+            break
+        ends = [(local, port, remote), *[(local, 0, address) for address in further]]
+        outcome.paths.append(" + ".join(
+            " ".join(path) for source, source_port, target in ends
+            for path in tables.flow_paths(model, outcome.flow.source,
+                                          (source, source_port, target, remote_port,
+                                           protocol))))
+    if outcome.flow.mptcp:
+        return  # theory gave its subflows' paths
     with contextlib.suppress(ValueError):
-        hops = theory.path(model, outcome.flow.source, outcome.address).hops
-        nodes = [outcome.flow.source] + [link.other(node).node for link, node in hops]
-        outcome.theory_path = " ".join(n for n in nodes if model.nodes[n].kind != "switch")
+        outcome.theory_path = theory.path_nodes(
+            model, outcome.flow.source, theory.path(model, outcome.flow.source,
+                                                    outcome.address))
 
 
 def _trace_capacity(model: Topology, epoch: float, outcome: FlowOutcome) -> None:
