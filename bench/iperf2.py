@@ -9,9 +9,11 @@ measured alternately in one run, receiver side:
   the same two tests. Target >= 1.0;
 - bounceback (--bounceback, back to back: --bounceback-period 0): round trips a second,
   iperf2's client at our server against at its own, and our client against iperf2's at
-  iperf2's server. Target >= 1.0 (the tool adds no more to each round trip).
+  iperf2's server. Target >= 1.0 (the tool adds no more to each round trip);
+- connect (--connect-only=20000): connects a second, iperf2's client at our server against
+  at its own, our client against iperf2's at iperf2's server. Target >= 1.0.
 
-    python3 bench/iperf2.py [--only server|client] [--protocol tcp|udp|bounceback]
+    python3 bench/iperf2.py [--only server|client] [--protocol tcp|udp|bounceback|connect]
                             [--runs 3] [--seconds 4]
 
 UDP loss is what the receiving server counted (its report, or its -y C row).
@@ -207,30 +209,80 @@ def bench_bounceback(args) -> None:
     ours = Server(SIMPLEPERF + ["-s", "-p", str(ours_port)], ours_port, False)
     theirs = Server(["iperf", "-s", "-p", str(theirs_port)], theirs_port, False)
     try:
-        for name, mine, other in (
-                ("bounceback server", lambda: iperf2_bounces(ours_port, args.seconds),
-                 lambda: iperf2_bounces(theirs_port, args.seconds)),
-                ("bounceback client", lambda: simpleperf_bounces(theirs_port, args.seconds),
-                 lambda: iperf2_bounces(theirs_port, args.seconds))):
-            print(f"{name} ({args.runs} runs of {args.seconds:g} s, medians):", flush=True)
-            got_ours, got_theirs = [], []
-            for run in range(args.runs):
-                order = (mine, other) if run % 2 == 0 else (other, mine)
-                results = {id(f): f() for f in order}
-                got_ours.append(results[id(mine)])
-                got_theirs.append(results[id(other)])
-                print(f"    run {run + 1}: simpleperf {got_ours[-1][0]:8.0f}/s "
-                      f"({got_ours[-1][1]:.3f} ms) | iperf2 {got_theirs[-1][0]:8.0f}/s "
-                      f"({got_theirs[-1][1]:.3f} ms)", flush=True)
-            rate = statistics.median(r for r, _ in got_ours)
-            their_rate = statistics.median(r for r, _ in got_theirs)
-            print(f"{name}: simpleperf {rate:.0f} round trips/s (mean "
-                  f"{statistics.median(m for _, m in got_ours):.3f} ms) vs iperf2 "
-                  f"{their_rate:.0f}/s ({statistics.median(m for _, m in got_theirs):.3f} "
-                  f"ms): ratio {rate / their_rate:.3f}", flush=True)
+        compare("bounceback server", "round trips", args,
+                lambda: iperf2_bounces(ours_port, args.seconds),
+                lambda: iperf2_bounces(theirs_port, args.seconds))
+        compare("bounceback client", "round trips", args,
+                lambda: simpleperf_bounces(theirs_port, args.seconds),
+                lambda: iperf2_bounces(theirs_port, args.seconds))
     finally:
         ours.close()
         theirs.close()
+
+
+CONNECTS = 20_000  # a run's connects (iperf2's --connect-only=0 does not stop at -t)
+
+
+def iperf2_connects(port: int) -> tuple[float, float]:
+    """Connects a second (over its whole run) and their mean time (ms), from iperf2's
+    client's [ CT] line."""
+    began = time.monotonic()
+    done = subprocess.run(["iperf", "-c", "127.0.0.1", "-p", str(port), "-e",
+                           f"--connect-only={CONNECTS}"], capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - began
+    found = re.search(r"connect times \(min/avg/max/stdev\) = [\d.]+/([\d.]+)/.*"
+                      r"\(tot/err\) = (\d+)/(\d+)", done.stdout)
+    if found is None:
+        raise SystemExit(f"iperf --connect-only printed no summary: {done.stdout[-300:]}")
+    return int(found[2]) / took, float(found[1])
+
+
+def simpleperf_connects(port: int) -> tuple[float, float]:
+    """The same from our client's JSON (its own time from the first connect: not the
+    interpreter's start)."""
+    done = subprocess.run(SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "-t", "600",
+                                        "-J", f"--connect-only={CONNECTS}"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode:
+        raise SystemExit(f"simpleperf --connect-only failed: {done.stderr}")
+    end = json.loads(done.stdout)["end"]["connect_times"]
+    return end["total"] / end["seconds"], end["mean_ms"]
+
+
+def bench_connects(args) -> None:
+    """--connect-only: connects a second, both ends against iperf2."""
+    ours_port, theirs_port = free_port(), free_port()
+    ours = Server(SIMPLEPERF + ["-s", "-p", str(ours_port)], ours_port, False)
+    theirs = Server(["iperf", "-s", "-p", str(theirs_port)], theirs_port, False)
+    try:
+        compare("connect-only server", "connects", args,
+                lambda: iperf2_connects(ours_port), lambda: iperf2_connects(theirs_port))
+        compare("connect-only client", "connects", args,
+                lambda: simpleperf_connects(theirs_port), lambda: iperf2_connects(theirs_port))
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def compare(name: str, unit: str, args, mine, other) -> None:
+    """Alternate runs of two (rate a second, mean ms) measurements; medians and ratio."""
+    print(f"{name} ({args.runs} runs of {args.seconds:g} s, medians):", flush=True)
+    got_ours, got_theirs = [], []
+    for run in range(args.runs):
+        order = (mine, other) if run % 2 == 0 else (other, mine)
+        results = {id(f): f() for f in order}
+        got_ours.append(results[id(mine)])
+        got_theirs.append(results[id(other)])
+        print(f"    run {run + 1}: simpleperf {got_ours[-1][0]:8.0f}/s "
+              f"({got_ours[-1][1]:.3f} ms) | iperf2 {got_theirs[-1][0]:8.0f}/s "
+              f"({got_theirs[-1][1]:.3f} ms)", flush=True)
+    rate = statistics.median(r for r, _ in got_ours)
+    their_rate = statistics.median(r for r, _ in got_theirs)
+    print(f"{name}: simpleperf {rate:.0f} {unit}/s (mean "
+          f"{statistics.median(m for _, m in got_ours):.3f} ms) vs iperf2 "
+          f"{their_rate:.0f}/s ({statistics.median(m for _, m in got_theirs):.3f} "
+          f"ms): ratio {rate / their_rate:.3f}", flush=True)
 
 
 def main() -> None:
@@ -238,10 +290,13 @@ def main() -> None:
     parser.add_argument("--only", choices=("server", "client"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--protocol", choices=("tcp", "udp", "bounceback"))
+    parser.add_argument("--protocol", choices=("tcp", "udp", "bounceback", "connect"))
     args = parser.parse_args()
     if args.protocol == "bounceback":
         bench_bounceback(args)
+        return
+    if args.protocol == "connect":
+        bench_connects(args)
         return
     for side, bench in (("server", bench_server), ("client", bench_client)):
         if args.only not in (None, side):
@@ -254,6 +309,7 @@ def main() -> None:
             summary(name, *bench(args, udp))
     if args.protocol is None and args.only is None:
         bench_bounceback(args)
+        bench_connects(args)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,9 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["--iperf2", "--permit-key", "abc"], "--permit-key must be 4 to 128"),
     (["--bounceback=0"], "a burst of 1 to"), (["--bounceback", "-u"], "not with -u"),
     (["--bounceback-period", "1"], "are --bounceback options"),
-    (["--bounceback", "--bounceback-hold", "soon"], "--bounceback-hold must be milliseconds")])
+    (["--bounceback", "--bounceback-hold", "soon"], "--bounceback-hold must be milliseconds"),
+    (["-x", "CQ"], "-x/--reportexclude takes letters of CDMSV"),
+    (["-x", ""], "-x/--reportexclude takes letters of CDMSV")])
 def test_bad_iperf2_flags_are_one_line(words, says):
     done = run_simpleperf("-c", "127.0.0.1", *words)
     assert done.returncode == 2
@@ -153,3 +155,38 @@ def test_tcp_write_prefetch_is_each_data_connections_unsent_limit():
     finally:
         listener.close()
 
+
+
+ROW_END = {role: f" {role}\n" for role in ("sender", "receiver")}  # a summary row's end
+
+
+@pytest.mark.loopback
+def test_reportexclude_leaves_out_each_kind_of_report():
+    """-x (iperf2's): C the connection lines, S the banner, D our rows, V the server's."""
+    server, port = start_server()
+    try:
+        def text(*args: str) -> str:
+            done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5", "-i",
+                                  "0.25", "--native", *args)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        whole = text()
+        assert "connecting to server" in whole and "connected with" in whole
+        assert re.search(r"\s0\.2 - 0\.5\s", whole) and ROW_END["sender"] in whole
+        assert ROW_END["receiver"] in whole
+        quiet = text("-x", "CS")
+        assert "connecting to server" not in quiet and "connected with" not in quiet
+        assert ROW_END["sender"] in quiet and ROW_END["receiver"] in quiet
+        no_server = text("-x", "v")
+        assert ROW_END["sender"] in no_server and ROW_END["receiver"] not in no_server
+        no_data = text("-x", "D")
+        assert not re.search(r"\s0\.2 - 0\.5\s", no_data)
+        assert ROW_END["sender"] not in no_data and ROW_END["receiver"] in no_data
+        reverse = text("-R", "-x", "V")  # the server sends: its row is the sender's
+        assert ROW_END["sender"] not in reverse and ROW_END["receiver"] in reverse
+        classic = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5", "-x", "SD")
+        assert classic.returncode == 0, classic.stderr
+        assert classic.stdout.splitlines() == [f"Client connected with 127.0.0.1 port {port}"]
+    finally:
+        server.close()

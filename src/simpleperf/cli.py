@@ -350,7 +350,8 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "txstart_time": "--txstart-time", "bounceback": "--bounceback",
                 "bounceback_period": "--bounceback-period",
                 "bounceback_hold": "--bounceback-hold", "peer_detect": "-X/--peer-detect",
-                "full_duplex": "--full-duplex", "reportstyle": "-y/--reportstyle"}
+                "full_duplex": "--full-duplex", "reportstyle": "-y/--reportstyle",
+                "connect_only": "--connect-only", "reportexclude": "-x/--reportexclude"}
 
 
 def _negative_values(argv: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ import string
 import time
 from typing import Any
 
+from . import connect_times
 from .errors import UsageError
 from .options import MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
 from .protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
@@ -53,7 +54,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--sum-dstip": ("", "sums by destination address"),
     "--bounceback-congest": ("", "a TCP stream beside bounceback"),
     "--bounceback-no-quickack": ("", "bounceback without TCP_QUICKACK"),
-    "--connect-only": ("", "connect-only tests"),
     "--connect-retries": ("", "retried connects"),
     "--ipg": ("", "the gap within isochronous frames"),
     "--incr-dstip": ("", "incremented addresses"),
@@ -70,7 +70,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--ssm-host": ("-H", "source-specific multicast"),
     "--stdin": ("-I", "sending standard input"),
     "--ttl": ("-T", "multicast TTL"),
-    "--reportexclude": ("-x", "excluding report kinds"),
 }
 
 # the colliding letters whose iperf2 meaning is taken: these mean iperf2's after --iperf2
@@ -80,6 +79,8 @@ IPERF2_LETTERS = {letter for letter, (name, _) in COLLISIONS.items() if name not
 MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any)
 DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2's default)
 DEFAULT_PERIOD = 1.0  # --bounceback-period: seconds (iperf2's default)
+MAX_CONNECTS = 1_000_000  # --connect-only
+REPORT_KINDS = "CDMSV"  # -x/--reportexclude: what iperf2's reports are made of
 
 
 def iperf2_letters(argv: list[str]) -> list[str]:
@@ -131,6 +132,15 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--tcp-write-prefetch", metavar="SIZE", help="TCP senders: at most "
                        "SIZE bytes wait unsent in the socket (TCP_NOTSENT_LOWAT), so the "
                        "sender's buffer adds little delay")
+    group.add_argument("--connect-only", nargs="?", const=str(connect_times.DEFAULT_CONNECTS),
+                       metavar="N", help="TCP connects only, each timed (the three-way "
+                       f"handshake), N in all (default {connect_times.DEFAULT_CONNECTS}, "
+                       "as iperf2's; 0: until -t ends), -P at once, a burst every -i "
+                       "seconds; against any TCP server")
+    group.add_argument("-x", "--reportexclude", metavar="[CDMSV]", help="text left out: C "
+                       "the connection lines, D our data rows (intervals and our side of "
+                       "the summary), M multicast (none here), S the settings banner, V the "
+                       "server's reports (its side of the summary); not JSON or -y C")
     group.add_argument("--txstart-time", metavar="EPOCH", help="start at this Unix time "
                        "(seconds, fractions allowed; e.g. $(expr $(date +%%s) + 5)), so "
                        "several clients start together")
@@ -206,6 +216,15 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["write_prefetch"] = _prefetch(args.tcp_write_prefetch)
     if args.txstart_time is not None:
         changes["start_at"] = _start_time(args.txstart_time)
+    if args.connect_only is not None:
+        changes["connect_only"] = _connect_only(options, args)
+    if args.reportexclude is not None:
+        letters = set(args.reportexclude.upper())
+        if not args.reportexclude or not letters <= set(REPORT_KINDS):
+            raise UsageError(f"-x/--reportexclude takes letters of {REPORT_KINDS} (C "
+                             "connection, D data, M multicast, S settings, V server), not "
+                             f"'{args.reportexclude}'")
+        changes["report_exclude"] = frozenset(letters)
     return dataclasses.replace(options, **changes) if changes else options
 
 
@@ -235,6 +254,27 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
     return {"bounceback": burst, "bounce_period": period,
             "bounce_hold": _number("--bounceback-hold", args.bounceback_hold or "0",
                                    10_000.0, "milliseconds") / 1000}
+
+
+def _connect_only(options: ClientOptions, args: argparse.Namespace) -> int:
+    used = [flag for given, flag in (
+        (options.udp, "-u"), (options.reverse or options.bidir, "-R/--bidir"),
+        (args.dualtest or args.tradeoff, "-d/-r"), (args.bounceback is not None,
+                                                    "--bounceback"),
+        (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
+        (options.num_bytes is not None, "-n"), (options.csv, "-y C"),
+        (options.json_stream, "--json-stream")) if given]
+    if used:
+        raise UsageError(f"--connect-only makes TCP connections and sends nothing: not with "
+                         f"{', '.join(used)}")
+    try:
+        count = int(args.connect_only)
+    except ValueError:
+        count = -1
+    if not 0 <= count <= MAX_CONNECTS:
+        raise UsageError(f"--connect-only takes 0 (until -t ends) to {MAX_CONNECTS} "
+                         f"connects, not '{args.connect_only}'")
+    return count
 
 
 def _number(flag: str, text: str, high: float, unit: str) -> float:

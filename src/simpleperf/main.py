@@ -81,7 +81,11 @@ def _sleep_until(when: float) -> None:
 
 
 def _run_test(options: ClientOptions) -> None:
-    if options.rpm:
+    if options.connect_only is not None:
+        from . import connect_times
+
+        connect_times.run(options, _printer(options))
+    elif options.rpm:
         from .native import responsiveness
 
         responsiveness.run(options, _printer(options))

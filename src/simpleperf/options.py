@@ -272,6 +272,10 @@ class ClientOptions:
     permit_key: str | None = None  # --iperf2 --permit-key: the key after each TCP header
     write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
+    connect_only: int | None = None  # --connect-only[=N]: N timed connects (0: for -t)
+    # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
+    # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
+    report_exclude: frozenset[str] = frozenset()
 
     @property
     def rows_every(self) -> float | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,8 @@ CLASSIC_REFUSED_RSA = ("a classic client, and this server requires iperf3's RSA 
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
 CLASSIC_REFUSED = ("a classic client, and this server has a shared secret the classic "
                    "protocol cannot prove (--allow-classic serves them)")
+
+CLOSED_EMPTY = "closed"  # what _identify says of a connection closed before its first byte
 
 
 class Server:
@@ -84,8 +87,14 @@ class Server:
             self.say("Clients must prove the shared secret; classic clients, which cannot, "
                      + ("are served anyway (--allow-classic)" if self.options.allow_classic
                         else "are refused (--allow-classic serves them)"))
+        # Waiting in poll(), not in accept(): an MPTCP listener's accept ignores the wake-up
+        # timer (SO_RCVTIMEO), and would never notice a stop (-1, Ctrl-C).
+        ready = select.poll()
+        ready.register(self.listener, select.POLLIN)
         try:
             while not self._stopping.is_set():
+                if not ready.poll(tcp.WAKE_UP_SECONDS * 1000):
+                    continue
                 try:
                     conn, address = self.listener.accept()
                 except (BlockingIOError, InterruptedError):
@@ -117,6 +126,11 @@ class Server:
         if refusal is not None:
             self.refuser.refuse(conn, peer, str(refusal))
             return
+        if _closed_already(conn):  # --connect-only, a port check: no thread for it
+            self.say(f"{peer} connected and closed without sending anything: no test")
+            conn.close()
+            self.policy.release_connection(_host(peer))
+            return
         self._accepted += 1  # iperf3 numbers its streams in the order they connected
         worker = threading.Thread(target=self._serve_connection,
                                   args=(conn, address, self._accepted),
@@ -143,8 +157,10 @@ class Server:
         try:
             peer = tcp.endpoint(address)
             tcp.set_wake_up(conn)
-            protocol, prefix = self._identify(conn, accepted)
-            if protocol == NATIVE:
+            protocol, prefix = _identify(conn, accepted, self._stopping, self._idle_limit)
+            if protocol == CLOSED_EMPTY:  # --connect-only, a port scan: no test, one line
+                self.say(f"{peer} connected and closed without sending anything: no test")
+            elif protocol == NATIVE:
                 keep_open, a_test = self._serve_native(conn, peer, prefix)
             elif protocol == IPERF2:
                 keep_open = self.iperf2.serve_tcp(conn, peer, prefix)
@@ -185,27 +201,6 @@ class Server:
                 self._active.pop(threading.current_thread(), None)
             self.policy.release_connection(_host(tcp.endpoint(address)))
 
-    def _identify(self, conn: socket.socket, accepted: float) -> tuple[str, bytes]:
-        """The protocol of a new connection and the bytes read to tell (which belong to
-        whatever comes next: payload, a message, a preface)."""
-        prefix = b""
-        while True:
-            protocol = detect(prefix)
-            if protocol is not None:
-                return protocol, prefix
-            try:
-                chunk = conn.recv(NEEDED - len(prefix))
-            except BlockingIOError:  # the wake-up timer
-                waited = time.monotonic() - accepted
-                if self._stopping.is_set() or waited > self._idle_limit:
-                    return CLASSIC, prefix
-                if prefix and waited > UNDECIDED_SECONDS:
-                    return CLASSIC, prefix
-                continue
-            if not chunk:
-                return CLASSIC, prefix
-            prefix += chunk
-
     def _serve_native(self, conn: socket.socket, peer: str, prefix: bytes
                       ) -> tuple[bool, bool]:
         """Serve a native connection: (it now belongs to a test and is kept open, it was a
@@ -227,6 +222,37 @@ class Server:
         self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
         self.native.serve_control(conn, peer, rest)
         return False, True
+
+
+def _identify(conn: socket.socket, accepted: float, stopping: threading.Event,
+              idle_limit: float) -> tuple[str, bytes]:
+    """The protocol of a new connection and the bytes read to tell (which belong to
+    whatever comes next: payload, a message, a preface)."""
+    prefix = b""
+    while True:
+        protocol = detect(prefix)
+        if protocol is not None:
+            return protocol, prefix
+        try:
+            chunk = conn.recv(NEEDED - len(prefix))
+        except BlockingIOError:  # the wake-up timer
+            waited = time.monotonic() - accepted
+            if stopping.is_set() or waited > idle_limit:
+                return CLASSIC, prefix
+            if prefix and waited > UNDECIDED_SECONDS:
+                return CLASSIC, prefix
+            continue
+        if not chunk:
+            return (CLASSIC if prefix else CLOSED_EMPTY), prefix
+        prefix += chunk
+
+
+def _closed_already(conn: socket.socket) -> bool:
+    """Has the peer closed before sending a byte (its FIN already here)?"""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except OSError:  # nothing yet (EAGAIN), or reset: the serving thread finds out
+        return False
 
 
 def _host(endpoint: str) -> str:

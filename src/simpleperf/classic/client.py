@@ -74,13 +74,16 @@ def run(options: ClientOptions, out: Callable[[str], None],
             iperf3_client.run(options, out, control=(sock, PROBE))
             return
         first = (sock, len(PROBE) if probed_at is not None else 0)
-    out(table.client_banner(options.host, options.port))
+    left_out = options.report_exclude  # -x: iperf2's kinds of report
+    if "S" not in left_out:
+        out(table.client_banner(options.host, options.port))
     streams = _connect_all(options, first, probed_at)
     try:
         for stream in streams:
-            out(table.client_connected(options.host, options.port,
-                                       stream.local if options.parallel > 1 else None))
-        _measure(streams, options, out, probed_at)
+            if "C" not in left_out:
+                out(table.client_connected(options.host, options.port,
+                                           stream.local if options.parallel > 1 else None))
+        _measure(streams, options, (lambda _: None) if "D" in left_out else out, probed_at)
     finally:
         for stream in streams:
             stream.sock.close()

@@ -44,11 +44,14 @@ class TestOutput:
     def start(self) -> None:
         options = self.options
         if self.text:
-            self.out(classic_table.client_banner(options.host, options.port))
+            left_out = options.report_exclude  # -x: iperf2's kinds of report
+            if "S" not in left_out:
+                self.out(classic_table.client_banner(options.host, options.port))
             for stream in self.streams:
-                self.out(f"Client {stream.label} connected with {options.host} port "
-                         f"{options.port} ({stream.protocol.upper()}, {stream.role})")
-            if options.rows_every is not None:
+                if "C" not in left_out:
+                    self.out(f"Client {stream.label} connected with {options.host} port "
+                             f"{options.port} ({stream.protocol.upper()}, {stream.role})")
+            if options.rows_every is not None and "D" not in left_out:
                 self.out(table.header(self.spec.protocol, options.extended))
         elif options.json_stream:
             start = self._start_section()
@@ -64,7 +67,8 @@ class TestOutput:
             self.out(json.dumps({"event": "interval", "data": entry}))
         if self.csv is not None and self.options.interval:  # as iperf2's: only with -i
             self.csv.interval(records, entry)
-        if not self.text or self.options.rows_every is None:
+        if (not self.text or self.options.rows_every is None
+                or "D" in self.options.report_exclude):
             return
         by_number = {s.number: s for s in self.streams}
         bidir = self.spec.direction == "bidir"
@@ -133,8 +137,8 @@ class TestOutput:
                 self.out(json.dumps(document, indent=2))
             return
         self._summary(local, remote, end)
-        if self.server_output is not None:  # as iperf3 prints it
-            self.out("\nServer output:\n" + self.server_output.rstrip("\n"))
+        if self.server_output is not None and "V" not in self.options.report_exclude:
+            self.out("\nServer output:\n" + self.server_output.rstrip("\n"))  # as iperf3
         for line in table.latency_lines(idle, loaded):
             self.out(line)
         if self.options.verbose:
@@ -169,24 +173,32 @@ class TestOutput:
     def _summary(self, local: dict[int, dict[str, Any]], remote: dict[int, dict[str, Any]],
                  end: dict[str, Any]) -> None:
         options = self.options
-        out = self.out
         tcp = self.spec.protocol == "tcp"
-        out(table.rule())
-        out(table.header(self.spec.protocol, options.extended or tcp))
+        left_out = options.report_exclude  # -x: D our rows, V the server's
+
+        def out(text: str, ours: bool = True) -> None:
+            if ("D" if ours else "V") not in left_out:
+                self.out(text)
+
+        if left_out >= {"D", "V"}:
+            return
+        self.out(table.rule())
+        self.out(table.header(self.spec.protocol, options.extended or tcp))
         for stream in self.streams:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             sender_view, receiver_view = (ours, theirs) if stream.sending else (theirs, ours)
             for view, role in ((sender_view, "sender"), (receiver_view, "receiver")):
+                mine = (role == "sender") == stream.sending
                 if view is None:
                     out(table.row(stream.label, 0.0, 0.0, {}, options.unit, self.spec.protocol,
-                                  False, f"{role} (no report)"))
+                                  False, f"{role} (no report)"), mine)
                     continue
                 paced = view.get("paced") if role == "sender" else None
                 out(table.row(stream.label, 0.0, view.get("seconds", 0.0),
                               _role_values(view, role), options.unit, self.spec.protocol,
                               options.extended or tcp, role + (
                                   f", slowed {paced}x to what the receiver read" if paced
-                                  else "")))
+                                  else "")), mine)
         for stream in self.streams:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             for view, role in ((ours, stream.role), (theirs or {}, "receiver" if stream.sending
@@ -194,15 +206,17 @@ class TestOutput:
                 for line in table.delay_lines(stream.label, role, view, self.spec.protocol,
                                               options.histogram_ci if options.histograms
                                               else None):
-                    out(line)
+                    out(line, view is ours)
         if self.spec.parallel > 1 or self.spec.direction == "bidir":
-            for key, role in (("sum_sent", "sender"), ("sum_received", "receiver"),
-                              ("sum_sent_bidir_reverse", "sender, reverse"),
-                              ("sum_received_bidir_reverse", "receiver, reverse")):
+            sends = self.spec.direction != "reverse"  # sum_sent is ours
+            for key, role, mine in (("sum_sent", "sender", sends),
+                                    ("sum_received", "receiver", not sends),
+                                    ("sum_sent_bidir_reverse", "sender, reverse", False),
+                                    ("sum_received_bidir_reverse", "receiver, reverse", True)):
                 total = end.get(key)
                 if total:
                     out(table.row(table.SUM_LABEL, 0.0, total["seconds"], _sum_values(total),
-                                  options.unit, self.spec.protocol, False, role))
+                                  options.unit, self.spec.protocol, False, role), mine)
 
 
 def _role_values(view: dict[str, Any], role: str) -> dict[str, Any]:

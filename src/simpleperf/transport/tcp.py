@@ -133,11 +133,13 @@ def mptcp_subflows(sock: socket.socket) -> int | None:
     return info[0] + 1  # mptcpi_subflows counts those beyond the first
 
 
-def open_listener(bind: str | None, port: int, backlog: int = 128,
+def open_listener(bind: str | None, port: int, backlog: int = socket.SOMAXCONN,
                   window: int | None = None, congestion: str | None = None,
                   mptcp: bool = False, device: str | None = None) -> socket.socket:
     """Listen on `bind`, or on every IPv4 and IPv6 address when no address is given (with
-    `mptcp`, for Multipath TCP clients and plain ones alike)."""
+    `mptcp`, for Multipath TCP clients and plain ones alike). The backlog is the kernel's
+    most (somaxconn caps it): a burst of connects (--connect-only, many clients at once)
+    waits to be accepted rather than having its SYNs dropped and retried a second later."""
     if bind is None:
         candidates = [(socket.AF_INET6, "::", True), (socket.AF_INET, "0.0.0.0", False)]
     else:
