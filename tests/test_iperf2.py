@@ -487,3 +487,36 @@ def test_our_client_says_what_an_iperf2_server_cannot_do():
                             "-R", "-t", "1")
     assert nobody.returncode == 1 and nobody.stderr.strip().count("\n") == 0
     assert "nothing listens on that UDP port" in nobody.stderr
+
+
+def test_the_servers_interval_rows_for_iperf2_clients():
+    """`simpleperf -s -i 0.5`: an iperf2 test's rows as each half second closes (TCP and
+    UDP); -J's intervals on the same step, adding up to the test's bytes."""
+    server, port = start_server("-i", "0.5")
+    try:
+        done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1.2", "-y", "C")
+        assert done.returncode == 0, done.stderr
+        (theirs,) = _csv_bytes(done.stdout)
+        udp = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "5M", "-t", "1.2")
+        assert udp.returncode == 0, udp.stderr
+        server.wait_for(lambda lines: sum("(iperf2 2.1.8)" in line for line in lines) == 2)
+        text = "\n".join(server.lines)
+    finally:
+        server.close()
+    tcp_part, udp_part = text.split("Test from")[0], text.split("TCP, forward")[1]
+    rows = re.findall(r"^\S+\s+(\d+\.\d) - (\d+\.\d)\s+.* receiver$", tcp_part, re.M)
+    assert [start for start, _ in rows][:2] == ["0.0", "0.5"] and len(rows) >= 3
+    assert re.search(r"0\.0 - 0\.5 .* 0/\d+ \(0%\)\s+receiver", udp_part)
+    json_port = free_port()
+    live = LiveProcess("-s", "-p", str(json_port), "-J", "-i", "0.5")
+    _await_listening(json_port)
+    try:
+        assert _iperf("-c", "127.0.0.1", "-p", str(json_port), "-t", "1.2").returncode == 0
+        (document,) = _wait_documents(live, 1)
+    finally:
+        live.close()
+    steps = [round(i["sum"]["end"] - i["sum"]["start"], 1) for i in document["intervals"]]
+    assert steps[:2] == [0.5, 0.5]
+    assert sum(i["sum"]["bytes"] for i in document["intervals"]) == \
+        document["end"]["sum_received"]["bytes"]
+    assert theirs > 0

@@ -182,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_argument("-I", "--serverip", help=f"server address (default {DEFAULT_SERVER_IP})")
     client.add_argument("-t", "--time", help=f"seconds to send (default {DEFAULT_DURATION:g})")
     client.add_argument("-n", "--num", "--bytes", help="send exactly this many bytes, e.g. 10MB")
-    client.add_argument("-i", "--interval", help="print a row every this many seconds")
+    client.add_argument("-i", "--interval", help="print a row every this many seconds (a "
+                        "server: each test's rows as they close, every this many seconds "
+                        "for iperf2 and iperf3 clients, at the client's -i for native ones)")
     client.add_argument("--connect-timeout", metavar="MS", help="give up a connection not "
                         f"made within this many milliseconds (default "
                         f"{CONNECT_TIMEOUT_SECONDS * 1000:g})")
@@ -325,7 +327,7 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "time_skew_threshold": "--time-skew-threshold"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
                 "time": "-t/--time", "num": "-n/--num",
-                "interval": "-i/--interval", "connect_timeout": "--connect-timeout",
+                "connect_timeout": "--connect-timeout",
                 "blockcount": "-k/--blockcount", "title": "-T/--title", "tos": "-S/--tos",
                 "dscp": "--dscp", "parallel": "-P/--parallel", "bitrate": "--bitrate",
                 "udp": "-u/--udp", "reverse": "-R/--reverse", "bidir": "--bidir",
@@ -424,6 +426,8 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         queue_wait=_positive_seconds("--queue-wait", args.queue_wait, DEFAULT_QUEUE_WAIT,
                                      high=MAX_QUEUE_WAIT),
         max_parallel=_optional_int("--max-parallel", args.max_parallel, 1, MAX_PARALLEL),
+        interval=None if args.interval is None or _is_zero(args.interval) else
+        _positive_seconds("-i/--interval", args.interval, None, low=MIN_REPORT_INTERVAL),
         secret=secret, allow_classic=args.allow_classic, mptcp=args.mptcp,
         bind_dev=None if args.bind_dev is None else iperf3_flags.device_name(args.bind_dev),
         rsa_auth=iperf3_flags.authorizer(args),

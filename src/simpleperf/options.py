@@ -156,6 +156,9 @@ class ServerOptions:
     max_clients: int | None = None
     queue: int = 0  # --queue: tests that may wait for one of --max-clients (0: refused)
     queue_wait: float = DEFAULT_QUEUE_WAIT  # --queue-wait: how long each may wait
+    # -i: each test's interval rows as they close, every this many seconds for iperf2 and
+    # iperf3 clients (a native test's rows follow its client's -i); None: summaries only
+    interval: float | None = None
     max_parallel: int | None = None
     secret: bytes | None = None
     allow_classic: bool = False  # --allow-classic: serve classic clients despite a secret

@@ -73,7 +73,7 @@ class Iperf2Service:
         try:
             raw, rest = _read_header(conn, prefix, self.stopping)
             header = iperf2.parse_header(raw)
-            rest = self._check_permit_key(conn, raw, rest)
+            rest = _check_permit_key(conn, raw, rest, self.options.permit_key, self.stopping)
         except ProtocolError as error:
             self.say(f"Refused iperf2 client {peer}: {error}")
             self.document(server_json.error_document(peer, str(error)))
@@ -107,24 +107,6 @@ class Iperf2Service:
             for other, _ in conns[1:]:
                 other.close()
         return False
-
-    def _check_permit_key(self, conn: socket.socket, raw: bytes, rest: bytes) -> bytes:
-        """--permit-key, as 2.1.8's listener checks it: the key after the header must be
-        ours, and a client without one is refused by a server that has one. What came
-        after the header, the key included: iperf2's client counts it in its bytes."""
-        length = iperf2.permit_key_length(raw)
-        expected = self.options.permit_key
-        if length is None:
-            if expected is not None:
-                raise ProtocolError("no permit key (this server has --permit-key)")
-            return rest
-        data = _read_exactly(conn, rest, length, self.stopping, "permit key",
-                             time.monotonic())
-        if expected is None:
-            raise ProtocolError("a permit key, and this server has no --permit-key")
-        if not hmac.compare_digest(data[:length], expected.encode()):
-            raise ProtocolError("the wrong permit key")
-        return data
 
     def _run_tcp(self, peer: str, header: iperf2.ClientHeader,
                  conns: list[tuple[socket.socket, bytes]]) -> None:
@@ -219,7 +201,9 @@ class Iperf2Service:
         """Run the test until `ended`, `answer` the client (UDP's report), say the result.
         `body`: the stream threads' (the engine's by default)."""
         started_wall = time.time()
-        measurement = Measurement(spec, streams, STEP_SECONDS)
+        every = self.options.interval  # -i: rows as each interval closes
+        measurement = Measurement(spec, streams, every or STEP_SECONDS, table.interval_printer(
+            every, streams, spec.protocol, self.options.unit, self.say))
         if spec.protocol == "tcp" and not header.reverse:
             tcp_stream.apply_options(streams[0].sock, spec)
         measurement.begin(time.monotonic(), *([body] if body is not None else []))
@@ -400,6 +384,25 @@ class _UdpPeers:
             now = time.time()
             self._ended = {p: t for p, t in self._ended.items() if now - t < ENDED_SECONDS}
             self._ended[peer] = now
+
+
+def _check_permit_key(conn: socket.socket, raw: bytes, rest: bytes, expected: str | None,
+                      stopping: threading.Event) -> bytes:
+    """--permit-key, as 2.1.8's listener checks it: the key after the header must be the
+    server's (`expected`), and a client without one is refused by a server that has one.
+    What came after the header, the key included: iperf2's client counts it in its
+    bytes."""
+    length = iperf2.permit_key_length(raw)
+    if length is None:
+        if expected is not None:
+            raise ProtocolError("no permit key (this server has --permit-key)")
+        return rest
+    data = _read_exactly(conn, rest, length, stopping, "permit key", time.monotonic())
+    if expected is None:
+        raise ProtocolError("a permit key, and this server has no --permit-key")
+    if not hmac.compare_digest(data[:length], expected.encode()):
+        raise ProtocolError("the wrong permit key")
+    return data
 
 
 def _read_exactly(conn: socket.socket, data: bytes, needed: int, stopping: threading.Event,

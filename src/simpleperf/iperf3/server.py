@@ -212,7 +212,10 @@ class Iperf3Service:
              streams: list[Stream]) -> Measurement:
         spec = iperf3.spec_from_parameters(params)
         tcp_stream.attach_server_file(self.options.file, spec.protocol, streams)
-        measurement = Measurement(spec, streams, SERVER_STEP_SECONDS,
+        every = self.options.interval  # -i: rows as each interval closes
+        measurement = Measurement(spec, streams, every or SERVER_STEP_SECONDS,
+                                  table.interval_printer(every, streams, spec.protocol,
+                                                         self.options.unit, self.say),
                                   cpu=params.server_affinity)
         self.port.settled([stream.sock for stream in streams])
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))

@@ -224,7 +224,9 @@ class NativeService:
         self.port.settled([stream.sock for stream in streams])
         tcp_stream.attach_server_file(self.options.file, pending.spec.protocol, streams)
         try:
-            measurement = Measurement(pending.spec, streams, pending.spec.sample,
+            rows = table.interval_printer(self.options.interval, streams,
+                                          pending.spec.protocol, self.options.unit, self.say)
+            measurement = Measurement(pending.spec, streams, pending.spec.sample, rows,
                                       cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
                                     self.policy.test_watch())

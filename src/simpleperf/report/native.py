@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..delays import REPORTED_PERCENTILES, DelayAccount, pdf_line
@@ -85,6 +86,30 @@ def _line(cells: list[str]) -> str:
     widths = [COLUMN] * 4 + [12] * (len(cells) - 4)
     padded = (f"{cell:<{width}}" for cell, width in zip(cells[:-1], widths, strict=False))
     return "".join(padded) + cells[-1]
+
+
+def interval_printer(every: float | None, streams, protocol: str, unit: str,
+                     say: Callable[..., None]) -> Callable[[list[Any]], None] | None:
+    """A server's -i (`every`, None without): each interval's rows as it closes (the header
+    before the first)."""
+    if every is None:
+        return None
+    by_number = {s.number: s for s in streams}
+    printed: list[bool] = []
+
+    def rows(records: list[Any]) -> None:
+        lines = [] if printed else [header(protocol, False)]
+        printed.append(True)
+        for record in records:
+            stream = by_number[record.stream]
+            values = {"bytes": record.num_bytes, "packets": record.packets,
+                      "lost": record.lost, "jitter_ms": record.jitter_ms,
+                      "out_of_order": record.out_of_order, "delays": None}
+            lines.append(row(stream.label, max(0.0, record.start), record.end, values, unit,
+                             protocol, False, stream.role))
+        say(*lines)
+
+    return rows
 
 
 def test_report(title: str, protocol: str, streams, results: list[dict[str, Any]],
