@@ -520,3 +520,27 @@ def test_the_servers_interval_rows_for_iperf2_clients():
     assert sum(i["sum"]["bytes"] for i in document["intervals"]) == \
         document["end"]["sum_received"]["bytes"]
     assert theirs > 0
+
+
+def test_isochronous_clients_frames_are_judged_whole_or_lost(json_server):
+    """iperf2's --isochronous over UDP: each datagram says its frame (number, size, what is
+    left of it); the server counts frames whole and lost and their latency, and the frame
+    the client stops inside when the test ends is neither. Over TCP the bursts are bytes:
+    served, every byte counted."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "--isochronous=30:2m,200k",
+                  "-t", "2", "-e")
+    assert done.returncode == 0, done.stderr
+    assert "did not receive ack" not in done.stdout + done.stderr
+    (document,) = _wait_documents(live, 1)
+    (stream,) = document["end"]["streams"]
+    receiver = stream["receiver"]
+    assert 59 <= receiver["frames"] <= 61 and receiver["frames_lost"] == 0
+    assert receiver["frame_latency"]["count"] == receiver["frames"]
+    sent = int(re.search(r"Sent (\d+) datagrams", done.stdout)[1])
+    assert document["end"]["sum_received"]["packets"] == sent - 1  # as for plain UDP
+    tcp = _iperf("-c", "127.0.0.1", "-p", str(port), "--isochronous=30:2m,200k", "-t", "1",
+                 "-y", "C")
+    assert tcp.returncode == 0, tcp.stderr
+    (theirs,) = _csv_bytes(tcp.stdout)
+    assert _wait_documents(live, 2)[1]["end"]["sum_received"]["bytes"] == theirs > 0

@@ -131,3 +131,38 @@ def test_a_bounceback_opening_is_iperf2s_and_a_classic_ones_zeros_are_not():
     for bad in (63, iperf2.BOUNCE_MAX + 1):
         with pytest.raises(ProtocolError):
             iperf2.parse_bounce(message[:4] + struct.pack("!I", bad) + message[8:])
+
+
+def _isoch_datagram(frame: int, size: int, remaining: int, length: int) -> bytes:
+    data = bytearray(length)
+    iperf2.ISOCH.pack_into(data, iperf2.ISOCH_OFFSET, 16666, 0, 0, max(0, frame - 1), frame,
+                           size, remaining, 0)
+    return bytes(data)
+
+
+@given(st.lists(st.tuples(st.integers(1, 9000), st.booleans()), min_size=1, max_size=20),
+       st.integers(200, 1470))
+def test_isochronous_frames_by_bytes_are_whole_only_when_every_part_came(frames, length):
+    """iperf2's frames: each datagram's (number, size, where it begins) read back from its
+    fields; a frame is whole exactly when every part arrived; the one the sender stopped
+    inside is neither whole nor lost."""
+    from simpleperf.delays import Binning, FrameAccount
+
+    account = FrameAccount(Binning())
+    expected_whole = 0
+    for number, (size, drop_one) in enumerate(frames, start=1):
+        parts = [(begin, min(length, size - begin)) for begin in range(0, size, length)]
+        dropped = 1 if drop_one and len(parts) > 1 else None  # the first part always comes
+        for index, (begin, carried) in enumerate(parts):
+            data = _isoch_datagram(number, size, size - begin, max(carried, 108))
+            assert iperf2.frame_of(data, 0) == (number, size, begin)
+            if index != dropped:
+                account.feed(number, size, begin, 0.0, 0.001, carried)
+        expected_whole += dropped is None
+    assert account.counts() == (expected_whole, len(frames))
+    cut = len(frames) + 1
+    account.feed(cut, 5000, 0, 0.0, 0.001, min(length, 1000))
+    account.cut_by_sender(cut)
+    assert account.counts() == (expected_whole, len(frames))
+    assert iperf2.frame_of(_isoch_datagram(0, 0, 0, 200), 0) is None  # the header's own
+    assert iperf2.frame_of(bytes(100), 0) is None  # too short to say

@@ -302,7 +302,10 @@ class FrameAccount:
         self.floor = 0  # frames up to this number were left out (-O): not counted whole
 
     def feed(self, frame: int, datagrams: int, index: int, sent: float,
-             arrival: float) -> None:
+             arrival: float, amount: int = 1) -> None:
+        """One datagram of `frame`, which has `datagrams` of them (this the `index`th);
+        or, with `amount`, a frame counted in bytes: its size, where this datagram begins
+        in it, and how many bytes it carries (iperf2's frames)."""
         if frame == 0 or datagrams == 0 or index >= datagrams or \
                 frame > self.highest + self.JUMP_LIMIT:
             self.bad += 1
@@ -315,7 +318,7 @@ class FrameAccount:
             state = self._open[frame] = [datagrams, 0, sent]
             if len(self._open) > self.OPEN_LIMIT:
                 del self._open[min(self._open)]
-        state[1] += 1
+        state[1] += amount
         if state[1] >= state[0]:
             del self._open[frame]
             self._judged.add(frame)
@@ -325,6 +328,14 @@ class FrameAccount:
             self.log.current.add(arrival - state[2])
             if len(self._judged) > 4 * self.OPEN_LIMIT:
                 self._judged = {f for f in self._judged if f + self.OPEN_LIMIT >= self.highest}
+
+    def cut_by_sender(self, frame: int) -> None:
+        """The sender ended the test inside `frame` (iperf2's last datagram says so): the
+        rest of it was never sent, so it is neither whole nor lost."""
+        if frame in self._judged or frame != self.highest:
+            return
+        self._open.pop(frame, None)
+        self.highest = frame - 1
 
     def leave_out(self) -> tuple[int, int]:
         """What -O leaves out, at its end: every frame numbered up to the last before the

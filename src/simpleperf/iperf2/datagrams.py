@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+from ..delays import FrameAccount
 from ..engine import udp_receive
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
@@ -72,15 +73,20 @@ class UdpReceiver:
     """The body of an iperf2 UDP stream's thread: datagrams accounted until the client's
     last (a negative number), whose header `last` keeps for the report."""
 
-    def __init__(self, first: list[tuple[bytes, float]], wide: bool, idle: float) -> None:
+    def __init__(self, first: list[tuple[bytes, float]], wide: bool, idle: float,
+                 isochronous: bool = False) -> None:
         self.first = first  # what the listener read before the socket was connected
         self.wide = wide
         self.idle = idle
+        self.isochronous = isochronous  # its datagrams say their frame: frames judged
+        self.frames: FrameAccount | None = None
         self.last: bytes | None = None
 
     def run(self, stream: Stream, spec: TestSpec, start: float, stop: threading.Event
             ) -> None:
         account = stream.account = UdpReceiveAccount(stream.delays)
+        if self.isochronous:
+            self.frames = stream.frames = FrameAccount(spec.binning)
         clock = time.monotonic
         try:
             received = 0
@@ -88,7 +94,7 @@ class UdpReceiver:
                 received += self._account(account, data, 0, len(data), len(data), arrival)
             udp_receive.progress(stream, received, clock)
             fastpath = compiled.module()
-            if fastpath is not None and stream.delays is None:
+            if fastpath is not None and stream.delays is None and self.frames is None:
                 self._read_compiled(stream, account, stop, fastpath)
             else:
                 self._read_batches(stream, account, stop)
@@ -140,6 +146,16 @@ class UdpReceiver:
                 return index
         return got
 
+    def _frame_at_end(self, last: Any) -> None:
+        """The client's last datagram repeats the frame fields of the one before it (no
+        part of a frame itself): where that one left bytes of its frame unsent, the client
+        stopped inside the frame, which is then not counted lost."""
+        frame = iperf2.frame_of(last, 0) if self.frames is not None else None
+        if frame is not None and self.frames is not None:
+            number, size, begins = frame
+            if size - begins > len(last):
+                self.frames.cut_by_sender(number)
+
     def _read_batches(self, stream: Stream, account: UdpReceiveAccount,
                       stop: threading.Event) -> None:
         """recvmmsg from Python, every datagram accounted in Python (the delays logged)."""
@@ -172,6 +188,11 @@ class UdpReceiver:
             if number < 0:  # the client's last: it counts, and ends the test
                 number = -number
                 self.last = bytes(buffer[offset:offset + iperf2.DATAGRAM.size])
+                self._frame_at_end(buffer[offset:offset + size])
+            elif self.frames is not None:
+                frame = iperf2.frame_of(buffer[offset:offset + size], 0)
+                if frame is not None:
+                    self.frames.feed(*frame, sent, arrival, size)
             packets.append((number, sent, arrival))
             moved += size
         account.feed_packets(packets)

@@ -277,7 +277,8 @@ class _UdpTests:
             stream = Stream(1, False, "udp", sock, label)
             udp.enable_receive_offload(sock)
             receiver = datagrams.UdpReceiver(first, bool(header.flags & iperf2.SEQNO64B),
-                                    self.service.options.idle_limit)
+                                             self.service.options.idle_limit,
+                                             header.isochronous)
 
             def report() -> None:  # before the socket closes
                 if receiver.last is not None and not header.no_udp_fin:

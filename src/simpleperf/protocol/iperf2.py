@@ -57,6 +57,10 @@ CLIENT_V1 = struct.Struct("!iiiiii")
 CLIENT_EXTEND = struct.Struct("!iiHHIIHHIII")
 START_FQ = struct.Struct("!IIIII")
 ISOCH_PAYLOAD_SIZE = 32  # UDP only: frame fields between the extension and START_FQ
+# ... in each datagram of an --isochronous test: the burst period (us), the stream's start
+# (s, us), the previous frame's number, this frame's, its size in bytes and what was left
+# of it when this datagram was sent (this one included), reserved
+ISOCH = struct.Struct("!IIIIIIII")
 DATAGRAM = struct.Struct("!IIII")  # number low, seconds, microseconds, number high
 SERVER_REPORT = struct.Struct("!28i")  # version 1 (10), extension (15), 64-bit counts (3)
 MAX_HEADER = LEN_MASK >> 1  # 255: the longest header the length field can state
@@ -66,6 +70,7 @@ VERSION = (0x00020001, 0x00080003)  # what we say we speak: 2.1.8 (release)
 HUNDREDTHS = 100.0  # the amount field's unit of time: a hundredth of a second
 TCP_HEADER_SIZE = CLIENT_V1.size + CLIENT_EXTEND.size  # 60, what a 2.1 client sends
 UDP_HEADER_SIZE = DATAGRAM.size + TCP_HEADER_SIZE  # 76
+ISOCH_OFFSET = UDP_HEADER_SIZE  # where ISOCH sits in a datagram: after the extension
 # the first byte of a TCP header: VERSION1 or EXTEND, never UDPTESTS
 _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 
@@ -73,7 +78,7 @@ _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 _UNSERVED = ((BOUNCEBACK, "--bounceback"),)
 PERMIT_KEY_LENGTH = struct.Struct("!H")  # --permit-key: the header's last 2 bytes, then it
 MIN_PERMIT_KEY, MAX_PERMIT_KEY = 4, 128  # characters (payloads.h)
-_UNSERVED_UPPER = ((UPPER_ISOCH, "--isochronous"), (UPPER_PERIODIC_BURST, "--burst-period"))
+_UNSERVED_UPPER = ((UPPER_PERIODIC_BURST, "--burst-period"),)
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,12 @@ class ClientHeader:
         return bool(self.upper & UPPER_TRIP_TIMES)
 
     @property
+    def isochronous(self) -> bool:
+        """--isochronous: frames (bursts) at a frame rate; over UDP each datagram says its
+        frame (ISOCH)."""
+        return bool(self.upper & UPPER_ISOCH)
+
+    @property
     def no_udp_fin(self) -> bool:
         return bool(self.upper & UPPER_NO_UDP_FIN)
 
@@ -147,6 +158,17 @@ class ClientHeader:
                 if self.upper & flag:
                     return name
         return None
+
+
+def frame_of(data: Any, offset: int) -> tuple[int, int, int] | None:
+    """An --isochronous datagram's frame: (its number, its size in bytes, where in it this
+    datagram begins); None for one without (the first, which carries only the header)."""
+    if len(data) - offset < ISOCH_OFFSET + ISOCH.size:
+        return None
+    _, _, _, _, frame, size, remaining, _ = ISOCH.unpack_from(data, offset + ISOCH_OFFSET)
+    if frame == 0 or not 0 < remaining <= size:
+        return None
+    return frame, size, size - remaining
 
 
 def tcp_header_length(flags: int) -> int:
