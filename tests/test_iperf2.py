@@ -241,12 +241,12 @@ def test_a_permit_key_is_checked_as_2_1_8_checks_it():
 
 def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
     live, port = json_server
-    isochronous = iperf2.encode_header(iperf2.ClientHeader(
-        upper=iperf2.UPPER_ISOCH, version=iperf2.VERSION), udp=False)
+    bursts = iperf2.encode_header(iperf2.ClientHeader(
+        upper=iperf2.UPPER_PERIODIC_BURST, version=iperf2.VERSION), udp=False)
     with socket.create_connection(("127.0.0.1", port)) as conn:
-        conn.sendall(isochronous)
+        conn.sendall(bursts)
         (refused,) = _wait_documents(live, 1)
-    assert refused["error"] == "iperf2's --isochronous is not served yet"
+    assert refused["error"] == "iperf2's --burst-period is not served yet"
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
     assert done.returncode == 0
     assert "error" not in _wait_documents(live, 2)[1]
@@ -544,3 +544,24 @@ def test_isochronous_clients_frames_are_judged_whole_or_lost(json_server):
     assert tcp.returncode == 0, tcp.stderr
     (theirs,) = _csv_bytes(tcp.stdout)
     assert _wait_documents(live, 2)[1]["end"]["sum_received"]["bytes"] == theirs > 0
+
+
+@pytest.mark.parametrize("mode", ["-d", "-r"])
+def test_udp_dual_and_tradeoff_send_back_to_the_clients_port(json_server, mode):
+    """UDP -d (both at once) and -r (ours after the client's): we send to its -L port in
+    iperf2's layout at its -b, and ask for its report; both legs lose nothing and the
+    counts agree at both ends (the ending datagram counts at the receiver, as iperf2's)."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", mode, "-L", str(free_port()),
+                  "-t", "1", "-b", "5M")
+    assert done.returncode == 0, done.stderr
+    assert "WARNING" not in done.stdout + done.stderr
+    sent = int(re.search(r"Sent (\d+) datagrams", done.stdout)[1])
+    legs = re.findall(r"\[  2\] 0\.0+-[\d.]+ sec .* ms +(\d+)/(\d+) ", done.stdout)
+    assert legs, done.stdout
+    lost, received = (int(x) for x in legs[-1])
+    documents = _wait_documents(live, 1 if mode == "-d" else 2)
+    ends = [d["end"] for d in documents]
+    assert ends[0]["sum_received"]["packets"] == sent - 1
+    ours = ends[0]["sum_sent_bidir_reverse"] if mode == "-d" else ends[1]["sum_sent"]
+    assert lost == 0 and received == ours["packets"] + 1 > 400  # 5M for 1 s: about 445

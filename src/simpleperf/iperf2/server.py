@@ -22,6 +22,7 @@ from typing import Any
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
+from ..engine.streams import run_stream
 from ..errors import ProtocolError, SimpleperfError
 from ..options import ServerOptions, test_deadline
 from ..policy import ServerPolicy, buffer_bytes
@@ -280,12 +281,30 @@ class _UdpTests:
                                              self.service.options.idle_limit,
                                              header.isochronous)
 
-            def report() -> None:  # before the socket closes
+            back = _udp_back(peer, header) if header.connects_back else None
+            dual = back is not None and header.connects_back == "dual"
+
+            def report() -> None:  # before the sockets close; -d: both ends at once
+                asking = threading.Thread(target=self._ask_report, args=(back, label),
+                                          daemon=True) if dual and back else None
+                if asking is not None:
+                    asking.start()
                 if receiver.last is not None and not header.no_udp_fin:
                     datagrams.send_report(sock, stream, receiver.last)
+                if asking is not None:
+                    asking.join()
 
-            self.service._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
-                          receiver.run, report)
+            def body(one: Stream, *args: Any) -> None:  # -d: ours sent as the engine sends
+                (run_stream if one.sending else receiver.run)(one, *args)
+
+            forward = dataclasses.replace(spec, direction="forward") if back else spec
+            self.service._measure(label, header, spec if dual else forward,
+                                  [stream, back] if dual and back else [stream],
+                                  _all_done, body, report)
+            if back is not None and not dual:  # -r: ours once the client's test ended
+                self.service._measure(label, header, dataclasses.replace(
+                    spec, direction="reverse"), [back], _all_done,
+                    answer=lambda: self._ask_report(back, label))
         except OSError as error:
             reason = (error.strerror or str(error)).lower()
             self.service.say(f"iperf2 test from {label} ended: {reason}")
@@ -296,22 +315,22 @@ class _UdpTests:
                 self.service.policy.release(buffer_bytes(spec.stream_count(), spec.length))
 
 
+    def _ask_report(self, stream: Stream, label: str) -> None:
+        """Our sending stream's last datagram, until the client's report of it comes."""
+        try:
+            datagrams.ask_report(stream, "client")
+        except datagrams.ReceiverGone:
+            pass  # it has our last datagram and has left, as iperf2's client does
+        except SimpleperfError as error:
+            self.service.say(f"iperf2 test from {label}: {error}")
+
     def _send(self, sock: socket.socket, label: str, header: iperf2.ClientHeader,
               spec: TestSpec) -> None:
         """-u -R: datagrams in iperf2's layout at the client's -b for its -t; then the last,
         until the client's report comes (what it received: not our row, which is ours)."""
         stream = Stream(1, True, "udp", sock, label, header=iperf2.LAYOUT)
-
-        def end() -> None:
-            try:
-                datagrams.ask_report(stream, "client")
-            except datagrams.ReceiverGone:
-                pass  # it has our last datagram and has left, as iperf2's client does
-            except SimpleperfError as error:
-                self.service.say(f"iperf2 test from {label}: {error}")
-
         self.service._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
-                              answer=end)
+                              answer=lambda: self._ask_report(stream, label))
 
 
 def _connect_back(peer: str, header: iperf2.ClientHeader, count: int
@@ -332,6 +351,21 @@ def _connect_back(peer: str, header: iperf2.ClientHeader, count: int
         raise SimpleperfError(f"cannot connect back to port {header.port} of {host}, "
                               "where an iperf2 client with -r or -d listens") from None
     return streams
+
+
+def _udp_back(peer: tuple[Any, ...], header: iperf2.ClientHeader) -> Stream:
+    """UDP -r and -d: our stream to the client's own port (its header's), datagrams in
+    iperf2's layout (its pattern, no header), as iperf2's server sends them."""
+    sock = socket.socket(socket.AF_INET6 if ":" in peer[0] else socket.AF_INET,
+                         socket.SOCK_DGRAM)
+    try:
+        sock.connect((peer[0], header.port))
+        tcp.set_wake_up(sock)
+    except OSError:
+        sock.close()
+        raise
+    return Stream(2, True, "udp", sock, tcp.endpoint(sock.getpeername()),
+                  header=iperf2.LAYOUT)
 
 
 def _all_done(measurement: Measurement) -> bool:

@@ -146,8 +146,6 @@ class ClientHeader:
 
     def unserved(self, udp: bool = False) -> str | None:
         """What iperf2 asks of us that we do not serve, as a phrase; None when all is."""
-        if udp and self.connects_back:
-            return "-r/-d over UDP"
         if udp and self.full_duplex:
             return "--full-duplex over UDP"
         for flag, name in _UNSERVED:
@@ -303,7 +301,8 @@ def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSp
         "bidir" if header.connects_back == "dual" or header.full_duplex else "forward")
     return TestSpec(protocol=protocol, direction=direction,
                     parallel=1, duration=header.duration, num_bytes=header.num_bytes,
-                    length=length, rate=float(header.rate) if header.reverse else 0.0,
+                    length=length,
+                    rate=float(header.rate) if header.reverse or header.connects_back else 0.0,
                     window=header.window or None, tos=header.tos,
                     trip_times=header.trip_times and protocol == "udp",
                     repeating_payload=True)
