@@ -479,8 +479,34 @@ def test_our_udp_client_reads_the_iperf2_server_report():
     assert stream["udp"]["packets"] == their_total
 
 
+@pytest.mark.parametrize("mode", ["-d", "-r"])
+def test_our_udp_dual_and_tradeoff_at_an_iperf2_server_agree_with_its_rows(mode):
+    """UDP -d/-r with --iperf2: our port in the header, the server's datagrams read there
+    and answered with iperf2's report; both legs' bytes equal the server's -y C rows."""
+    process, port = _iperf_server("-u")
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", mode,
+                              "-b", "5M", "-t", "1", "-J" if mode == "-d" else "--json-stream")
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    if mode == "-d":
+        end = json.loads(done.stdout)["end"]
+        sent, back = end["sum_sent"], end["sum_received_bidir_reverse"]
+    else:
+        ends = [json.loads(line)["data"] for line in done.stdout.splitlines()
+                if json.loads(line)["event"] == "end"]
+        sent, back = ends[0]["sum_sent"], ends[1]["sum_received"]
+    rows = {int(row[7]) for row in (line.split(",") for line in output.splitlines())
+            if len(row) >= 9}
+    assert sent["bytes"] in rows and back["bytes"] in rows, (output, sent, back)
+    assert back["lost_packets"] == 0 and back["packets"] > 400  # 5M for 1 s: about 430
+
+
 def test_our_client_says_what_an_iperf2_server_cannot_do():
-    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u", "-d")
+    done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u",
+                          "--bidir")
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "iperf2 server" in done.stderr
     nobody = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u",

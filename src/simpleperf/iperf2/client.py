@@ -21,6 +21,7 @@ from typing import Any
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
+from ..engine.streams import run_stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf2
@@ -41,8 +42,6 @@ def refusal(options: ClientOptions) -> str | None:
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
     if options.direction == "bidir" and options.udp:
         return f"{where}: --bidir (iperf2's --full-duplex) over UDP is not driven yet"
-    if options.udp and (options.dualtest or options.tradeoff):
-        return f"{where}: -d and -r over UDP are not driven against iperf2 yet"
     if options.trip_times and not options.udp:
         return f"{where}: --trip-times over TCP is not driven against iperf2 yet (UDP is)"
     if options.frame_rate > 0 or options.l4s:
@@ -103,6 +102,8 @@ class _Iperf2Test:
         streams: list[Stream] = []
         deadline = time.monotonic() + CONNECT_BACK_SECONDS
         first = len(self.streams) + 1 if self.back == "dual" else 1
+        if self.spec.protocol == "udp":  # its datagrams to our port: one stream
+            return [self._udp_back(first)]
         while len(streams) < self.spec.parallel:
             readable, _, _ = select.select([self.listener], [], [],
                                            max(deadline - time.monotonic(), 0))
@@ -117,6 +118,18 @@ class _Iperf2Test:
             streams.append(Stream(first + len(streams), False, "tcp", sock,
                                   tcp.endpoint(sock.getpeername())))
         return streams
+
+    def _udp_back(self, number: int) -> Stream:
+        """UDP -d, -r: the server's datagrams to our port, from a port of its own (where
+        our report for its last goes: the stream's thread connects to it once the first
+        is there); read as our server reads iperf2's clients."""
+        assert self.listener is not None
+        sock, self.listener = self.listener, None
+        tcp.set_wake_up(sock)
+        udp.enable_receive_offload(sock)
+        self.receivers[number] = datagrams.UdpReceiver([], True, IDLE_SECONDS)
+        ours = self.streams[0].label.rsplit(":", 1)[0]  # the address our test goes from
+        return Stream(number, False, "udp", sock, f"{ours}:{sock.getsockname()[1]}")
 
     def _open_streams(self) -> None:
         options, spec = self.options, self.spec
@@ -182,8 +195,8 @@ class _Iperf2Test:
         it sent, of the size those that arrived had."""
         remote = {}
         for stream in self.streams:
-            receiver = self.receivers[stream.number]
-            if receiver.last is None or stream.account is None:
+            receiver = self.receivers.get(stream.number)
+            if receiver is None or receiver.last is None or stream.account is None:
                 continue
             datagrams.send_report(stream.sock, stream, receiver.last)
             sent = stream.account.highest
@@ -196,24 +209,54 @@ class _Iperf2Test:
 
     def _receive(self, stream: Stream, spec: TestSpec, start: float,
                  stop: threading.Event) -> None:
-        """UDP -R: what iperf2's server sends, until its last datagram."""
-        self.receivers[stream.number].run(stream, spec, start, stop)
+        """UDP -R, -d, -r: what iperf2's server sends, until its last datagram (and with
+        -d our own stream beside it, as the engine sends it)."""
+        receiver = self.receivers.get(stream.number)
+        if receiver is None:
+            run_stream(stream, spec, start, stop)
+            return
+        if self.back is not None:  # -d, -r: from the server's port, once it sends
+            try:
+                _await_sender(stream.sock, stop)
+            except SimpleperfError as error:
+                stream.error = str(error)
+                stream.done.set()
+                return
+        receiver.run(stream, spec, start, stop)
 
     def _end(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
         """The test's end as iperf2 has it: the server's view, by stream number (UDP)."""
         if self.spec.protocol == "tcp":
             closed = _await_close([s.sock for s in self.streams if s.sending])
             return _told_by_close(self.streams, closed)
-        if self.receivers:
-            return self._answer_senders()
-        remote = {}
+        remote = self._answer_senders() if self.receivers else {}
         for stream in self.streams:
+            if stream.number in self.receivers:
+                continue
             report = datagrams.ask_report(stream)
             remote[stream.number] = {
                 "stream": stream.number, "bytes": report.num_bytes,
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
                 "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
         return remote
+
+
+def _await_sender(sock: socket.socket, stop: threading.Event) -> None:
+    """UDP -d, -r: our socket connected to where the server's first datagram came from,
+    once it is there (at most CONNECT_BACK_SECONDS)."""
+    deadline = time.monotonic() + CONNECT_BACK_SECONDS
+    while not stop.is_set() and time.monotonic() < deadline:
+        readable, _, _ = select.select([sock], [], [], 0.1)
+        if readable:
+            try:
+                _, sender = sock.recvfrom(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            sock.connect(sender)
+            return
+    raise SimpleperfError(f"the iperf2 server sent nothing to port {sock.getsockname()[1]} "
+                          f"within {CONNECT_BACK_SECONDS:g} s (a firewall between us, or a "
+                          "server that does not serve -d/-r?)")
 
 
 def _read_ack(sock: socket.socket, trip_times: bool) -> str:
@@ -263,14 +306,16 @@ def _ask_to_send(sock: socket.socket, first: bytes, length: int) -> None:
 
 def _listen_back(options: ClientOptions) -> socket.socket:
     """-d, -r: a listener for the server's connections back (--listenport, else any port),
-    on the address our test connections come from."""
+    on the address our test connections come from; over UDP the socket its datagrams
+    come to."""
     family = socket.AF_INET6 if options.family == socket.AF_INET6 or (
         options.local and ":" in options.local) else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_DGRAM if options.udp else socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((options.local or "", options.listen_port or 0))
-        sock.listen(options.parallel)
+        if not options.udp:
+            sock.listen(options.parallel)
     except OSError as error:
         sock.close()
         raise SimpleperfError(f"cannot listen on port {options.listen_port or 0} for the "
