@@ -241,12 +241,13 @@ def test_a_permit_key_is_checked_as_2_1_8_checks_it():
 
 def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
     live, port = json_server
-    bursts = iperf2.encode_header(iperf2.ClientHeader(
-        upper=iperf2.UPPER_PERIODIC_BURST, version=iperf2.VERSION), udp=False)
-    with socket.create_connection(("127.0.0.1", port)) as conn:
-        conn.sendall(bursts)
+    duplex = iperf2.datagram_header(1, time.time()) + iperf2.encode_header(
+        iperf2.ClientHeader(upper=iperf2.UPPER_FULL_DUPLEX, version=iperf2.VERSION,
+                            amount=-100), udp=True)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as conn:
+        conn.sendto(duplex, ("127.0.0.1", port))
         (refused,) = _wait_documents(live, 1)
-    assert refused["error"] == "iperf2's --burst-period is not served yet"
+    assert refused["error"] == "iperf2's --full-duplex over UDP is not served yet"
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
     assert done.returncode == 0
     assert "error" not in _wait_documents(live, 2)[1]
@@ -591,3 +592,38 @@ def test_udp_dual_and_tradeoff_send_back_to_the_clients_port(json_server, mode):
     assert ends[0]["sum_received"]["packets"] == sent - 1
     ours = ends[0]["sum_sent_bidir_reverse"] if mode == "-d" else ends[1]["sum_sent"]
     assert lost == 0 and received == ours["packets"] + 1 > 400  # 5M for 1 s: about 445
+
+
+def test_periodic_bursts_are_served_as_a_stream(json_server):
+    """--burst-period/--burst-size over TCP: bursts every half second, every byte counted."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "--burst-period", "0.5",
+                  "--burst-size", "256K", "-t", "1", "-y", "C")
+    assert done.returncode == 0, done.stderr
+    (theirs,) = _csv_bytes(done.stdout)
+    (document,) = _wait_documents(live, 1)
+    assert document["end"]["sum_received"]["bytes"] == theirs >= 2 * 256 * 1024
+
+
+def test_a_keyed_server_takes_tests_for_its_permit_key_timeout_then_ends():
+    """--permit-key-timeout (iperf2's, 20 s by default): new tests only that long; a test
+    begun within it runs to its end, then the server ends (status 0), as 2.1.8's does."""
+    port = free_port()
+    server = LiveProcess("-s", "-p", str(port), "--permit-key", "sesame1",
+                         "--permit-key-timeout", "1.5")
+    try:
+        server.wait_for(lambda lines: any("new tests for 1.5 s" in line for line in lines))
+        done = _iperf("-c", "127.0.0.1", "-p", str(port), "--permit-key=sesame1", "-t",
+                      "2.5", "-y", "C")
+        assert done.returncode == 0, done.stderr
+        (theirs,) = _csv_bytes(done.stdout)
+        server.process.wait(timeout=10)
+        assert server.process.returncode == 0
+        text = "\n".join(server.lines)
+        assert "No new tests: the permit key's 1.5 s are over" in text
+        assert re.search(r"Test from .* \(iperf2 2\.1\.8\)", text)
+    finally:
+        server.close()
+    assert theirs > 0
+    late = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5")
+    assert late.returncode == 1 and "connection refused" in late.stderr

@@ -324,7 +324,8 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "memory_budget": "--memory-budget",
                 "rsa_private_key_path": "--rsa-private-key-path",
                 "authorized_users_path": "--authorized-users-path",
-                "time_skew_threshold": "--time-skew-threshold"}
+                "time_skew_threshold": "--time-skew-threshold",
+                "permit_key_timeout": "--permit-key-timeout"}
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
                 "time": "-t/--time", "num": "-n/--num",
                 "connect_timeout": "--connect-timeout",
@@ -433,6 +434,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         rsa_auth=iperf3_flags.authorizer(args),
         permit_key=None if args.permit_key is None else iperf2_flags.permit_key(
             args.permit_key, server=True),
+        permit_key_timeout=iperf2_flags.permit_key_timeout(args),
         idle_limit=_int_in_range("--rcv-timeout", args.rcv_timeout,
                                  int(DEFAULT_IDLE_SECONDS * 1000), 100,
                                  int(MAX_TEST_SECONDS * 1000)) / 1000,

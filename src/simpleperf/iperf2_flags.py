@@ -43,7 +43,6 @@ COLLISIONS: dict[str, tuple[str, str]] = {
 NOT_YET: dict[str, tuple[str, str]] = {
     "--hide-ips": ("", "hiding addresses in the output"),
     "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
-    "--permit-key-timeout": ("", "the permit key"),
     "--sum-only": ("", "sum-only reports"),
     "--realtime": ("-z", "the realtime scheduler"),
     "--compatibility": ("-C", "the 2.0 compatibility mode"),
@@ -80,6 +79,8 @@ MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any
 DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2's default)
 DEFAULT_PERIOD = 1.0  # --bounceback-period: seconds (iperf2's default)
 MAX_CONNECTS = 1_000_000  # --connect-only
+DEFAULT_PERMIT_KEY_SECONDS = 20.0  # --permit-key-timeout: a keyed server's life (iperf2's)
+MAX_PERMIT_KEY_SECONDS = 7 * 86400.0
 REPORT_KINDS = "CDMSV"  # -x/--reportexclude: what iperf2's reports are made of
 
 
@@ -126,6 +127,10 @@ def add_arguments(group: Any) -> None:
                        "permit key (4 to 128 characters): a server serves only iperf2 TCP "
                        "clients that state it (without KEY it makes one and prints it); a "
                        "client with --iperf2 states it")
+    group.add_argument("--permit-key-timeout", metavar="SECONDS", help="a server with "
+                       "--permit-key takes new tests for this long, then ends once its "
+                       f"tests have (default {DEFAULT_PERMIT_KEY_SECONDS:g}, as iperf2's; 0: "
+                       "for ever)")
     group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
                        "port the server connects back to (-L there; default: any free port, "
                        "which the header tells the server)")
@@ -285,6 +290,18 @@ def _number(flag: str, text: str, high: float, unit: str) -> float:
     if not 0 <= value <= high:  # NaN fails too
         raise UsageError(f"{flag} must be {unit} from 0 to {high:g}, not '{text}'")
     return value
+
+
+def permit_key_timeout(args: argparse.Namespace) -> float | None:
+    """How long a server with --permit-key takes new tests (None: for ever)."""
+    if args.permit_key_timeout is None:
+        return DEFAULT_PERMIT_KEY_SECONDS if args.permit_key is not None else None
+    if args.permit_key is None:
+        raise UsageError("--permit-key-timeout is how long a server's --permit-key holds: "
+                         "give --permit-key too")
+    seconds = _number("--permit-key-timeout", args.permit_key_timeout,
+                      MAX_PERMIT_KEY_SECONDS, "seconds")
+    return seconds or None
 
 
 def permit_key(text: str, server: bool) -> str:

@@ -166,6 +166,8 @@ class ServerOptions:
     bind_dev: str | None = None  # --bind-dev: listen on this interface only
     rsa_auth: Any = None  # rsa_auth.Authorizer: iperf3 clients must authenticate
     permit_key: str | None = None  # --permit-key: iperf2 TCP clients must state it
+    # --permit-key-timeout: seconds a keyed server takes new tests, then ends (None: ever)
+    permit_key_timeout: float | None = None
     idle_limit: float = DEFAULT_IDLE_SECONDS  # --rcv-timeout
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     memory_budget: int = DEFAULT_MEMORY_BUDGET  # bytes of test buffers at once

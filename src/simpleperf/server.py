@@ -82,7 +82,9 @@ class Server:
         self.udp_port.start()  # before the banner: a server that says it listens, does
         self.say(table.server_banner(self.options.port))
         if self.options.permit_key is not None:  # iperf2's clients must state it
-            self.say(f"iperf2 permit key: {self.options.permit_key}")
+            lifetime = self.options.permit_key_timeout
+            self.say(f"iperf2 permit key: {self.options.permit_key}" + (
+                f" (new tests for {lifetime:g} s: --permit-key-timeout)" if lifetime else ""))
         if self.options.secret is not None:
             self.say("Clients must prove the shared secret; classic clients, which cannot, "
                      + ("are served anyway (--allow-classic)" if self.options.allow_classic
@@ -91,8 +93,14 @@ class Server:
         # timer (SO_RCVTIMEO), and would never notice a stop (-1, Ctrl-C).
         ready = select.poll()
         ready.register(self.listener, select.POLLIN)
+        lifetime = self.options.permit_key_timeout  # as iperf2's: a keyed server's life
+        ends = None if lifetime is None else time.monotonic() + lifetime
         try:
             while not self._stopping.is_set():
+                if ends is not None and time.monotonic() >= ends:
+                    self._last_tests(f"the permit key's {lifetime:g} s are over "
+                                     "(--permit-key-timeout)")
+                    break
                 if not ready.poll(tcp.WAKE_UP_SECONDS * 1000):
                     continue
                 try:
@@ -110,6 +118,17 @@ class Server:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def _last_tests(self, why: str) -> None:
+        """No new tests (`why`); the server ends once those under way have."""
+        self.listener.close()
+        self.say(f"No new tests: {why}; ending once the tests under way have")
+        while not self._stopping.is_set():
+            with self._active_lock:
+                workers = list(self._active)
+            if not workers:
+                return
+            workers[0].join(tcp.WAKE_UP_SECONDS)
 
     def _datagram(self, data: bytes, peer: tuple[Any, ...]) -> None:
         """A datagram at the port's listener, to the protocol that speaks it."""

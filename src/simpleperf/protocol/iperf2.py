@@ -78,7 +78,7 @@ _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 _UNSERVED = ((BOUNCEBACK, "--bounceback"),)
 PERMIT_KEY_LENGTH = struct.Struct("!H")  # --permit-key: the header's last 2 bytes, then it
 MIN_PERMIT_KEY, MAX_PERMIT_KEY = 4, 128  # characters (payloads.h)
-_UNSERVED_UPPER = ((UPPER_PERIODIC_BURST, "--burst-period"),)
+_UNSERVED_UPPER: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
