@@ -627,3 +627,29 @@ def test_a_keyed_server_takes_tests_for_its_permit_key_timeout_then_ends():
     assert theirs > 0
     late = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5")
     assert late.returncode == 1 and "connection refused" in late.stderr
+
+
+def test_tcp_trip_times_each_write_is_timed_both_ways(json_server):
+    """TCP --trip-times: what iperf2's client writes is read burst by burst, one
+    write-to-read delay for each of its writes; with -R we write bursts as 2.1.8's server
+    does, and its client prints their latency (no "Program error")."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "--trip-times", "-t", "1", "-l",
+                  "16K", "-e")
+    assert done.returncode == 0, done.stderr
+    writes = int(re.search(r"sec .*?bits/sec\s+(\d+)/0", done.stdout)[1])
+    (document,) = _wait_documents(live, 1)
+    receiver = document["end"]["streams"][0]["receiver"]
+    delays = receiver["write_to_read_delay"]
+    # the client counts writes over its -t; a burst still in its socket then arrives too
+    assert writes <= delays["count"] <= writes + 64 and delays["count"] * 16384 == \
+        document["end"]["sum_received"]["bytes"] - 80
+    assert 0 < delays["min_ms"] <= delays["mean_ms"] < 1000
+    back = _iperf("-c", "127.0.0.1", "-p", str(port), "--trip-times", "-t", "1", "-R", "-e")
+    assert back.returncode == 0, back.stderr
+    assert "Program error" not in back.stdout + back.stderr
+    latency = re.search(r"sec .*?bits/sec\s+([\d.]+)/([\d.]+)/([\d.]+)/[\d.]+ ms \((\d+)/",
+                        back.stdout)
+    assert latency is not None, back.stdout
+    assert 0 < float(latency[2]) <= float(latency[1]) <= float(latency[3]) < 1000
+    assert int(latency[4]) > 100

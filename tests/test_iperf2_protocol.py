@@ -166,3 +166,28 @@ def test_isochronous_frames_by_bytes_are_whole_only_when_every_part_came(frames,
     assert account.counts() == (expected_whole, len(frames))
     assert iperf2.frame_of(_isoch_datagram(0, 0, 0, 200), 0) is None  # the header's own
     assert iperf2.frame_of(bytes(100), 0) is None  # too short to say
+
+
+def _burst(sent: float, size: int) -> bytes:
+    data = bytearray(size)
+    iperf2.stamp_burst(data, 0.0, sent, 1, size)
+    return bytes(data)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(56, 5000)), min_size=1,
+                max_size=12), st.lists(st.integers(1, 4000), min_size=1, max_size=30))
+def test_tcp_bursts_are_timed_once_each_whatever_the_reads(bursts, cuts):
+    """TCP --trip-times: each burst's delay from its write time to the read that held its
+    last byte, exactly one per burst however the stream is cut into reads."""
+    stream = b"".join(_burst(1000.0 + micros / 1e6, size) for micros, size in bursts)
+    reader, delays, at, turn = iperf2.BurstTimes(), [], 0, 0
+    while at < len(stream):
+        step = cuts[turn % len(cuts)]
+        delays += reader.feed(stream[at:at + step], 2000.0)
+        at, turn = at + step, turn + 1
+    assert len(delays) == len(bursts) and not reader.broken
+    for delay, (micros, _) in zip(delays, bursts, strict=True):
+        assert delay == pytest.approx(1000.0 - micros / 1e6, abs=2e-6)
+    broken = iperf2.BurstTimes()
+    assert broken.feed(_burst(1.0, 56)[:48] + (10**9).to_bytes(4, "big"), 2.0) == []
+    assert broken.broken  # a burst of a GB: no longer followed

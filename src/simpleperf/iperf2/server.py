@@ -21,6 +21,7 @@ from typing import Any
 
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
+from ..engine.pacing import wait_until
 from ..engine.records import Stream
 from ..engine.streams import run_stream
 from ..errors import ProtocolError, SimpleperfError
@@ -30,7 +31,7 @@ from ..protocol import iperf2
 from ..report import native as table
 from ..report import server_json
 from ..testspec import TestSpec
-from ..transport import tcp, udp
+from ..transport import buffers, tcp, udp
 from ..udp_port import UdpPort
 from . import bounceback, datagrams
 
@@ -134,7 +135,10 @@ class Iperf2Service:
                             for s in list(streams)]
             if header.connects_back == "dual":  # -d: our streams to the client, at once
                 streams += _connect_back(peer, header, spec.parallel)
-            self._measure(peer, header, spec, streams, _all_done)
+            timed = _timed_bursts({s.number: rest for s, (_, rest) in zip(
+                streams[:len(conns)], conns, strict=True)}, iperf2.reverse_head(header)
+                ) if spec.trip_times else None
+            self._measure(peer, header, spec, streams, _all_done, timed)
             if header.connects_back == "tradeoff":  # -r: ours once the client's ended
                 back = dataclasses.replace(spec, direction="reverse")
                 self._measure(peer, header, back,
@@ -351,6 +355,89 @@ def _connect_back(peer: str, header: iperf2.ClientHeader, count: int
         raise SimpleperfError(f"cannot connect back to port {header.port} of {host}, "
                               "where an iperf2 client with -r or -d listens") from None
     return streams
+
+
+def _timed_bursts(rests: dict[int, bytes], head: bytes) -> Callable[..., None]:
+    """TCP --trip-times from iperf2's client: the streams it sends are read burst by burst
+    (iperf2.BurstTimes), each write's delay from its write to our read of its last byte
+    (write_to_read_delay: the sender's buffer included, as iperf2 times it); `rests`: what
+    came with each one's header. Ours (-R) are sent as bursts over `head`, as 2.1.8's
+    server sends them."""
+    def body(stream: Stream, spec: TestSpec, start: float, stop: threading.Event) -> None:
+        if stream.sending:
+            _send_bursts(stream, spec, start, stop, head)
+            return
+        if stream.write_delays is None:
+            run_stream(stream, spec, start, stop)
+            return
+        log, stream.delays = stream.write_delays, None  # not the path's: the writes'
+        reader, wall, clock = iperf2.BurstTimes(), time.time, time.monotonic
+        for delay in reader.feed(rests.get(stream.number, b""), wall()):
+            log.current.add(delay)
+        buffer = buffers.tcp_read_buffer(spec.length)
+        recv_into, received = stream.sock.recv_into, stream.num_bytes
+        try:
+            while not stop.is_set():
+                try:
+                    count = recv_into(buffer)
+                except BlockingIOError:
+                    continue
+                if count == 0:
+                    return
+                for delay in reader.feed(buffer[:count], wall()):
+                    log.current.add(delay)
+                if stream.first is None:
+                    stream.first = clock()
+                received += count
+                stream.num_bytes, stream.last = received, clock()
+        except OSError as error:
+            if not stop.is_set():
+                stream.error = (error.strerror or str(error)).lower()
+        finally:
+            stream.done.set()
+
+    return body
+
+
+def _send_bursts(stream: Stream, spec: TestSpec, start: float, stop: threading.Event,
+                 head: bytes) -> None:
+    """-R --trip-times: `head`, then each write a burst of -l bytes opening with iperf2's
+    burst fields over a copy of it (times, number, size), as 2.1.8's server sends them and
+    its client times what it reads."""
+    sock, size, clock = stream.sock, max(spec.length, len(head)), time.monotonic
+    deadline = None if spec.end is None else start + spec.end
+    payload = bytearray(buffers.aligned(size, True))
+    payload[:len(head)] = head
+    wait_until(start, stop)
+    stream.first, began = clock(), time.time()
+    number = 0
+    try:
+        _send_all(sock, memoryview(head), stream, stop)
+        while not stop.is_set() and (deadline is None or clock() < deadline) and (
+                spec.num_bytes is None or stream.num_bytes < spec.num_bytes):
+            number += 1
+            iperf2.stamp_burst(payload, began, time.time(), number, size)
+            _send_all(sock, memoryview(payload), stream, stop)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)  # its end of stream ends its test
+    except OSError as error:
+        if not stop.is_set():
+            stream.error = (error.strerror or str(error)).lower()
+    finally:
+        stream.done.set()
+
+
+def _send_all(sock: socket.socket, data: memoryview, stream: Stream,
+              stop: threading.Event) -> None:
+    """All of `data` (a send returns now and then: the wake-up timer), counted."""
+    sent = 0
+    while sent < len(data) and not stop.is_set():
+        try:
+            sent += sock.send(data[sent:])
+        except BlockingIOError:
+            continue
+    stream.num_bytes += sent
+    stream.last = time.monotonic()
 
 
 def _udp_back(peer: tuple[Any, ...], header: iperf2.ClientHeader) -> Stream:

@@ -169,6 +169,73 @@ def frame_of(data: Any, offset: int) -> tuple[int, int, int] | None:
     return frame, size, size - remaining
 
 
+# TCP --trip-times: every write (a "burst" of -l bytes) opens with iperf2's TCP_burst_payload;
+# of it we read the write's time (seconds, microseconds at bytes 20-27) and the burst's
+# size (bytes 48-51). The words between are the header's, left in the client's buffer.
+BURST_HEAD = struct.Struct("!20xII20xI")  # 52 bytes: write time, size
+MAX_BURST = 1 << 26  # bytes of a burst we follow (more: the stream is no longer timed)
+
+
+def reverse_head(header: ClientHeader) -> bytes:
+    """-R --trip-times: what 2.1.8's server writes first, and under each burst's own
+    fields: the client's header, without VERSION2."""
+    head = bytearray(encode_header(header, udp=False))
+    struct.pack_into("!i", head, 0, _signed(int.from_bytes(head[:4], "big") & ~VERSION2))
+    return bytes(head)
+
+
+def stamp_burst(buffer: Any, start: float, now: float, number: int, size: int) -> None:
+    """Our burst's head, as 2.1.8's server writes one over its copy of reverse_head (-R
+    --trip-times: its client times what we send): the test's start, the write's time, the
+    burst's number, size and end (in bytes of the test, as 2.1.8 counts them)."""
+    struct.pack_into("!IIII", buffer, 12, *_seconds_micros(start), *_seconds_micros(now))
+    struct.pack_into("!III", buffer, 44, number & 0xFFFFFFFF, size,
+                     (number * size + 2) & 0xFFFFFFFF)
+
+
+def _seconds_micros(moment: float) -> tuple[int, int]:
+    seconds = int(moment)
+    return seconds, int((moment - seconds) * 1e6)
+
+
+class BurstTimes:
+    """The write-to-read delay of each burst of an iperf2 TCP --trip-times stream: its
+    write time (the client's clock) to when its last byte was read (ours). Bytes in,
+    delays out; `broken` once a burst's head states what cannot be (no more delays)."""
+
+    def __init__(self) -> None:
+        self.left = 0  # bytes of the current burst still to come; 0: its head is next
+        self.head = bytearray()
+        self.sent = 0.0
+        self.broken = False
+
+    def feed(self, data: Any, now: float) -> list[float]:
+        """`data` read at wall time `now`: the delays of the bursts it completed."""
+        delays: list[float] = []
+        view = memoryview(data)
+        at, end = 0, len(view)
+        while at < end and not self.broken:
+            if self.left == 0:
+                take = view[at:at + BURST_HEAD.size - len(self.head)]
+                self.head += take
+                at += len(take)
+                if len(self.head) < BURST_HEAD.size:
+                    break
+                seconds, micros, size = BURST_HEAD.unpack(self.head)
+                self.head.clear()
+                if not BURST_HEAD.size <= size <= MAX_BURST or micros >= 1_000_000:
+                    self.broken = True
+                    break
+                self.sent, self.left = seconds + micros / 1e6, size - BURST_HEAD.size
+            else:
+                take_count = min(self.left, end - at)
+                at += take_count
+                self.left -= take_count
+            if self.left == 0 and not self.head:
+                delays.append(now - self.sent)
+        return delays
+
+
 def tcp_header_length(flags: int) -> int:
     """How many bytes the TCP header stated by `flags` takes (0: no header, a 2.0 client's
     plain stream), as iperf2's Settings_ClientTestHdrLen reads it."""
@@ -304,7 +371,9 @@ def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSp
                     length=length,
                     rate=float(header.rate) if header.reverse or header.connects_back else 0.0,
                     window=header.window or None, tos=header.tos,
-                    trip_times=header.trip_times and protocol == "udp",
+                    # TCP: the client's bursts are timed, and ours timed as iperf2's
+                    trip_times=header.trip_times and (protocol == "udp" or direction in (
+                        "forward", "reverse")),
                     repeating_payload=True)
 
 
