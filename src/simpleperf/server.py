@@ -80,15 +80,7 @@ class Server:
         tcp.set_wake_up(self.listener)
         self.refuser.start()
         self.udp_port.start()  # before the banner: a server that says it listens, does
-        self.say(table.server_banner(self.options.port))
-        if self.options.permit_key is not None:  # iperf2's clients must state it
-            lifetime = self.options.permit_key_timeout
-            self.say(f"iperf2 permit key: {self.options.permit_key}" + (
-                f" (new tests for {lifetime:g} s: --permit-key-timeout)" if lifetime else ""))
-        if self.options.secret is not None:
-            self.say("Clients must prove the shared secret; classic clients, which cannot, "
-                     + ("are served anyway (--allow-classic)" if self.options.allow_classic
-                        else "are refused (--allow-classic serves them)"))
+        self.say(*_banner(self.options))
         # Waiting in poll(), not in accept(): an MPTCP listener's accept ignores the wake-up
         # timer (SO_RCVTIMEO), and would never notice a stop (-1, Ctrl-C).
         ready = select.poll()
@@ -264,6 +256,20 @@ def _identify(conn: socket.socket, accepted: float, stopping: threading.Event,
         if not chunk:
             return (CLASSIC if prefix else CLOSED_EMPTY), prefix
         prefix += chunk
+
+
+def _banner(options: ServerOptions) -> list[str]:
+    """What the server says when it listens: its port, and what clients must prove."""
+    lines = [table.server_banner(options.port)]
+    if options.permit_key is not None:  # iperf2's clients must state it
+        lifetime = options.permit_key_timeout
+        lines.append(f"iperf2 permit key: {options.permit_key}" + (
+            f" (new tests for {lifetime:g} s: --permit-key-timeout)" if lifetime else ""))
+    if options.secret is not None:
+        lines.append("Clients must prove the shared secret; classic clients, which cannot, "
+                     + ("are served anyway (--allow-classic)" if options.allow_classic
+                        else "are refused (--allow-classic serves them)"))
+    return lines
 
 
 def _closed_already(conn: socket.socket) -> bool:
