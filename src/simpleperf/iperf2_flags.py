@@ -239,21 +239,13 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
             raise UsageError("--bounceback-period and --bounceback-hold are --bounceback "
                              "options")
         return {}
-    used = [flag for given, flag in (
+    _not_with("--bounceback is one TCP connection of round trips", (
         (options.udp, "-u"), (options.reverse or options.bidir, "-R/--bidir"),
         (options.parallel > 1, "-P"), (args.dualtest or args.tradeoff, "-d/-r"),
         (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
-        (options.iperf3, "--iperf3")) if given]
-    if used:
-        raise UsageError(f"--bounceback is one TCP connection of round trips: not with "
-                         f"{', '.join(used)}")
-    try:
-        burst = int(args.bounceback)
-    except ValueError:
-        burst = 0
-    if not 1 <= burst <= MAX_BURST:
-        raise UsageError(f"--bounceback takes a burst of 1 to {MAX_BURST} messages, not "
-                         f"'{args.bounceback}'")
+        (options.iperf3, "--iperf3")))
+    burst = _whole(args.bounceback, 1, MAX_BURST,
+                   f"--bounceback takes a burst of 1 to {MAX_BURST} messages")
     period = DEFAULT_PERIOD if args.bounceback_period is None else _number(
         "--bounceback-period", args.bounceback_period, 3600.0, "seconds")
     return {"bounceback": burst, "bounce_period": period,
@@ -262,24 +254,33 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
 
 
 def _connect_only(options: ClientOptions, args: argparse.Namespace) -> int:
-    used = [flag for given, flag in (
+    _not_with("--connect-only makes TCP connections and sends nothing", (
         (options.udp, "-u"), (options.reverse or options.bidir, "-R/--bidir"),
         (args.dualtest or args.tradeoff, "-d/-r"), (args.bounceback is not None,
                                                     "--bounceback"),
         (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
         (options.num_bytes is not None, "-n"), (options.csv, "-y C"),
-        (options.json_stream, "--json-stream")) if given]
+        (options.json_stream, "--json-stream")))
+    return _whole(args.connect_only, 0, MAX_CONNECTS,
+                  f"--connect-only takes 0 (until -t ends) to {MAX_CONNECTS} connects")
+
+
+def _not_with(what: str, flags: tuple[tuple[Any, str], ...]) -> None:
+    """`what` (a mode's words) refused with every flag given that it cannot take."""
+    used = [flag for given, flag in flags if given]
     if used:
-        raise UsageError(f"--connect-only makes TCP connections and sends nothing: not with "
-                         f"{', '.join(used)}")
+        raise UsageError(f"{what}: not with {', '.join(used)}")
+
+
+def _whole(text: str, low: int, high: int, says: str) -> int:
+    """A whole number from `low` to `high`; else `says`, and what was given."""
     try:
-        count = int(args.connect_only)
+        value = int(text)
     except ValueError:
-        count = -1
-    if not 0 <= count <= MAX_CONNECTS:
-        raise UsageError(f"--connect-only takes 0 (until -t ends) to {MAX_CONNECTS} "
-                         f"connects, not '{args.connect_only}'")
-    return count
+        value = low - 1
+    if not low <= value <= high:
+        raise UsageError(f"{says}, not '{text}'")
+    return value
 
 
 def _number(flag: str, text: str, high: float, unit: str) -> float:

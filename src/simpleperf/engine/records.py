@@ -7,7 +7,7 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..delays import DelayAccount, DelayLog, FrameAccount
 from ..protocol.native import DATAGRAM_HEADER
@@ -80,6 +80,9 @@ class Stream:
     delays: DelayLog | None = None
     write_delays: DelayLog | None = None
     frames: FrameAccount | None = None  # an isochronous receiver's frames
+    # a TCP receiver's reader of its peer's write times (anything with feed(data, wall));
+    # None: ours (timed_writes.WriteTimes) when the test is timed
+    write_times: Any = None
     frames_sent: int = 0  # an isochronous sender's
     frames_slipped: int = 0
     ce_marked: int | None = None  # an --l4s receiver's datagrams that arrived CE-marked

@@ -106,8 +106,9 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     buffer = buffers.tcp_read_buffer(spec.length)
-    writes = timed_writes.WriteTimes(stream.write_delays, stream.frames, stream.delays) \
-        if stream.write_delays is not None and spec.timed else None
+    writes = stream.write_times or (
+        timed_writes.WriteTimes(stream.write_delays, stream.frames, stream.delays)
+        if stream.write_delays is not None and spec.timed else None)
     fastpath = compiled.module()
     if fastpath is not None and stream.file is None and writes is None:
         _receive_compiled(stream, buffer, stop, fastpath)

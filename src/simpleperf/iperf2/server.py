@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..delays import DelayLog
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.pacing import wait_until
@@ -367,36 +368,24 @@ def _timed_bursts(rests: dict[int, bytes], head: bytes) -> Callable[..., None]:
         if stream.sending:
             _send_bursts(stream, spec, start, stop, head)
             return
-        if stream.write_delays is None:
-            run_stream(stream, spec, start, stop)
-            return
-        log, stream.delays = stream.write_delays, None  # not the path's: the writes'
-        reader, wall, clock = iperf2.BurstTimes(), time.time, time.monotonic
-        for delay in reader.feed(rests.get(stream.number, b""), wall()):
-            log.current.add(delay)
-        buffer = buffers.tcp_read_buffer(spec.length)
-        recv_into, received = stream.sock.recv_into, stream.num_bytes
-        try:
-            while not stop.is_set():
-                try:
-                    count = recv_into(buffer)
-                except BlockingIOError:
-                    continue
-                if count == 0:
-                    return
-                for delay in reader.feed(buffer[:count], wall()):
-                    log.current.add(delay)
-                if stream.first is None:
-                    stream.first = clock()
-                received += count
-                stream.num_bytes, stream.last = received, clock()
-        except OSError as error:
-            if not stop.is_set():
-                stream.error = (error.strerror or str(error)).lower()
-        finally:
-            stream.done.set()
+        if stream.write_delays is not None:
+            stream.delays = None  # not the path's: the writes'
+            stream.write_times = times = _BurstLog(stream.write_delays)
+            times.feed(rests.get(stream.number, b""), time.time())
+        run_stream(stream, spec, start, stop)
 
     return body
+
+
+class _BurstLog:
+    """An iperf2 TCP --trip-times stream's write times (iperf2.BurstTimes) into `log`."""
+
+    def __init__(self, log: DelayLog) -> None:
+        self.reader, self.log = iperf2.BurstTimes(), log
+
+    def feed(self, data: Any, now: float) -> None:
+        for delay in self.reader.feed(data, now):
+            self.log.current.add(delay)
 
 
 def _send_bursts(stream: Stream, spec: TestSpec, start: float, stop: threading.Event,
