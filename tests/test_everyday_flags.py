@@ -300,3 +300,29 @@ def test_a_servers_file_serves_one_test_at_a_time(tmp_path):
         assert kept.stat().st_size == served[0]["end"]["sum_received"]["bytes"] > 0
     finally:
         live.close()
+
+
+@pytest.mark.root
+def test_flowlabel_is_on_every_packet_the_client_sends_over_ipv6(server, tmp_path):
+    """-L/--flowlabel (iperf3's): TCP and UDP tests to ::1, every packet our client sends
+    (control, data, the RTT probe's) carries the label; to IPv4 it changes nothing."""
+    _, port = server
+    pcap = tmp_path / "flow.pcapng"
+
+    def test() -> None:
+        for extra in ([], ["-u", "-b", "1M"]):
+            done = run_simpleperf("-c", "::1", "-p", str(port), "-t", "0.5", "-L", "0x12345",
+                                  *extra)
+            assert done.returncode == 0, done.stderr
+        plain = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.3", "-L", "7",
+                               "--native")
+        assert plain.returncode == 0, plain.stderr
+
+    _dumpcap(pcap, f"port {port}", test, "-s", "96")
+    fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", f"ipv6 && !(tcp.srcport == "
+                             f"{port}) && !(udp.srcport == {port})", "-T", "fields", "-e",
+                             "ipv6.flow", "-e", "udp.length"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    labels = {line.split("\t")[0] for line in fields}
+    assert labels == {"0x012345"}, labels
+    assert any(line.split("\t")[1] for line in fields)  # the UDP test's datagrams too

@@ -37,7 +37,7 @@ class _Connect:
             sock = tcp.connect(host, options.port, options.connect_timeout,
                                family=options.family, local=options.local,
                                tos=options.tos, mptcp=options.mptcp,
-                               device=options.bind_dev)
+                               device=options.bind_dev, flowlabel=options.flowlabel)
         except SimpleperfError as error:
             self.error = str(error)
             return

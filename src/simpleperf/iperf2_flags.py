@@ -35,7 +35,7 @@ COLLISIONS: dict[str, tuple[str, str]] = {
     "-V": ("--ipv6_domain", "--verbose, iperf3's"),
     "-m": ("--print_mss", "--mptcp, iperf3 3.19's"),
     "-T": ("--ttl", "--title, iperf3's"),
-    "-L": ("--listenport", "--flowlabel, iperf3's (not ours yet)"),
+    "-L": ("--listenport", "--flowlabel, iperf3's"),
     "-I": ("--stdin", "--serverip, classic Simpleperf's (iperf3: --pidfile)"),
 }
 

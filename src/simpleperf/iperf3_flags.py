@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import socket
 from typing import Any
 
 from . import rsa_auth
 from .errors import UsageError
-from .options import MAX_RATE, ClientOptions
+from .options import MAX_FLOW_LABEL, MAX_RATE, ClientOptions
 from .units import parse_rate
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data
@@ -39,6 +40,9 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--fq-rate", metavar="RATE", help="every sending socket paces itself "
                        "to RATE (SO_MAX_PACING_RATE, as iperf3's: TCP on any qdisc, UDP under "
                        "fq); against a simpleperf or iperf3 server its senders too")
+    group.add_argument("-L", "--flowlabel", metavar="N", help="IPv6: every packet of the "
+                       "test carries flow label N (1 to 0xFFFFF, decimal or 0x hex), as "
+                       "iperf3's")
     group.add_argument("--extra-data", metavar="TEXT", help="with -J or --json-stream: TEXT "
                        "as the document's extra_data (iperf3's)")
     group.add_argument("--json-stream-full-output", action="store_true", help="--json-stream,"
@@ -113,6 +117,8 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         if options.udp:
             raise UsageError("-m/--mptcp is Multipath TCP: not with -u")
         changes["mptcp"] = True
+    if args.flowlabel is not None:
+        changes["flowlabel"] = _flow_label(args.flowlabel, options)
     if args.json_stream_full_output:
         if options.json:
             raise UsageError("--json-stream-full-output is --json-stream with the whole "
@@ -123,6 +129,19 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     if notes:
         changes["accepted_only"] = tuple(notes)
     return dataclasses.replace(options, **changes) if changes else options
+
+
+def _flow_label(text: str, options: ClientOptions) -> int:
+    try:
+        label = int(text, 0)
+    except ValueError:
+        label = -1
+    if not 1 <= label <= MAX_FLOW_LABEL:
+        raise UsageError(f"-L/--flowlabel must be a flow label from 1 to "
+                         f"{MAX_FLOW_LABEL:#x} (20 bits), not '{text}'")
+    if options.family == socket.AF_INET:
+        raise UsageError("-L/--flowlabel is IPv6's: not with -4")
+    return label
 
 
 def authorizer(args: argparse.Namespace) -> rsa_auth.Authorizer | None:

@@ -19,6 +19,7 @@ DEFAULT_UDP_LENGTH = 1460  # one datagram per Ethernet frame, as iperf3 chooses
 DEFAULT_UDP_RATE = 1e6  # bits/s, iperf3's default
 DEFAULT_RTT_INTERVAL = 0.1
 DEFAULT_RPM_SECONDS = 20.0  # --rpm's time limit when -t is not given
+MAX_FLOW_LABEL = 0xFFFFF  # -L/--flowlabel: IPv6's flow label is 20 bits
 DEFAULT_RPM_INTERVAL = 1.0  # --rpm-interval: the draft's ID (its table says 5 s)
 MIN_RPM_INTERVAL, MAX_RPM_INTERVAL = 0.1, 60.0
 CONNECT_TIMEOUT_SECONDS = 10.0  # a connection's handshake, unless --connect-timeout
@@ -278,6 +279,7 @@ class ClientOptions:
     write_prefetch: int = 0  # --tcp-write-prefetch: TCP_NOTSENT_LOWAT of senders, bytes
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
     connect_only: int | None = None  # --connect-only[=N]: N timed connects (0: for -t)
+    flowlabel: int = 0  # -L/--flowlabel (iperf3's): IPv6 packets' flow label (0: none)
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
     # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
     report_exclude: frozenset[str] = frozenset()

@@ -25,7 +25,7 @@ class EchoProber:
     def __init__(self, host: str, port: int, protocol: str = "tcp",
                  family: int = socket.AF_UNSPEC, secret: bytes | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT_SECONDS, tos: int = 0,
-                 local: str | None = None) -> None:
+                 local: str | None = None, flowlabel: int = 0) -> None:
         self.protocol = protocol
         self.secret = secret
         self.sent = 0
@@ -34,7 +34,7 @@ class EchoProber:
         self.samples_ms: list[float] = []
         if protocol == "tcp":
             self.sock = tcp.connect(host, port, connect_timeout, family=family, local=local,
-                                    tos=tos)
+                                    tos=tos, flowlabel=flowlabel)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock.sendall(preface(ECHO))
             self._prefix = b""

@@ -333,7 +333,8 @@ def _open_udp(options: ClientOptions) -> socket.socket:
     family, _, _, _, remote = infos[0]
     local = (options.local or "", 0) if options.local else None
     try:
-        sock = udp.open_connected(family, local, remote, device=options.bind_dev)
+        sock = udp.open_connected(family, local, remote, device=options.bind_dev,
+                                  flowlabel=options.flowlabel)
     except OSError as error:
         raise SimpleperfError(f"cannot open a UDP socket to {options.host} port "
                               f"{options.port}: {(error.strerror or str(error)).lower()}"

@@ -184,7 +184,7 @@ class _NativeTest:
         idle = None
         if options.latency:
             self.prober = EchoProber(options.host, options.port, family=options.family,
-                                     secret=options.secret)
+                                     secret=options.secret, flowlabel=options.flowlabel)
             for _ in range(IDLE_PROBES):
                 self.prober.probe()
                 time.sleep(0.01)

@@ -190,6 +190,30 @@ def set_tos(sock: socket.socket, tos: int) -> None:
                                       f"{(error.strerror or str(error)).lower()}") from None
 
 
+# <linux/in6.h>: a flow label is leased (IPV6_FLOWLABEL_MGR, struct in6_flowlabel_req:
+# destination, label, action, share, flags, expires, linger, pad) before packets carry it
+IPV6_FLOWLABEL_MGR, IPV6_FLOWINFO_SEND = 32, 33
+IPV6_FL_A_GET, IPV6_FL_S_ANY, IPV6_FL_F_CREATE = 0, 255, 1
+_FLOWLABEL_REQ = struct.Struct("=16s4sBBHHHI")
+
+
+def set_flow_label(sock: socket.socket, address: tuple, label: int) -> tuple:
+    """iperf3's -L: the socket's packets to `address` (an IPv6 one) carry `label`; the
+    address to connect to, with it. Other families, or no label: as it was."""
+    if not label or sock.family != socket.AF_INET6:
+        return address
+    request = _FLOWLABEL_REQ.pack(socket.inet_pton(socket.AF_INET6, address[0]),
+                                  struct.pack("!I", label), IPV6_FL_A_GET, IPV6_FL_S_ANY,
+                                  IPV6_FL_F_CREATE, 0, 0, 0)
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWLABEL_MGR, request)
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+    except OSError as error:
+        raise SimpleperfError(f"cannot set the IPv6 flow label {label:#x}: "
+                              f"{(error.strerror or str(error)).lower()}") from None
+    return (address[0], address[1], label, *address[3:])
+
+
 def connect_to_server(options: ClientOptions, stream: int | None = None) -> socket.socket:
     """A client's connection to its server, as its options say (--connect-timeout, -4/-6,
     -B); data stream number `stream`'s also with its socket options (-w, -C, -M) and, with
@@ -197,14 +221,15 @@ def connect_to_server(options: ClientOptions, stream: int | None = None) -> sock
     unsent limit)."""
     if stream is None:
         control = connect(options.host, options.port, options.connect_timeout,
-                          family=options.family, local=options.local, device=options.bind_dev)
+                          family=options.family, local=options.local, device=options.bind_dev,
+                          flowlabel=options.flowlabel)
         if options.control_keepalive is not None:
             keep_alive(control, options.control_keepalive)
         return control
     sock = connect(options.host, options.port, options.connect_timeout, window=options.window,
                    congestion=options.congestion, family=options.family, local=options.local,
                    mss=options.mss, local_port=stream_port(options, stream), tos=options.tos,
-                   mptcp=options.mptcp, device=options.bind_dev)
+                   mptcp=options.mptcp, device=options.bind_dev, flowlabel=options.flowlabel)
     if options.write_prefetch:  # --tcp-write-prefetch
         set_unsent_limit(sock, options.write_prefetch)
     if options.snd_timeout is not None:  # data unacknowledged this long ends the test
@@ -233,10 +258,11 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
             window: int | None = None, congestion: str | None = None,
             family: int = socket.AF_UNSPEC, local: str | None = None,
             mss: int | None = None, local_port: int = 0, tos: int = 0,
-            mptcp: bool = False, device: str | None = None) -> socket.socket:
+            mptcp: bool = False, device: str | None = None,
+            flowlabel: int = 0) -> socket.socket:
     """A connected socket, trying each address of `host` in turn; `local` and `local_port`
     bind our end; `tos` marks it from its SYN on (a DiffServ class sees the whole flow);
-    `mptcp`: Multipath TCP."""
+    `mptcp`: Multipath TCP; `flowlabel`: IPv6's flow label on every packet (-L)."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
     except socket.gaierror:
@@ -247,6 +273,7 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
         bind_device(sock, device)
         try:
             prepare(sock, window, congestion, mss, tos, local, local_port)
+            address = set_flow_label(sock, address, flowlabel)
             sock.settimeout(timeout)
             sock.connect(address)
         except SimpleperfError:

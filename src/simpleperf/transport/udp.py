@@ -89,10 +89,12 @@ def read_ancillary(ancillary: list[Any], count: int) -> tuple[int, float, int]:
 
 
 def open_connected(family: int, local: tuple | None, remote: tuple[Any, ...],
-                   reuse_address: bool = False, device: str | None = None) -> socket.socket:
+                   reuse_address: bool = False, device: str | None = None,
+                   flowlabel: int = 0) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_DGRAM)
     tcp.bind_device(sock, device)
     try:
+        remote = tcp.set_flow_label(sock, remote, flowlabel)
         if reuse_address:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if local is not None:
@@ -137,7 +139,7 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
                  local_port: int = 0, dont_fragment: bool = False,
                  control: socket.socket | None = None, tos: int = 0,
-                 device: str | None = None) -> socket.socket:
+                 device: str | None = None, flowlabel: int = 0) -> socket.socket:
     """A UDP socket connected to the server's port (from `local_port`, or any), once the
     server answered `greeting` (sent again after GREETING_WAIT, doubling to
     GREETING_WAIT_MAX, for GREETING_SECONDS) with one of `answers`. With the test's
@@ -152,7 +154,8 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
     remote_family, _, _, _, remote = infos[0]
     try:
         sock = open_connected(remote_family, (local or "", local_port)
-                              if local or local_port else None, remote, device=device)
+                              if local or local_port else None, remote, device=device,
+                              flowlabel=flowlabel)
     except OSError as error:
         raise SimpleperfError(f"cannot open a UDP socket from port {local_port}: "
                               f"{(error.strerror or str(error)).lower()}") from None
@@ -203,7 +206,7 @@ def greet_server(options: ClientOptions, number: int, greeting: bytes,
                         answers, receiving, options.window,
                         local_port=tcp.stream_port(options, number),
                         dont_fragment=options.dont_fragment, control=control, tos=options.tos,
-                        device=options.bind_dev)
+                        device=options.bind_dev, flowlabel=options.flowlabel)
 
 
 class Pacer:
