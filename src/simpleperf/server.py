@@ -138,7 +138,7 @@ class Server:
             self.refuser.refuse(conn, peer, str(refusal))
             return
         if _closed_already(conn):  # --connect-only, a port check: no thread for it
-            self.say(f"{peer} connected and closed without sending anything: no test")
+            self.say(_no_test(peer))
             conn.close()
             self.policy.release_connection(_host(peer))
             return
@@ -170,7 +170,7 @@ class Server:
             tcp.set_wake_up(conn)
             protocol, prefix = _identify(conn, accepted, self._stopping, self._idle_limit)
             if protocol == CLOSED_EMPTY:  # --connect-only, a port scan: no test, one line
-                self.say(f"{peer} connected and closed without sending anything: no test")
+                self.say(_no_test(peer))
             elif protocol == NATIVE:
                 keep_open, a_test = self._serve_native(conn, peer, prefix)
             elif protocol == IPERF2:
@@ -270,6 +270,12 @@ def _banner(options: ServerOptions) -> list[str]:
                      + ("are served anyway (--allow-classic)" if options.allow_classic
                         else "are refused (--allow-classic serves them)"))
     return lines
+
+
+def _no_test(peer: str) -> str:
+    """The line for a connection closed before its first byte (in the accept loop, or by
+    its serving thread when its end of stream came later)."""
+    return f"{peer} connected and closed without sending anything: no test"
 
 
 def _closed_already(conn: socket.socket) -> bool:

@@ -30,8 +30,7 @@ class Steering:
 
     undo: list[tuple[str, list[str]]] = field(default_factory=list)
     limits: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> as before
-    taken: set[ipaddress.IPv4Address] = field(default_factory=set)
-    endpoints: int = 0
+    taken: set[ipaddress.IPv4Address] = field(default_factory=set)  # one endpoint each
 
     def restore(self) -> list[str]:
         """Undo everything, the last change first; what could not be undone, in words."""
@@ -89,8 +88,7 @@ def _steer_flow(model: Topology, outcome: FlowOutcome, down: frozenset[str],
         if address is None:
             continue  # a subnet with no address to spare (a /30): this path stays unused
         steering.taken.add(address)
-        steering.endpoints += 1
-        ident = str(ENDPOINT_ID + steering.endpoints)
+        ident = str(ENDPOINT_ID + len(steering.taken))
         _change(steering, flow.target, ["addr", "add", f"{address}/32", "dev", arrival.interface],
                 ["addr", "del", f"{address}/32", "dev", arrival.interface])
         _change(steering, flow.target, ["mptcp", "endpoint", "add", str(address), "dev",
