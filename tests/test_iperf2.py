@@ -170,9 +170,11 @@ def test_udp_trip_times_reach_the_iperf2_client_as_its_latency(json_server):
     assert abs(delays["min_ms"] - low) <= 0.001 and delays["min_ms"] > 0
 
 
-def test_full_duplex_both_directions_on_one_connection_counted_alike(json_server):
+@pytest.mark.parametrize("udp", [(), ("-u", "-b", "10M")], ids=["tcp", "udp"])
+def test_full_duplex_both_directions_on_one_connection_counted_alike(json_server, udp):
     live, port = json_server
-    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--full-duplex", "-y", "C")
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--full-duplex", "-y", "C",
+                  *udp)
     assert done.returncode == 0, done.stderr
     (document,) = _wait_documents(live, 1)
     end = document["end"]
@@ -180,6 +182,9 @@ def test_full_duplex_both_directions_on_one_connection_counted_alike(json_server
     assert min(ours) > 0 and document["start"]["test_start"]["bidir"] == 1
     assert sorted(_csv_bytes(done.stdout, 2)) == sorted(ours)
     assert len(end["streams"]) == 2  # one direction each
+    if udp:  # no final exchange (2.1.8's --full-duplex), yet nothing lost either way
+        assert end["sum_received"]["lost_packets"] == 0 and "error" not in document
+        assert re.search(r",0,[1-9]\d*,0\.000,0$", done.stdout, re.M), done.stdout
 
 
 def test_the_header_is_acknowledged_with_our_version_as_2_1_8_does(json_server):
@@ -239,18 +244,24 @@ def test_a_permit_key_is_checked_as_2_1_8_checks_it():
     assert json.loads(ours.stdout)["end"]["sum_sent"]["bytes"] == theirs + len("sesame3")
 
 
-def test_what_is_not_served_is_refused_in_one_line_and_the_server_goes_on(json_server):
-    live, port = json_server
-    duplex = iperf2.datagram_header(1, time.time()) + iperf2.encode_header(
-        iperf2.ClientHeader(upper=iperf2.UPPER_FULL_DUPLEX, version=iperf2.VERSION,
-                            amount=-100), udp=True)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as conn:
-        conn.sendto(duplex, ("127.0.0.1", port))
-        (refused,) = _wait_documents(live, 1)
-    assert refused["error"] == "iperf2's --full-duplex over UDP is not served yet"
-    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
-    assert done.returncode == 0
-    assert "error" not in _wait_documents(live, 2)[1]
+def test_a_server_that_requires_authentication_refuses_iperf2_in_one_line(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("correct horse battery staple\n")
+    port = free_port()
+    live = LiveProcess("-s", "-p", str(port), "-J", "--auth-secret-file", str(secret))
+    _await_listening(port)
+    try:
+        tcp = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-y", "C")
+        udp = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-u", "-y", "C")
+        refused = _wait_documents(live, 2)
+        native = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1",
+                                "--auth-secret-file", str(secret), timeout=30)
+    finally:
+        live.close()
+    assert tcp.returncode == 0 and udp.returncode == 0  # iperf2 ends as with a lost server
+    assert [d["error"] for d in refused] == ["this server requires authentication, which "
+                                             "iperf2's protocol cannot carry"] * 2
+    assert native.returncode == 0, native.stderr  # and it goes on serving
 
 
 def test_hostile_headers_end_one_connection_each_and_leave_nothing_behind():
@@ -300,9 +311,10 @@ def _bounce(size: int = 64, hold: int = 0) -> bytes:
 
 # Our client at iperf2's servers ------------------------------------------------------------
 
-def _iperf_server(*args: str) -> tuple[subprocess.Popen, int]:
+def _iperf_server(*args: str, csv: bool = True) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    process = subprocess.Popen(["iperf", "-s", "-p", str(port), "-y", "C", *args],
+    process = subprocess.Popen(["iperf", "-s", "-p", str(port), *(["-y", "C"] if csv else []),
+                                *args],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _await_listening(port, udp="-u" in args)
     return process, port
@@ -348,12 +360,14 @@ def test_our_dual_test_at_an_iperf2_server_counts_both_directions_as_it_does():
     assert sorted(_csv_bytes(output, 2)) == ours
 
 
-@pytest.mark.parametrize("flag", ["--full-duplex", "--bidir"])
-def test_our_full_duplex_at_an_iperf2_server_both_ways_on_each_connection(flag):
-    process, port = _iperf_server()
+@pytest.mark.parametrize(("flag", "udp"), [("--full-duplex", ()), ("--bidir", ()),
+                                           ("--full-duplex", ("-u", "-b", "10M"))],
+                         ids=["full-duplex", "bidir", "udp"])
+def test_our_full_duplex_at_an_iperf2_server_both_ways_on_each_connection(flag, udp):
+    process, port = _iperf_server(*udp[:1])
     try:
         done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", flag, "-t",
-                              "1", "-J")
+                              "1", "-J", *udp)
         assert done.returncode == 0, done.stderr
         time.sleep(0.5)
     finally:
@@ -362,6 +376,8 @@ def test_our_full_duplex_at_an_iperf2_server_both_ways_on_each_connection(flag):
     ours = sorted([end["sum_sent"]["bytes"], end["sum_received_bidir_reverse"]["bytes"]])
     assert min(ours) > 0
     assert sorted(_csv_bytes(output, 2)) == ours
+    if udp:  # its datagrams read as ours are, none lost (no report either way)
+        assert end["sum_received_bidir_reverse"]["lost_packets"] == 0
 
 
 def test_our_peer_detection_learns_the_iperf2_servers_version():
@@ -400,6 +416,33 @@ def test_our_bounceback_at_an_iperf2_server_and_at_ours():
         end = json.loads(done.stdout)["end"]
         assert end["round_trips"] == 15  # bursts of 5 at 0, 0.5 and 1 s
         assert end["rtt"]["min_ms"] >= 2.0 and 1.9 <= end["server_hold_mean_ms"] < 10
+
+
+def test_our_isochronous_frames_are_counted_and_timed_by_an_iperf2_server():
+    process, port = _iperf_server("-u", "-e", "--histograms", csv=False)
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u",
+                              "--isochronous", "30:5m,1m", "-l", "1000", "-t", "2", "-J")
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert done.returncode == 0, done.stderr
+    assert "(isoch) (trip-times)" in output, output
+    sent = json.loads(done.stdout)["end"]["sum_sent"]
+    # its row: datagrams lost/total, then frames received/lost and their latency (ms)
+    row = re.search(r" 0/(\d+) \(0%\) .* pps +(\d+)/0 +(-?[\d.]+)/(-?[\d.]+)/", output)
+    assert row is not None, output
+    total, frames, mean, low = int(row[1]), int(row[2]), float(row[3]), float(row[4])
+    assert total == sent["packets"]  # every datagram of ours, numbered as 2.1.8 numbers
+    ours = json.loads(done.stdout)["end"]["streams"][0]["sender"]["frames"]
+    assert 60 <= ours <= 61  # 30 a second for 2 s (a 61st when due just before the end)
+    assert frames > ours  # its counter starts at the first frame's number (2.1.8's own: 61)
+    # its frame latency histogram: one sample per frame of ours, none before it was due
+    histogram = re.search(r"F8\(f\)-PDF: bin\(w=100us\):cnt\((\d+)\).*obl/obu=(\d+)/",
+                          output)
+    assert histogram is not None, output
+    assert (int(histogram[1]), int(histogram[2])) == (ours, 0)
+    assert 0 <= low <= mean < 50  # from each frame's due time: none before it
 
 
 def test_our_reverse_udp_receives_what_the_iperf2_server_sent():
@@ -507,9 +550,10 @@ def test_our_udp_dual_and_tradeoff_at_an_iperf2_server_agree_with_its_rows(mode)
 
 def test_our_client_says_what_an_iperf2_server_cannot_do():
     done = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u",
-                          "--bidir")
+                          "-O", "1")
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "iperf2 server" in done.stderr
+    assert "-O needs a simpleperf server" in done.stderr
     nobody = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--iperf2", "-u",
                             "-R", "-t", "1")
     assert nobody.returncode == 1 and nobody.stderr.strip().count("\n") == 0

@@ -21,6 +21,15 @@ V1 = "000000010000176f0000000000000000ffffff9c"  # 1 thread, port 5999, 1.00 s
 EXTENSION = "0000000000000000{upper}0000" "0002000100080003" + "00" * 16  # 2.1.8
 IPERF2_TCP = bytes.fromhex("40010078" + V1 + EXTENSION.format(upper="0000"))
 IPERF2_TCP_REVERSE = bytes.fromhex("44010078" + V1 + EXTENSION.format(upper="0400"))
+# ... and after a UDP datagram's first 16 bytes (-u -t 1, its default 1048576 bit/s): plain,
+# with --trip-times (its start at 1795764104.259681), and with --isochronous as well; the
+# length states the frame fields (32 bytes of zeros here) but not the start after them
+UDP_EXTENSION = "0000000000000000{upper}0000" "0002000100080003" "00000000" "00100000" + \
+    "00" * 8
+UDP_START = "00" * 32 + "00000000" "6b092f88" "0003f661" + "00" * 8
+IPERF2_UDP = {(False, False): "48010098" + V1 + UDP_EXTENSION.format(upper="0000"),
+              (True, False): "680100d8" + V1 + UDP_EXTENSION.format(upper="0010") + UDP_START,
+              (True, True): "680100d8" + V1 + UDP_EXTENSION.format(upper="0011") + UDP_START}
 
 
 def test_a_real_iperf2_header_reads_as_iperf2_wrote_it():
@@ -37,6 +46,14 @@ def test_our_header_is_byte_for_byte_the_one_iperf2_writes():
         spec = TestSpec(direction=direction, duration=1.0)
         header = iperf2.header_from_spec(spec, 5999, (0, 0), length_given=False)
         assert iperf2.encode_header(header, udp=False) == expected
+
+
+@pytest.mark.parametrize(("trip_times", "isochronous"), list(IPERF2_UDP))
+def test_our_udp_header_is_byte_for_byte_the_one_iperf2_writes(trip_times, isochronous):
+    spec = TestSpec(protocol="udp", duration=1.0, rate=1048576.0, trip_times=trip_times,
+                    frame_rate=30.0 if isochronous else 0.0, frame_load=1e6)
+    header = iperf2.header_from_spec(spec, 5999, (0x6B092F88, 0x3F661), length_given=False)
+    assert iperf2.encode_header(header, udp=True).hex() == IPERF2_UDP[trip_times, isochronous]
 
 
 @given(st.booleans(), st.sampled_from(["forward", "reverse"]), st.booleans(),
@@ -59,7 +76,8 @@ def test_headers_we_write_read_back(udp, direction, trip_times, parallel, num_by
     assert read.rate == (rate if udp else 0)
     stated = (struct.unpack_from("!I", data, iperf2.DATAGRAM.size if udp else 0)[0]
               & iperf2.LEN_MASK) >> 1
-    assert stated == len(data)  # the length the flags state is what was written
+    # the length the flags state is what was written (over UDP, up to the start)
+    assert stated == len(data) - (iperf2.START_FQ.size if udp and trip_times else 0)
 
 
 @given(st.binary(max_size=300), st.integers(0, 16))
@@ -166,6 +184,23 @@ def test_isochronous_frames_by_bytes_are_whole_only_when_every_part_came(frames,
     assert account.counts() == (expected_whole, len(frames))
     assert iperf2.frame_of(_isoch_datagram(0, 0, 0, 200), 0) is None  # the header's own
     assert iperf2.frame_of(bytes(100), 0) is None  # too short to say
+
+
+@given(st.integers(1, 200_000), st.integers(iperf2.FRAME_DATAGRAM, 9000))
+def test_our_frames_split_so_every_datagram_holds_the_frame_fields(drawn, length):
+    """Our --isochronous frames to iperf2: datagrams of at most -l that each hold the frame
+    fields, carrying the whole frame (grown only where -l leaves no other way), and each
+    datagram's fields read back as where in the frame it begins."""
+    size, parts = iperf2.frame_parts(drawn, length)
+    assert sum(parts) == size >= drawn
+    assert all(iperf2.FRAME_DATAGRAM <= part <= length for part in parts)
+    assert size == max(drawn, iperf2.FRAME_DATAGRAM) or length < 2 * iperf2.FRAME_DATAGRAM
+    begin = 0
+    for part in parts:
+        data = bytearray(part)
+        iperf2.stamp_frame(data, 1 / 30, 1_700_000_000.25, 6, 7, size, size - begin)
+        assert iperf2.frame_of(data, 0) == (7, size, begin)
+        begin += part
 
 
 def _burst(sent: float, size: int) -> bytes:

@@ -9,6 +9,7 @@ sent again every RETRY_SECONDS until it does, for at most REPORT_SECONDS."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import select
@@ -26,6 +27,7 @@ from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf2
 from ..report.client import TestOutput
+from ..stats import UdpReceiveAccount
 from ..testspec import TestSpec
 from ..transport import tcp, udp
 from . import datagrams
@@ -40,13 +42,12 @@ def refusal(options: ClientOptions) -> str | None:
     """What this test asks that an iperf2 server cannot do (or that we do not yet ask of
     one), as the line to print; None when it can run."""
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
-    if options.direction == "bidir" and options.udp:
-        return f"{where}: --bidir (iperf2's --full-duplex) over UDP is not driven yet"
     if options.trip_times and not options.udp:
         return f"{where}: --trip-times over TCP is not driven against iperf2 yet (UDP is)"
-    if options.frame_rate > 0 or options.l4s:
-        return f"{where}, which has no {'--isochronous' if options.frame_rate else '--l4s'}" \
-               " of ours"
+    if options.frame_rate > 0 and not options.udp:
+        return f"{where}: --isochronous over TCP is not driven against iperf2 yet (UDP is)"
+    if options.l4s:
+        return f"{where}, which has no --l4s of ours"
     if options.omit:
         return f"{where}, which counts from the first byte: -O needs a simpleperf server"
     return None
@@ -75,6 +76,7 @@ class _Iperf2Test:
         self.server_version = ""  # -X: what the server said it is
         self.streams: list[Stream] = []
         self.receivers: dict[int, datagrams.UdpReceiver] = {}  # UDP -R: by stream number
+        self.ended: set[int] = set()  # UDP: our sending streams whose thread has ended
 
     def run(self) -> None:
         try:
@@ -157,9 +159,13 @@ class _Iperf2Test:
                 tcp_stream.apply_options(sock, spec)
             tcp.set_wake_up(sock)
             self.streams.append(stream)
-        if spec.direction == "bidir" and not udp_test:  # --full-duplex: the server's too,
-            self.streams += [Stream(spec.parallel + s.number, False, "tcp", s.sock, s.label)
-                             for s in list(self.streams)]  # on the same connections
+        if spec.direction == "bidir":  # --full-duplex: the server's too, on the same
+            for ours in list(self.streams):  # connections (sockets)
+                back = Stream(spec.parallel + ours.number, False, spec.protocol, ours.sock,
+                              ours.label)
+                if udp_test:  # read as our server reads iperf2's clients
+                    self.receivers[back.number] = datagrams.UdpReceiver([], True, IDLE_SECONDS)
+                self.streams.append(back)
 
     def _measure(self, spec: TestSpec) -> None:
         options = self.options
@@ -171,10 +177,12 @@ class _Iperf2Test:
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
         output.start()
-        measurement.begin(time.monotonic(), *([self._receive] if self.receivers else []))
+        measurement.begin(time.monotonic(), *([self._body] if self.receivers or
+                                               spec.isochronous else []))
         congestion = options.congestion or tcp.system_congestion()
         try:
-            while not all(s.done.is_set() for s in self.streams):
+            while not all(s.done.is_set() and (s.number in self.ended or not s.sending
+                                               or not self.receivers) for s in self.streams):
                 measurement.tick(time.monotonic())
                 time.sleep(0.02)
             remote = self._end(measurement)
@@ -190,30 +198,34 @@ class _Iperf2Test:
             raise SimpleperfError(errors[0])
 
     def _answer_senders(self) -> dict[int, dict[str, Any]]:
-        """UDP -R: iperf2's report to the server for its last datagram, as its own
-        client's receiving end answers; the sender's view: the datagrams its numbers say
-        it sent, of the size those that arrived had."""
+        """UDP -R, -d, -r: iperf2's report to the server for its last datagram, as its
+        own client's receiving end answers (--full-duplex: none); the sender's view."""
         remote = {}
         for stream in self.streams:
             receiver = self.receivers.get(stream.number)
             if receiver is None or receiver.last is None or stream.account is None:
                 continue
-            datagrams.send_report(stream.sock, stream, receiver.last)
-            sent = stream.account.highest
-            arrived = max(sent - stream.account.lost, 1)
-            remote[stream.number] = {
-                "stream": stream.number, "packets": sent,
-                "bytes": round(stream.num_bytes * sent / arrived),
-                "seconds": (stream.last or 0.0) - (stream.first or 0.0)}
+            if not self.header.no_udp_fin:
+                datagrams.send_report(stream.sock, stream, receiver.last)
+            remote[stream.number] = _sender_view(stream, stream.account)
         return remote
 
-    def _receive(self, stream: Stream, spec: TestSpec, start: float,
-                 stop: threading.Event) -> None:
-        """UDP -R, -d, -r: what iperf2's server sends, until its last datagram (and with
-        -d our own stream beside it, as the engine sends it)."""
+    def _body(self, stream: Stream, spec: TestSpec, start: float,
+              stop: threading.Event) -> None:
+        """A UDP stream's thread: what iperf2's server sends (-R, -d, -r, --full-duplex),
+        until its last datagram; ours as the engine sends it, or as iperf2 sends frames."""
         receiver = self.receivers.get(stream.number)
         if receiver is None:
-            run_stream(stream, spec, start, stop)
+            try:
+                if spec.isochronous:
+                    _send_frames(stream, spec, start, stop)
+                else:
+                    run_stream(stream, spec, start, stop)
+                if self.header.no_udp_fin:  # --full-duplex's end: the last once, no report
+                    with contextlib.suppress(OSError):
+                        datagrams.send_last(stream, spec.length)
+            finally:
+                self.ended.add(stream.number)
             return
         if self.back is not None:  # -d, -r: from the server's port, once it sends
             try:
@@ -230,6 +242,8 @@ class _Iperf2Test:
             closed = _await_close([s.sock for s in self.streams if s.sending])
             return _told_by_close(self.streams, closed)
         remote = self._answer_senders() if self.receivers else {}
+        if self.header.no_udp_fin:  # --full-duplex: no report of ours (its last was sent)
+            return remote
         for stream in self.streams:
             if stream.number in self.receivers:
                 continue
@@ -239,6 +253,31 @@ class _Iperf2Test:
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
                 "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
         return remote
+
+
+def _send_frames(stream: Stream, spec: TestSpec, start: float, stop: threading.Event
+                 ) -> None:
+    """--isochronous: iperf2's frames (datagrams.send_frames), its errors the stream's."""
+    try:
+        datagrams.send_frames(stream, spec, start, None if spec.end is None else
+                              start + spec.end, stop)
+    except SimpleperfError as error:
+        stream.error = str(error)
+    except OSError as error:
+        if not stop.is_set():
+            stream.error = f"stream {stream.label}: " + (error.strerror or str(error)).lower()
+    finally:
+        stream.done.set()
+
+
+def _sender_view(stream: Stream, account: UdpReceiveAccount) -> dict[str, Any]:
+    """An iperf2 server's sending stream as we know it: the datagrams its numbers say it
+    sent, of the size those that arrived had."""
+    sent = account.highest
+    arrived = max(sent - account.lost, 1)
+    return {"stream": stream.number, "packets": sent,
+            "bytes": round(stream.num_bytes * sent / arrived),
+            "seconds": (stream.last or 0.0) - (stream.first or 0.0)}
 
 
 def _await_sender(sock: socket.socket, stop: threading.Event) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from ..delays import FrameAccount
 from ..engine import udp_receive
+from ..engine.frames import FrameClock
+from ..engine.pacing import wait_until
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
 from ..protocol import iperf2
@@ -34,17 +36,84 @@ class ReceiverGone(SimpleperfError):
     -R test leaves once it has it, without a report."""
 
 
+def _last_datagram(stream: Stream, length: int = 0) -> tuple[bytearray, int]:
+    """Our last datagram (its number to be written negative) and its number; it counts at
+    both ends, as iperf2's client counts it. `length`: its size (else our header's)."""
+    size = length or (len(stream.payload) + iperf2.DATAGRAM.size if stream.payload else 64)
+    datagram = bytearray(size)
+    payload = stream.payload[:size - iperf2.DATAGRAM.size]
+    datagram[iperf2.DATAGRAM.size:iperf2.DATAGRAM.size + len(payload)] = payload
+    number = stream.packets_sent + 1
+    stream.packets_sent, stream.num_bytes = number, stream.num_bytes + size
+    return datagram, number
+
+
+def send_last(stream: Stream, length: int) -> None:
+    """The last datagram (`length` bytes, as the others), once and no report awaited:
+    iperf2's ending without its final exchange (--no-udp-fin, which --full-duplex
+    implies)."""
+    datagram, number = _last_datagram(stream, length)
+    datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(-number, time.time())
+    with contextlib.suppress(BlockingIOError):
+        stream.sock.send(datagram)
+
+
+def send_frames(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
+                stop: threading.Event) -> None:
+    """--isochronous to an iperf2 server, as 2.1.8's client sends it: the header alone in
+    the first datagram, then each frame (engine.frames' clock and sizes) as datagrams of
+    at most -l bytes back to back (iperf2.frame_parts), each saying its frame and the
+    bytes left of it."""
+    length = max(spec.length, iperf2.FRAME_DATAGRAM)
+    buffer = bytearray(length)
+    buffer[iperf2.DATAGRAM.size:iperf2.DATAGRAM.size + len(stream.payload)] = stream.payload
+    clock = FrameClock(spec, start)
+    wait_until(start, stop)
+    stream.first = time.monotonic()
+    number, previous = 1, 0
+    # frame n is due (n - 1) periods after the first's slot, which iperf2 times it from
+    first_frame = start + time.time() - time.monotonic()
+    _send(stream.sock, buffer, number, time.time())  # the header, no frame yet
+    stream.num_bytes = length
+    while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+        if spec.num_bytes is not None and stream.num_bytes >= spec.num_bytes:
+            break
+        drawn = clock.next_size(time.monotonic(), stop)
+        if drawn is None:
+            continue
+        size, parts = iperf2.frame_parts(drawn, length)
+        frame, left = clock.slot, size
+        for part in parts:
+            iperf2.stamp_frame(buffer, clock.period, first_frame, previous, frame, size, left)
+            number += 1
+            _send(stream.sock, memoryview(buffer)[:part], number, time.time())
+            stream.num_bytes += part
+            left -= part
+        previous = frame
+        stream.packets_sent, stream.frames_sent = number, clock.sent
+    stream.frames_slipped = clock.slipped
+    stream.payload = bytes(buffer[iperf2.DATAGRAM.size:iperf2.FRAME_DATAGRAM])  # the last's
+    stream.last = time.monotonic()
+
+
+def _send(sock: socket.socket, datagram: Any, number: int, now: float) -> None:
+    datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(number, now)
+    while True:
+        try:
+            sock.send(datagram)
+            return
+        except BlockingIOError:
+            continue
+        except ConnectionRefusedError:
+            raise SimpleperfError(udp.PORT_CLOSED) from None
+
+
 def ask_report(stream: Stream, receiver: str = "server") -> iperf2.ServerReport:
     """Send the last datagram (its number negative) until the receiver's report comes
     (`receiver`: which end of iperf2's receives, for the line that says it did not)."""
     sock = stream.sock
-    size = max(len(stream.payload) + iperf2.DATAGRAM.size, 1) if stream.payload else 64
-    datagram = bytearray(size)
-    datagram[iperf2.DATAGRAM.size:] = stream.payload[:size - iperf2.DATAGRAM.size]
-    number = stream.packets_sent + 1
+    datagram, number = _last_datagram(stream)
     deadline = time.monotonic() + REPORT_SECONDS
-    # The first of them counts at both ends, as iperf2's client counts it
-    stream.packets_sent, stream.num_bytes = number, stream.num_bytes + size
     while time.monotonic() < deadline:
         datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(-number, time.time())
         with contextlib.suppress(BlockingIOError):

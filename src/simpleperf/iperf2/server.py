@@ -116,7 +116,7 @@ class Iperf2Service:
         spec = iperf2.spec_from_header(header, "tcp", self.options.length)
         spec = dataclasses.replace(spec, parallel=len(conns))
         iperf2_bytes = iperf2.tcp_header_length(header.flags) or iperf2.CLIENT_V1.size
-        refusal = self._refusal(header, spec)
+        refusal = self._refusal(spec)
         if refusal is not None:
             self.say(f"Refused iperf2 client {peer}: {refusal}")
             self.document(server_json.error_document(peer, refusal))
@@ -167,7 +167,7 @@ class Iperf2Service:
             self.document(server_json.error_document(peer, reason))
             return
         spec = TestSpec(protocol="tcp", duration=None, length=echo.bounce.size, nodelay=True)
-        refusal = self._refusal(iperf2.ClientHeader(), spec)
+        refusal = self._refusal(spec)
         if refusal is not None:
             self.say(f"Refused iperf2 client {peer}: {refusal}")
             self.document(server_json.error_document(peer, refusal))
@@ -188,11 +188,8 @@ class Iperf2Service:
 
     # Both -----------------------------------------------------------------------------------
 
-    def _refusal(self, header: iperf2.ClientHeader, spec: TestSpec) -> str | None:
+    def _refusal(self, spec: TestSpec) -> str | None:
         """Why this test is not run (and if it is, its slot and memory are taken)."""
-        unserved = header.unserved(spec.protocol == "udp")
-        if unserved is not None:
-            return f"iperf2's {unserved} is not served yet"
         if self.options.rsa_auth is not None or self.options.secret is not None:
             return "this server requires authentication, which iperf2's protocol cannot carry"
         refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, 0.0,
@@ -270,7 +267,7 @@ class _UdpTests:
                    header: iperf2.ClientHeader) -> None:
         first = self.peers.take(peer)
         spec = iperf2.spec_from_header(header, "udp", len(first[0][0]))
-        refusal = self.service._refusal(header, spec)
+        refusal = self.service._refusal(spec)
         try:
             if refusal is not None:
                 self.service.say(f"Refused iperf2 client {label}: {refusal}")
@@ -286,12 +283,17 @@ class _UdpTests:
                                              self.service.options.idle_limit,
                                              header.isochronous)
 
-            back = _udp_back(peer, header) if header.connects_back else None
-            dual = back is not None and header.connects_back == "dual"
+            if header.full_duplex:  # ours on the same socket, at once; no reports
+                back: Stream | None = Stream(2, True, "udp", sock, label, header=iperf2.LAYOUT)
+            else:
+                back = _udp_back(peer, header) if header.connects_back else None
+            dual = back is not None and spec.direction == "bidir"
+            ended = threading.Event()  # our last datagram sent (--full-duplex's end)
 
             def report() -> None:  # before the sockets close; -d: both ends at once
                 asking = threading.Thread(target=self._ask_report, args=(back, label),
-                                          daemon=True) if dual and back else None
+                                          daemon=True) if dual and back and \
+                    not header.full_duplex else None
                 if asking is not None:
                     asking.start()
                 if receiver.last is not None and not header.no_udp_fin:
@@ -300,12 +302,23 @@ class _UdpTests:
                     asking.join()
 
             def body(one: Stream, *args: Any) -> None:  # -d: ours sent as the engine sends
-                (run_stream if one.sending else receiver.run)(one, *args)
+                if not one.sending:
+                    receiver.run(one, *args)
+                    return
+                try:
+                    run_stream(one, *args)
+                finally:
+                    if header.full_duplex:  # the last, once: 2.1.8's --full-duplex end
+                        with contextlib.suppress(OSError):
+                            datagrams.send_last(one, spec.length)
+                        ended.set()
 
             forward = dataclasses.replace(spec, direction="forward") if back else spec
-            self.service._measure(label, header, spec if dual else forward,
-                                  [stream, back] if dual and back else [stream],
-                                  _all_done, body, report)
+            self.service._measure(
+                label, header, spec if dual else forward,
+                [stream, back] if dual and back else [stream],
+                lambda m: _all_done(m) and (ended.is_set() or not header.full_duplex),
+                body, report)
             if back is not None and not dual:  # -r: ours once the client's test ended
                 self.service._measure(label, header, dataclasses.replace(
                     spec, direction="reverse"), [back], _all_done,

@@ -46,7 +46,6 @@ UPPER_ISOCH = 0x0001
 UPPER_NO_UDP_FIN = 0x0008
 UPPER_TRIP_TIMES = 0x0010
 UPPER_UNITS_PPS = 0x0080
-UPPER_BW_SET = 0x0100
 UPPER_FQ_RATE_SET = 0x0200
 UPPER_REVERSE = 0x0400
 UPPER_FULL_DUPLEX = 0x0800
@@ -71,14 +70,12 @@ HUNDREDTHS = 100.0  # the amount field's unit of time: a hundredth of a second
 TCP_HEADER_SIZE = CLIENT_V1.size + CLIENT_EXTEND.size  # 60, what a 2.1 client sends
 UDP_HEADER_SIZE = DATAGRAM.size + TCP_HEADER_SIZE  # 76
 ISOCH_OFFSET = UDP_HEADER_SIZE  # where ISOCH sits in a datagram: after the extension
+FRAME_DATAGRAM = ISOCH_OFFSET + ISOCH.size  # the smallest datagram of a frame: 108 bytes
 # the first byte of a TCP header: VERSION1 or EXTEND, never UDPTESTS
 _TCP_FIRST_BYTE = frozenset(b for b in range(256) if b & 0xC0 and not b & 0x20)
 
-# what iperf2 does that we do not (yet): the line a refused header gets
-_UNSERVED = ((BOUNCEBACK, "--bounceback"),)
 PERMIT_KEY_LENGTH = struct.Struct("!H")  # --permit-key: the header's last 2 bytes, then it
 MIN_PERMIT_KEY, MAX_PERMIT_KEY = 4, 128  # characters (payloads.h)
-_UNSERVED_UPPER: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,19 +141,6 @@ class ClientHeader:
             return None
         return "dual" if self.flags & RUN_NOW else "tradeoff"
 
-    def unserved(self, udp: bool = False) -> str | None:
-        """What iperf2 asks of us that we do not serve, as a phrase; None when all is."""
-        if udp and self.full_duplex:
-            return "--full-duplex over UDP"
-        for flag, name in _UNSERVED:
-            if self.flags & flag:
-                return name
-        if self.flags & EXTEND:
-            for flag, name in _UNSERVED_UPPER:
-                if self.upper & flag:
-                    return name
-        return None
-
 
 def frame_of(data: Any, offset: int) -> tuple[int, int, int] | None:
     """An --isochronous datagram's frame: (its number, its size in bytes, where in it this
@@ -167,6 +151,34 @@ def frame_of(data: Any, offset: int) -> tuple[int, int, int] | None:
     if frame == 0 or not 0 < remaining <= size:
         return None
     return frame, size, size - remaining
+
+
+def stamp_frame(buffer: Any, period: float, start: float, previous: int, frame: int,
+                size: int, remaining: int) -> None:
+    """An --isochronous datagram's frame fields, as 2.1.8's client writes them: the frame
+    period, the first frame's time, the previous frame's number and this one's, the frame's
+    size and what is left of it with this datagram."""
+    ISOCH.pack_into(buffer, ISOCH_OFFSET, round(period * 1e6), *_seconds_micros(start),
+                    previous & 0xFFFFFFFF, frame & 0xFFFFFFFF, size, remaining, 0)
+
+
+def frame_parts(size: int, length: int) -> tuple[int, list[int]]:
+    """An --isochronous frame of `size` bytes as datagrams of at most `length` (at least
+    FRAME_DATAGRAM): the frame's size (grown to what its datagrams must hold) and theirs.
+    Each holds the frame fields, so a last part too small takes bytes from the one before
+    or, where that one cannot spare them, the frame grows, as 2.1.8's does."""
+    size = max(size, FRAME_DATAGRAM)
+    parts = [length] * (size // length)
+    rest = size - sum(parts)
+    if rest and (rest >= FRAME_DATAGRAM or not parts):
+        parts.append(rest)
+    elif rest and parts[-1] - (FRAME_DATAGRAM - rest) >= FRAME_DATAGRAM:
+        parts[-1] -= FRAME_DATAGRAM - rest
+        parts.append(FRAME_DATAGRAM)
+    elif rest:
+        parts.append(FRAME_DATAGRAM)
+        size += FRAME_DATAGRAM - rest
+    return size, parts
 
 
 # TCP --trip-times: every write (a "burst" of -l bytes) opens with iperf2's TCP_burst_payload;
@@ -318,9 +330,10 @@ def with_permit_key(first: bytes, key: str) -> bytes:
 def encode_header(header: ClientHeader, udp: bool) -> bytes:
     """The header as an iperf 2.1.8 client writes it (TCP: the stream's first bytes; UDP:
     what follows every datagram's DATAGRAM header), its length in the flags."""
-    start = header.upper & (UPPER_TRIP_TIMES | UPPER_EPOCH_START)
-    body_length = TCP_HEADER_SIZE + (START_FQ.size if start else 0)
-    length = body_length + (DATAGRAM.size + (ISOCH_PAYLOAD_SIZE if start else 0) if udp else 0)
+    start = header.upper & (UPPER_TRIP_TIMES | UPPER_EPOCH_START | (UPPER_ISOCH if udp else 0))
+    # the length 2.1.8 states: over UDP the frame fields but not the start that follows
+    length = TCP_HEADER_SIZE + ((DATAGRAM.size + (ISOCH_PAYLOAD_SIZE if start else 0)) if udp
+                                else START_FQ.size if start else 0)
     flags = header.flags | EXTEND | LEN_BIT | ((length << 1) & 0xFFFE)
     if header.upper & (UPPER_REVERSE | UPPER_FULL_DUPLEX):
         flags |= VERSION2 | (UDPTESTS if udp else 0)  # a 2.1 server's sign to send back
@@ -345,15 +358,19 @@ def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
     length only when -l gave it, as iperf2's client does: a 2.1.8 server sending -R with a
     stated length past its own buffer crashes. `back`: -d ("dual") or -r ("tradeoff"),
     the server connecting back to `port`. A bidir spec is --full-duplex: both ways on
-    each connection. `peer_detect`: -X, the server to acknowledge with its version."""
+    each connection (over UDP without the final exchange, as 2.1.8 sets it).
+    `peer_detect`: -X, the server to acknowledge with its version."""
+    full_duplex = spec.direction == "bidir" and not back
     upper = (UPPER_REVERSE if spec.direction == "reverse" else 0) | (
-        UPPER_FULL_DUPLEX if spec.direction == "bidir" else 0) | (
+        UPPER_FULL_DUPLEX if full_duplex else 0) | (
+        UPPER_NO_UDP_FIN if full_duplex and spec.protocol == "udp" else 0) | (
         UPPER_TRIP_TIMES if spec.trip_times else 0) | (
-        UPPER_BW_SET if spec.rate and spec.protocol == "udp" else 0)
+        UPPER_ISOCH if spec.isochronous else 0)  # (2.1.8 never sets BW_SET: its rate says)
     amount = -round(spec.duration * HUNDREDTHS) if spec.duration is not None else \
         min(spec.num_bytes or 0, 0x7FFFFFFF)
     flags = EXTEND | ((VERSION1 | (RUN_NOW if back == "dual" else 0)) if back else 0) | (
-        PEER_DETECT | VERSION2 if peer_detect else 0)  # -X, as 2.1.8's client sets it
+        PEER_DETECT | VERSION2 if peer_detect else 0) | (  # -X, as 2.1.8's client sets it
+        VERSION2 if full_duplex else 0)
     return ClientHeader(flags=flags, threads=spec.parallel, port=port,
                         buffer_length=spec.length if length_given else 0,
                         window=spec.window or 0, amount=amount,
@@ -369,7 +386,8 @@ def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSp
     return TestSpec(protocol=protocol, direction=direction,
                     parallel=1, duration=header.duration, num_bytes=header.num_bytes,
                     length=length,
-                    rate=float(header.rate) if header.reverse or header.connects_back else 0.0,
+                    rate=float(header.rate) if header.reverse or header.connects_back or
+                    header.full_duplex else 0.0,
                     window=header.window or None, tos=header.tos,
                     # TCP: the client's bursts are timed, and ours timed as iperf2's
                     trip_times=header.trip_times and (protocol == "udp" or direction in (

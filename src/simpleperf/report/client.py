@@ -214,7 +214,7 @@ class TestOutput:
                                     ("sum_sent_bidir_reverse", "sender, reverse", False),
                                     ("sum_received_bidir_reverse", "receiver, reverse", True)):
                 total = end.get(key)
-                if total:
+                if total and total.get("seconds"):  # none: no stream of it was reported
                     out(table.row(table.SUM_LABEL, 0.0, total["seconds"], _sum_values(total),
                                   options.unit, self.spec.protocol, False, role), mine)
 
