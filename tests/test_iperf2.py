@@ -418,6 +418,43 @@ def test_our_bounceback_at_an_iperf2_server_and_at_ours():
         assert end["rtt"]["min_ms"] >= 2.0 and 1.9 <= end["server_hold_mean_ms"] < 10
 
 
+def test_our_tcp_trip_times_at_an_iperf2_server_both_ways():
+    """Our writes as 2.1.8's timed bursts (its server times each one, and they add up to
+    our bytes after the header), and its -R writes timed by us, one delay per write."""
+    process, port = _iperf_server("-e", csv=False)
+    try:
+        forward = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2",
+                                 "--trip-times", "-l", "64K", "-t", "1", "-J")
+        time.sleep(0.3)
+        reverse = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2",
+                                 "--trip-times", "-R", "-t", "1", "-J")
+        time.sleep(0.3)
+        frames = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2",
+                                "--isochronous", "30:5m,0", "-t", "1", "-J")
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert forward.returncode == 0 and reverse.returncode == 0, forward.stderr + reverse.stderr
+    bursts = re.search(r"Burst Latency avg/min/max/stdev \(cnt/size\).*\n.* sec .* "
+                       r"([\d.]+)/([\d.]+)/[\d.]+/[\d.]+ ms \((\d+)/(\d+)\)", output)
+    assert bursts is not None, output
+    mean, low, count, size = float(bursts[1]), float(bursts[2]), int(bursts[3]), int(bursts[4])
+    sent = json.loads(forward.stdout)["end"]["sum_sent"]["bytes"]
+    assert size == 64000 and sent == iperf2.TCP_HEADER_SIZE + iperf2.START_FQ.size + count * size
+    assert 0 < low <= mean < 50
+    writes = re.search(r"Write/Err.*\n.* sec .*bits/sec +(\d+)/0 ", output)
+    assert writes is not None, output
+    delays = json.loads(reverse.stdout)["end"]["streams"][0]["receiver"]["write_to_read_delay"]
+    assert delays["count"] == int(writes[1]) > 1000 and 0 < delays["mean_ms"] < 50
+    # TCP frames: a burst each at its time (2.1.8's server times them no more than its own)
+    assert frames.returncode == 0, frames.stderr
+    assert "(isoch) (trip-times)" in output
+    sender = json.loads(frames.stdout)["end"]["streams"][0]["sender"]
+    assert 30 <= sender["frames"] <= 31 and sender["frames_slipped"] == 0
+    head = iperf2.TCP_HEADER_SIZE + iperf2.START_FQ.size
+    assert sender["bytes"] == head + sender["frames"] * 20833  # 5 Mbit/s, 30 frames a second
+
+
 def test_our_isochronous_frames_are_counted_and_timed_by_an_iperf2_server():
     process, port = _iperf_server("-u", "-e", "--histograms", csv=False)
     try:

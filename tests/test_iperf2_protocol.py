@@ -205,7 +205,7 @@ def test_our_frames_split_so_every_datagram_holds_the_frame_fields(drawn, length
 
 def _burst(sent: float, size: int) -> bytes:
     data = bytearray(size)
-    iperf2.stamp_burst(data, 0.0, sent, 1, size)
+    iperf2.stamp_burst(data, 0.0, sent, 1, size, 0)
     return bytes(data)
 
 

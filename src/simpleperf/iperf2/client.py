@@ -30,7 +30,7 @@ from ..report.client import TestOutput
 from ..stats import UdpReceiveAccount
 from ..testspec import TestSpec
 from ..transport import tcp, udp
-from . import datagrams
+from . import bursts, datagrams
 
 CLOSE_SECONDS = 5.0  # a TCP server's close after ours, at most this long awaited
 CONNECT_BACK_SECONDS = 5.0  # -d, -r: the server's connections back, awaited this long
@@ -42,10 +42,6 @@ def refusal(options: ClientOptions) -> str | None:
     """What this test asks that an iperf2 server cannot do (or that we do not yet ask of
     one), as the line to print; None when it can run."""
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
-    if options.trip_times and not options.udp:
-        return f"{where}: --trip-times over TCP is not driven against iperf2 yet (UDP is)"
-    if options.frame_rate > 0 and not options.udp:
-        return f"{where}: --isochronous over TCP is not driven against iperf2 yet (UDP is)"
     if options.l4s:
         return f"{where}, which has no --l4s of ours"
     if options.omit:
@@ -76,6 +72,7 @@ class _Iperf2Test:
         self.server_version = ""  # -X: what the server said it is
         self.streams: list[Stream] = []
         self.receivers: dict[int, datagrams.UdpReceiver] = {}  # UDP -R: by stream number
+        self.body: Callable[..., None] | None = None  # the stream threads' (else engine's)
         self.ended: set[int] = set()  # UDP: our sending streams whose thread has ended
 
     def run(self) -> None:
@@ -159,6 +156,10 @@ class _Iperf2Test:
                 tcp_stream.apply_options(sock, spec)
             tcp.set_wake_up(sock)
             self.streams.append(stream)
+        if not udp_test and spec.trip_times:  # our writes as iperf2's timed bursts, its
+            # reads (-R) as such
+            self.body = bursts.timed({}, iperf2.encode_header(self.header, udp=False),
+                                     head_sent=True)
         if spec.direction == "bidir":  # --full-duplex: the server's too, on the same
             for ours in list(self.streams):  # connections (sockets)
                 back = Stream(spec.parallel + ours.number, False, spec.protocol, ours.sock,
@@ -177,8 +178,9 @@ class _Iperf2Test:
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
         output.start()
-        measurement.begin(time.monotonic(), *([self._body] if self.receivers or
-                                               spec.isochronous else []))
+        if spec.protocol == "udp" and (self.receivers or spec.isochronous):
+            self.body = self._body
+        measurement.begin(time.monotonic(), *([self.body] if self.body else []))
         congestion = options.congestion or tcp.system_congestion()
         try:
             while not all(s.done.is_set() and (s.number in self.ended or not s.sending

@@ -19,10 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..delays import DelayLog
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
-from ..engine.pacing import wait_until
 from ..engine.records import Stream
 from ..engine.streams import run_stream
 from ..errors import ProtocolError, SimpleperfError
@@ -32,9 +30,9 @@ from ..protocol import iperf2
 from ..report import native as table
 from ..report import server_json
 from ..testspec import TestSpec
-from ..transport import buffers, tcp, udp
+from ..transport import tcp, udp
 from ..udp_port import UdpPort
-from . import bounceback, datagrams
+from . import bounceback, bursts, datagrams
 
 GATHER_SECONDS = 2.0  # the connections of one -P test arrive within this of the first
 STEP_SECONDS = 1.0  # the server's intervals, for -J
@@ -136,7 +134,7 @@ class Iperf2Service:
                             for s in list(streams)]
             if header.connects_back == "dual":  # -d: our streams to the client, at once
                 streams += _connect_back(peer, header, spec.parallel)
-            timed = _timed_bursts({s.number: rest for s, (_, rest) in zip(
+            timed = bursts.timed({s.number: rest for s, (_, rest) in zip(
                 streams[:len(conns)], conns, strict=True)}, iperf2.reverse_head(header)
                 ) if spec.trip_times else None
             self._measure(peer, header, spec, streams, _all_done, timed)
@@ -369,77 +367,6 @@ def _connect_back(peer: str, header: iperf2.ClientHeader, count: int
         raise SimpleperfError(f"cannot connect back to port {header.port} of {host}, "
                               "where an iperf2 client with -r or -d listens") from None
     return streams
-
-
-def _timed_bursts(rests: dict[int, bytes], head: bytes) -> Callable[..., None]:
-    """TCP --trip-times from iperf2's client: the streams it sends are read burst by burst
-    (iperf2.BurstTimes), each write's delay from its write to our read of its last byte
-    (write_to_read_delay: the sender's buffer included, as iperf2 times it); `rests`: what
-    came with each one's header. Ours (-R) are sent as bursts over `head`, as 2.1.8's
-    server sends them."""
-    def body(stream: Stream, spec: TestSpec, start: float, stop: threading.Event) -> None:
-        if stream.sending:
-            _send_bursts(stream, spec, start, stop, head)
-            return
-        if stream.write_delays is not None:
-            stream.delays = None  # not the path's: the writes'
-            stream.write_times = times = _BurstLog(stream.write_delays)
-            times.feed(rests.get(stream.number, b""), time.time())
-        run_stream(stream, spec, start, stop)
-
-    return body
-
-
-class _BurstLog:
-    """An iperf2 TCP --trip-times stream's write times (iperf2.BurstTimes) into `log`."""
-
-    def __init__(self, log: DelayLog) -> None:
-        self.reader, self.log = iperf2.BurstTimes(), log
-
-    def feed(self, data: Any, now: float) -> None:
-        for delay in self.reader.feed(data, now):
-            self.log.current.add(delay)
-
-
-def _send_bursts(stream: Stream, spec: TestSpec, start: float, stop: threading.Event,
-                 head: bytes) -> None:
-    """-R --trip-times: `head`, then each write a burst of -l bytes opening with iperf2's
-    burst fields over a copy of it (times, number, size), as 2.1.8's server sends them and
-    its client times what it reads."""
-    sock, size, clock = stream.sock, max(spec.length, len(head)), time.monotonic
-    deadline = None if spec.end is None else start + spec.end
-    payload = bytearray(buffers.aligned(size, True))
-    payload[:len(head)] = head
-    wait_until(start, stop)
-    stream.first, began = clock(), time.time()
-    number = 0
-    try:
-        _send_all(sock, memoryview(head), stream, stop)
-        while not stop.is_set() and (deadline is None or clock() < deadline) and (
-                spec.num_bytes is None or stream.num_bytes < spec.num_bytes):
-            number += 1
-            iperf2.stamp_burst(payload, began, time.time(), number, size)
-            _send_all(sock, memoryview(payload), stream, stop)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_WR)  # its end of stream ends its test
-    except OSError as error:
-        if not stop.is_set():
-            stream.error = (error.strerror or str(error)).lower()
-    finally:
-        stream.done.set()
-
-
-def _send_all(sock: socket.socket, data: memoryview, stream: Stream,
-              stop: threading.Event) -> None:
-    """All of `data` (a send returns now and then: the wake-up timer), counted."""
-    sent = 0
-    while sent < len(data) and not stop.is_set():
-        try:
-            sent += sock.send(data[sent:])
-        except BlockingIOError:
-            continue
-    stream.num_bytes += sent
-    stream.last = time.monotonic()
 
 
 def _udp_back(peer: tuple[Any, ...], header: iperf2.ClientHeader) -> Stream:

@@ -185,6 +185,7 @@ def frame_parts(size: int, length: int) -> tuple[int, list[int]]:
 # of it we read the write's time (seconds, microseconds at bytes 20-27) and the burst's
 # size (bytes 48-51). The words between are the header's, left in the client's buffer.
 BURST_HEAD = struct.Struct("!20xII20xI")  # 52 bytes: write time, size
+MIN_BURST = 56  # the smallest burst we write: its fields, the end's included
 MAX_BURST = 1 << 26  # bytes of a burst we follow (more: the stream is no longer timed)
 
 
@@ -196,13 +197,17 @@ def reverse_head(header: ClientHeader) -> bytes:
     return bytes(head)
 
 
-def stamp_burst(buffer: Any, start: float, now: float, number: int, size: int) -> None:
-    """Our burst's head, as 2.1.8's server writes one over its copy of reverse_head (-R
-    --trip-times: its client times what we send): the test's start, the write's time, the
-    burst's number, size and end (in bytes of the test, as 2.1.8 counts them)."""
+def stamp_burst(buffer: Any, start: float, now: float, number: int, size: int,
+                before: int, period: float = 0.0) -> None:
+    """Our burst's head, as 2.1.8 writes one over its copy of the header (its client's
+    --trip-times, and its server's -R): the test's start, the write's time, the burst's
+    number, size and end (`before`: the bursts' bytes before it; 2.1.8 counts from 2);
+    with --isochronous the frame period too."""
     struct.pack_into("!IIII", buffer, 12, *_seconds_micros(start), *_seconds_micros(now))
+    if period:
+        struct.pack_into("!I", buffer, 40, round(period * 1e6))
     struct.pack_into("!III", buffer, 44, number & 0xFFFFFFFF, size,
-                     (number * size + 2) & 0xFFFFFFFF)
+                     (before + size + 2) & 0xFFFFFFFF)
 
 
 def _seconds_micros(moment: float) -> tuple[int, int]:
