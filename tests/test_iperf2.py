@@ -121,9 +121,11 @@ def test_tradeoff_and_dual_tests_connect_back_to_the_client(json_server):
     assert both["sum_sent_bidir_reverse"]["bytes"] == rows[False] > 0  # ours to it
 
 
-def test_an_iperf2_udp_client_gets_the_server_report(json_server):
+@pytest.mark.parametrize("bare", [(), ("-C",)], ids=["header", "no-header"])
+def test_an_iperf2_udp_client_gets_the_server_report(json_server, bare):
+    """-C: 2.1.8 as iperf 2.0 clients send UDP, no header at all (told by its digits)."""
     live, port = json_server
-    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "20M", "-t", "1")
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-b", "20M", "-t", "1", *bare)
     assert done.returncode == 0, done.stderr
     assert "WARNING" not in done.stdout + done.stderr  # no "did not receive ack"
     sent = int(re.search(r"Sent (\d+) datagrams", done.stdout).group(1))
@@ -135,6 +137,26 @@ def test_an_iperf2_udp_client_gets_the_server_report(json_server):
     ours = stream["udp"]
     assert (ours["lost_packets"], ours["packets"]) == (lost, total) == (0, sent - 1)
     assert abs(float(report.group(1)) - ours["jitter_ms"]) < 0.0015
+
+
+def test_an_iperf_2_0_udp_client_with_32_bit_numbers_is_served(json_server):
+    """iperf 2.0 before 2.0.10: 12 bytes (a 32-bit number, the send time) then its digits;
+    its last datagram, numbered negative, is answered with the report of all it sent."""
+    live, port = json_server
+    digits = bytes(0x30 + i % 10 for i in range(1470))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as conn:
+        conn.connect(("127.0.0.1", port))
+        for number in [*range(1, 201), -201]:
+            now = time.time()
+            conn.send(struct.pack("!iII", number, int(now), int(now % 1 * 1e6)) + digits[12:])
+            time.sleep(0.001)
+        conn.settimeout(5)
+        report = iperf2.parse_report(conn.recv(65536))
+    # the last counted, as 2.1.8's own server reports these datagrams (checked by hand)
+    assert (report.datagrams, report.lost, report.out_of_order) == (201, 0, 0)
+    assert report.num_bytes == 201 * 1470
+    (document,) = _wait_documents(live, 1)
+    assert document["end"]["streams"][0]["udp"]["packets"] == 201
 
 
 def test_a_reverse_udp_client_receives_what_we_send_at_its_rate(json_server):

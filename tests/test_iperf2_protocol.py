@@ -108,6 +108,25 @@ def test_datagram_numbers_both_widths(number, sent):
     assert iperf2.LAYOUT.unpack_from(data, 0)[2] == number & (2**64 - 1)
 
 
+def test_a_bare_datagram_is_told_by_its_digits_and_its_number_width():
+    """2.1.8 -C's first datagram (as iperf 2.0.10 on send them: 64-bit numbers), a 2.0.5
+    one (12 bytes, then the digits), and what other clients send, which is not one."""
+    now = 1795765639.0
+    digits = bytes(0x30 + i % 10 for i in range(1470))
+    wide = struct.pack("!iIIi", 1, int(now), 729556, 0) + digits[16:]
+    narrow = struct.pack("!iII", 1, int(now), 729556) + digits[12:]
+    assert iperf2.bare_header(wide, now) == iperf2.ClientHeader(flags=iperf2.SEQNO64B,
+                                                                bare=True)
+    assert iperf2.bare_header(narrow, now + 3600) == iperf2.ClientHeader(flags=0, bare=True)
+    header = iperf2.bare_header(wide, now)
+    assert header is not None and header.duration is None and header.num_bytes is None
+    iperf3_data = struct.pack("!III", int(now), 729556, 1) + digits[12:]  # repeating payload
+    for other in (iperf3_data, wide[:31], struct.pack("!i", -5) + wide[4:],
+                  wide[:4] + struct.pack("!I", int(now) - 2 * 86_400) + wide[8:],
+                  wide[:40] + b"x" + wide[41:], preface(CONTROL)[:64].ljust(64, b"\0")):
+        assert iperf2.bare_header(other, now) is None
+
+
 @given(st.text(COOKIE_ALPHABET, min_size=COOKIE_SIZE - 1, max_size=COOKIE_SIZE - 1))
 def test_an_iperf3_cookie_is_never_taken_for_iperf2(cookie):
     data = cookie.encode() + b"\0"

@@ -126,7 +126,8 @@ class Server:
         """A datagram at the port's listener, to the protocol that speaks it."""
         if data in (iperf3.UDP_CONNECT_MSG, iperf3.UDP_CONNECT_MSG[::-1]):
             self.iperf3.udp_hello(data, peer)
-        elif data[:4] != native.MAGIC and iperf2.could_be_datagram(data):
+        elif data[:4] != native.MAGIC and (iperf2.could_be_datagram(data) or
+                                           iperf2.bare_header(data, time.time())):
             self.iperf2.datagram(data, peer)
         else:
             self.native.datagram(data, peer)

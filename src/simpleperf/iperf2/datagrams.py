@@ -163,7 +163,9 @@ class UdpReceiver:
                 received += self._account(account, data, 0, len(data), len(data), arrival)
             udp_receive.progress(stream, received, clock)
             fastpath = compiled.module()
-            if fastpath is not None and stream.delays is None and self.frames is None:
+            # (the compiled path reads iperf2's 64-bit numbers: 2.0's 32-bit ones here)
+            if fastpath is not None and stream.delays is None and self.frames is None and \
+                    self.wide:
                 self._read_compiled(stream, account, stop, fastpath)
             else:
                 self._read_batches(stream, account, stop)

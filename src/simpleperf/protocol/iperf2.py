@@ -93,14 +93,15 @@ class ClientHeader:
     tos: int = 0
     rate: int = 0  # bits/s (UDP: the client's -b)
     start: tuple[int, int] = (0, 0)  # seconds, microseconds (with --trip-times)
+    bare: bool = False  # no header came (a 2.0 client's UDP test, 2.1's -C): nothing stated
 
     @property
     def duration(self) -> float | None:
-        return -self.amount / HUNDREDTHS if self.amount < 0 else None
+        return -self.amount / HUNDREDTHS if self.amount < 0 and not self.bare else None
 
     @property
     def num_bytes(self) -> int | None:
-        return self.amount if self.amount >= 0 else None
+        return self.amount if self.amount >= 0 and not self.bare else None
 
     @property
     def reverse(self) -> bool:
@@ -560,6 +561,28 @@ def could_be_datagram(data: bytes) -> bool:
         return False
     flags: int = struct.unpack_from("!I", data, DATAGRAM.size)[0]
     return bool(flags & EXTEND and flags & LEN_BIT and not flags & BOUNCEBACK)
+
+
+# iperf2's payload: the digits 0-9 over and over from a buffer's first byte (the header's
+# fields written over the start)
+_PATTERN = bytes(0x30 + i % 10 for i in range(64))
+BARE_CLOCK_SECONDS = 86_400  # a bare datagram's send time is within this of ours
+
+
+def bare_header(data: bytes, now: float) -> ClientHeader | None:
+    """A datagram of a UDP test without a header (iperf 2.0's client without -r or -d,
+    2.1's with -C): a positive number, a send time within a day of `now` and iperf2's
+    digits after its first 16 bytes, where nothing else is. Its numbers are 64-bit when
+    bytes 12-15 are a high word rather than the digits (2.0.10 on). None: not one."""
+    if len(data) < 32:
+        return None
+    number, seconds = struct.unpack_from("!iI", data)
+    end = min(len(data), len(_PATTERN))
+    if number <= 0 or abs(seconds - now) > BARE_CLOCK_SECONDS or \
+            data[16:end] != _PATTERN[16:end]:
+        return None
+    wide = data[12:16] != _PATTERN[12:16]
+    return ClientHeader(flags=SEQNO64B if wide else 0, bare=True)
 
 
 def sequence(data: bytes | memoryview, offset: int, wide: bool) -> tuple[int, float]:
