@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import free_port, run_simpleperf, start_server
+from helpers import IPERF3_321, free_port, run_simpleperf, start_server
 
 from simpleperf.protocol import iperf3
 
@@ -162,6 +162,23 @@ def test_unsupported_options_get_a_server_error(our_server, key, code):
     reply = _raw_iperf3_test(port, {"tcp": True, "time": 1, "parallel": 1, key: "x"})
     assert reply[:1] == iperf3.state(iperf3.SERVER_ERROR)
     assert struct.unpack("!ii", reply[1:9])[0] == code
+
+
+def test_a_flow_label_is_taken_as_iperf3_s_server_takes_it(our_server):
+    """iperf3 3.21's -L: the label is its client's (set where it connects); its server
+    takes the parameter and labels nothing of its own, and so do we (before: IEUNIMP)."""
+    _, port = our_server
+    for extra in ([], ["-u", "-b", "10M"]):
+        done = subprocess.run([IPERF3_321, "-c", "::1", "-6", "-p", str(port), "-L", "77",
+                               "-t", "1", "-J", *extra], capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0 and "error" not in json.loads(done.stdout), done.stdout
+        end = json.loads(done.stdout)["end"]
+        if extra:  # UDP: every datagram came
+            assert end["sum"]["packets"] > 0 and end["sum"]["lost_packets"] == 0, end["sum"]
+        else:
+            assert end["sum_sent"]["bytes"] > 0
+            assert agree(end["sum_sent"]["bytes"], end["sum_received"]["bytes"])
 
 
 # Our client against iperf3's own server ------------------------------------------------------

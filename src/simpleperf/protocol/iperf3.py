@@ -136,7 +136,7 @@ class JsonReader:
 
 
 # Parameters a client may send that simpleperf refuses, with the error the client prints.
-UNSUPPORTED = {"sctp": IENOSCTP, "file": IEUNIMP, "flowlabel": IEUNIMP}
+UNSUPPORTED = {"sctp": IENOSCTP, "file": IEUNIMP}
 
 
 @dataclass(frozen=True)
