@@ -477,6 +477,23 @@ def test_our_tcp_trip_times_at_an_iperf2_server_both_ways():
     assert sender["bytes"] == head + sender["frames"] * 20833  # 5 Mbit/s, 30 frames a second
 
 
+def test_our_no_udp_fin_ends_with_one_last_datagram_and_no_report():
+    process, port = _iperf_server("-u")
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", "-b",
+                              "10M", "-t", "1", "--no-udp-fin", "-J")
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert done.returncode == 0, done.stderr
+    end = json.loads(done.stdout)["end"]
+    (row,) = [r.split(",") for r in output.splitlines() if r.count(",") >= 12]
+    # its row: every datagram of ours (the last included), none lost; no report to us
+    assert (end["sum_sent"]["bytes"], end["sum_sent"]["packets"]) == (int(row[7]),
+                                                                      int(row[11]))
+    assert int(row[10]) == 0 and end["sum_received"]["bytes"] == 0
+
+
 def test_our_isochronous_frames_are_counted_and_timed_by_an_iperf2_server():
     process, port = _iperf_server("-u", "-e", "--histograms", csv=False)
     try:

@@ -13,7 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import IPERF3_BINARIES, run_simpleperf, start_server
+from helpers import (
+    IPERF3_BINARIES,
+    SIMPLEPERF,
+    LiveProcess,
+    free_port,
+    run_simpleperf,
+    start_server,
+)
 
 from simpleperf import iperf2_flags
 from simpleperf.cli import build_parser, parse_args
@@ -104,7 +111,10 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["--bounceback-period", "1"], "are --bounceback options"),
     (["--bounceback", "--bounceback-hold", "soon"], "--bounceback-hold must be milliseconds"),
     (["-x", "CQ"], "-x/--reportexclude takes letters of CDMSV"),
-    (["-x", ""], "-x/--reportexclude takes letters of CDMSV")])
+    (["-x", ""], "-x/--reportexclude takes letters of CDMSV"),
+    (["--connect-retries=many"], "--connect-retries takes 0 to"),
+    (["--no-udp-fin"], "--no-udp-fin is iperf2's"),
+    (["--iperf2", "-u", "-R", "--no-udp-fin"], "(not -R, -d or -r)")])
 def test_bad_iperf2_flags_are_one_line(words, says):
     done = run_simpleperf("-c", "127.0.0.1", *words)
     assert done.returncode == 2
@@ -125,6 +135,28 @@ def test_tradeoff_runs_the_test_then_the_reverse_one():
     assert [start["reverse"] for start in starts] == [0, 1]
     ends = [e["data"] for e in events if e["event"] == "end"]
     assert len(ends) == 2 and all(end["sum_received"]["bytes"] > 0 for end in ends)
+
+
+@pytest.mark.loopback
+def test_connect_retries_wait_for_a_server_started_after_the_client():
+    """--connect-retries: tried again 0.2 s apart, as iperf2's; the client started first
+    runs its test once the server is up; without a server, one line saying the tries."""
+    nobody = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--connect-retries",
+                            "2", "-t", "1")
+    assert nobody.returncode == 1 and nobody.stderr.strip().count("\n") == 0
+    assert "connection refused" in nobody.stderr and "(3 tries, 0.2 s apart)" in nobody.stderr
+    port = free_port()
+    client = subprocess.Popen([*SIMPLEPERF, "-c", "127.0.0.1", "-p", str(port), "-t", "1",
+                               "-J", "--connect-retries", "50"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # a few tries refused before the server is there
+    server = LiveProcess("-s", "-p", str(port))
+    try:
+        out, err = client.communicate(timeout=30)
+    finally:
+        server.close()
+    assert client.returncode == 0, err
+    assert json.loads(out)["end"]["sum_received"]["bytes"] > 0
 
 
 @pytest.mark.loopback

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import connect_times
 from .errors import UsageError
-from .options import MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
+from .options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
 from .protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
 from .units import parse_size
 
@@ -53,7 +53,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--sum-dstip": ("", "sums by destination address"),
     "--bounceback-congest": ("", "a TCP stream beside bounceback"),
     "--bounceback-no-quickack": ("", "bounceback without TCP_QUICKACK"),
-    "--connect-retries": ("", "retried connects"),
     "--ipg": ("", "the gap within isochronous frames"),
     "--incr-dstip": ("", "incremented addresses"),
     "--incr-dstport": ("", "incremented ports (--cport is ours)"),
@@ -62,7 +61,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--local-only": ("", "SO_DONTROUTE"),
     "--near-congestion": ("", "RTT-weighted write delays"),
     "--no-connect-sync": ("", "unsynchronised parallel starts"),
-    "--no-udp-fin": ("", "UDP without the final exchange"),
     "--tcp-quickack": ("", "TCP_QUICKACK"),
     "--tcp-write-times": ("", "write times"),
     "--txdelay-time": ("", "a delay before the first write"),
@@ -79,6 +77,8 @@ MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any
 DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2's default)
 DEFAULT_PERIOD = 1.0  # --bounceback-period: seconds (iperf2's default)
 MAX_CONNECTS = 1_000_000  # --connect-only
+MAX_CONNECT_RETRIES = 10_000  # --connect-retries
+DEFAULT_CONNECT_RETRIES = 1  # ... without N (iperf2's optional value)
 DEFAULT_PERMIT_KEY_SECONDS = 20.0  # --permit-key-timeout: a keyed server's life (iperf2's)
 MAX_PERMIT_KEY_SECONDS = 7 * 86400.0
 REPORT_KINDS = "CDMSV"  # -x/--reportexclude: what iperf2's reports are made of
@@ -142,6 +142,14 @@ def add_arguments(group: Any) -> None:
                        f"handshake), N in all (default {connect_times.DEFAULT_CONNECTS}, "
                        "as iperf2's; 0: until -t ends), -P at once, a burst every -i "
                        "seconds; against any TCP server")
+    group.add_argument("--connect-retries", nargs="?", const=str(DEFAULT_CONNECT_RETRIES),
+                       metavar="N", help="a TCP connect that fails is tried again, N times "
+                       f"more (default {DEFAULT_CONNECT_RETRIES}), "
+                       f"{CONNECT_RETRY_SECONDS:g} s apart, as iperf2's: a client "
+                       "started with its server")
+    group.add_argument("--no-udp-fin", action="store_true", help="--iperf2 -u: no final "
+                       "exchange (the last datagram once, no server report), so no packet "
+                       "comes back, as iperf2's")
     group.add_argument("-x", "--reportexclude", metavar="[CDMSV]", help="text left out: C "
                        "the connection lines, D our data rows (intervals and our side of "
                        "the summary), M multicast (none here), S the settings banner, V the "
@@ -223,6 +231,16 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["start_at"] = _start_time(args.txstart_time)
     if args.connect_only is not None:
         changes["connect_only"] = _connect_only(options, args)
+    if args.connect_retries is not None:
+        changes["connect_retries"] = _whole(args.connect_retries, 0, MAX_CONNECT_RETRIES,
+                                            "--connect-retries takes 0 to "
+                                            f"{MAX_CONNECT_RETRIES} retries")
+    if args.no_udp_fin:
+        if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
+                args.tradeoff:
+            raise UsageError("--no-udp-fin is iperf2's: a UDP test to an iperf2 server "
+                             "(--iperf2 -u), ours sent (not -R, -d or -r)")
+        changes["no_udp_fin"] = True
     if args.reportexclude is not None:
         letters = set(args.reportexclude.upper())
         if not args.reportexclude or not letters <= set(REPORT_KINDS):

@@ -23,6 +23,7 @@ MAX_FLOW_LABEL = 0xFFFFF  # -L/--flowlabel: IPv6's flow label is 20 bits
 DEFAULT_RPM_INTERVAL = 1.0  # --rpm-interval: the draft's ID (its table says 5 s)
 MIN_RPM_INTERVAL, MAX_RPM_INTERVAL = 0.1, 60.0
 CONNECT_TIMEOUT_SECONDS = 10.0  # a connection's handshake, unless --connect-timeout
+CONNECT_RETRY_SECONDS = 0.2  # --connect-retries: between tries (iperf 2.1.8's, measured)
 DEFAULT_TIMESTAMP_FORMAT = "%c "  # --timestamps without a format, as iperf3
 DEFAULT_NATIVE_INTERVAL = 1.0  # seconds per row of a native test, as iperf3 prints them
 DEFAULT_LOSS_THRESHOLD = 1.0  # percent, for --probe
@@ -280,6 +281,8 @@ class ClientOptions:
     start_at: float | None = None  # --txstart-time: the Unix time the test starts
     connect_only: int | None = None  # --connect-only[=N]: N timed connects (0: for -t)
     flowlabel: int = 0  # -L/--flowlabel (iperf3's): IPv6 packets' flow label (0: none)
+    no_udp_fin: bool = False  # --iperf2 -u --no-udp-fin: the last datagram once, no report
+    connect_retries: int = 0  # --connect-retries: a failed TCP connect tried this often more
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
     # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
     report_exclude: frozenset[str] = frozenset()

@@ -68,7 +68,8 @@ class _Iperf2Test:
         wall = time.time()
         self.header = iperf2.header_from_spec(
             self.spec, port, (int(wall), int((wall - int(wall)) * 1e6)),
-            options.length_given or options.udp, self.back, options.peer_detect)
+            options.length_given or options.udp, self.back, options.peer_detect,
+            options.no_udp_fin)
         self.server_version = ""  # -X: what the server said it is
         self.streams: list[Stream] = []
         self.receivers: dict[int, datagrams.UdpReceiver] = {}  # UDP -R: by stream number
@@ -178,13 +179,15 @@ class _Iperf2Test:
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
         output.start()
-        if spec.protocol == "udp" and (self.receivers or spec.isochronous):
+        if spec.protocol == "udp" and (self.receivers or spec.isochronous or
+                                       self.header.no_udp_fin):
             self.body = self._body
         measurement.begin(time.monotonic(), *([self.body] if self.body else []))
         congestion = options.congestion or tcp.system_congestion()
         try:
+            ours = spec.protocol == "udp" and self.body is not None  # _body sends
             while not all(s.done.is_set() and (s.number in self.ended or not s.sending
-                                               or not self.receivers) for s in self.streams):
+                                               or not ours) for s in self.streams):
                 measurement.tick(time.monotonic())
                 time.sleep(0.02)
             remote = self._end(measurement)
@@ -199,19 +202,6 @@ class _Iperf2Test:
         if errors:
             raise SimpleperfError(errors[0])
 
-    def _answer_senders(self) -> dict[int, dict[str, Any]]:
-        """UDP -R, -d, -r: iperf2's report to the server for its last datagram, as its
-        own client's receiving end answers (--full-duplex: none); the sender's view."""
-        remote = {}
-        for stream in self.streams:
-            receiver = self.receivers.get(stream.number)
-            if receiver is None or receiver.last is None or stream.account is None:
-                continue
-            if not self.header.no_udp_fin:
-                datagrams.send_report(stream.sock, stream, receiver.last)
-            remote[stream.number] = _sender_view(stream, stream.account)
-        return remote
-
     def _body(self, stream: Stream, spec: TestSpec, start: float,
               stop: threading.Event) -> None:
         """A UDP stream's thread: what iperf2's server sends (-R, -d, -r, --full-duplex),
@@ -223,7 +213,7 @@ class _Iperf2Test:
                     _send_frames(stream, spec, start, stop)
                 else:
                     run_stream(stream, spec, start, stop)
-                if self.header.no_udp_fin:  # --full-duplex's end: the last once, no report
+                if self.header.no_udp_fin:  # the last once, no report (--full-duplex's too)
                     with contextlib.suppress(OSError):
                         datagrams.send_last(stream, spec.length)
             finally:
@@ -243,18 +233,31 @@ class _Iperf2Test:
         if self.spec.protocol == "tcp":
             closed = _await_close([s.sock for s in self.streams if s.sending])
             return _told_by_close(self.streams, closed)
-        remote = self._answer_senders() if self.receivers else {}
-        if self.header.no_udp_fin:  # --full-duplex: no report of ours (its last was sent)
-            return remote
-        for stream in self.streams:
-            if stream.number in self.receivers:
-                continue
+        return _udp_end(self.streams, self.receivers, not self.header.no_udp_fin)
+
+
+def _udp_end(streams: list[Stream], receivers: dict[int, datagrams.UdpReceiver],
+             exchange: bool) -> dict[int, dict[str, Any]]:
+    """A UDP test's end: the server's sending streams (-R, -d, -r, --full-duplex) answered
+    with iperf2's report for their last datagram, as its own client answers them, and ours
+    ended with ours until its report comes; the server's view, by stream number. Without
+    the final `exchange` (--no-udp-fin, --full-duplex) neither: our last was sent once."""
+    remote = {}
+    for stream in streams:  # the server's first: its sender waits for our report
+        receiver = receivers.get(stream.number)
+        if receiver is None or receiver.last is None or stream.account is None:
+            continue
+        if exchange:
+            datagrams.send_report(stream.sock, stream, receiver.last)
+        remote[stream.number] = _sender_view(stream, stream.account)
+    for stream in streams if exchange else []:
+        if stream.number not in receivers:
             report = datagrams.ask_report(stream)
             remote[stream.number] = {
                 "stream": stream.number, "bytes": report.num_bytes,
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
                 "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
-        return remote
+    return remote
 
 
 def _send_frames(stream: Stream, spec: TestSpec, start: float, stop: threading.Event

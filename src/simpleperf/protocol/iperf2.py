@@ -358,18 +358,19 @@ def encode_header(header: ClientHeader, udp: bool) -> bytes:
 
 def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
                      length_given: bool = True, back: str | None = None,
-                     peer_detect: bool = False) -> ClientHeader:
+                     peer_detect: bool = False, no_udp_fin: bool = False) -> ClientHeader:
     """What our client tells an iperf2 server of a test (one stream's header: iperf2 runs
     -P as that many independent connections, each stating the thread count). The buffer
     length only when -l gave it, as iperf2's client does: a 2.1.8 server sending -R with a
     stated length past its own buffer crashes. `back`: -d ("dual") or -r ("tradeoff"),
     the server connecting back to `port`. A bidir spec is --full-duplex: both ways on
     each connection (over UDP without the final exchange, as 2.1.8 sets it).
-    `peer_detect`: -X, the server to acknowledge with its version."""
+    `peer_detect`: -X, the server to acknowledge with its version; `no_udp_fin`: UDP
+    without the final exchange."""
     full_duplex = spec.direction == "bidir" and not back
     upper = (UPPER_REVERSE if spec.direction == "reverse" else 0) | (
         UPPER_FULL_DUPLEX if full_duplex else 0) | (
-        UPPER_NO_UDP_FIN if full_duplex and spec.protocol == "udp" else 0) | (
+        UPPER_NO_UDP_FIN if (full_duplex or no_udp_fin) and spec.protocol == "udp" else 0) | (
         UPPER_TRIP_TIMES if spec.trip_times else 0) | (
         UPPER_ISOCH if spec.isochronous else 0)  # (2.1.8 never sets BW_SET: its rate says)
     amount = -round(spec.duration * HUNDREDTHS) if spec.duration is not None else \

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..errors import SimpleperfError
-from ..options import CONNECT_TIMEOUT_SECONDS, ClientOptions
+from ..options import CONNECT_RETRY_SECONDS, CONNECT_TIMEOUT_SECONDS, ClientOptions
 from . import tcpinfo
 
 SIOCOUTQ = 0x5411  # bytes in the send queue not yet acknowledged by the peer
@@ -216,9 +216,23 @@ def set_flow_label(sock: socket.socket, address: tuple, label: int) -> tuple:
 
 def connect_to_server(options: ClientOptions, stream: int | None = None) -> socket.socket:
     """A client's connection to its server, as its options say (--connect-timeout, -4/-6,
-    -B); data stream number `stream`'s also with its socket options (-w, -C, -M) and, with
-    --cport, from that port plus the stream's number less one (--tcp-write-prefetch: its
-    unsent limit)."""
+    -B, --connect-retries); data stream number `stream`'s also with its socket options (-w,
+    -C, -M) and, with --cport, from that port plus the stream's number less one
+    (--tcp-write-prefetch: its unsent limit)."""
+    for retry in range(options.connect_retries, -1, -1):
+        try:
+            return _connect_to_server(options, stream)
+        except ConnectFailed as failure:
+            if not retry:
+                tries = options.connect_retries + 1
+                raise ConnectFailed(str(failure) + (
+                    f" ({tries} tries, {CONNECT_RETRY_SECONDS:g} s apart)" if tries > 1
+                    else "")) from None
+            time.sleep(CONNECT_RETRY_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def _connect_to_server(options: ClientOptions, stream: int | None) -> socket.socket:
     if stream is None:
         control = connect(options.host, options.port, options.connect_timeout,
                           family=options.family, local=options.local, device=options.bind_dev,
@@ -293,8 +307,12 @@ def connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_SECONDS,
     }.get(last_error.errno or 0)
     if isinstance(last_error, TimeoutError) or last_error.errno == errno.ETIMEDOUT:
         reason = f"no answer within {timeout:g} s"
-    raise SimpleperfError(f"cannot connect to {host} port {port}: "
-                          f"{reason or last_error.strerror or last_error}")
+    raise ConnectFailed(f"cannot connect to {host} port {port}: "
+                        f"{reason or last_error.strerror or last_error}")
+
+
+class ConnectFailed(SimpleperfError):
+    """No address of the server took the connection (--connect-retries tries again)."""
 
 
 def prepare(sock: socket.socket, window: int | None = None, congestion: str | None = None,
