@@ -378,3 +378,44 @@ def test_the_receivers_seconds_are_the_datas_in_both_paths(client, amount):
     for seconds in (compiled_seconds, pure_seconds):
         assert 0 < seconds < wake_up / 2, (compiled_seconds, pure_seconds)
     assert abs(compiled_seconds - pure_seconds) < wake_up / 4
+
+
+def test_a_fast_stream_ended_by_its_peer_reads_in_larger_wake_ups_and_loses_nothing():
+    """low_water (iperf2's TCP streams, which their sender's close ends): past 4 Gbit/s the
+    reads wait for LOW_WATER bytes (SO_RCVLOWAT), back to one byte when the data slows;
+    every byte is counted, the last ones at the close."""
+    import threading
+
+    from simpleperf.engine import tcp_stream
+    from simpleperf.engine.records import Stream
+    from simpleperf.testspec import TestSpec
+
+    if compiled.module() is None:
+        pytest.skip("the compiled path is not built here")
+    listener = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(listener.getsockname())
+    receiver, _ = listener.accept()
+    listener.close()
+    tcp.set_wake_up(receiver)
+    stream = Stream(1, False, "tcp", receiver, "test", low_water=True)
+    seen: list[int] = []
+
+    def send() -> None:
+        chunk = bytes(1 << 20)
+        for _ in range(2000):  # 2 GB, as fast as it goes
+            sender.sendall(chunk)
+        seen.append(receiver.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))
+        for _ in range(20):  # then slowly: 1 KB every 10 ms
+            sender.sendall(chunk[:1024])
+            time.sleep(0.01)
+        seen.append(receiver.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))
+        sender.sendall(chunk[:777])
+        sender.close()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    tcp_stream.receive(stream, TestSpec(protocol="tcp"), threading.Event())
+    thread.join()
+    receiver.close()
+    assert stream.num_bytes == 2000 * (1 << 20) + 20 * 1024 + 777
+    assert seen == [tcp_stream.LOW_WATER, 1]

@@ -89,6 +89,9 @@ class Stream:
     native: bool = False  # the peer speaks the native protocol (UDP: it reads pace feedback)
     teller: Teller | None = None  # a UDP receiver's feedback to an unlimited sender
     paced: int = 0  # an unlimited UDP sender: times it slowed to what its receiver read
+    # a TCP receiver whose peer ends it with its close (iperf2's): fast, its reads wait for
+    # LOW_WATER bytes (tcp_stream), so it wakes less and leaves the sender more CPU
+    low_water: bool = False
 
     @property
     def role(self) -> str:

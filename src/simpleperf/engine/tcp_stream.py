@@ -19,6 +19,11 @@ from .records import IntervalRecord, Snapshot, Stream
 
 QUIET_SECONDS = 0.02  # a drained receiver: nothing unread, nothing new for this long
 ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
+LOW_WATER = 128 * 1024  # a fast low_water stream's reads wait for this much (SO_RCVLOWAT)
+# ... once a read slice (compiled.SLICE_SECONDS) brings this much: 4 Gbit/s, where
+# LOW_WATER is a quarter of a millisecond's data
+LOW_WATER_FROM = 2 * LOW_WATER
+LOW_WATER_WAIT = 0.001  # ... and for no longer than this (a slowing stream's reads)
 
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
@@ -138,13 +143,22 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
 
 def _receive_compiled(stream: Stream, buffer: memoryview, stop: threading.Event,
                       fastpath) -> None:
-    """The read loop in C; the first read alone, so that the stream's start is its time."""
+    """The read loop in C; the first read alone, so that the stream's start is its time.
+    A `low_water` stream past LOW_WATER_FROM bytes a slice (4 Gbit/s) reads LOW_WATER
+    bytes a wake-up at least (SO_RCVLOWAT: a quarter of a millisecond's data at most) or
+    what came within LOW_WATER_WAIT, and a byte again below that rate."""
     read = fastpath.tcp_receive
     fd = stream.sock.fileno()
     received = stream.num_bytes  # what a server read to tell the protocol counts too
+    waiting_for = 1
     while not stop.is_set():
         count, ended, error, _, last = read(
             fd, buffer, 0.0 if stream.first is None else compiled.SLICE_SECONDS)
+        if stream.low_water and not ended and (
+                wanted := LOW_WATER if count >= LOW_WATER_FROM else 1) != waiting_for:
+            stream.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, wanted)
+            tcp.set_wake_up(stream.sock, LOW_WATER_WAIT if wanted > 1 else tcp.WAKE_UP_SECONDS)
+            waiting_for = wanted
         if count:  # what came before a failure counts
             if stream.first is None:
                 stream.first = last

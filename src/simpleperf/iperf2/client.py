@@ -116,7 +116,7 @@ class _Iperf2Test:
             tcp.set_wake_up(sock)
             # labelled by the server's end: ours is the listener's, the same for all
             streams.append(Stream(first + len(streams), False, "tcp", sock,
-                                  tcp.endpoint(sock.getpeername())))
+                                  tcp.endpoint(sock.getpeername()), low_water=True))
         return streams
 
     def _udp_back(self, number: int) -> Stream:
@@ -149,7 +149,7 @@ class _Iperf2Test:
             else:
                 sock = tcp.connect_to_server(options, stream=number)
                 stream = Stream(number, sending, "tcp", sock,
-                                tcp.endpoint(sock.getsockname()))
+                                tcp.endpoint(sock.getsockname()), low_water=True)
                 sock.sendall(first)
                 if options.peer_detect:
                     self.server_version = _read_ack(sock, spec.trip_times)

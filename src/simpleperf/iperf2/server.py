@@ -124,7 +124,7 @@ class Iperf2Service:
             streams = []
             for number, (sock, rest) in enumerate(conns, start=1):
                 stream = Stream(number, header.reverse, "tcp", sock,
-                                tcp.endpoint(sock.getpeername()))
+                                tcp.endpoint(sock.getpeername()), low_water=True)
                 # the header counts, as at iperf2's client
                 stream.num_bytes = 0 if header.reverse else iperf2_bytes + len(rest)
                 tcp.set_wake_up(sock)
