@@ -342,6 +342,19 @@ def _iperf_server(*args: str, csv: bool = True) -> tuple[subprocess.Popen, int]:
     return process, port
 
 
+def _at_iperf2_server(server: tuple[str, ...], *client: str, csv: bool = True
+                     ) -> tuple[subprocess.CompletedProcess, str]:
+    """Our client (--iperf2 and `client`) at a fresh iperf 2.1.8 server (`server`), and
+    what the server printed, its last rows included."""
+    process, port = _iperf_server(*server, csv=csv)
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", *client)
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    return done, output
+
+
 def _stop(process: subprocess.Popen) -> str:
     process.terminate()
     output, _ = process.communicate(timeout=10)
@@ -350,14 +363,8 @@ def _stop(process: subprocess.Popen) -> str:
 
 @pytest.mark.parametrize("extra", [(), ("-P", "2"), ("-R",)], ids=["tcp", "parallel", "reverse"])
 def test_our_client_at_an_iperf2_tcp_server(extra):
-    process, port = _iperf_server()
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-t", "1",
-                              "-J", *extra)
-        assert done.returncode == 0, done.stderr
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server((), "-t", "1", "-J", *extra)
+    assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     streams = 2 if "-P" in extra else 1
     theirs = _csv_bytes(output, streams)
@@ -368,14 +375,8 @@ def test_our_client_at_an_iperf2_tcp_server(extra):
 
 
 def test_our_dual_test_at_an_iperf2_server_counts_both_directions_as_it_does():
-    process, port = _iperf_server()
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-d", "-t",
-                              "1", "-J")
-        assert done.returncode == 0, done.stderr
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server((), "-d", "-t", "1", "-J")
+    assert done.returncode == 0, done.stderr
     end = json.loads(done.stdout)["end"]
     ours = sorted([end["sum_sent"]["bytes"], end["sum_received_bidir_reverse"]["bytes"]])
     assert min(ours) > 0
@@ -386,14 +387,8 @@ def test_our_dual_test_at_an_iperf2_server_counts_both_directions_as_it_does():
                                            ("--full-duplex", ("-u", "-b", "10M"))],
                          ids=["full-duplex", "bidir", "udp"])
 def test_our_full_duplex_at_an_iperf2_server_both_ways_on_each_connection(flag, udp):
-    process, port = _iperf_server(*udp[:1])
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", flag, "-t",
-                              "1", "-J", *udp)
-        assert done.returncode == 0, done.stderr
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server(udp[:1], flag, "-t", "1", "-J", *udp)
+    assert done.returncode == 0, done.stderr
     end = json.loads(done.stdout)["end"]
     ours = sorted([end["sum_sent"]["bytes"], end["sum_received_bidir_reverse"]["bytes"]])
     assert min(ours) > 0
@@ -478,13 +473,8 @@ def test_our_tcp_trip_times_at_an_iperf2_server_both_ways():
 
 
 def test_our_no_udp_fin_ends_with_one_last_datagram_and_no_report():
-    process, port = _iperf_server("-u")
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", "-b",
-                              "10M", "-t", "1", "--no-udp-fin", "-J")
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server(("-u",), "-u", "-b", "10M", "-t", "1", "--no-udp-fin",
+                                     "-J")
     assert done.returncode == 0, done.stderr
     end = json.loads(done.stdout)["end"]
     (row,) = [r.split(",") for r in output.splitlines() if r.count(",") >= 12]
@@ -495,13 +485,8 @@ def test_our_no_udp_fin_ends_with_one_last_datagram_and_no_report():
 
 
 def test_our_isochronous_frames_are_counted_and_timed_by_an_iperf2_server():
-    process, port = _iperf_server("-u", "-e", "--histograms", csv=False)
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u",
-                              "--isochronous", "30:5m,1m", "-l", "1000", "-t", "2", "-J")
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server(("-u", "-e", "--histograms"), "-u", "--isochronous",
+                                     "30:5m,1m", "-l", "1000", "-t", "2", "-J", csv=False)
     assert done.returncode == 0, done.stderr
     assert "(isoch) (trip-times)" in output, output
     sent = json.loads(done.stdout)["end"]["sum_sent"]
@@ -522,13 +507,7 @@ def test_our_isochronous_frames_are_counted_and_timed_by_an_iperf2_server():
 
 
 def test_our_reverse_udp_receives_what_the_iperf2_server_sent():
-    process, port = _iperf_server("-u")
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", "-R",
-                              "-b", "10M", "-t", "2", "-J")
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server(("-u",), "-u", "-R", "-b", "10M", "-t", "2", "-J")
     assert done.returncode == 0, done.stderr
     received = json.loads(done.stdout)["end"]["sum_received"]
     (row,) = [r.split(",") for r in output.splitlines() if r.count(",") >= 12]
@@ -563,14 +542,8 @@ def test_our_csv_rows_read_as_iperf2s_own():
 
 
 def test_our_tradeoff_at_an_iperf2_server_is_two_tests_counted_as_it_counts_them():
-    process, port = _iperf_server()
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-r", "-t",
-                              "1", "--json-stream")
-        assert done.returncode == 0, done.stderr
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server((), "-r", "-t", "1", "--json-stream")
+    assert done.returncode == 0, done.stderr
     ends = [json.loads(line)["data"] for line in done.stdout.splitlines()
             if json.loads(line)["event"] == "end"]
     assert len(ends) == 2
@@ -603,14 +576,9 @@ def test_our_udp_client_reads_the_iperf2_server_report():
 def test_our_udp_dual_and_tradeoff_at_an_iperf2_server_agree_with_its_rows(mode):
     """UDP -d/-r with --iperf2: our port in the header, the server's datagrams read there
     and answered with iperf2's report; both legs' bytes equal the server's -y C rows."""
-    process, port = _iperf_server("-u")
-    try:
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-u", mode,
-                              "-b", "5M", "-t", "1", "-J" if mode == "-d" else "--json-stream")
-        assert done.returncode == 0, done.stderr
-        time.sleep(0.5)
-    finally:
-        output = _stop(process)
+    done, output = _at_iperf2_server(("-u",), "-u", mode, "-b", "5M", "-t", "1",
+                                     "-J" if mode == "-d" else "--json-stream")
+    assert done.returncode == 0, done.stderr
     if mode == "-d":
         end = json.loads(done.stdout)["end"]
         sent, back = end["sum_sent"], end["sum_received_bidir_reverse"]

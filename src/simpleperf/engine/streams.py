@@ -6,6 +6,7 @@ stream by its protocol."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
 
 from ..errors import SimpleperfError
@@ -22,8 +23,11 @@ def transport_of(stream: Stream) -> ModuleType:
     return TRANSPORTS[stream.protocol]
 
 
-def run_stream(stream: Stream, spec: TestSpec, start: float, stop: threading.Event) -> None:
-    """Thread body: send or receive until the test's end, the peer's end, or `stop`."""
+def run_stream(stream: Stream, spec: TestSpec, start: float, stop: threading.Event,
+               send: Callable[..., None] | None = None) -> None:
+    """Thread body: send or receive until the test's end, the peer's end, or `stop`.
+    `send`: a sender other than the transport's (its arguments: the stream, the spec, the
+    start, the deadline and `stop`)."""
     try:
         if spec.tos:
             tcp.set_tos(stream.sock, spec.tos)  # both ends, both directions: -S/--dscp
@@ -31,7 +35,7 @@ def run_stream(stream: Stream, spec: TestSpec, start: float, stop: threading.Eve
             if spec.fq_rate:  # iperf3's --fq-rate: the socket's own pacing
                 pacing.cap_rate(stream.sock, spec.fq_rate)
             deadline = None if spec.end is None else start + spec.end
-            transport_of(stream).send(stream, spec, start, deadline, stop)
+            (send or transport_of(stream).send)(stream, spec, start, deadline, stop)
         else:
             transport_of(stream).receive(stream, spec, stop)
     except SimpleperfError as error:

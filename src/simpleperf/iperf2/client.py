@@ -209,10 +209,8 @@ class _Iperf2Test:
         receiver = self.receivers.get(stream.number)
         if receiver is None:
             try:
-                if spec.isochronous:
-                    _send_frames(stream, spec, start, stop)
-                else:
-                    run_stream(stream, spec, start, stop)
+                run_stream(stream, spec, start, stop,  # --isochronous: iperf2's frames
+                           datagrams.send_frames if spec.isochronous else None)
                 if self.header.no_udp_fin:  # the last once, no report (--full-duplex's too)
                     with contextlib.suppress(OSError):
                         datagrams.send_last(stream, spec.length)
@@ -258,21 +256,6 @@ def _udp_end(streams: list[Stream], receivers: dict[int, datagrams.UdpReceiver],
                 "seconds": report.seconds, "packets": report.datagrams, "lost": report.lost,
                 "out_of_order": report.out_of_order, "jitter_ms": report.jitter * 1000}
     return remote
-
-
-def _send_frames(stream: Stream, spec: TestSpec, start: float, stop: threading.Event
-                 ) -> None:
-    """--isochronous: iperf2's frames (datagrams.send_frames), its errors the stream's."""
-    try:
-        datagrams.send_frames(stream, spec, start, None if spec.end is None else
-                              start + spec.end, stop)
-    except SimpleperfError as error:
-        stream.error = str(error)
-    except OSError as error:
-        if not stop.is_set():
-            stream.error = f"stream {stream.label}: " + (error.strerror or str(error)).lower()
-    finally:
-        stream.done.set()
 
 
 def _sender_view(stream: Stream, account: UdpReceiveAccount) -> dict[str, Any]:
