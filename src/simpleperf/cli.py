@@ -15,7 +15,7 @@ import re
 import socket
 from typing import TypeVar
 
-from . import __version__, iperf2_flags, iperf3_flags, latency_flags
+from . import __version__, flag_values, iperf2_flags, iperf3_flags, latency_flags
 from .errors import UsageError
 from .options import (
     AUTH_UDP_LENGTH,
@@ -688,14 +688,7 @@ def _optional_int(flag: str, text: str | None, low: int, high: int) -> int | Non
 
 
 def _rate(text: str) -> float:
-    try:
-        value = parse_rate(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= MAX_RATE:
-        raise UsageError(f"-b/--bitrate must be a rate in bits/s with an optional K, M or G "
-                         f"(e.g. 100M; 0 = unlimited), not '{text}'")
-    return value
+    return flag_values.rate("-b/--bitrate", text, zero="unlimited")
 
 
 def _affinity(text: str | None, server: bool = False) -> tuple[int | None, int | None]:
@@ -764,16 +757,7 @@ def _percent(flag: str, text: str | None, default: float) -> float:
 
 
 def _int_in_range(flag: str, text: str | None, default: int, low: int, high: int) -> int:
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(
-            f"{flag} must be an integer from {low} to {high}, not '{text}'") from None
-    if not low <= value <= high:
-        raise UsageError(f"{flag} must be an integer from {low} to {high}, not {value}")
-    return value
+    return default if text is None else flag_values.integer(flag, text, low, high)
 
 
 def _port(text: str | None) -> int:
@@ -793,28 +777,16 @@ def _unit(text: str | None, default: str) -> str:
     return unit
 
 
-def _size_in_range(flag: str, text: str, low: int, high: int, bounds: str) -> int:
-    """A size (128K, 64MB) from `low` to `high`; else one line naming the flag and
-    `bounds` ('from 1B to 64MB (e.g. 128K)')."""
-    try:
-        value = parse_size(text)
-    except ValueError:
-        value = 0
-    if not low <= value <= high:
-        raise UsageError(f"{flag} must be a size {bounds}, not '{text}'")
-    return value
-
-
 def _length(text: str | None, default: int) -> int:
     if text is None:
         return default
-    return _size_in_range("-l/--len", text, MIN_LENGTH, MAX_LENGTH, "from 1B to 64MB (e.g. 128K)")
+    return flag_values.size("-l/--len", text, MIN_LENGTH, MAX_LENGTH, "from 1B to 64MB (e.g. 128K)")
 
 
 def _memory_budget(text: str | None) -> int:
     if text is None:
         return DEFAULT_MEMORY_BUDGET
-    return _size_in_range("--memory-budget", text, MIN_MEMORY_BUDGET, MAX_MEMORY_BUDGET,
+    return flag_values.size("--memory-budget", text, MIN_MEMORY_BUDGET, MAX_MEMORY_BUDGET,
                           "from 1MB to 1000GB (e.g. 512MB)")
 
 
@@ -830,7 +802,7 @@ def _congestion(text: str | None) -> str | None:
 def _window(text: str | None) -> int | None:
     if text is None:
         return None
-    return _size_in_range("-w/--window", text, MIN_WINDOW, MAX_WINDOW,
+    return flag_values.size("-w/--window", text, MIN_WINDOW, MAX_WINDOW,
                           "from 2KB to 1GB (e.g. 64K)")
 
 

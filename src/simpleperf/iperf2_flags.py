@@ -21,11 +21,10 @@ import string
 import time
 from typing import Any
 
-from . import connect_times
+from . import connect_times, flag_values
 from .errors import UsageError
 from .options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
 from .protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
-from .units import parse_size
 
 # letter -> (iperf2's long name, what the letter means without --iperf2)
 COLLISIONS: dict[str, tuple[str, str]] = {
@@ -224,17 +223,21 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         if not (options.iperf2 and (args.dualtest or args.tradeoff)):
             raise UsageError("--listenport (-L with --iperf2) is where an iperf2 server "
                              "connects back: for --iperf2 with -d or -r")
-        changes["listen_port"] = _port(args.listenport)
+        changes["listen_port"] = flag_values.integer(
+            "--listenport", args.listenport, MIN_PORT, MAX_PORT,
+            f"--listenport must be a port, {MIN_PORT}..{MAX_PORT}")
     if args.tcp_write_prefetch is not None:
-        changes["write_prefetch"] = _prefetch(args.tcp_write_prefetch)
+        changes["write_prefetch"] = flag_values.size(
+            "--tcp-write-prefetch", args.tcp_write_prefetch, 1, MAX_LENGTH,
+            f"from 1 byte to {MAX_LENGTH // 2**20}M (e.g. 16K)")
     if args.txstart_time is not None:
         changes["start_at"] = _start_time(args.txstart_time)
     if args.connect_only is not None:
         changes["connect_only"] = _connect_only(options, args)
     if args.connect_retries is not None:
-        changes["connect_retries"] = _whole(args.connect_retries, 0, MAX_CONNECT_RETRIES,
-                                            "--connect-retries takes 0 to "
-                                            f"{MAX_CONNECT_RETRIES} retries")
+        changes["connect_retries"] = flag_values.integer(
+            "--connect-retries", args.connect_retries, 0, MAX_CONNECT_RETRIES,
+            f"--connect-retries takes 0 to {MAX_CONNECT_RETRIES} retries")
     if args.no_udp_fin:
         if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
                 args.tradeoff:
@@ -262,12 +265,12 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
         (options.parallel > 1, "-P"), (args.dualtest or args.tradeoff, "-d/-r"),
         (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
         (options.iperf3, "--iperf3")))
-    burst = _whole(args.bounceback, 1, MAX_BURST,
-                   f"--bounceback takes a burst of 1 to {MAX_BURST} messages")
-    period = DEFAULT_PERIOD if args.bounceback_period is None else _number(
+    burst = flag_values.integer("--bounceback", args.bounceback, 1, MAX_BURST,
+                                f"--bounceback takes a burst of 1 to {MAX_BURST} messages")
+    period = DEFAULT_PERIOD if args.bounceback_period is None else flag_values.number(
         "--bounceback-period", args.bounceback_period, 3600.0, "seconds")
     return {"bounceback": burst, "bounce_period": period,
-            "bounce_hold": _number("--bounceback-hold", args.bounceback_hold or "0",
+            "bounce_hold": flag_values.number("--bounceback-hold", args.bounceback_hold or "0",
                                    10_000.0, "milliseconds") / 1000}
 
 
@@ -279,8 +282,9 @@ def _connect_only(options: ClientOptions, args: argparse.Namespace) -> int:
         (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
         (options.num_bytes is not None, "-n"), (options.csv, "-y C"),
         (options.json_stream, "--json-stream")))
-    return _whole(args.connect_only, 0, MAX_CONNECTS,
-                  f"--connect-only takes 0 (until -t ends) to {MAX_CONNECTS} connects")
+    return flag_values.integer(
+        "--connect-only", args.connect_only, 0, MAX_CONNECTS,
+        f"--connect-only takes 0 (until -t ends) to {MAX_CONNECTS} connects")
 
 
 def _not_with(what: str, flags: tuple[tuple[Any, str], ...]) -> None:
@@ -290,27 +294,6 @@ def _not_with(what: str, flags: tuple[tuple[Any, str], ...]) -> None:
         raise UsageError(f"{what}: not with {', '.join(used)}")
 
 
-def _whole(text: str, low: int, high: int, says: str) -> int:
-    """A whole number from `low` to `high`; else `says`, and what was given."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise UsageError(f"{says}, not '{text}'")
-    return value
-
-
-def _number(flag: str, text: str, high: float, unit: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= high:  # NaN fails too
-        raise UsageError(f"{flag} must be {unit} from 0 to {high:g}, not '{text}'")
-    return value
-
-
 def permit_key_timeout(args: argparse.Namespace) -> float | None:
     """How long a server with --permit-key takes new tests (None: for ever)."""
     if args.permit_key_timeout is None:
@@ -318,7 +301,7 @@ def permit_key_timeout(args: argparse.Namespace) -> float | None:
     if args.permit_key is None:
         raise UsageError("--permit-key-timeout is how long a server's --permit-key holds: "
                          "give --permit-key too")
-    seconds = _number("--permit-key-timeout", args.permit_key_timeout,
+    seconds = flag_values.number("--permit-key-timeout", args.permit_key_timeout,
                       MAX_PERMIT_KEY_SECONDS, "seconds")
     return seconds or None
 
@@ -335,27 +318,6 @@ def permit_key(text: str, server: bool) -> str:
         raise UsageError(f"--permit-key must be {MIN_PERMIT_KEY} to {MAX_PERMIT_KEY} "
                          f"printable characters, not '{text}'")
     return text
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not MIN_PORT <= port <= MAX_PORT:
-        raise UsageError(f"--listenport must be a port, {MIN_PORT}..{MAX_PORT}, not '{text}'")
-    return port
-
-
-def _prefetch(text: str) -> int:
-    try:
-        size = parse_size(text)
-    except ValueError:
-        size = -1
-    if not 1 <= size <= MAX_LENGTH:
-        raise UsageError(f"--tcp-write-prefetch must be a size from 1 byte to "
-                         f"{MAX_LENGTH // 2**20}M (e.g. 16K), not '{text}'")
-    return size
 
 
 def _start_time(text: str) -> float:

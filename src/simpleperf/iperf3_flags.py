@@ -12,10 +12,9 @@ import dataclasses
 import socket
 from typing import Any
 
-from . import rsa_auth
+from . import flag_values, rsa_auth
 from .errors import UsageError
-from .options import MAX_FLOW_LABEL, MAX_RATE, ClientOptions
-from .units import parse_rate
+from .options import MAX_FLOW_LABEL, ClientOptions
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data
 MAX_KEEPALIVE = 32767  # Linux's bound on TCP_KEEPIDLE, TCP_KEEPINTVL and TCP_KEEPCNT
@@ -91,7 +90,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     """The client options with these flags' values."""
     changes: dict[str, Any] = {}
     if args.fq_rate is not None:
-        changes["fq_rate"] = _rate(args.fq_rate)
+        changes["fq_rate"] = flag_values.rate("--fq-rate", args.fq_rate)
     if args.extra_data is not None:
         if len(args.extra_data) > MAX_EXTRA_DATA or not args.extra_data.isprintable():
             raise UsageError(f"--extra-data: at most {MAX_EXTRA_DATA} printable characters")
@@ -191,15 +190,3 @@ def _keepalive(text: str) -> tuple[int, int, int]:
                          f"{MAX_KEEPALIVE} (empty or 0: the kernel's), not '{text}'")
     values += [0] * (3 - len(values))
     return values[0], values[1], values[2]
-
-
-def _rate(text: str) -> float:
-    try:
-        value = parse_rate(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= MAX_RATE:
-        raise UsageError(f"--fq-rate must be a rate in bits/s with an optional K, M or G "
-                         f"(e.g. 100M), not '{text}'")
-    return value
-
