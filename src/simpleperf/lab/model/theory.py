@@ -9,9 +9,9 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import diffserv
 from .topology import Link, Shaping, Topology, TopologyError
@@ -122,23 +122,11 @@ def _route(topology: Topology, node: str, destination: ipaddress.IPv4Address
 def _layer2_hops(topology: Topology, start: str, target: str,
                  network: ipaddress.IPv4Network) -> list[Hop]:
     """Links from `start` to `target` on the subnet `network`, through switches only."""
-    queue: deque[tuple[str, list[Hop]]] = deque([(start, [])])
-    seen = {start}
-    while queue:
-        node, hops = queue.popleft()
-        for end, link in topology.endpoints_of(node):
-            if node == start and (end.address is None or end.address.network != network):
-                continue
-            other = link.other(node).node
-            if other in seen:
-                continue
-            path = hops + [(link, node)]
-            if other == target:
-                return path
-            if topology.nodes[other].kind == "switch":
-                seen.add(other)
-                queue.append((other, path))
-    raise TopologyError(f"{start} cannot reach {target} on {network}")
+    hops = _breadth_first(topology, start, target, ("switch",), lambda node, end, _: (
+        node != start or (end.address is not None and end.address.network == network)))
+    if hops is None:
+        raise TopologyError(f"{start} cannot reach {target} on {network}")
+    return hops
 
 
 def path(topology: Topology, source: str, destination: ipaddress.IPv4Address | str) -> Path:
@@ -207,14 +195,22 @@ def _interior_links(topology: Topology, route: Path) -> set[str]:
 
 def _fewest_hops(topology: Topology, source: str, target: str, avoid: set[str]
                  ) -> list[Hop] | None:
-    """Breadth first from `source` to `target` over links not in `avoid`, forwarding only
+    """Fewest hops from `source` to `target` over links not in `avoid`, forwarding only
     through routers and switches (a host does not forward)."""
-    queue: deque[tuple[str, list[Hop]]] = deque([(source, [])])
-    seen = {source}
+    return _breadth_first(topology, source, target, ("router", "switch"),
+                          lambda _, __, link: link.name not in avoid)
+
+
+def _breadth_first(topology: Topology, start: str, target: str, through: tuple[str, ...],
+                   usable: Callable[[str, Any, Any], bool]) -> list[Hop] | None:
+    """The fewest links from `start` to `target`, over the links `usable(node, its end,
+    link)` allows, forwarded only by nodes of the kinds `through`; None: no way."""
+    queue: deque[tuple[str, list[Hop]]] = deque([(start, [])])
+    seen = {start}
     while queue:
         node, hops = queue.popleft()
-        for _, link in topology.endpoints_of(node):
-            if link.name in avoid:
+        for end, link in topology.endpoints_of(node):
+            if not usable(node, end, link):
                 continue
             other = link.other(node).node
             if other in seen:
@@ -222,7 +218,7 @@ def _fewest_hops(topology: Topology, source: str, target: str, avoid: set[str]
             route = hops + [(link, node)]
             if other == target:
                 return route
-            if topology.nodes[other].kind in ("router", "switch"):
+            if topology.nodes[other].kind in through:
                 seen.add(other)
                 queue.append((other, route))
     return None
