@@ -24,6 +24,7 @@ from helpers import (
 
 from simpleperf import iperf2_flags
 from simpleperf.cli import build_parser, parse_args
+from simpleperf.errors import UsageError
 from simpleperf.transport import tcp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,6 +172,23 @@ def test_txstart_time_holds_the_start_until_then():
     assert done.returncode == 0, done.stderr
     began = json.loads(done.stdout)["start"]["timestamp"]["timesecs"]
     assert start - 1 <= began <= start + 1  # whole seconds in iperf3's field
+
+
+def test_tcp_rx_window_clamp_is_each_data_connections_window_clamp():
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    options = parse_args(["-c", "127.0.0.1", "-p", str(port), "--tcp-rx-window-clamp", "64K"])
+    control = tcp.connect_to_server(options)
+    data = tcp.connect_to_server(options, stream=1)
+    try:
+        assert data.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP) == 64_000
+        assert control.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP) != 64_000
+    finally:
+        for sock in (control, data, listener):
+            sock.close()
+    for bad in ("1K", "lots"):
+        with pytest.raises(UsageError, match="--tcp-rx-window-clamp must be a size from"):
+            parse_args(["-c", "127.0.0.1", "--tcp-rx-window-clamp", bad])
 
 
 def test_tcp_write_prefetch_is_each_data_connections_unsent_limit():

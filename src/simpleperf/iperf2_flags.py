@@ -45,7 +45,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--sum-only": ("", "sum-only reports"),
     "--realtime": ("-z", "the realtime scheduler"),
     "--compatibility": ("-C", "the 2.0 compatibility mode"),
-    "--tcp-rx-window-clamp": ("", "TCP_WINDOW_CLAMP"),
     "--tap-dev": ("", "reading from a TAP device"),
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
     "--single_udp": ("-U", "the single-threaded UDP server"),
@@ -77,6 +76,7 @@ DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2'
 DEFAULT_PERIOD = 1.0  # --bounceback-period: seconds (iperf2's default)
 MAX_CONNECTS = 1_000_000  # --connect-only
 MAX_CONNECT_RETRIES = 10_000  # --connect-retries
+MIN_WINDOW_CLAMP = 2048  # --tcp-rx-window-clamp (the kernel makes a smaller one 1152 bytes)
 DEFAULT_CONNECT_RETRIES = 1  # ... without N (iperf2's optional value)
 DEFAULT_PERMIT_KEY_SECONDS = 20.0  # --permit-key-timeout: a keyed server's life (iperf2's)
 MAX_PERMIT_KEY_SECONDS = 7 * 86400.0
@@ -146,6 +146,9 @@ def add_arguments(group: Any) -> None:
                        f"more (default {DEFAULT_CONNECT_RETRIES}), "
                        f"{CONNECT_RETRY_SECONDS:g} s apart, as iperf2's: a client "
                        "started with its server")
+    group.add_argument("--tcp-rx-window-clamp", metavar="SIZE", help="every TCP data "
+                       "connection's receive window at most SIZE bytes (TCP_WINDOW_CLAMP), "
+                       "as iperf2's: a receiver (-R, --bidir) that advertises no more")
     group.add_argument("--no-udp-fin", action="store_true", help="--iperf2 -u: no final "
                        "exchange (the last datagram once, no server report), so no packet "
                        "comes back, as iperf2's")
@@ -238,6 +241,10 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["connect_retries"] = flag_values.integer(
             "--connect-retries", args.connect_retries, 0, MAX_CONNECT_RETRIES,
             f"--connect-retries takes 0 to {MAX_CONNECT_RETRIES} retries")
+    if args.tcp_rx_window_clamp is not None:
+        changes["window_clamp"] = flag_values.size(
+            "--tcp-rx-window-clamp", args.tcp_rx_window_clamp, MIN_WINDOW_CLAMP, MAX_LENGTH,
+            f"from {MIN_WINDOW_CLAMP} bytes to {MAX_LENGTH // 2**20}M (e.g. 64K)")
     if args.no_udp_fin:
         if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
                 args.tradeoff:

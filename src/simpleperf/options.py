@@ -283,6 +283,7 @@ class ClientOptions:
     flowlabel: int = 0  # -L/--flowlabel (iperf3's): IPv6 packets' flow label (0: none)
     no_udp_fin: bool = False  # --iperf2 -u --no-udp-fin: the last datagram once, no report
     connect_retries: int = 0  # --connect-retries: a failed TCP connect tried this often more
+    window_clamp: int = 0  # --tcp-rx-window-clamp: TCP_WINDOW_CLAMP of data sockets (bytes)
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
     # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
     report_exclude: frozenset[str] = frozenset()

@@ -246,6 +246,8 @@ def _connect_to_server(options: ClientOptions, stream: int | None) -> socket.soc
                    mptcp=options.mptcp, device=options.bind_dev, flowlabel=options.flowlabel)
     if options.write_prefetch:  # --tcp-write-prefetch
         set_unsent_limit(sock, options.write_prefetch)
+    if options.window_clamp:  # --tcp-rx-window-clamp: the window it advertises, at most
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, options.window_clamp)
     if options.snd_timeout is not None:  # data unacknowledged this long ends the test
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
                         int(options.snd_timeout * 1000))
