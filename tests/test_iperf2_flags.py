@@ -6,6 +6,7 @@ checked against both tools' --help and docs/iperf2-compat.md)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -158,6 +159,28 @@ def test_connect_retries_wait_for_a_server_started_after_the_client():
         server.close()
     assert client.returncode == 0, err
     assert json.loads(out)["end"]["sum_received"]["bytes"] > 0
+
+
+@pytest.mark.loopback
+@pytest.mark.root
+def test_realtime_runs_the_client_and_its_threads_round_robin():
+    """-z/--realtime (iperf2's): SCHED_RR at its lowest priority, before any thread starts
+    (they inherit it): the client's every thread, looked at while the test runs."""
+    live, port = start_server()
+    try:
+        client = subprocess.Popen([*SIMPLEPERF, "-c", "127.0.0.1", "-p", str(port), "-z",
+                                   "-t", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        time.sleep(1.0)
+        threads = [int(t) for t in os.listdir(f"/proc/{client.pid}/task")]
+        policies = {os.sched_getscheduler(t) for t in threads}
+        priorities = {os.sched_getparam(t).sched_priority for t in threads}
+        out, err = client.communicate(timeout=30)
+    finally:
+        live.close()
+    assert client.returncode == 0 and not err, err
+    assert len(threads) > 1 and policies == {os.SCHED_RR}
+    assert priorities == {os.sched_get_priority_min(os.SCHED_RR)}
 
 
 @pytest.mark.loopback

@@ -449,6 +449,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         logfile=_path("--logfile", args.logfile),
         rate_limit=rate_limit, rate_window=rate_window,
         affinity=_affinity(args.affinity, server=True)[0], file=_server_file(args.file),
+        realtime=args.realtime,
         idle_timeout=_positive_seconds("--idle-timeout", args.idle_timeout, None,
                                        high=MAX_TEST_SECONDS))
 
@@ -500,6 +501,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         logfile=_path("--logfile", args.logfile),
         cport=_optional_int("--cport", args.cport, 1, 65535),
         affinity=_affinity(args.affinity)[0], server_affinity=_affinity(args.affinity)[1],
+        realtime=args.realtime,
         repeating_payload=args.repeating_payload, dont_fragment=args.dont_fragment,
         verbose=args.verbose, file=_path("-F/--file", args.file),
         snd_timeout=None if args.snd_timeout is None else _int_in_range(

@@ -43,7 +43,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--hide-ips": ("", "hiding addresses in the output"),
     "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
     "--sum-only": ("", "sum-only reports"),
-    "--realtime": ("-z", "the realtime scheduler"),
     "--compatibility": ("-C", "the 2.0 compatibility mode"),
     "--tap-dev": ("", "reading from a TAP device"),
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
@@ -149,6 +148,10 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--tcp-rx-window-clamp", metavar="SIZE", help="every TCP data "
                        "connection's receive window at most SIZE bytes (TCP_WINDOW_CLAMP), "
                        "as iperf2's: a receiver (-R, --bidir) that advertises no more")
+    group.add_argument("-z", "--realtime", action="store_true", help="the real-time "
+                       "scheduler (round robin, its lowest priority), as iperf2's: a client "
+                       "or server a busy machine does not hold back (root or CAP_SYS_NICE; "
+                       "else a warning and the usual scheduler)")
     group.add_argument("--no-udp-fin", action="store_true", help="--iperf2 -u: no final "
                        "exchange (the last datagram once, no server report), so no packet "
                        "comes back, as iperf2's")

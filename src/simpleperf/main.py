@@ -44,10 +44,10 @@ def _printer(options: ClientOptions | ServerOptions):
     return out
 
 
-def _error(message: str) -> None:
+def _error(message: str, kind: str = "error") -> None:
     """One line on standard error (the --logfile's, else the terminal's, if that cannot
-    be written)."""
-    line = message if message == NO_MODE_MESSAGE else f"simpleperf: error: {message}"
+    be written): an error, or with `kind` "warning" one."""
+    line = message if message == NO_MODE_MESSAGE else f"simpleperf: {kind}: {message}"
     for stream in (sys.stderr, sys.__stderr__):
         try:
             print(line, file=stream, flush=True)
@@ -159,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run(options: ClientOptions | ServerOptions) -> int:
     if options.affinity is not None:  # -A: before any thread starts (they inherit it)
         os.sched_setaffinity(0, {options.affinity})
+    if options.realtime:  # -z: so too the scheduler
+        try:
+            os.sched_setscheduler(0, os.SCHED_RR,
+                                  os.sched_param(os.sched_get_priority_min(os.SCHED_RR)))
+        except PermissionError:
+            _error("-z/--realtime is not permitted here (it needs root or CAP_SYS_NICE): "
+                   "the usual scheduler", "warning")
     try:
         if isinstance(options, ClientOptions):
             _run_client(options)

@@ -183,6 +183,7 @@ class ServerOptions:
     rate_limit: float | None = None  # --server-bitrate-limit: bits/s, a test's total
     rate_window: float = DEFAULT_RATE_WINDOW  # ... averaged over this many seconds
     affinity: int | None = None  # -A n: the CPU the server runs on
+    realtime: bool = False  # -z/--realtime (iperf2's): the round-robin real-time scheduler
     idle_timeout: float | None = None  # --idle-timeout: a test whose bytes stand still ends
     file: str | None = None  # -F: a one-stream TCP test sends this file / writes into it
 
@@ -242,6 +243,7 @@ class ClientOptions:
     logfile: str | None = None  # --logfile: all output appended here
     cport: int | None = None  # --cport: data stream n from this port + n - 1
     affinity: int | None = None  # -A n: the CPU this client runs on
+    realtime: bool = False  # -z/--realtime (iperf2's): the round-robin real-time scheduler
     server_affinity: int | None = None  # -A n,m: the CPU the server runs the test's streams on
     repeating_payload: bool = False  # --repeating-payload: '0123456789...' instead of zeros
     dont_fragment: bool = False  # UDP: a datagram beyond the path's MTU is an error
