@@ -184,6 +184,24 @@ def test_realtime_runs_the_client_and_its_threads_round_robin():
 
 
 @pytest.mark.loopback
+def test_sum_only_prints_the_sum_rows_alone():
+    live, port = start_server()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-P", "3", "-t", "1",
+                              "-i", "0.5", "--sum-only")
+        single = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-i", "0.5",
+                                "--sum-only")
+    finally:
+        live.close()
+    for run in (done, single):
+        assert run.returncode == 0, run.stderr
+        rows = [line for line in run.stdout.splitlines() if " - " in line]
+        # two intervals and the summary's sender and receiver: SUM rows, no stream's
+        assert [row.split()[0] for row in rows] == ["SUM"] * 4, run.stdout
+    assert done.stdout.count(" connected with ") == 3  # the connection lines stay
+
+
+@pytest.mark.loopback
 def test_txstart_time_holds_the_start_until_then():
     live, port = start_server()
     try:

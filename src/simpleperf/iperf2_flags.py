@@ -42,7 +42,6 @@ COLLISIONS: dict[str, tuple[str, str]] = {
 NOT_YET: dict[str, tuple[str, str]] = {
     "--hide-ips": ("", "hiding addresses in the output"),
     "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
-    "--sum-only": ("", "sum-only reports"),
     "--compatibility": ("-C", "the 2.0 compatibility mode"),
     "--tap-dev": ("", "reading from a TAP device"),
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
@@ -152,6 +151,9 @@ def add_arguments(group: Any) -> None:
                        "scheduler (round robin, its lowest priority), as iperf2's: a client "
                        "or server a busy machine does not hold back (root or CAP_SYS_NICE; "
                        "else a warning and the usual scheduler)")
+    group.add_argument("--sum-only", action="store_true", help="the text's SUM rows alone "
+                       "(each interval's and the summary's, one stream too), as iperf2's: "
+                       "for a large -P")
     group.add_argument("--no-udp-fin", action="store_true", help="--iperf2 -u: no final "
                        "exchange (the last datagram once, no server report), so no packet "
                        "comes back, as iperf2's")
@@ -248,6 +250,8 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["window_clamp"] = flag_values.size(
             "--tcp-rx-window-clamp", args.tcp_rx_window_clamp, MIN_WINDOW_CLAMP, MAX_LENGTH,
             f"from {MIN_WINDOW_CLAMP} bytes to {MAX_LENGTH // 2**20}M (e.g. 64K)")
+    if args.sum_only:
+        changes["sum_only"] = True
     if args.no_udp_fin:
         if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
                 args.tradeoff:

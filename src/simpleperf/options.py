@@ -286,6 +286,7 @@ class ClientOptions:
     no_udp_fin: bool = False  # --iperf2 -u --no-udp-fin: the last datagram once, no report
     connect_retries: int = 0  # --connect-retries: a failed TCP connect tried this often more
     window_clamp: int = 0  # --tcp-rx-window-clamp: TCP_WINDOW_CLAMP of data sockets (bytes)
+    sum_only: bool = False  # --sum-only (iperf2's): the text's SUM rows alone
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
     # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
     report_exclude: frozenset[str] = frozenset()
@@ -308,7 +309,7 @@ class ClientOptions:
                     self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None, self.l4s, self.rpm, self.fq_rate > 0,
                     self.extra_data is not None, self.rsa_username is not None,
-                    self.tradeoff, self.csv))
+                    self.tradeoff, self.csv, self.sum_only))
 
     @property
     def direction(self) -> str:

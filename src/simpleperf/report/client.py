@@ -72,7 +72,8 @@ class TestOutput:
             return
         by_number = {s.number: s for s in self.streams}
         bidir = self.spec.direction == "bidir"
-        for record in records:
+        sum_only = self.options.sum_only  # --sum-only (iperf2's): the SUM rows alone
+        for record in records if not sum_only else []:
             stream = by_number[record.stream]
             values = {"bytes": record.num_bytes, "packets": record.packets,
                       "lost": record.lost, "jitter_ms": record.jitter_ms,
@@ -88,7 +89,7 @@ class TestOutput:
                 self.out(f"{stream.label:<{table.COLUMN}}"
                          f"{pdf_line(record.delays, 'T8', self.options.histogram_ci)}")
         for name in ("sum", "sum_bidir_reverse"):
-            if name in entry and self.spec.parallel > 1:
+            if name in entry and (self.spec.parallel > 1 or sum_only):
                 total = entry[name]
                 self.out(table.row(table.SUM_LABEL, max(0.0, total["start"]), total["end"],
                                    _sum_values(total), self.options.unit, self.spec.protocol,
@@ -184,7 +185,7 @@ class TestOutput:
             return
         self.out(table.rule())
         self.out(table.header(self.spec.protocol, options.extended or tcp))
-        for stream in self.streams:
+        for stream in self.streams if not options.sum_only else []:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             sender_view, receiver_view = (ours, theirs) if stream.sending else (theirs, ours)
             for view, role in ((sender_view, "sender"), (receiver_view, "receiver")):
@@ -199,7 +200,7 @@ class TestOutput:
                               options.extended or tcp, role + (
                                   f", slowed {paced}x to what the receiver read" if paced
                                   else "")), mine)
-        for stream in self.streams:
+        for stream in self.streams if not options.sum_only else []:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             for view, role in ((ours, stream.role), (theirs or {}, "receiver" if stream.sending
                                                       else "sender")):
@@ -207,7 +208,7 @@ class TestOutput:
                                               options.histogram_ci if options.histograms
                                               else None):
                     out(line, view is ours)
-        if self.spec.parallel > 1 or self.spec.direction == "bidir":
+        if self.spec.parallel > 1 or self.spec.direction == "bidir" or options.sum_only:
             sends = self.spec.direction != "reverse"  # sum_sent is ours
             for key, role, mine in (("sum_sent", "sender", sends),
                                     ("sum_received", "receiver", not sends),
