@@ -242,6 +242,20 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         changes["start_at"] = _start_time(args.txstart_time)
     if args.connect_only is not None:
         changes["connect_only"] = _connect_only(options, args)
+    changes.update(_socket_flags(options, args))
+    if args.reportexclude is not None:
+        letters = set(args.reportexclude.upper())
+        if not args.reportexclude or not letters <= set(REPORT_KINDS):
+            raise UsageError(f"-x/--reportexclude takes letters of {REPORT_KINDS} (C "
+                             "connection, D data, M multicast, S settings, V server), not "
+                             f"'{args.reportexclude}'")
+        changes["report_exclude"] = frozenset(letters)
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
+    """--connect-retries, --tcp-rx-window-clamp, --sum-only, --no-udp-fin."""
+    changes: dict[str, Any] = {}
     if args.connect_retries is not None:
         changes["connect_retries"] = flag_values.integer(
             "--connect-retries", args.connect_retries, 0, MAX_CONNECT_RETRIES,
@@ -258,14 +272,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
             raise UsageError("--no-udp-fin is iperf2's: a UDP test to an iperf2 server "
                              "(--iperf2 -u), ours sent (not -R, -d or -r)")
         changes["no_udp_fin"] = True
-    if args.reportexclude is not None:
-        letters = set(args.reportexclude.upper())
-        if not args.reportexclude or not letters <= set(REPORT_KINDS):
-            raise UsageError(f"-x/--reportexclude takes letters of {REPORT_KINDS} (C "
-                             "connection, D data, M multicast, S settings, V server), not "
-                             f"'{args.reportexclude}'")
-        changes["report_exclude"] = frozenset(letters)
-    return dataclasses.replace(options, **changes) if changes else options
+    return changes
 
 
 def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
