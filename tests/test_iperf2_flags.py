@@ -202,6 +202,27 @@ def test_sum_only_prints_the_sum_rows_alone():
 
 
 @pytest.mark.loopback
+def test_hide_ips_shows_no_address_and_keeps_the_columns():
+    live, port = start_server()
+    try:
+        text = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-P", "2", "-t", "0.5",
+                              "--hide-ips")
+        named = run_simpleperf("-c", "localhost", "-4", "-p", str(port), "-t", "0.5", "-J",
+                               "--hide-ips")
+    finally:
+        live.close()
+    assert text.returncode == 0 and named.returncode == 0, text.stderr + named.stderr
+    assert "127.0.0.1" not in text.stdout and "*.*.*.1" in text.stdout
+    lines = text.stdout.splitlines()
+    column = next(line for line in lines if "Interval" in line).index("Interval")
+    rows = [line for line in lines if line.startswith("*.*.*.1:")]
+    assert len(rows) == 2 and {row[column - 1:column + 1] for row in rows} == {" 0"}
+    document = json.loads(named.stdout)
+    assert document["start"]["connecting_to"]["host"] == "(**hidden**)"
+    assert "127.0.0.1" not in named.stdout and "localhost" not in named.stdout
+
+
+@pytest.mark.loopback
 def test_txstart_time_holds_the_start_until_then():
     live, port = start_server()
     try:

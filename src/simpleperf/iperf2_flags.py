@@ -40,7 +40,6 @@ COLLISIONS: dict[str, tuple[str, str]] = {
 
 # iperf2's options not taken yet: long name -> (its letter or "", what it does)
 NOT_YET: dict[str, tuple[str, str]] = {
-    "--hide-ips": ("", "hiding addresses in the output"),
     "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
     "--compatibility": ("-C", "the 2.0 compatibility mode"),
     "--tap-dev": ("", "reading from a TAP device"),
@@ -151,6 +150,9 @@ def add_arguments(group: Any) -> None:
                        "scheduler (round robin, its lowest priority), as iperf2's: a client "
                        "or server a busy machine does not hold back (root or CAP_SYS_NICE; "
                        "else a warning and the usual scheduler)")
+    group.add_argument("--hide-ips", action="store_true", help="every IPv4 address in the "
+                       "output as *.*.*.N and the server's name as (**hidden**), as "
+                       "iperf2's: results to publish")
     group.add_argument("--sum-only", action="store_true", help="the text's SUM rows alone "
                        "(each interval's and the summary's, one stream too), as iperf2's: "
                        "for a large -P")
@@ -254,7 +256,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
 
 
 def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
-    """--connect-retries, --tcp-rx-window-clamp, --sum-only, --no-udp-fin."""
+    """--connect-retries, --tcp-rx-window-clamp, --sum-only, --hide-ips, --no-udp-fin."""
     changes: dict[str, Any] = {}
     if args.connect_retries is not None:
         changes["connect_retries"] = flag_values.integer(
@@ -266,6 +268,8 @@ def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str,
             f"from {MIN_WINDOW_CLAMP} bytes to {MAX_LENGTH // 2**20}M (e.g. 64K)")
     if args.sum_only:
         changes["sum_only"] = True
+    if args.hide_ips:
+        changes["hide_ips"] = True
     if args.no_udp_fin:
         if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
                 args.tradeoff:

@@ -7,9 +7,11 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from . import service
 from .cli import NO_MODE_MESSAGE, parse_args
@@ -27,9 +29,13 @@ from .options import ClientOptions, ServerOptions
 
 def _printer(options: ClientOptions | ServerOptions):
     """The run's output (service.Output), with every line of text begun by --timestamps'
-    time and -T's title, in iperf3's order; JSON is left whole."""
+    time and -T's title, in iperf3's order; JSON is left whole. --hide-ips: every IPv4
+    address shown as iperf2 shows it (*.*.*.1), the server's name as (**hidden**)."""
     detached = isinstance(options, ServerOptions) and options.daemon
-    write = service.Output(isinstance(options, ServerOptions), detached, options.logfile)
+    write: Callable[[str], None] = service.Output(isinstance(options, ServerOptions), detached,
+                                                  options.logfile)
+    if isinstance(options, ClientOptions) and options.hide_ips:
+        write = _hiding(write, options.host)
     title = getattr(options, "title", None)
     stamp = options.timestamps
     if getattr(options, "json", False) or getattr(options, "json_stream", False) or not (
@@ -40,6 +46,27 @@ def _printer(options: ClientOptions | ServerOptions):
     def out(text: str) -> None:
         prefix = (time.strftime(stamp) if stamp else "") + head
         write("\n".join(prefix + line for line in text.split("\n")))
+
+    return out
+
+
+_IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}(\d{1,3})\b")
+_HIDDEN_TOKEN = re.compile(r"(\S*\b(?:\d{1,3}\.){3}\d{1,3}\b\S*)(  +)?")
+
+
+def _hiding(write: Callable[[str], None], host: str) -> Callable[[str], None]:
+    """--hide-ips (iperf2's, IPv4 only): the addresses in what is written, a table's
+    columns kept where they were (what a token lost, the gap after it gains)."""
+    name = None if _IPV4.fullmatch(host) else host
+
+    def hide(match: re.Match[str]) -> str:
+        token, gap = match.group(1), match.group(2)
+        hidden = _IPV4.sub(r"*.*.*.\1", token)
+        return hidden + (gap + " " * (len(token) - len(hidden)) if gap else "")
+
+    def out(text: str) -> None:
+        text = _HIDDEN_TOKEN.sub(hide, text)
+        write(text.replace(name, "(**hidden**)") if name else text)
 
     return out
 
