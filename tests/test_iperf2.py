@@ -472,6 +472,21 @@ def test_our_tcp_trip_times_at_an_iperf2_server_both_ways():
     assert sender["bytes"] == head + sender["frames"] * 20833  # 5 Mbit/s, 30 frames a second
 
 
+@pytest.mark.parametrize("udp", [(), ("-u", "-b", "10M")], ids=["tcp", "udp"])
+def test_our_compatibility_mode_sends_no_header_as_iperf_2_0_does(udp):
+    """--iperf2 -C: TCP bytes alone, UDP datagrams with the number and time and iperf2's
+    digits; 2.1.8's server counts them as from its own -C client."""
+    done, output = _at_iperf2_server(udp[:1], "-C", "-t", "1", "-J", *udp)
+    assert done.returncode == 0, done.stderr
+    end = json.loads(done.stdout)["end"]
+    (theirs,) = _csv_bytes(output)
+    if udp:  # its report: all of it, none lost
+        assert end["sum_sent"]["bytes"] == end["sum_received"]["bytes"] == theirs
+        assert end["sum_received"]["lost_packets"] == 0
+    else:  # it reads 4 bytes as a header's flags and leaves them out (its own -C's too)
+        assert end["sum_sent"]["bytes"] == theirs + 4
+
+
 def test_our_no_udp_fin_ends_with_one_last_datagram_and_no_report():
     done, output = _at_iperf2_server(("-u",), "-u", "-b", "10M", "-t", "1", "--no-udp-fin",
                                      "-J")

@@ -86,7 +86,9 @@ def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
     assert parse_args(["-c", "h", "--iperf2", "-V", "-t", "1"]).family == socket.AF_INET6
     # where iperf2's meaning is not taken, ours stays: -I still names the server
     assert parse_args(["-c", "-I", "10.0.0.2", "--iperf2", "-T", "x"]).host == "10.0.0.2"
-    assert {"-d", "-Z", "-V", "-L"} == iperf2_flags.IPERF2_LETTERS
+    assert {"-d", "-Z", "-V", "-L", "-C"} == iperf2_flags.IPERF2_LETTERS
+    assert parse_args(["-c", "h", "--iperf2", "-C"]).compatibility
+    assert parse_args(["-c", "h", "-C", "reno"]).congestion == "reno"  # ours without it
 
 
 @pytest.mark.parametrize(("iperf2_name", "ours"), [

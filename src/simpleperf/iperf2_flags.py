@@ -41,7 +41,6 @@ COLLISIONS: dict[str, tuple[str, str]] = {
 # iperf2's options not taken yet: long name -> (its letter or "", what it does)
 NOT_YET: dict[str, tuple[str, str]] = {
     "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
-    "--compatibility": ("-C", "the 2.0 compatibility mode"),
     "--tap-dev": ("", "reading from a TAP device"),
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
     "--single_udp": ("-U", "the single-threaded UDP server"),
@@ -150,6 +149,9 @@ def add_arguments(group: Any) -> None:
                        "scheduler (round robin, its lowest priority), as iperf2's: a client "
                        "or server a busy machine does not hold back (root or CAP_SYS_NICE; "
                        "else a warning and the usual scheduler)")
+    group.add_argument("--compatibility", action="store_true", help="--iperf2 (-C there): "
+                       "no header, as iperf 2.0 clients send (TCP: bytes alone; UDP: the "
+                       "datagram's number and time, then iperf2's digits), for old servers")
     group.add_argument("--hide-ips", action="store_true", help="every IPv4 address in the "
                        "output as *.*.*.N and the server's name as (**hidden**), as "
                        "iperf2's: results to publish")
@@ -256,7 +258,8 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
 
 
 def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
-    """--connect-retries, --tcp-rx-window-clamp, --sum-only, --hide-ips, --no-udp-fin."""
+    """--connect-retries, --tcp-rx-window-clamp, --sum-only, --hide-ips, --compatibility,
+    --no-udp-fin."""
     changes: dict[str, Any] = {}
     if args.connect_retries is not None:
         changes["connect_retries"] = flag_values.integer(
@@ -270,6 +273,11 @@ def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str,
         changes["sum_only"] = True
     if args.hide_ips:
         changes["hide_ips"] = True
+    if args.compatibility:
+        if not options.iperf2:
+            raise UsageError("--compatibility (-C after --iperf2) is iperf2's: a client "
+                             "without iperf2's header, with --iperf2")
+        changes["compatibility"] = True
     if args.no_udp_fin:
         if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
                 args.tradeoff:

@@ -288,6 +288,7 @@ class ClientOptions:
     window_clamp: int = 0  # --tcp-rx-window-clamp: TCP_WINDOW_CLAMP of data sockets (bytes)
     sum_only: bool = False  # --sum-only (iperf2's): the text's SUM rows alone
     hide_ips: bool = False  # --hide-ips (iperf2's): IPv4 addresses shown as *.*.*.N
+    compatibility: bool = False  # --iperf2 -C/--compatibility: no header, as iperf 2.0's
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
     # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
     report_exclude: frozenset[str] = frozenset()

@@ -44,6 +44,13 @@ def refusal(options: ClientOptions) -> str | None:
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
     if options.l4s:
         return f"{where}, which has no --l4s of ours"
+    if options.compatibility and (options.direction != "forward" or options.dualtest or
+                                  options.tradeoff or options.trip_times or
+                                  options.frame_rate > 0 or options.peer_detect
+                                  or options.permit_key is not None or options.no_udp_fin):
+        return (f"{where}: -R, --bidir/--full-duplex, -d, -r, --trip-times, --isochronous, -X,"
+                " --permit-key and --no-udp-fin are told in iperf2's header, which "
+                "--compatibility leaves out")
     if options.omit:
         return f"{where}, which counts from the first byte: -O needs a simpleperf server"
     return None
@@ -61,6 +68,8 @@ class _Iperf2Test:
         self.options = options
         self.out = out
         self.spec = TestSpec.from_options(options)
+        if options.compatibility:  # iperf2's digits after each datagram's number and time
+            self.spec = dataclasses.replace(self.spec, repeating_payload=True)
         self.back = "dual" if options.dualtest else "tradeoff" if options.tradeoff else None
         # -d, -r: where the server connects back, a port of ours it learns from the header
         self.listener = _listen_back(options) if self.back else None
@@ -134,7 +143,7 @@ class _Iperf2Test:
     def _open_streams(self) -> None:
         options, spec = self.options, self.spec
         udp_test = spec.protocol == "udp"
-        first = iperf2.encode_header(self.header, udp_test)
+        first = b"" if options.compatibility else iperf2.encode_header(self.header, udp_test)
         if options.permit_key is not None:  # TCP only (the flag says so)
             first = iperf2.with_permit_key(first, options.permit_key)
         for number in range(1, spec.parallel + 1):
