@@ -5,10 +5,12 @@
   --singleclient).
 - The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
   -X/--peer-detect, --bounceback (-period, -hold), -y C, --listenport,
-  --tcp-write-prefetch, --txstart-time.
+  --tcp-write-prefetch, --txstart-time, --connect-only, -x, --permit-key(-timeout),
+  --connect-retries, --tcp-rx-window-clamp, -z/--realtime, --sum-only, --hide-ips,
+  --compatibility, --no-udp-fin.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
   --iperf2 the letter has iperf2's meaning where we have taken it (IPERF2_LETTERS: -d -Z
-  -V -L), which its long name always has.
+  -V -L -C), which its long name always has.
 - The rest (NOT_YET) are refused in one line saying so, rather than as unknown options.
 """
 
