@@ -192,6 +192,18 @@ def test_udp_trip_times_reach_the_iperf2_client_as_its_latency(json_server):
     assert abs(delays["min_ms"] - low) <= 0.001 and delays["min_ms"] > 0
 
 
+def test_an_iperf2_tcp_client_without_a_header_is_served_as_iperf2(json_server):
+    """2.1.8's -C (as iperf 2.0's client without -r or -d): no header, its digits from the
+    first byte; an iperf2 test of all its bytes, not a classic one cut short."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "-C", "-y", "C")
+    assert done.returncode == 0, done.stderr
+    (theirs,) = _csv_bytes(done.stdout)
+    (document,) = _wait_documents(live, 1)
+    assert document["start"]["protocol"] == "iperf2" and "error" not in document
+    assert document["end"]["sum_received"]["bytes"] == theirs
+
+
 @pytest.mark.parametrize("udp", [(), ("-u", "-b", "10M")], ids=["tcp", "udp"])
 def test_full_duplex_both_directions_on_one_connection_counted_alike(json_server, udp):
     live, port = json_server

@@ -108,6 +108,13 @@ def test_datagram_numbers_both_widths(number, sent):
     assert iperf2.LAYOUT.unpack_from(data, 0)[2] == number & (2**64 - 1)
 
 
+def test_a_tcp_stream_without_a_header_is_told_by_iperf2s_digits():
+    digits = bytes(0x30 + i % 10 for i in range(40))
+    assert [detect(digits[:n]) for n in (1, 9, 10, 40)] == [None, None, IPERF2, IPERF2]
+    assert detect(digits[:9] + b"x") == CLASSIC and detect(bytes(40)) == CLASSIC
+    assert detect(b"234567" * 6 + b"\0") == IPERF3  # a cookie has no 0 or 1
+
+
 def test_a_bare_datagram_is_told_by_its_digits_and_its_number_width():
     """2.1.8 -C's first datagram (as iperf 2.0.10 on send them: 64-bit numbers), a 2.0.5
     one (12 bytes, then the digits), and what other clients send, which is not one."""

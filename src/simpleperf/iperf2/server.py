@@ -71,6 +71,9 @@ class Iperf2Service:
         if iperf2.is_bounceback(prefix):
             self._serve_bounceback(conn, peer, prefix)
             return False
+        if iperf2.is_bare_stream(prefix):  # no header: its bytes, until it closes
+            self._run_tcp(peer, iperf2.ClientHeader(bare=True), [(conn, prefix)])
+            return False
         try:
             raw, rest = _read_header(conn, prefix, self.stopping)
             header = iperf2.parse_header(raw)
@@ -113,7 +116,8 @@ class Iperf2Service:
                  conns: list[tuple[socket.socket, bytes]]) -> None:
         spec = iperf2.spec_from_header(header, "tcp", self.options.length)
         spec = dataclasses.replace(spec, parallel=len(conns))
-        iperf2_bytes = iperf2.tcp_header_length(header.flags) or iperf2.CLIENT_V1.size
+        iperf2_bytes = 0 if header.bare else (iperf2.tcp_header_length(header.flags) or
+                                              iperf2.CLIENT_V1.size)
         refusal = self._refusal(spec)
         if refusal is not None:
             self.say(f"Refused iperf2 client {peer}: {refusal}")

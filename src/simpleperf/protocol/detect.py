@@ -3,7 +3,8 @@
 - native: the six-byte preface starting with MAGIC;
 - iperf2: its client header, whose first word of flags no other client starts with (an
   iperf3 cookie's characters and a classic client's zeros have neither of its top bits),
-  or its bounceback message (00 80 00 00, where a classic client sends zeros);
+  its bounceback message (00 80 00 00, where a classic client sends zeros), or a stream
+  without a header (iperf 2.0's, 2.1's -C): iperf2's digits "0123456789" from the start;
 - iperf3: a 36-character cookie from iperf3's alphabet, then a NUL;
 - classic: anything else (a classic client starts straight away with payload, zeros).
 
@@ -14,7 +15,7 @@ client that paused mid-prefix is still a classic client, and its bytes are paylo
 
 from __future__ import annotations
 
-from .iperf2 import could_be_tcp_header, is_bounceback
+from .iperf2 import could_be_tcp_header, is_bare_stream, is_bounceback
 from .iperf3 import COOKIE_ALPHABET
 from .iperf3 import COOKIE_SIZE as IPERF3_COOKIE_SIZE
 from .native import MAGIC, PREFACE_SIZE
@@ -32,6 +33,8 @@ def detect(prefix: bytes) -> str | None:
     iperf2 = could_be_tcp_header(prefix)
     if iperf2 is False:
         iperf2 = is_bounceback(prefix)  # 00 80 00 00: a classic client sends only zeros
+    if iperf2 is False:
+        iperf2 = is_bare_stream(prefix)
     if iperf2 is not False:
         return IPERF2 if iperf2 else None
     head = prefix[:IPERF3_COOKIE_SIZE - 1]

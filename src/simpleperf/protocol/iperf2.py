@@ -568,6 +568,17 @@ def could_be_datagram(data: bytes) -> bool:
 # fields written over the start)
 _PATTERN = bytes(0x30 + i % 10 for i in range(64))
 BARE_CLOCK_SECONDS = 86_400  # a bare datagram's send time is within this of ours
+BARE_STREAM_DIGITS = 10  # a TCP stream that opens with these many of iperf2's digits
+
+
+def is_bare_stream(prefix: bytes) -> bool | None:
+    """Whether a TCP stream opens as one without a header (iperf 2.0's client without -r
+    or -d, 2.1's with -C): iperf2's digits from its first byte, where a classic client
+    sends zeros and an iperf3 cookie has no 0 or 1; None: too few bytes yet."""
+    count = min(len(prefix), BARE_STREAM_DIGITS)
+    if prefix[:count] != _PATTERN[:count]:
+        return False
+    return True if count == BARE_STREAM_DIGITS else None
 
 
 def bare_header(data: bytes, now: float) -> ClientHeader | None:
