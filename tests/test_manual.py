@@ -79,7 +79,8 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 
 def test_bash_completes_the_tool_and_the_lab(installed):
     script = installed / "share/bash-completion/completions/simpleperf"
-    assert _bash_completes(script, "simpleperf --conn") == {"--connect-timeout", "--connect-only"}
+    assert _bash_completes(script, "simpleperf --conn") == {"--connect-timeout", "--connect-only",
+                                                              "--connect-retries"}
     assert _bash_completes(script, "simpleperf --server-bit") == {"--server-bitrate-limit"}
     lab_commands = next(a for a in commands.build_parser()._actions
                         if isinstance(a, argparse._SubParsersAction)).choices
