@@ -865,11 +865,15 @@ def test_classes_with_netem_are_an_htb_tree_that_lets_expedited_packets_pass(pai
         _await_backlog("pair-wire", "w1b", "1:16", 50, 30)
         marked = in_node("h1", "ping", "-n", "-c", "12", "-i", "0.2", "-Q", "0xb8", "-W",
                          "3", "10.0.0.2")
-        plain = ping_rtts("h1", "10.0.0.2", 8, 0.2)
+        plain = ping_rtts("h1", "10.0.0.2", 12, 0.2)
         client.send_signal(signal.SIGINT)  # the load has served: Ctrl-C ends it, status 130
         assert client.wait(30) == 130
     expedited = [float(m) for m in re.findall(r"time=([\d.]+) ms", marked.stdout)]
-    assert len(expedited) >= 11 and len(plain) >= 7
+    # the expedited class is never full: its pings all come (the first may wait for ARP);
+    # the plain ones join the best-effort queue CUBIC keeps full, whose drop-tail drops
+    # what arrives as it overflows (2 of 8 in the emulated guest): half are enough to
+    # compare their median with the expedited one's
+    assert len(expedited) >= 11 and len(plain) >= 6
     assert 3 * statistics.median(expedited) <= statistics.median(plain), (expedited, plain)
     shown = subprocess.run(["tc", "-n", "pair-wire", "-s", "class", "show", "dev", "w1b"],
                            capture_output=True, text=True, check=True).stdout
