@@ -10,6 +10,7 @@ import random
 import socket
 import threading
 import time
+from typing import Any
 
 from ..errors import SimpleperfError
 from ..options import MAX_LENGTH
@@ -106,7 +107,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
             number += 1
             DATAGRAM_HEADER.pack_into(buffer, 0, seconds, micros, number)
             FRAME_FIELDS.pack_into(buffer, at, frames.sent & 0xFFFFFFFF, count, index)
-            _send_datagram(sock, buffer if index < count - 1 else buffer[:last])
+            send_datagram(sock, buffer if index < count - 1 else buffer[:last])
         stream.packets_sent = number
         stream.num_bytes += (count - 1) * size + last
         stream.frames_sent = frames.sent
@@ -114,7 +115,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     stream.last = time.monotonic()
 
 
-def _send_datagram(sock: socket.socket, buffer: memoryview) -> None:
+def send_datagram(sock: socket.socket, buffer: Any) -> None:
+    """One datagram, sent again while the socket is full; a closed port is one line."""
     while True:
         try:
             sock.send(buffer)

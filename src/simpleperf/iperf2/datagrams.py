@@ -15,7 +15,7 @@ from typing import Any
 
 from ..delays import FrameAccount
 from ..engine import udp_receive
-from ..engine.frames import FrameClock
+from ..engine.frames import FrameClock, send_datagram
 from ..engine.pacing import wait_until
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
@@ -98,14 +98,7 @@ def send_frames(stream: Stream, spec: TestSpec, start: float, deadline: float | 
 
 def _send(sock: socket.socket, datagram: Any, number: int, now: float) -> None:
     datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(number, now)
-    while True:
-        try:
-            sock.send(datagram)
-            return
-        except BlockingIOError:
-            continue
-        except ConnectionRefusedError:
-            raise SimpleperfError(udp.PORT_CLOSED) from None
+    send_datagram(sock, datagram)
 
 
 def ask_report(stream: Stream, receiver: str = "server") -> iperf2.ServerReport:
