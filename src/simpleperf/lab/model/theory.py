@@ -392,7 +392,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     owners: list[int] = []
     demands: list[float | None] = []
     inelastic: list[bool] = []
-    classed: dict[int, Path] = {}  # flows through DiffServ classes, by outcome
+    ways: dict[int, tuple[Path, Path]] = {}  # each routed flow's forward and back paths
     for index, outcome in enumerate(outcomes):
         flow = outcome.flow
         try:
@@ -400,12 +400,12 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             backward = path(topology, flow.target, str(topology.address_of(flow.source)))
         except TopologyError:
             continue  # no theory for an address the topology does not route: it just runs
+        if any(s.qdisc == "classes" for s in forward.shaping()):
+            forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
+        ways[index] = forward, backward
         _predict_flow(outcome, forward, backward, flow.congestion or congestion)
         if not flow.spec.loads_path:
             continue  # no demand theory can know
-        if any(s.qdisc == "classes" for s in forward.shaping()):
-            forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
-            classed[index] = forward
         routes = [forward]
         if flow.mptcp:
             routes += subflow_paths(topology, flow.source, outcome.address, down)[1:]
@@ -427,13 +427,13 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                 owners.append(index)
                 demands.append(demand)
                 inelastic.append(unresponsive)
+    capacities = class_capacities(paths, demands) if paths else {}
+    for index, (forward, backward) in ways.items():
+        _queued_rtts(outcomes[index], forward, backward, capacities)
     if not paths:
         return
-    capacities = class_capacities(paths, demands)
     shares = max_min_shares(paths, demands, capacities, inelastic=inelastic)
     binding = _binding(paths, shares, capacities)
-    for index, forward in classed.items():
-        _class_queues(outcomes[index], forward, capacities)
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
@@ -444,15 +444,22 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds)
 
 
-def _class_queues(outcome: FlowOutcome, forward: Path,
-                  capacities: dict[tuple[str, str], float]) -> None:
-    """A flow through DiffServ classes: every forward queue full, where it crosses classes,
-    is its class's queue drained at the class's part of the link (at least what theory
-    gives it there), or for the priority class the policer's burst drained first."""
-    if outcome.full_queue_rtt is None or outcome.base_rtt is None:
+def _queued_rtts(outcome: FlowOutcome, forward: Path, backward: Path,
+                 capacities: dict[tuple[str, str], float]) -> None:
+    """The RTT with every forward queue full, and with every queue both ways full."""
+    if outcome.base_rtt is None:
         return
+    outcome.full_queue_rtt = outcome.base_rtt + _full_queues(forward, capacities) * 1e3
+    outcome.loaded_rtt = outcome.full_queue_rtt + _full_queues(backward, capacities) * 1e3
+
+
+def _full_queues(way: Path, capacities: dict[tuple[str, str], float]) -> float:
+    """Seconds a packet waits in every full queue of `way`: each drained at its link's rate;
+    where the way crosses DiffServ classes, its class's queue drained at the class's part
+    of the link (at least what theory gives it there), or for the priority class the
+    policer's burst drained first."""
     queues = 0.0
-    for shaping, resource in zip(forward.shaping(), forward.resources(), strict=True):
+    for shaping, resource in zip(way.shaping(), way.resources(), strict=True):
         if shaping.rate is None or shaping.queue is None:
             continue
         name = resource[1].split(CLASS_MARK)[1] if CLASS_MARK in resource[1] else None
@@ -462,9 +469,7 @@ def _class_queues(outcome: FlowOutcome, forward: Path,
             queues += shaping.queue * FRAME_BYTES * 8 / capacities[resource]
         else:
             queues += shaping.queue * FRAME_BYTES * 8 / shaping.rate
-    back = (outcome.loaded_rtt or outcome.full_queue_rtt) - outcome.full_queue_rtt
-    outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
-    outcome.loaded_rtt = outcome.full_queue_rtt + back
+    return queues
 
 
 def _binding(paths: Sequence[Path], shares: Sequence[float],
@@ -528,12 +533,6 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
         outcome.rate = float(flow.rate)
     outcome.base_rtt = (forward.one_way_delay + backward.one_way_delay) * 1e3
     outcome.base_one_way = forward.one_way_delay * 1e3
-    queues = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in forward.shaping()
-                 if s.rate is not None and s.queue is not None)
-    outcome.full_queue_rtt = outcome.base_rtt + queues * 1e3
-    back = sum(s.queue * FRAME_BYTES * 8 / s.rate for s in backward.shaping()
-               if s.rate is not None and s.queue is not None)
-    outcome.loaded_rtt = outcome.full_queue_rtt + back * 1e3
     if flow.spec.paced and flow.rate == "auto":
         bottleneck = forward.bottleneck or 1e9
         outcome.rate = 0.9 * bottleneck * udp_goodput_share(datagram_bytes(flow.length))
