@@ -663,7 +663,7 @@ def test_a_ping_beside_load_is_judged_between_the_base_and_every_queue_full() ->
 
 def test_classes_with_the_kernel_are_an_htb_tree_as_the_own_classes_share_the_link() -> None:
     """`classes` where the kernel runs the queue (netem, a switch's port): htb at the root
-    with the link rate, EF first (prio 0) up to its share, the other aggregates' rates in
+    with the link rate, EF first (prio 0) policed to its share, the other aggregates' rates in
     proportion to the own discipline's weights and their quanta as its deficit round robin's,
     a pfifo each, and u32 filters for every DSCP of the own table, IPv4 and IPv6."""
     from simpleperf.lab.model import diffserv as classes
@@ -679,15 +679,18 @@ def test_classes_with_the_kernel_are_an_htb_tree_as_the_own_classes_share_the_li
     assert lines[1].startswith("class add dev w1b parent 1: classid 1:1 htb rate 10000000bit "
                                "ceil 10000000bit")
     assert lines[2].startswith("class add dev w1b parent 1:1 classid 1:10 htb rate 3000000bit "
-                               "ceil 3000000bit prio 0")
+                               "ceil 10000000bit prio 0")
     rates = {s.classid: int(re.search(r"rate (\d+)bit", s.options).group(1))
              for s in tree if isinstance(s, stages.TcClass) and s.classid != "1:1"}
     for name, weight in classes.WEIGHTS.items():
         assert rates[stages.CLASS_IDS[name]] == 7_000_000 * weight // 100
     assert sum(rates.values()) == 10_000_000  # the whole link, nothing over
     leaves = [s for s in tree if isinstance(s, stages.Qdisc) and s.kind == "pfifo"]
-    assert len(leaves) == len(classes.WEIGHTS) + 1
-    assert {s.options for s in leaves} == {"limit 300", "limit 50"}  # EF: 200 ms of 3M
+    assert len(leaves) == len(classes.WEIGHTS)
+    assert {s.options for s in leaves} == {"limit 300"}
+    # EF: policed by a token bucket of 200 ms of 3M, one frame's queue
+    assert ("qdisc add dev w1b parent 1:10 handle 100: tbf rate 3000000bit burst 75000 "
+            "limit 1514") in lines
     filters = [s for s in tree if isinstance(s, stages.Filter)]
     assert len(filters) == 2 * len(classes.CLASS_OF_DSCP)
     assert ("filter add dev w1b parent 1: protocol ip prio 1 u32 match ip dsfield 0xb8 0xfc "

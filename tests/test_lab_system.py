@@ -35,6 +35,7 @@ from lab_helpers import (
     session_shaper,
 )
 
+from simpleperf.lab.model import diffserv
 from simpleperf.lab.model.theory import FRAME_BYTES
 from simpleperf.lab.net import ownership
 from simpleperf.lab.net.shaping.probe import AQM_QDISCS
@@ -885,6 +886,37 @@ def test_classes_with_netem_are_an_htb_tree_that_lets_expedited_packets_pass(pai
     after = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
                            capture_output=True, text=True, check=True).stdout
     assert "pfifo 10: parent 1:1 limit 100p" in after and "htb" not in after, after
+
+
+def test_the_kernels_classes_police_expedited_traffic_over_its_cap(tmp_path):
+    """`classes` at a switch's port is the kernel's htb tree whatever the shaper: expedited
+    traffic sent at twice its cap (30 % of 5 Mbit/s) is policed, as the own classes police
+    it: about half arrives, at the cap and the policer's burst, and what arrives has not
+    queued (a queue of the policer's burst, 200 ms of the cap, would hold it 200 ms)."""
+    (tmp_path / "policed.toml").write_text(
+        'name = "policed"\n[hosts]\nh1 = {}\nh2 = {}\n[switches]\ns1 = {}\n'
+        '[[links]]\na = "h1"\na_address = "10.31.0.1/24"\nb = "s1"\n'
+        '[[links]]\na = "s1"\nb = "h2"\nb_address = "10.31.0.2/24"\nbw = 5\n'
+        'max_queue_size = 100\nqdisc = "classes"\n')
+    said = lab("up", str(tmp_path / "policed.toml")).stdout
+    try:
+        assert "queue classes: the kernel's htb" in said, said
+        with server_in_h2() as port:
+            done = in_node("h1", *SIMPLEPERF, "-c", "10.31.0.2", "-p", port, "-u", "-b", "3M",
+                           "--dscp", "EF", "-t", "4", "-J", timeout=60)
+        assert done.returncode == 0, done.stderr
+        received = json.loads(done.stdout)["end"]["sum_received"]
+        cap = 5e6 * diffserv.PRIORITY_SHARE + diffserv.priority_burst(
+            5e6, FRAME_BYTES) * 8 / received["seconds"]
+        assert 0.9 * cap <= received["bits_per_second"] <= 1.1 * cap, received
+        assert 40 <= received["lost_percent"] <= 55, received
+        assert received["queue_growth_ms"] < 30, received  # a frame at the cap: 8 ms
+        shown = subprocess.run(["tc", "-n", "s1", "-s", "qdisc", "show", "dev", "s1-eth2"],
+                               capture_output=True, text=True, check=True).stdout
+        policer = re.search(r"qdisc tbf 100: parent 1:10 .*?dropped (\d+)", shown, re.S)
+        assert policer is not None and int(policer.group(1)) > 100, shown
+    finally:
+        lab("down", "policed")
 
 
 @pytest.mark.own_shaper

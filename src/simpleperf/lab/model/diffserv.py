@@ -55,8 +55,13 @@ def class_shares(rate: float, demands: dict[str, float]) -> dict[str, float]:
     return {name: share for name, share in shares.items() if math.isfinite(share)}
 
 
+def priority_burst(rate: float, frame_bytes: int) -> float:
+    """The bytes the priority class's policer lets through at once on a link of `rate`:
+    PRIORITY_BURST seconds of its cap, at least two frames."""
+    return max(2 * frame_bytes, PRIORITY_SHARE * rate / 8 * PRIORITY_BURST)
+
+
 def priority_delay(rate: float, frame_bytes: int) -> float:
     """The longest a priority packet waits at a link of `rate` (seconds): behind the frame
     on the wire and the priority bytes the policer lets in at once, which drain first."""
-    burst = max(2 * frame_bytes, PRIORITY_SHARE * rate / 8 * PRIORITY_BURST)
-    return (burst + frame_bytes) * 8 / rate
+    return (priority_burst(rate, frame_bytes) + frame_bytes) * 8 / rate

@@ -202,15 +202,16 @@ CLASS_IDS = {name: f"1:{16 + index:x}" for index, name in
 
 def class_tree(device: str, rate: int, burst: int, limit: int) -> tuple[Stage, ...]:
     """The own `classes` (aqm/classes.py) as a router's kernel would run them: htb at the
-    root holds the link rate; expedited forwarding is served first (htb prio 0) up to
-    PRIORITY_SHARE of it (its ceiling), with a queue of PRIORITY_BURST of that rate, as
-    the own policer lets a burst through (excess waits there rather than being policed at
-    once: a kernel may lack act_police); the other classes get their WEIGHTS of the rest,
-    may borrow up to the link rate, and borrow in proportion to their quanta (the own
-    deficit round robin's); each class a drop-tail pfifo of `limit` packets; u32 filters
-    match the DSCP (IPv4 and IPv6), anything else is best effort (htb's default)."""
+    root holds the link rate; expedited forwarding is served first (htb prio 0), policed to
+    PRIORITY_SHARE of it by a token bucket of the own policer's burst (a tbf leaf whose
+    queue holds one frame: what exceeds the bucket is dropped, not queued; a policer
+    without even that frame needs act_police, which a kernel may lack); the other classes
+    get their WEIGHTS of the rest, may borrow up to the link rate, and borrow in proportion
+    to their quanta (the own deficit round robin's), each a drop-tail pfifo of `limit`
+    packets; u32 filters match the DSCP (IPv4 and IPv6), anything else is best effort
+    (htb's default)."""
     priority_rate = int(rate * diffserv.PRIORITY_SHARE)
-    priority_queue = max(2, round(priority_rate / 8 * diffserv.PRIORITY_BURST / FRAME_BYTES))
+    policed = int(diffserv.priority_burst(rate, FRAME_BYTES))
     rest = rate - priority_rate
     smallest = min(diffserv.WEIGHTS.values())
     default = CLASS_IDS["be"].split(":")[1]
@@ -219,18 +220,18 @@ def class_tree(device: str, rate: int, burst: int, limit: int) -> tuple[Stage, .
         TcClass(device, "1:1", "1:", f"rate {rate}bit ceil {rate}bit burst {burst} "
                 f"cburst {burst}")]
     for name, classid in CLASS_IDS.items():
+        leaf = f"{classid.split(':')[1]}0:"
         if name == diffserv.PRIORITY:
-            options = (f"rate {priority_rate}bit ceil {priority_rate}bit prio 0 "
-                       f"quantum {FRAME_BYTES}")
-            queue = priority_queue
-        else:
-            weight = diffserv.WEIGHTS[name]
-            options = (f"rate {max(1, rest * weight // 100)}bit ceil {rate}bit prio 1 "
-                       f"quantum {weight // smallest * FRAME_BYTES}")
-            queue = limit
-        stages += [TcClass(device, classid, "1:1", f"{options} burst {burst} cburst {burst}"),
-                   Qdisc(device, f"{classid.split(':')[1]}0:", "pfifo", f"limit {queue}",
-                         parent=classid)]
+            stages += [TcClass(device, classid, "1:1", f"rate {priority_rate}bit ceil {rate}bit "
+                               f"prio 0 quantum {FRAME_BYTES} burst {burst} cburst {burst}"),
+                       Qdisc(device, leaf, "tbf", f"rate {priority_rate}bit burst {policed} "
+                             f"limit {FRAME_BYTES}", parent=classid)]
+            continue
+        weight = diffserv.WEIGHTS[name]
+        stages += [TcClass(device, classid, "1:1", f"rate {max(1, rest * weight // 100)}bit "
+                           f"ceil {rate}bit prio 1 quantum {weight // smallest * FRAME_BYTES} "
+                           f"burst {burst} cburst {burst}"),
+                   Qdisc(device, leaf, "pfifo", f"limit {limit}", parent=classid)]
     for dscp, name in sorted(diffserv.CLASS_OF_DSCP.items()):
         tos = f"0x{dscp << 2:02x} 0xfc"
         stages += [Filter(device, "ip", 1, f"match ip dsfield {tos}", CLASS_IDS[name]),

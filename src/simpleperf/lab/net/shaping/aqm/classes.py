@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ....model.diffserv import PRIORITY, PRIORITY_BURST, PRIORITY_SHARE, WEIGHTS, class_of
+from ....model.diffserv import PRIORITY, PRIORITY_SHARE, WEIGHTS, class_of, priority_burst
 from .base import MTU_BYTES, Discipline, Packet, Settings
 
 
@@ -22,7 +22,7 @@ class Classes(Discipline):
         self.limit = settings.limit
         rate = settings.rate or 1e9
         self.fill = PRIORITY_SHARE * rate / 8  # the policer's bytes per second
-        self.burst = max(2 * MTU_BYTES, self.fill * PRIORITY_BURST)
+        self.burst = priority_burst(rate, MTU_BYTES)
         self.tokens = self.burst
         self.filled_at: float | None = None
         self.policed = 0  # priority packets dropped by the policer
