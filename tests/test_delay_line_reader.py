@@ -161,3 +161,63 @@ def test_a_queue_for_the_own_discipline_gives_lengths_and_headers(empty_namespac
                 assert struct.unpack("!H", header[22:24])[0] == 9  # the destination port
             for packet_id, *_ in packets:
                 queue.send(nfqueue.verdict(number, packet_id, accept=False))
+
+
+def _kernel_applies(held: list[int], messages: list[bytes]) -> dict[int, tuple[bool, int | None]]:
+    """What nfnetlink_queue does with verdict messages: one verdict takes its id (which it
+    must hold), a batch verdict accepts every held id up to its own. The verdicts given,
+    by id; `held` keeps the rest, in order."""
+    given: dict[int, tuple[bool, int | None]] = {}
+    for message in messages:
+        kind = struct.unpack_from("=H", message, 4)[0] & 0xFF
+        verdict, packet_id = struct.unpack_from("!II", message, 16 + 4 + 4)
+        mark = struct.unpack_from("!I", message, 16 + 4 + 12 + 4)[0] if len(message) > 32 \
+            else None
+        if kind == nfqueue.NFQNL_MSG_VERDICT_BATCH:  # in order, up to one after it
+            taken = []
+            for held_id in held:
+                if (packet_id - held_id) & 0xFFFFFFFF >= 1 << 31:
+                    break
+                taken.append(held_id)
+            assert taken, f"a batch verdict up to {packet_id} that takes nothing"
+        else:
+            assert packet_id in held, f"a verdict for {packet_id}, which is not held"
+            taken = [packet_id]
+        for held_id in taken:
+            held.remove(held_id)
+            given[held_id] = (verdict == nfqueue.NF_ACCEPT, mark)
+    return given
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(1, 2**32 - 1), st.integers(2**32 - 300, 2**32 - 1)),
+       st.lists(st.tuples(st.integers(0, 12), st.booleans(),
+                          st.lists(st.integers(0, 30), max_size=12)), min_size=1, max_size=40),
+       st.randoms(use_true_random=False))
+def test_verdicts_release_exactly_the_packets_given_whatever_their_order(first, steps, rng):
+    """The own discipline releases packets in any order, drops and marks some: the
+    verdict messages (batches where the released ids make a prefix of what the kernel
+    holds) give exactly those packets their verdicts, never one still waiting, whatever
+    the order, the ids the kernel numbered but never delivered, and the ids' wrap at 2^32."""
+    verdicts = nfqueue.Verdicts(7)
+    held: list[int] = []  # in the kernel's queue, in id order
+    waiting: list[int] = []  # held, and still in the discipline
+    next_id = first
+    for arriving, skip, picks in steps:
+        if skip:
+            next_id = (next_id + 3) % 2**32  # numbered, never delivered: not held
+        ids = [(next_id + i) % 2**32 for i in range(arriving)]
+        next_id = (next_id + arriving) % 2**32
+        verdicts.arrived(ids)
+        held += ids
+        waiting += ids
+        chosen = {waiting[pick % len(waiting)] for pick in picks} if waiting else set()
+        plain = [i for i in chosen if rng.random() < 0.7]
+        single = [(i, accept, nfqueue.CE_MARK if accept else None) for i in chosen
+                  if i not in plain for accept in [rng.random() < 0.5]]
+        given = _kernel_applies(held, verdicts.messages(plain, single))
+        assert set(given) == chosen
+        assert all(given[i] == (True, None) for i in plain)
+        assert all(given[i] == (accept, mark) for i, accept, mark in single)
+        waiting = [i for i in waiting if i not in chosen]
+        assert held == [i for i in held if i in waiting] and len(held) == len(waiting)

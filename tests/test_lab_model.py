@@ -309,6 +309,21 @@ def test_a_busy_queue_is_read_only_as_often_as_its_delay_requires():
     assert steady.next_release() is None
 
 
+def test_releases_due_close_together_share_one_wake_up_and_none_is_early():
+    """Packets due within the grain of the next release wait for the last of them (one
+    wake-up, where at 1 Gbit/s one falls due every 12 us); one due later is not waited for,
+    and a lone packet is woken for at its own time."""
+    from simpleperf.lab.net.shaping.delayline import DirectionQueue
+
+    queue = DirectionQueue(1, delay=0.005, jitter=0.0, reorder=False)
+    queue.admit([(n, t, 0, b"") for n, t in ((1, 1.0), (2, 1.0001), (3, 1.0002),
+                                                (4, 1.0009))], random.Random(1))
+    assert queue.wake_time(0.0003) == pytest.approx(1.0052)  # 1-3 at once, not 4
+    assert queue.wake_time(0.0) == pytest.approx(1.005)
+    assert queue.due(1.0052) == [nfqueue.verdict_up_to(1, 3)]
+    assert queue.wake_time(0.0003) == pytest.approx(1.0059)  # alone: its own time
+
+
 def test_a_packet_that_arrives_while_the_queues_are_drained_waits_its_whole_delay():
     """The wake-up's time is taken before the queues are read; a packet stamped after it
     (it arrived during the drain) must still leave a full delay after its own stamp, not

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.ecn import CE, ECT0, ECT1, NOT_ECT
+from simpleperf.lab.model import diffserv
 from simpleperf.lab.net.shaping import aqm, nfqueue
 from simpleperf.lab.net.shaping.aqm import codel, dualpi2, pie
 from simpleperf.lab.net.shaping.bottleneck import Bottleneck, packet_of
@@ -236,8 +237,9 @@ def test_the_delay_line_gives_each_packet_its_discipline_s_verdict():
     queue.admit(arrivals, random.Random(1))
     assert queue.due(0.0105) == [nfqueue.verdict(4, 3, accept=False)]  # the queue was full
     assert queue.next_release() == pytest.approx(0.011)
-    assert queue.due(0.011) == [nfqueue.verdict(4, 0)]
-    assert queue.due(1.0) == [nfqueue.verdict(4, 1), nfqueue.verdict(4, 2)]
+    # accepted as they are: a batch verdict up to the last of a prefix of what is held
+    assert queue.due(0.011) == [nfqueue.verdict_up_to(4, 0)]
+    assert queue.due(1.0) == [nfqueue.verdict_up_to(4, 2)]
     marked = aqm.Packet(9, 0.0, 1514, ecn=ECT0)
     assert marked.mark()
     queue.bottleneck.sent.append((2.0, marked))
@@ -254,7 +256,6 @@ def test_classes_send_expedited_first_police_it_and_share_the_rest_by_weight():
     """EF beside saturating AF41, BE and CS1 on 10 Mbit/s: EF waits for at most the frame
     on the wire; EF beyond 30 % of the link is dropped by its policer; the others share
     what is left 25 : 20 : 5, as their weights say."""
-    from simpleperf.lab.net.shaping.aqm import classes
 
     voice = [(0.5 + i * 0.020, 200, 9, NOT_ECT, 46) for i in range(100)]  # 80 kbit/s of EF
     bulk = sorted(steady(10e6, 3.0, flow=1, dscp=34) + steady(10e6, 3.0, flow=2, dscp=0)
@@ -271,10 +272,10 @@ def test_classes_send_expedited_first_police_it_and_share_the_rest_by_weight():
     flood = steady(10e6, 2.0, flow=9, dscp=46)
     released, dropped, line = run("classes", flood, 10e6, limit=100_000)
     carried = len(released) * FRAME * 8 / 2.0
-    burst = classes.PRIORITY_BURST * classes.PRIORITY_SHARE * 10e6 / 2.0
-    assert carried == pytest.approx(classes.PRIORITY_SHARE * 10e6 + burst, rel=0.05)
+    burst = diffserv.priority_burst(10e6, FRAME) * 8 / 2.0  # its bytes over the 2 s
+    assert carried == pytest.approx(diffserv.PRIORITY_SHARE * 10e6 + burst, rel=0.05)
     assert line.discipline.policed == len(dropped) > 0
-    assert classes.class_of(40) == "af4" and classes.class_of(7) == "be"
+    assert diffserv.class_of(40) == "af4" and diffserv.class_of(7) == "be"
 
 
 def test_dualpi2_keeps_l4s_packets_out_of_the_classic_standing_queue():

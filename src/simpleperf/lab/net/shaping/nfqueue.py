@@ -172,3 +172,71 @@ def _decode_packet(data, offset: int, end: int) -> Queued | None:
     if packet_id is None:
         return None
     return packet_id, arrival, len(header) if length is None else length, header
+
+
+ID_MASK = 0xFFFFFFFF  # ids are 32 bits and wrap
+ID_WINDOW = 1 << 31  # an id within this many after another comes after it (the kernel's)
+
+
+class Verdicts:
+    """The verdicts of a queue whose packets leave in any order (the own discipline's
+    flow queueing reorders across flows): which ids are still held, so that releasing every
+    held packet up to an id is one batch verdict instead of a message per packet. Ids are
+    sequential per queue (wrapping at 2^32); one the kernel numbered but never delivered
+    (it could not notify us, and so did not hold the packet) is treated as done."""
+
+    def __init__(self, queue: int) -> None:
+        self.queue = queue
+        self.low: int | None = None  # every id before it has had its verdict (None: no
+        # batches: not started, or the ids went back, which the kernel never does)
+        self.next_id: int | None = None  # the id the next arrival should have
+        self.done: set[int] = set()  # ids from `low` on that have had theirs
+
+    def arrived(self, ids: list[int]) -> None:
+        """The ids of packets read from the queue, in order."""
+        for packet_id in ids:
+            if self.next_id is None:
+                self.low = packet_id
+            elif packet_id != self.next_id:
+                skipped = (packet_id - self.next_id) & ID_MASK
+                if skipped < ID_WINDOW:  # numbered, never delivered
+                    self.done.update((self.next_id + i) & ID_MASK for i in range(skipped))
+                else:
+                    self.low = None
+            self.next_id = (packet_id + 1) & ID_MASK
+
+    def messages(self, accepted: list[int], single: list[tuple[int, bool, int | None]]
+                 ) -> list[bytes]:
+        """Verdicts to send, in order: `single` (id, accept, mark) each its own, first, so
+        that no batch covers them; then `accepted` (ids to accept as they are), one batch
+        verdict for those that with every earlier id make a prefix of what is held, the
+        rest their own."""
+        out = [verdict(self.queue, packet_id, accept, mark)
+               for packet_id, accept, mark in single]
+        for packet_id, _, _ in single:
+            self._done(packet_id)
+        low, done = self.low, self.done
+        if low is None:
+            return out + [verdict(self.queue, packet_id) for packet_id in accepted]
+        start = low
+        ordered = sorted(accepted, key=lambda packet_id: (packet_id - start) & ID_MASK)
+        taken = 0
+        while True:
+            if low in done:
+                done.discard(low)
+            elif taken < len(ordered) and ordered[taken] == low:
+                taken += 1
+            else:
+                break
+            low = (low + 1) & ID_MASK
+        self.low = low
+        if taken:
+            out.append(verdict_up_to(self.queue, ordered[taken - 1]))
+        for packet_id in ordered[taken:]:
+            out.append(verdict(self.queue, packet_id))
+            self._done(packet_id)
+        return out
+
+    def _done(self, packet_id: int) -> None:
+        if self.low is not None and (packet_id - self.low) & ID_MASK < ID_WINDOW:
+            self.done.add(packet_id)
