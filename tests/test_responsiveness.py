@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -96,6 +97,22 @@ def test_steady_goodput_saturates_after_mad_intervals_then_responsiveness_does()
     assert result.trimmed_ms == {CONNECT: 1.0, FOREIGN: 2.0, LOADED: 10.0}
     assert result.rpm == (60000 / 1.5 + 60000 / 10) / 2 and result.rating == "Excellent"
     assert result.probes == {CONNECT: 40, FOREIGN: 40, LOADED: 40}  # the last MAD intervals
+
+
+def test_a_run_both_ways_keeps_each_directions_goodput_over_the_drafts_window():
+    run = ResponsivenessRun(RpmParameters(interval=0.5))
+    for index, (up, down) in enumerate([(100, 300), (200, 600), (300, 900), (400, 1200),
+                                        (500, 1500)]):
+        run.end_interval(up + down, index + 1, (up, down))
+    last = run.intervals[-1]
+    assert (last.uplink, last.downlink, last.goodput) == (8000, 24000, 32000)  # bits/s
+    result = run.result()
+    assert result.uplink_goodput == (200 + 300 + 400 + 500) * 8 / 0.5 / 4  # the last MAD
+    assert result.downlink_goodput == 3 * result.uplink_goodput
+    assert result.uplink_goodput + result.downlink_goodput == result.goodput
+    one_way = ResponsivenessRun(RpmParameters())
+    one_way.end_interval(1000, 1)
+    assert one_way.result().uplink_goodput is None and one_way.intervals[0].uplink is None
 
 
 def test_growing_goodput_is_not_saturated_and_a_short_run_has_low_confidence():
@@ -235,6 +252,34 @@ def test_an_rpm_run_ramps_connections_and_reports_the_drafts_numbers(server, dir
 
 
 @pytest.mark.loopback
+def test_an_rpm_run_with_bidir_loads_both_ways_at_once(server):
+    """--rpm --bidir (networkQuality's default): a connection each way at each step, both
+    directions' goodput in every interval and in the result, their sum the goodput."""
+    _, port = server
+    done = rpm_run(port, "-t", "3", "-J", "--bidir")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["start"]["responsiveness"]["direction"] == "both"
+    intervals = document["intervals"]
+    assert [i["connections"] for i in intervals[:3]] == [1, 2, 3]  # each way
+    for interval in intervals:
+        assert interval["uplink"] > 50e6 and interval["downlink"] > 50e6, interval
+        assert interval["uplink"] + interval["downlink"] == pytest.approx(interval["goodput"])
+    end = document["end"]["responsiveness"]
+    assert end["uplink_goodput"] > 50e6 and end["downlink_goodput"] > 50e6
+    assert end["uplink_goodput"] + end["downlink_goodput"] == pytest.approx(end["goodput"])
+    assert end["probes"][LOADED] >= 4 and end["rpm"] > 0
+    text = rpm_run(port, "-t", "2", "--bidir")
+    assert text.returncode == 0, text.stderr
+    assert ": upload and download at once, intervals of 0.25 s" in text.stdout
+    assert re.search(r"Goodput: .* \(up .*, down .*\) over \d+ load-generating connections "
+                     r"each way", text.stdout), text.stdout
+    one_way = json.loads(rpm_run(port, "-t", "2", "-J").stdout)
+    assert "uplink_goodput" not in one_way["end"]["responsiveness"]
+    assert "uplink" not in one_way["intervals"][0]
+
+
+@pytest.mark.loopback
 def test_an_rpm_run_with_a_shared_secret_and_one_without_it(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("correct horse battery staple\n")
@@ -319,7 +364,7 @@ def test_hostile_load_connections_end_alone_and_leave_nothing_behind(server):
 @pytest.mark.parametrize("flags, message", [
     (["--rpm", "-u"], "--rpm runs the draft's own TCP load and probes: it cannot be "
                       "combined with -u"),
-    (["--rpm", "-P", "2", "--bidir"], "combined with --bidir, -P"),
+    (["--rpm", "-P", "2", "--bidir"], "combined with -P"),
     (["--rpm", "--iperf3"], "combined with --iperf3"),
     (["--rpm", "-t", "1", "--rpm-interval", "0.6"], "--rpm needs at least two intervals"),
     (["--rpm-interval", "1"], "--rpm-interval is an --rpm option"),

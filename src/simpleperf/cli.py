@@ -301,7 +301,8 @@ def _add_native_options(native) -> None:
     native.add_argument("--rpm", action="store_true", help="responsiveness under working "
                         "conditions (draft-ietf-ippm-responsiveness): load-generating "
                         "connections added until goodput and round trips are stable, in "
-                        "round trips per minute; -R for download, -t the time limit "
+                        "round trips per minute; -R for download, --bidir both at once, -t the "
+                        "time limit "
                         f"(default {DEFAULT_RPM_SECONDS:g} s)")
     native.add_argument("--rpm-interval", help="--rpm: seconds per interval of the draft's "
                         f"algorithm (default {DEFAULT_RPM_INTERVAL:g}; the draft's table says 5)")
@@ -526,7 +527,7 @@ def _check_rpm(options: ClientOptions, args: argparse.Namespace) -> ClientOption
             raise UsageError("--rpm-interval is an --rpm option")
         return options
     used = [flag for given, flag in (
-        (options.udp, "-u"), (options.bidir, "--bidir"), (options.rtt, "--rtt"),
+        (options.udp, "-u"), (options.rtt, "--rtt"),
         (options.probe, "--probe"), (options.iperf3, "--iperf3"),
         (options.iperf2, "--iperf2"), (options.parallel > 1, "-P"),
         (options.rate is not None, "-b"),

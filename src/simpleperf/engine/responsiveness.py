@@ -83,6 +83,8 @@ class IntervalRecord:
     moving_goodput: float  # bits/s over the last MAD intervals
     rpm: float | None  # responsiveness over the last MAD intervals' probes, once measured
     probes: int  # probes of every kind that came back in this interval
+    uplink: float | None = None  # bits/s of this interval's goodput each way, when the
+    downlink: float | None = None  # load runs both ways at once (--bidir)
 
 
 @dataclass
@@ -99,6 +101,8 @@ class RpmResult:
     probes: dict[str, int]
     unanswered: int = 0  # foreign probes given up after their time
     intervals: list[IntervalRecord] = field(default_factory=list)
+    uplink_goodput: float | None = None  # each way over the last MAD intervals (--bidir)
+    downlink_goodput: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,9 +139,12 @@ class ResponsivenessRun:
         share = p.capacity_share * self.intervals[-1].moving_goodput / 8
         return max(1.0, min(p.max_probes, share / (FOREIGN_PROBE_BYTES + SELF_PROBE_BYTES)))
 
-    def end_interval(self, moved: int, connections: int) -> int:
-        """Close the current interval (`moved` bytes over `connections`); the number of
-        load-generating connections to add before the next one."""
+    def end_interval(self, moved: int, connections: int,
+                     split: tuple[int, int] | None = None) -> int:
+        """Close the current interval (`moved` bytes over `connections`; `split`: of them,
+        uplink and downlink bytes, when the load runs both ways, whose connections each
+        direction has as many of: `connections` counts one direction's); the number of
+        load-generating connections to add (each way) before the next one."""
         p = self.parameters
         index = len(self.intervals)
         recent = [record.bytes for record in self.intervals[-(p.mad - 1):]] if p.mad > 1 \
@@ -146,6 +153,8 @@ class ResponsivenessRun:
         moving = sum(window) * 8 / (len(window) * p.interval)
         record = IntervalRecord(index, connections, moved, moved * 8 / p.interval, moving,
                                 None, sum(len(v) for v in self._probes[-1].values()))
+        if split is not None:
+            record.uplink, record.downlink = (part * 8 / p.interval for part in split)
         self.intervals.append(record)
         if not self.goodput_saturated:
             self._goodputs.append(moving)
@@ -199,7 +208,15 @@ class ResponsivenessRun:
             trimmed_ms={kind: trimmed_mean(values, p.trim)
                         for kind, values in samples.items() if values},
             probes={kind: len(values) for kind, values in samples.items()},
-            unanswered=unanswered, intervals=list(self.intervals))
+            unanswered=unanswered, intervals=list(self.intervals),
+            uplink_goodput=self._moving("uplink"), downlink_goodput=self._moving("downlink"))
+
+    def _moving(self, direction: str) -> float | None:
+        """One direction's goodput over the last MAD intervals (None: not split)."""
+        window = [getattr(record, direction) for record in self.intervals[-self.parameters.mad:]]
+        if not window or None in window:
+            return None
+        return sum(window) / len(window)
 
 
 def _stable(values: list[float], p: RpmParameters) -> bool:

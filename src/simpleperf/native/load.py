@@ -40,6 +40,7 @@ class Run:
     connections: int = 0
     opened: int = 0
     moved: int = 0  # bytes of all the run's connections, both ways
+    both: bool = False  # its connections load both directions (--rpm --bidir)
     ended: str | None = None  # why the server ended it, once it has
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -91,7 +92,10 @@ class LoadService:
                 self.say(f"Responsiveness run from {peer}: "
                          f"{'download' if asked.download else 'upload'}, up to "
                          f"{asked.seconds} s")
-            _Connection(self, conn, run, data[size:]).serve()
+            elif asked.download != run.asked.download and not run.both:
+                run.both = True
+                self.say(f"Responsiveness run from {peer}: upload and download at once")
+            _Connection(self, conn, run, asked.download, data[size:]).serve()
         except (OSError, ProtocolError, _Ended):
             pass  # the client went, or spoke nonsense: its run goes on without it
         finally:
@@ -142,11 +146,12 @@ class _Connection:
     """One load connection: bulk and probe answers out (download), or bulk in and answers
     back (upload); until the client closes, the server stops or the run's limits end it."""
 
-    def __init__(self, service: LoadService, conn: socket.socket, run: Run,
+    def __init__(self, service: LoadService, conn: socket.socket, run: Run, download: bool,
                  initial: bytes) -> None:
         self.service = service
         self.conn = conn
         self.run = run
+        self.download = download  # its own direction: a run may load both (--bidir)
         self.reader = load.RecordReader()
         self.answers = bytearray()
         self._counted = 0
@@ -156,7 +161,7 @@ class _Connection:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.poller = select.poll()
         self.poller.register(conn, select.POLLIN | select.POLLOUT)
-        if run.asked.download:
+        if download:
             tcp.set_unsent_limit(conn, self.unsent.limit)
 
     def serve(self) -> None:
@@ -169,7 +174,7 @@ class _Connection:
                 if reason is not None:
                     _send_quietly(self.conn, load.refusal(reason))
                     return
-            if self.run.asked.download:
+            if self.download:
                 if not self._download_turn():
                     return
             elif not self._upload_turn():

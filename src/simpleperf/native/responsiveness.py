@@ -2,8 +2,10 @@
 draft-ietf-ippm-responsiveness measures it, against a simpleperf server.
 
 Load-generating connections (protocol/load.py) carry bulk data one way (the client sends;
-with -R the server does), one more each interval until the draft's algorithm
-(engine/responsiveness.py) finds goodput and then responsiveness stable, or -t runs out.
+with -R the server does; with --bidir both at once, as many connections each way, as
+Apple's networkQuality runs by default), one more (each way) each interval until the
+draft's algorithm (engine/responsiveness.py) finds goodput and then responsiveness stable,
+or -t runs out.
 Alongside, probe pairs: a foreign probe opens a new connection to the server's echo service
 (the handshake's time is the draft's tcp_f) and makes one round trip on it (http_f); a self
 probe is a record sent on a load-generating connection, answered behind the bulk data that
@@ -68,9 +70,9 @@ class LoadConnection:
     """One load-generating connection, driven by ProbeLoop's selector loop: connecting,
     then its request sent and the server's answer awaited, then load and self probes."""
 
-    def __init__(self, options: ClientOptions, address: tuple, family: int, request: bytes
-                 ) -> None:
-        self.download = options.reverse
+    def __init__(self, options: ClientOptions, address: tuple, family: int, request: bytes,
+                 download: bool) -> None:
+        self.download = download
         self.secret = options.secret
         self.sock = _connecting(address, family, options, options.window, options.congestion)
         self.deadline = time.monotonic() + options.connect_timeout
@@ -194,10 +196,11 @@ class ProbeLoop:
                  connections: int) -> None:
         self.options = options
         self.address, self.family = address, family
-        self.download = options.reverse
+        # which ways the load runs (download: the server sends); --bidir both at once
+        self.directions = (False, True) if options.bidir else (options.reverse,)
         self.token = os.urandom(load.TOKEN_SIZE)
         self.seconds = seconds
-        self.max_connections = connections
+        self.max_connections = connections * len(self.directions)
         self.connections: list[LoadConnection] = []
         self.foreign: list[ForeignProbe] = []
         self.selector = selectors.DefaultSelector()
@@ -214,15 +217,18 @@ class ProbeLoop:
         self._thread = threading.Thread(target=self._loop, name="rpm load", daemon=True)
 
     def open(self, count: int) -> None:
-        """`count` more load-generating connections, begun in the loop (whose failure, a
-        refusal among them, ends the run)."""
-        request = load.request(self.token, self.download, self.seconds, self.max_connections,
-                               self.options.secret, self.options.congestion)
+        """`count` more load-generating connections each way the load runs, begun in the
+        loop (whose failure, a refusal among them, ends the run)."""
         with self.lock:
             for _ in range(count):
-                connection = LoadConnection(self.options, self.address, self.family, request)
-                self.connections.append(connection)
-                self.selector.register(connection.sock, connection.events, connection)
+                for download in self.directions:
+                    request = load.request(self.token, download, self.seconds,
+                                           self.max_connections, self.options.secret,
+                                           self.options.congestion)
+                    connection = LoadConnection(self.options, self.address, self.family,
+                                                request, download)
+                    self.connections.append(connection)
+                    self.selector.register(connection.sock, connection.events, connection)
         self._wake()
         if not self._thread.is_alive():
             self._thread.start()
@@ -240,9 +246,18 @@ class ProbeLoop:
         with self.lock:
             return sum(connection.accepted for connection in self.connections)
 
-    def moved(self) -> int:
+    def moved(self) -> tuple[int, int]:
+        """Bytes of load moved so far: (uplink, downlink)."""
         with self.lock:
-            return sum(connection.moved() for connection in self.connections)
+            moved = [(connection.download, connection.moved())
+                     for connection in self.connections]
+        return (sum(size for download, size in moved if not download),
+                sum(size for download, size in moved if download))
+
+    def opened(self) -> int:
+        """Load-generating connections opened so far, each way the load runs."""
+        with self.lock:
+            return len(self.connections) // len(self.directions)
 
     def take_samples(self) -> dict[str, list[float]]:
         with self.lock:
@@ -396,7 +411,7 @@ def _ramp(probes: ProbeLoop, ramp: ResponsivenessRun, parameters: RpmParameters,
           limit: float, out: Callable[[str], None], options: ClientOptions) -> None:
     """Interval by interval until stable, -t is over, or a connection or probe fails."""
     began = time.monotonic()
-    before = 0
+    before = (0, 0)
     while True:
         end = began + (len(ramp.intervals) + 1) * parameters.interval
         while time.monotonic() < end:
@@ -407,9 +422,9 @@ def _ramp(probes: ProbeLoop, ramp: ResponsivenessRun, parameters: RpmParameters,
         for kind, values in probes.take_samples().items():
             for milliseconds in values:
                 ramp.add_probe(kind, milliseconds)
-        with probes.lock:
-            opened = len(probes.connections)
-        add = ramp.end_interval(moved - before, opened)
+        up, down = moved[0] - before[0], moved[1] - before[1]
+        add = ramp.end_interval(up + down, probes.opened(),
+                                (up, down) if len(probes.directions) > 1 else None)
         probes.rate = ramp.probe_rate()
         before = moved
         if not options.json:

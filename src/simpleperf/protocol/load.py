@@ -2,11 +2,11 @@
 in and out, never a socket.
 
 A load connection opens with the native preface of kind L, then one request: the run's
-16-byte token (every connection of one run carries the same), the direction (the client
-sends, or the server does), the run's time limit in whole seconds, how many connections
-it may open and the congestion control both ends use (-C; NUL-padded, empty for the
-system's own); with a shared secret, a 16-byte tag over those bytes follows. Then records both
-ways, each a kind byte and a 4-byte length:
+16-byte token (every connection of one run carries the same), the connection's direction
+(the client sends, or the server does: a --bidir run has both), the run's time limit in
+whole seconds, how many connections it may open and the congestion control both ends use
+(-C; NUL-padded, empty for the system's own); with a shared secret, a 16-byte tag over
+those bytes follows. Then records both ways, each a kind byte and a 4-byte length:
 
 - bulk (B): the load itself, bytes nobody reads;
 - probe (P): a self probe, 16 bytes (as an echo probe: number and the sender's clock) and,

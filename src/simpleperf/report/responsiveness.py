@@ -23,12 +23,16 @@ from .json import identity
 
 
 def _direction(options: ClientOptions) -> str:
-    return "download" if options.reverse else "upload"
+    return "both" if options.bidir else "download" if options.reverse else "upload"
+
+
+def _direction_text(options: ClientOptions) -> str:
+    return "upload and download at once" if options.bidir else _direction(options)
 
 
 def header(options: ClientOptions, parameters: RpmParameters, limit: float) -> str:
     return (f"Responsiveness (draft-ietf-ippm-responsiveness) to {options.host} port "
-            f"{options.port}: {_direction(options)}, intervals of {parameters.interval:g} s, "
+            f"{options.port}: {_direction_text(options)}, intervals of {parameters.interval:g} s, "
             f"at most {limit:g} s\n"
             "Interval          Conns  Goodput          Moving average     RPM")
 
@@ -46,8 +50,14 @@ def interval_line(record: IntervalRecord, parameters: RpmParameters, unit: str) 
 
 
 def summary_lines(result: RpmResult, idle: tuple[float, float], unit: str) -> list[str]:
-    lines = [f"Goodput: {_rate(result.goodput, unit)} over {result.connections} "
-             f"load-generating connections (confidence {result.goodput_confidence})"]
+    if result.uplink_goodput is not None and result.downlink_goodput is not None:
+        lines = [f"Goodput: {_rate(result.goodput, unit)} (up {_rate(result.uplink_goodput, unit)}"
+                 f", down {_rate(result.downlink_goodput, unit)}) over {result.connections} "
+                 f"load-generating connections each way (confidence "
+                 f"{result.goodput_confidence})"]
+    else:
+        lines = [f"Goodput: {_rate(result.goodput, unit)} over {result.connections} "
+                 f"load-generating connections (confidence {result.goodput_confidence})"]
     if result.rpm is None:
         lines.append("Responsiveness: not measured (no probe of some kind came back)")
     else:
@@ -69,6 +79,10 @@ def document(options: ClientOptions, parameters: RpmParameters, limit: float,
     """One JSON document: start (what ran), intervals, end (the result)."""
     end: dict[str, Any] = result.as_dict()
     intervals = end.pop("intervals")
+    if not options.bidir:  # one direction: its goodput is the goodput
+        for item in (end, *intervals):
+            for key in ("uplink", "downlink", "uplink_goodput", "downlink_goodput"):
+                item.pop(key, None)
     value: dict[str, Any] = {
         "start": {**identity(time.time()),
                   "connecting_to": {"host": options.host, "port": options.port},
