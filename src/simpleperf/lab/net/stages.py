@@ -120,7 +120,8 @@ def queue_runner(shaping: Shaping, backend: str, routed: bool) -> str:
     why = "netem shaper" if backend == "netem" else (
         "a switch's port" if not routed else "no own implementation")
     if shaping.qdisc == "classes":
-        return f"classes: the kernel's htb, a class per DSCP aggregate ({why})"
+        return (f"classes: the kernel's htb, a class per DSCP aggregate, EF policed by a tbf "
+                f"({why})")
     return f"{shaping.qdisc}: the kernel's sch_{shaping.qdisc} ({why})"
 
 
