@@ -50,14 +50,12 @@ def interval_line(record: IntervalRecord, parameters: RpmParameters, unit: str) 
 
 
 def summary_lines(result: RpmResult, idle: tuple[float, float], unit: str) -> list[str]:
-    if result.uplink_goodput is not None and result.downlink_goodput is not None:
-        lines = [f"Goodput: {_rate(result.goodput, unit)} (up {_rate(result.uplink_goodput, unit)}"
-                 f", down {_rate(result.downlink_goodput, unit)}) over {result.connections} "
-                 f"load-generating connections each way (confidence "
-                 f"{result.goodput_confidence})"]
-    else:
-        lines = [f"Goodput: {_rate(result.goodput, unit)} over {result.connections} "
-                 f"load-generating connections (confidence {result.goodput_confidence})"]
+    both = result.uplink_goodput is not None and result.downlink_goodput is not None
+    split = (f" (up {_rate(result.uplink_goodput or 0.0, unit)}, down "
+             f"{_rate(result.downlink_goodput or 0.0, unit)})" if both else "")
+    lines = [f"Goodput: {_rate(result.goodput, unit)}{split} over {result.connections} "
+             f"load-generating connections{' each way' if both else ''} (confidence "
+             f"{result.goodput_confidence})"]
     if result.rpm is None:
         lines.append("Responsiveness: not measured (no probe of some kind came back)")
     else:
