@@ -115,6 +115,26 @@ def test_a_run_both_ways_keeps_each_directions_goodput_over_the_drafts_window():
     assert one_way.result().uplink_goodput is None and one_way.intervals[0].uplink is None
 
 
+def test_a_run_both_ways_names_a_direction_that_moved_nothing():
+    """A server that loads one way only (one before --rpm --bidir) ends the run: the
+    direction that moved nothing in the first intervals is named; one that moved at all,
+    or a one-way run, is not."""
+    for split, idle in [((0, 500), "up"), ((500, 0), "down"), ((1, 500), None)]:
+        run = ResponsivenessRun(RpmParameters())
+        run.end_interval(sum(split), 1, split)
+        assert run.idle_direction() is None  # one interval is not enough to tell
+        run.end_interval(sum(split), 2, split)
+        assert run.idle_direction() == idle
+    late = ResponsivenessRun(RpmParameters())
+    for split in [(0, 500), (0, 500), (10, 500)]:
+        late.end_interval(sum(split), 1, split)
+    assert late.idle_direction() is None  # it moved up in the third
+    one_way = ResponsivenessRun(RpmParameters())
+    for _ in range(3):
+        one_way.end_interval(500, 1)
+    assert one_way.idle_direction() is None
+
+
 def test_growing_goodput_is_not_saturated_and_a_short_run_has_low_confidence():
     run = ResponsivenessRun(RpmParameters())
     for index in range(6):

@@ -74,6 +74,9 @@ class RpmParameters:
     capacity_share: float = 0.05  # PTC
 
 
+IDLE_INTERVALS = 2  # a run both ways ends when a direction moved nothing in as many
+
+
 @dataclass
 class IntervalRecord:
     index: int
@@ -167,6 +170,19 @@ class ResponsivenessRun:
                 self.rpm_saturated = _stable(self._rpms, p)
         self._probes.append(self._no_probes())
         return max(0, min(p.increment, p.max_connections - connections))
+
+    def idle_direction(self) -> str | None:
+        """In a run both ways, the direction ("up" or "down") that has moved nothing in any
+        of its intervals, once IDLE_INTERVALS have closed (a server that loads one way
+        only); else None."""
+        split = [record for record in self.intervals if record.uplink is not None]
+        if len(split) < IDLE_INTERVALS:
+            return None
+        if not any(record.uplink for record in split):
+            return "up"
+        if not any(record.downlink for record in split):
+            return "down"
+        return None
 
     def window_samples(self) -> dict[str, list[float]]:
         """Every kind's probes of the last MAD closed intervals."""

@@ -81,20 +81,15 @@ class LoadService:
         except SimpleperfError as error:
             _send_quietly(conn, load.refusal(str(error)))
             return False
-        run, refusal = self._join(asked)
+        run, refusal, news = self._join(asked)
         if run is None:
             self.say(f"Load connection from {peer} refused: {refusal}")
             _send_quietly(conn, load.refusal(refusal or "refused"))
             return False
         try:
             conn.sendall(load.ACCEPT)
-            if run.opened == 1:
-                self.say(f"Responsiveness run from {peer}: "
-                         f"{'download' if asked.download else 'upload'}, up to "
-                         f"{asked.seconds} s")
-            elif asked.download != run.asked.download and not run.both:
-                run.both = True
-                self.say(f"Responsiveness run from {peer}: upload and download at once")
+            if news:
+                self.say(f"Responsiveness run from {peer}: {news}")
             _Connection(self, conn, run, asked.download, data[size:]).serve()
         except (OSError, ProtocolError, _Ended):
             pass  # the client went, or spoke nonsense: its run goes on without it
@@ -102,23 +97,32 @@ class LoadService:
             ended = self._leave(asked.token)
         return ended
 
-    def _join(self, asked: load.LoadRequest) -> tuple[Run | None, str | None]:
+    def _join(self, asked: load.LoadRequest) -> tuple[Run | None, str | None, str | None]:
+        """The run this connection joins, else why it is refused; and what the log says of
+        the run now that it has joined (its start, its turn to load both ways), if anything."""
         with self._lock:
             run = self._runs.get(asked.token)
             if run is None:
                 refusal = self.policy.admit("tcp", asked.connections, float(asked.seconds), 0)
                 if refusal is not None:
-                    return None, str(refusal)
+                    return None, str(refusal), None
                 run = Run(asked, time.monotonic(), self.policy.test_watch())
                 self._runs[asked.token] = run
             elif run.opened >= run.asked.connections:
                 return None, (f"the run already opened its {run.asked.connections} "
-                              "connections")
+                              "connections"), None
             elif run.ended is not None:
-                return None, run.ended
+                return None, run.ended, None
             run.connections += 1
             run.opened += 1
-            return run, None
+            news = None
+            if run.opened == 1:
+                news = (f"{'download' if asked.download else 'upload'}, up to "
+                        f"{asked.seconds} s")
+            elif asked.download != run.asked.download and not run.both:
+                run.both = True
+                news = "upload and download at once"
+            return run, None, news
 
     def _leave(self, token: bytes) -> bool:
         """A connection of the run is gone; True when it was the last."""

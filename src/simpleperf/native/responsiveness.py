@@ -425,10 +425,10 @@ def _ramp(probes: ProbeLoop, ramp: ResponsivenessRun, parameters: RpmParameters,
         up, down = moved[0] - before[0], moved[1] - before[1]
         add = ramp.end_interval(up + down, probes.opened(),
                                 (up, down) if len(probes.directions) > 1 else None)
-        if len(probes.directions) > 1 and len(ramp.intervals) >= 2 and 0 in moved:
-            probes.failure = ("nothing moved " + ("up" if not moved[0] else "down") +
-                              " in two intervals: does the server load both ways at once "
-                              "(a simpleperf server of this version)?")
+        if (idle := ramp.idle_direction()) is not None:
+            probes.failure = (f"nothing moved {idle} in {len(ramp.intervals)} intervals: does "
+                              "the server load both ways at once (a simpleperf server of this "
+                              "version)?")
         probes.rate = ramp.probe_rate()
         before = moved
         if not options.json:
