@@ -315,8 +315,8 @@ def capacity_checks(seconds: float) -> None:
 # The kernel's disciplines run in the emulated guest (scripts/netem-guest), whose one
 # emulated CPU does not carry 10 Mbit/s through a delay line and a sender at once.
 KERNEL_RATE = "2M"
-# CAKE drops only packets that waited over four frame times (24 ms at 2 Mbit/s), which the
-# emulated guest's late timers reach now and then; at 1 Mbit/s (48 ms) they seldom do.
+# CAKE once more at 1 Mbit/s, where a frame takes 12 ms (its drop threshold, four frame
+# times, 48 ms): the frame time on the wire matters there most (stages.cake_first).
 CAKE_SLOW_RATE = "1M"
 
 

@@ -6,6 +6,7 @@ import ipaddress
 import math
 import random
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -487,6 +488,32 @@ def test_cake_runs_alone_at_the_root_with_its_own_shaper_at_the_link_rate() -> N
     (root,) = stages.egress("w1b", shaping)
     assert root.command("add") == ("qdisc add dev w1b root handle 1: cake bandwidth "
                                    "10000000bit memlimit 151400 rtt 50000us")
+
+
+def test_the_kernels_cake_on_a_routed_link_comes_first_and_netem_gives_each_frame_its_time(
+        ) -> None:
+    """On the lab's wire (netem shaper) CAKE sits on the ifb behind the ingress and netem
+    at the egress after it, at the link's rate: CAKE's shaper sends a frame at the start of
+    its time on the wire, so netem gives the frame that time, as a wire of the rate would
+    (with the delay, jitter, in order, and loss). Other disciplines keep tbf and their queue
+    at the egress and netem on the ifb; containerlab's export keeps CAKE at the sender."""
+    cake = topology.reshape({"bw": "2M", "delay": "10ms", "jitter": "1ms", "loss": 1,
+                             "qdisc": "cake"}, "link x", topology.Shaping())
+    (after,) = stages.wire_stages("w1b", cake, "netem")
+    assert after.command("add") == ("qdisc add dev w1b root handle 1: netem limit 1000000 "
+                                    "delay 10000us 1000us distribution normal rate "
+                                    "2000000bit loss 1.000000%")
+    ip_lines, tc_lines = stages.ingress_netem("w1a", "ifb1a", cake, wire=True)
+    assert ip_lines == ["link add ifb1a type ifb", "link set ifb1a up"]
+    assert tc_lines[-1] == ("qdisc add dev ifb1a root handle 1: cake bandwidth 2000000bit "
+                            "memlimit 1514000")
+    assert stages.wire_stages("w1b", cake, "own") == ()  # the own CAKE, in the delay line
+    _, exported = stages.ingress_netem("eth1", "ifb1", cake)
+    assert "netem" in exported[-1] and "rate 2000000bit" not in exported[-1]
+    assert [q.kind for q in stages.egress("eth1", cake)] == ["cake"]
+    codel = replace(cake, qdisc="codel")
+    assert [q.kind for q in stages.wire_stages("w1b", codel, "netem")] == ["tbf", "codel"]
+    assert "netem" in stages.ingress_netem("w1a", "ifb1a", codel, wire=True)[1][-1]
 
 
 def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_afresh() -> None:

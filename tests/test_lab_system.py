@@ -550,16 +550,19 @@ def test_a_links_queue_discipline_runs_in_the_kernel_or_the_delay_line():
     """With netem (the guest's kernel): the kernel's discipline below the rate limiter with
     the link's limit and tuning, and `link set` swaps it for another kind and back. With the
     own shaper: the lab's own in the delay line (no kernel stage at the port), which `link
-    set` hands back to the kernel's pfifo and takes again. CAKE: the kernel's alone at the
-    root with its own shaper, or the own in the delay line. `lab status` says which runs."""
+    set` hands back to the kernel's pfifo and takes again. CAKE: the kernel's first (on the
+    ifb behind the ingress, its own shaper at the rate) and netem after it at the link's
+    rate, or the own in the delay line. `lab status` says which runs."""
 
     lab("up", "pair", "--rate", "10M", "--queue", "100", "--delay", "1ms", "--qdisc",
         "fq_codel", "--ecn", "--target", "2ms")
     try:
+        def shown(device: str) -> str:
+            return subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", device],
+                                  capture_output=True, text=True, check=True).stdout
+
         def queue() -> str:
-            shown = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
-                                   capture_output=True, text=True, check=True).stdout
-            return "\n".join(x for x in shown.splitlines() if "parent 1:1" in x)
+            return "\n".join(x for x in shown("w1b").splitlines() if "parent 1:1" in x)
 
         def delay_line_plan() -> dict:
             plans = [entry for path in ownership.RECORD_DIR.glob("pair.delayline*.json")
@@ -593,15 +596,20 @@ def test_a_links_queue_discipline_runs_in_the_kernel_or_the_delay_line():
         lab("link", "h1-h2", "set", "--qdisc", "droptail")
         assert "pfifo 10: parent 1:1 limit 100p" in queue()
         lab("link", "h1-h2", "set", "--qdisc", "cake")
-        if session_shaper() == "netem":  # CAKE alone at the root, its shaper at the rate
-            shown = subprocess.run(["tc", "-n", "pair-wire", "qdisc", "show", "dev", "w1b"],
-                                   capture_output=True, text=True, check=True).stdout
-            assert re.search(r"qdisc cake 1: root .*bandwidth 10Mbit", shown), shown
+        if session_shaper() == "netem":  # CAKE first, its shaper at the rate; then netem
+            assert re.search(r"qdisc cake 1: root .*bandwidth 10Mbit", shown("ifb1a")), \
+                shown("ifb1a")
+            assert re.search(r"qdisc netem 1: root .*delay 1ms rate 10Mbit", shown("w1b")), \
+                shown("w1b")
         else:
             assert delay_line_plan()["qdisc"] == "cake" and queue() == ""
         assert in_node("h1", "ping", "-c", "2", "-i", "0.2", "10.0.0.2").returncode == 0
         lab("link", "h1-h2", "set", "--qdisc", "droptail")
         assert "pfifo 10: parent 1:1 limit 100p" in queue()
+        if session_shaper() == "netem":  # the ifb holds netem again, and only it
+            assert re.fullmatch(r"qdisc netem 1: root refcnt \d+ limit 1000000 delay 1ms\s*",
+                                shown("ifb1a")), shown("ifb1a")
+        assert in_node("h1", "ping", "-c", "2", "-i", "0.2", "10.0.0.2").returncode == 0
     finally:
         lab("down", "pair", check=False)
 

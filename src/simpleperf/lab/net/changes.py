@@ -210,7 +210,7 @@ def _reshape(record: ownership.LabRecord, model: Topology, before: Link, after: 
             _replace_stages(wire, stages.wire_stages(egress, old, record.backend),
                             stages.wire_stages(egress, new, record.backend))
             if record.backend == "netem":
-                _replace_netem(wire, ingress, new)
+                _replace_ifb(wire, ingress, old, new)
         if record.backend != "netem":
             _own_shaper(record, replace(now, links=tuple(
                 after if x.name == link.name else x for x in now.links)), link, after)
@@ -224,7 +224,7 @@ def _replace_stages(namespace: str, before: tuple[stages.Stage, ...],
     (DiffServ classes) on either side is removed whole and the new stages added."""
     if before == after:
         return
-    trees = len(before) != 2 or len(after) != 2  # a class tree, or CAKE alone at the root
+    trees = len(before) != 2 or len(after) != 2  # a class tree, CAKE, netem after CAKE
     if not after or (before and trees):
         lines = [f"qdisc del dev {before[0].device} root"]
         lines += [stage.command("add") for stage in after]
@@ -242,19 +242,25 @@ def _replace_stages(namespace: str, before: tuple[stages.Stage, ...],
     run(["ip", "netns", "exec", namespace, "tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 
-def _replace_netem(wire: str, ingress: str, shaping: Shaping) -> None:
+def _replace_ifb(wire: str, ingress: str, before: Shaping, after: Shaping) -> None:
+    """The ifb behind a wire port's ingress from `before` to `after`: netem (delay, jitter,
+    loss) or the kernel's CAKE where it comes first (stages.cake_first); a qdisc of
+    another kind is removed and the new one added."""
     device = build.ifb_of(ingress)
     exists = run(["ip", "-n", wire, "link", "show", device], check=False).returncode == 0
-    if not exists:  # built without netem: build this direction's now, if it needs one
+    if not exists:  # built without one: build this direction's now, if it needs one
         scratch = build.NamespacePlan()
-        build.netem_direction(scratch, ingress, shaping)
+        build.netem_direction(scratch, ingress, after)
         if scratch.tc:
             run(["ip", "netns", "exec", wire, "sh", "-c",
                  build.NamespacePlan(ip_first=scratch.ip_first, tc=scratch.tc).script()])
         return
-    qdisc = stages.netem(device, shaping, keep=True)
+    qdisc = stages.ifb_stage(device, after, keep=True)
     assert qdisc is not None
-    run(["ip", "netns", "exec", wire, "tc", "-batch", "-"], stdin=qdisc.command("replace") + "\n")
+    lines = [qdisc.command("replace")]
+    if stages.cake_first(before) != stages.cake_first(after):
+        lines = [f"qdisc del dev {device} root", qdisc.command("add")]
+    run(["ip", "netns", "exec", wire, "tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 
 def _own_shaper(record: ownership.LabRecord, changed: Topology, link: Link, after: Link

@@ -122,6 +122,9 @@ def queue_runner(shaping: Shaping, backend: str, routed: bool) -> str:
     if shaping.qdisc == "classes":
         return (f"classes: the kernel's htb, a class per DSCP aggregate, EF policed by a tbf "
                 f"({why})")
+    if routed and cake_first(shaping):
+        return (f"{shaping.qdisc}: the kernel's sch_{shaping.qdisc} ({why}), then netem giving "
+                "each frame its time at the rate")
     return f"{shaping.qdisc}: the kernel's sch_{shaping.qdisc} ({why})"
 
 
@@ -154,10 +157,26 @@ def delay_line_entry(namespace: str, queue: int, shaping: Shaping, backend: str
     return entry
 
 
+def cake_first(shaping: Shaping) -> bool:
+    """Does the kernel's CAKE come first on this routed direction, on the ifb behind the
+    wire port's ingress, with netem after it at the egress? CAKE's own shaper sends a
+    frame at the start of its time on the wire (it then waits that time before the next),
+    where tbf sends it at the end; a veth then delivers it at once, so CAKE at the egress
+    made the link a frame's time shorter than a wire of its rate (6 ms at 2 Mbit/s: four
+    flows' regime changed, docs/lab-shaping.md). netem after it gives every frame that
+    time at the link's rate, with the direction's delay, jitter and loss, as the own
+    shaper's wire does."""
+    return shaping.qdisc == "cake" and shaping.rate is not None
+
+
 def wire_stages(device: str, shaping: Shaping, backend: str) -> tuple[Stage, ...]:
     """The kernel's stages at a routed direction's egress (none where the own discipline
-    runs it)."""
-    return () if runs_own(shaping, backend) else egress(device, shaping)
+    runs it; netem where CAKE comes first)."""
+    if runs_own(shaping, backend):
+        return ()
+    if cake_first(shaping):
+        return (_netem(device, shaping, int(shaping.rate or 0)),)
+    return egress(device, shaping)
 
 
 def egress(device: str, shaping: Shaping) -> tuple[Stage, ...]:
@@ -267,21 +286,40 @@ def netem(device: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
     none of them, unless `keep` (a running link's netem stays, doing nothing)."""
     if not (shaping.delay or shaping.jitter or shaping.loss):
         return Qdisc(device, "1:", "netem", NO_DELAY) if keep else None
+    return _netem(device, shaping)
+
+
+def _netem(device: str, shaping: Shaping, rate: int | None = None) -> Qdisc:
+    """netem's words for the direction's delay, jitter and loss; with `rate`, each frame
+    also takes its time at that rate (which keeps jitter in order)."""
     options = f"limit 1000000 delay {shaping.delay * 1e6:.0f}us"
     if shaping.jitter:
         options += f" {shaping.jitter * 1e6:.0f}us distribution normal"
-        if not shaping.reorder:
-            options += f" rate {NETEM_IN_ORDER_RATE}"
+    if rate is not None:
+        options += f" rate {rate}bit"
+    elif shaping.jitter and not shaping.reorder:
+        options += f" rate {NETEM_IN_ORDER_RATE}"
     if shaping.loss:
         options += f" loss {shaping.loss * 100:.6f}%"
     return Qdisc(device, "1:", "netem", options)
 
 
-def ingress_netem(ingress: str, ifb: str, shaping: Shaping) -> tuple[list[str], list[str]]:
+def ifb_stage(ifb: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
+    """What the ifb behind a routed direction's ingress holds: the kernel's CAKE where it
+    comes first (cake_first), else netem for its delay, jitter and loss (see netem)."""
+    if cake_first(shaping):
+        return Qdisc(ifb, "1:", "cake", _cake_options(shaping, int(shaping.rate or 0)))
+    return netem(ifb, shaping, keep)
+
+
+def ingress_netem(ingress: str, ifb: str, shaping: Shaping, wire: bool = False
+                  ) -> tuple[list[str], list[str]]:
     """Delay, jitter and loss for what arrives at `ingress`: netem on the ifb `ifb` that
-    its ingress redirects everything to. The lines for `ip -batch` and for `tc -batch`
-    (none for a direction without delay, jitter or loss)."""
-    qdisc = netem(ifb, shaping)
+    its ingress redirects everything to; at the lab's `wire` port, where that ifb comes
+    before the direction's egress, the kernel's CAKE where it comes first (ifb_stage).
+    The lines for `ip -batch` and for `tc -batch` (none for a direction that needs
+    neither)."""
+    qdisc = ifb_stage(ifb, shaping) if wire else netem(ifb, shaping)
     if qdisc is None:
         return [], []
     return ([f"link add {ifb} type ifb", f"link set {ifb} up"],
