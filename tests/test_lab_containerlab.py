@@ -73,7 +73,6 @@ any_ect = true
 bw = "30M"
 delay = "7ms"
 jitter = "2ms"
-reorder = true
 qdisc = "cake"
 interval = "40ms"
 max_queue_size = 300
@@ -83,7 +82,14 @@ a_address = "10.0.2.1/24"
 b = "h2"
 b_address = "10.0.2.2/24"
 a_to_b = { bw = "10M", qdisc = "classes", max_queue_size = 60 }
-b_to_a = { bw = "12M", qdisc = "pie", tupdate = "20ms", ecn = true, delay = "2ms" }
+[links.b_to_a]
+bw = "12M"
+qdisc = "pie"
+tupdate = "20ms"
+ecn = true
+delay = "2ms"
+jitter = "1ms"
+reorder = true
 [[links]]
 a = "r2"
 a_address = "10.0.3.1/24"

@@ -315,11 +315,17 @@ def ifb_stage(ifb: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
 def ingress_netem(ingress: str, ifb: str, shaping: Shaping, wire: bool = False
                   ) -> tuple[list[str], list[str]]:
     """Delay, jitter and loss for what arrives at `ingress`: netem on the ifb `ifb` that
-    its ingress redirects everything to; at the lab's `wire` port, where that ifb comes
-    before the direction's egress, the kernel's CAKE where it comes first (ifb_stage).
-    The lines for `ip -batch` and for `tc -batch` (none for a direction that needs
-    neither)."""
-    qdisc = ifb_stage(ifb, shaping) if wire else netem(ifb, shaping)
+    its ingress redirects everything to. At the lab's `wire` port, where that ifb comes
+    before the direction's egress, the kernel's CAKE there where it comes first
+    (ifb_stage); at a receiver's interface (containerlab's), after the sender's CAKE,
+    netem that gives each frame its time at the rate (cake_first). The lines for `ip
+    -batch` and for `tc -batch` (none for a direction that needs neither)."""
+    if wire:
+        qdisc = ifb_stage(ifb, shaping)
+    elif cake_first(shaping):
+        qdisc = _netem(ifb, shaping, int(shaping.rate or 0))
+    else:
+        qdisc = netem(ifb, shaping)
     if qdisc is None:
         return [], []
     return ([f"link add {ifb} type ifb", f"link set {ifb} up"],
