@@ -186,9 +186,11 @@ def report(phases: list, end: float, goodput: list[dict], rtt: list[dict], inter
     failures = 0
     for host in SITES:
         for name, start, stop, path in bounds:
-            # A probe that began before the change, or while routing moved, is left out.
-            kept = [v for t, v in rates.get(host, []) if start + interval < t <= stop]
-            lat = [v for t, v in rtts.get(host, []) if start + interval < t <= stop]
+            # A probe that began before the change, or while routing moved, is left out, and
+            # so is one that may have run into the next change: a sample's time is its
+            # scrape's start, and the probe runs for up to an interval after it.
+            kept = [v for t, v in rates.get(host, []) if start + interval < t <= stop - interval]
+            lat = [v for t, v in rtts.get(host, []) if start + interval < t <= stop - interval]
             bottleneck, base = path[host]
             if not kept:
                 print(f"{SITES[host]:<5} {name:<7} {0:>6} {'-':>15}")
