@@ -316,7 +316,7 @@ def capacity_checks(seconds: float) -> None:
 # emulated CPU does not carry 10 Mbit/s through a delay line and a sender at once.
 KERNEL_RATE = "2M"
 # CAKE once more at 1 Mbit/s, where a frame takes 12 ms (its drop threshold, four frame
-# times, 48 ms): the frame time on the wire matters there most (stages.cake_first).
+# times, 48 ms).
 CAKE_SLOW_RATE = "1M"
 
 

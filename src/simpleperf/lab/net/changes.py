@@ -257,9 +257,10 @@ def _replace_ifb(wire: str, ingress: str, before: Shaping, after: Shaping) -> No
         return
     qdisc = stages.ifb_stage(device, after, keep=True)
     assert qdisc is not None
-    lines = [qdisc.command("replace")]
     if stages.cake_first(before) != stages.cake_first(after):
         lines = [f"qdisc del dev {device} root", qdisc.command("add")]
+    else:
+        lines = [qdisc.command("replace")]
     run(["ip", "netns", "exec", wire, "tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 

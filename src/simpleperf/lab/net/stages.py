@@ -175,7 +175,7 @@ def wire_stages(device: str, shaping: Shaping, backend: str) -> tuple[Stage, ...
     if runs_own(shaping, backend):
         return ()
     if cake_first(shaping):
-        return (_netem(device, shaping, int(shaping.rate or 0)),)
+        return (_netem_after_cake(device, shaping),)
     return egress(device, shaping)
 
 
@@ -189,7 +189,7 @@ def egress(device: str, shaping: Shaping) -> tuple[Stage, ...]:
     if shaping.qdisc == "classes":
         return class_tree(device, rate, burst, shaping.queue or DEFAULT_QUEUE)
     if shaping.qdisc == "cake":  # its own shaper at the rate, as CAKE is meant to run
-        return (Qdisc(device, "1:", "cake", _cake_options(shaping, rate)),)
+        return (_cake(device, shaping),)
     # tbf's own limit sizes a default byte queue that the pfifo replaces.
     bucket = Qdisc(device, "1:", "tbf", f"rate {rate}bit burst {burst} peakrate "
                    f"{int(PEAK_RATE)}bit mtu {SEGMENTING_MTU} limit 1000000")
@@ -304,11 +304,22 @@ def _netem(device: str, shaping: Shaping, rate: int | None = None) -> Qdisc:
     return Qdisc(device, "1:", "netem", options)
 
 
+def _netem_after_cake(device: str, shaping: Shaping) -> Qdisc:
+    """netem after the kernel's CAKE: the direction's delay, jitter and loss, and each frame
+    its time at the link's rate (cake_first)."""
+    return _netem(device, shaping, int(shaping.rate or 0))
+
+
+def _cake(device: str, shaping: Shaping) -> Qdisc:
+    """The kernel's CAKE at the root of `device`, its own shaper at the link's rate."""
+    return Qdisc(device, "1:", "cake", _cake_options(shaping, int(shaping.rate or 0)))
+
+
 def ifb_stage(ifb: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
     """What the ifb behind a routed direction's ingress holds: the kernel's CAKE where it
     comes first (cake_first), else netem for its delay, jitter and loss (see netem)."""
     if cake_first(shaping):
-        return Qdisc(ifb, "1:", "cake", _cake_options(shaping, int(shaping.rate or 0)))
+        return _cake(ifb, shaping)
     return netem(ifb, shaping, keep)
 
 
@@ -323,7 +334,7 @@ def ingress_netem(ingress: str, ifb: str, shaping: Shaping, wire: bool = False
     if wire:
         qdisc = ifb_stage(ifb, shaping)
     elif cake_first(shaping):
-        qdisc = _netem(ifb, shaping, int(shaping.rate or 0))
+        qdisc = _netem_after_cake(ifb, shaping)
     else:
         qdisc = netem(ifb, shaping)
     if qdisc is None:
