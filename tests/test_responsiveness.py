@@ -29,12 +29,12 @@ from simpleperf.engine.responsiveness import (
     LOW,
     MAX_RECORD,
     MEDIUM,
-    MIN_UNSENT,
     SELF_PROBE_BYTES,
+    LoadUnsentLimit,
     ResponsivenessRun,
     RpmParameters,
-    UnsentLimit,
 )
+from simpleperf.engine.unsent import MIN_UNSENT
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import load
 from simpleperf.protocol.native import ECHO_PROBE, LOAD, echo_probe, preface
@@ -407,7 +407,7 @@ def test_rpm_against_no_server_is_one_line():
 
 
 def test_a_load_sender_keeps_five_milliseconds_of_its_own_rate_unsent():
-    unsent = UnsentLimit()
+    unsent = LoadUnsentLimit()
     assert unsent.limit == INITIAL_UNSENT and not unsent.update(0.0, 0)
     assert not unsent.update(0.01, 10**6)  # within one sample: no new rate yet
     assert unsent.update(0.1, 1_250_000)  # 100 Mbit/s: 12.5 MB/s x 5 ms = 62.5 kB

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..stats import RPM_TRIM, responsiveness, rpm_rating, trimmed_mean
+from .unsent import MIN_UNSENT, UnsentLimit
 
 CONNECT, FOREIGN, LOADED = "connect", "foreign", "loaded"  # tcp_f, http_f, http_l
 PROBE_KINDS = (CONNECT, FOREIGN, LOADED)
@@ -21,36 +22,15 @@ LOW, MEDIUM, HIGH = "Low", "Medium", "High"
 # connection's own measured rate; a bulk record is no longer, so a self probe's answer
 # waits behind about 5 ms of data in the sender, not behind its whole socket buffer.
 REPLENISH_SECONDS = 0.005
-MIN_UNSENT = 1500  # about a segment: less would not fill one
 INITIAL_UNSENT = 11 * MIN_UNSENT  # 16.5 kB, until the rate is known
 MAX_RECORD = 43 * MIN_UNSENT  # 64.5 kB: a bulk record's largest (protocol/load.py caps above)
-MAX_UNSENT = 1 << 26  # 64 MiB, 5 ms at 100 Gbit/s
-RATE_SAMPLE_SECONDS = 0.05
 
 
-class UnsentLimit:
+class LoadUnsentLimit(UnsentLimit):
     """A load sender's unsent limit and bulk record size, from its own delivered bytes."""
 
     def __init__(self) -> None:
-        self.limit = INITIAL_UNSENT
-        self._sample: tuple[float, int] | None = None
-
-    def update(self, now: float, delivered: int) -> bool:
-        """Take a reading of the bytes the peer acknowledged so far; True when the limit
-        changed (then set it on the socket)."""
-        if self._sample is None:
-            self._sample = (now, delivered)
-            return False
-        began, before = self._sample
-        if now - began < RATE_SAMPLE_SECONDS:
-            return False
-        self._sample = (now, delivered)
-        rate = (delivered - before) / (now - began)
-        wanted = min(MAX_UNSENT, max(MIN_UNSENT, rate * REPLENISH_SECONDS))
-        limit = int(wanted // MIN_UNSENT) * MIN_UNSENT  # whole steps: fewer changes
-        changed = limit != self.limit
-        self.limit = limit
-        return changed
+        super().__init__(REPLENISH_SECONDS, INITIAL_UNSENT)
 
     @property
     def record(self) -> int:

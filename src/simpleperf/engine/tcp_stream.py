@@ -16,6 +16,7 @@ from ..transport import buffers, compiled, tcp, tcpinfo
 from . import timed_writes
 from .pacing import WriteTurns, wait_until
 from .records import IntervalRecord, Snapshot, Stream
+from .unsent import UnsentLimit, bulk_limit
 
 QUIET_SECONDS = 0.02  # a drained receiver: nothing unread, nothing new for this long
 ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
@@ -41,6 +42,10 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
         amount = size if amount is None else min(amount, size)
     elif spec.zerocopy:
         sender = buffers.FileSender(payload, sock)
+    # --tcp-write-prefetch sets the unsent limit once; else 50 ms of the rate (engine/unsent.py)
+    unsent = None if spec.write_prefetch else bulk_limit()
+    if unsent is not None:
+        tcp.set_unsent_limit(sock, unsent.limit)
     wait_until(start, stop)
     stream.first = time.monotonic()
     fastpath = compiled.module()
@@ -48,9 +53,9 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
         if fastpath is not None and spec.rate == 0 and stream.file is None:
             source = sender.source if isinstance(sender, buffers.FileSender) else -1
             _send_compiled(stream, payload, source, amount, deadline, stop, fastpath,
-                           spec.whole_segments)
+                           spec.whole_segments, unsent)
         else:
-            _send_turns(stream, spec, payload, sender, amount, deadline, stop)
+            _send_turns(stream, spec, payload, sender, amount, deadline, stop, unsent)
     finally:
         stream.last = time.monotonic()
         if sender is not None:
@@ -62,7 +67,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
 
 def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
                 sender: buffers.FileSender | buffers.DiskFileSender | None, amount: int | None,
-                deadline: float | None, stop: threading.Event) -> None:
+                deadline: float | None, stop: threading.Event,
+                unsent: UnsentLimit | None) -> None:
     """Write by write from Python, each when WriteTurns says (paced with -b)."""
     assert stream.first is not None
     send: Callable[[memoryview], int] = sender.send if sender is not None \
@@ -71,9 +77,12 @@ def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
     clock = time.monotonic
     sent = stream.num_bytes  # what went before the payload counts too (iperf2's header)
     while not stop.is_set():
-        turn = turns.take(clock(), sent)
+        now = clock()
+        turn = turns.take(now, sent)
         if turn is None:
             break
+        if unsent is not None and unsent.due(now):
+            _limit_unsent(stream.sock, unsent, now, sent)
         if not turn:
             continue
         chunk = payload if amount is None or amount - sent >= len(payload) \
@@ -87,10 +96,11 @@ def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
 
 def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int | None,
                    deadline: float | None, stop: threading.Event, fastpath,
-                   whole_segments: bool) -> None:
+                   whole_segments: bool, unsent: UnsentLimit | None) -> None:
     """Unpaced: the write loop in C (send, or with -Z sendfile from `source`), each write
     the payload or, without -l, as many whole segments as it holds (looked up again every
-    slice: the segment size grows as the peer's window opens)."""
+    slice: the segment size grows as the peer's window opens), and no more than `unsent`'s
+    limit."""
     send = fastpath.tcp_send
     sock = stream.sock
     fd = sock.fileno()
@@ -98,15 +108,32 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
     sent = stream.num_bytes  # what went before the payload counts too (iperf2's header)
     while not stop.is_set():
         limit = -1 if amount is None else amount - sent
-        if limit == 0 or (deadline is not None and time.monotonic() >= deadline):
+        now = time.monotonic()
+        if limit == 0 or (deadline is not None and now >= deadline):
             break
-        length = tcp.write_length(sock, len(payload), whole_segments)
+        if unsent is not None and unsent.due(now):
+            _limit_unsent(sock, unsent, now, sent)
+        # A write no longer than the unsent limit: one longer waits in send() for the path
+        # to take the rest (at 2 Mbit/s a 128 KiB write is half a second past -t).
+        size = len(payload) if unsent is None else min(len(payload), unsent.limit)
+        length = tcp.write_length(sock, size, whole_segments)
         moved, error = send(fd, payload, length, limit, until, compiled.SLICE_SECONDS,
                             source)
         sent += moved
         stream.num_bytes = sent
         if error:
             raise OSError(error, os.strerror(error))
+
+
+def _limit_unsent(sock: socket.socket, unsent: UnsentLimit, now: float, written: int) -> None:
+    """A reading of what the peer acknowledged (all written less what is not), and the
+    socket's unsent limit when it changed."""
+    try:
+        delivered = written - tcp.unacknowledged_bytes(sock)
+    except OSError:  # the connection failed: the write says how
+        return
+    if unsent.update(now, delivered):
+        tcp.set_unsent_limit(sock, unsent.limit)
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:

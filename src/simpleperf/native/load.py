@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..engine.responsiveness import UnsentLimit
+from ..engine.responsiveness import LoadUnsentLimit
 from ..errors import ProtocolError, SimpleperfError
 from ..options import SERVER_OVERRUN_SECONDS
 from ..policy import ServerPolicy, TestWatch
@@ -160,7 +160,7 @@ class _Connection:
         self.answers = bytearray()
         self._counted = 0
         self._take(initial)
-        self.unsent = UnsentLimit()
+        self.unsent = LoadUnsentLimit()
         # A probe's answer must not wait for an acknowledgement behind a short segment.
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.poller = select.poll()

@@ -29,9 +29,9 @@ from ..engine.responsiveness import (
     FOREIGN,
     LOADED,
     PROBE_KINDS,
+    LoadUnsentLimit,
     ResponsivenessRun,
     RpmParameters,
-    UnsentLimit,
 )
 from ..errors import Interrupted, ProtocolError, ReportedError, SimpleperfError
 from ..options import ClientOptions
@@ -84,7 +84,7 @@ class LoadConnection:
         self.started: dict[int, int] = {}  # probe number -> when it was asked, ns
         self._acked_at_start = 0
         self._written = 0
-        self.unsent = UnsentLimit()
+        self.unsent = LoadUnsentLimit()
 
     @property
     def events(self) -> int:
