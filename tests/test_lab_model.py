@@ -504,17 +504,21 @@ def test_the_kernels_cake_on_a_routed_link_comes_first_and_netem_gives_each_fram
     assert after.command("add") == ("qdisc add dev w1b root handle 1: netem limit 1000000 "
                                     "delay 10000us 1000us distribution normal rate "
                                     "2000000bit loss 1.000000%")
-    ip_lines, tc_lines = stages.ingress_netem("w1a", "ifb1a", cake, wire=True)
+    ip_lines, tc_lines = stages.ingress_redirect("w1a", "ifb1a",
+                                                 stages.ifb_stage("ifb1a", cake))
     assert ip_lines == ["link add ifb1a type ifb", "link set ifb1a up"]
     assert tc_lines[-1] == ("qdisc add dev ifb1a root handle 1: cake bandwidth 2000000bit "
                             "memlimit 1514000")
     assert stages.wire_stages("w1b", cake, "own") == ()  # the own CAKE, in the delay line
-    _, exported = stages.ingress_netem("eth1", "ifb1", cake)  # after the sender's CAKE
-    assert exported[-1] == after.command("add").replace("w1b", "ifb1")
+    exported = stages.receiver_stage("ifb1", cake)  # after the sender's CAKE
+    assert exported is not None
+    assert exported.command("add") == after.command("add").replace("w1b", "ifb1")
     assert [q.kind for q in stages.egress("eth1", cake)] == ["cake"]
     codel = replace(cake, qdisc="codel")
     assert [q.kind for q in stages.wire_stages("w1b", codel, "netem")] == ["tbf", "codel"]
-    assert "netem" in stages.ingress_netem("w1a", "ifb1a", codel, wire=True)[1][-1]
+    assert [q.kind for q in (stages.ifb_stage("ifb1a", codel),
+                             stages.receiver_stage("ifb1", codel)) if q] == ["netem", "netem"]
+    assert stages.ingress_redirect("w1a", "ifb1a", None) == ([], [])
 
 
 def test_queue_discipline_mistakes_are_one_line_and_another_discipline_starts_afresh() -> None:

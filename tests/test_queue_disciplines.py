@@ -172,6 +172,19 @@ def test_pie_updates_follow_the_rfc_formula():
     assert state.prob == pytest.approx(0.54)
 
 
+def test_pie_a_packet_the_full_queue_drops_restarts_the_derandomising_sum():
+    """sch_pie's enqueue: a packet over the limit goes before the early-drop test, and
+    every drop sets accu_prob back to 0 (the RFC's de-randomisation counts from a drop)."""
+    queue = pie.Pie(aqm.base.Settings(limit=3), random.Random(1))
+    state = queue.state
+    state.burst_time, state.prob, state.qdelay = 0.0, 0.05, 0.020
+    for number in range(3):  # three frames: the third is past two MTUs, so it adds
+        assert queue.enqueue(aqm.base.Packet(number, 0.0), 0.0) == []
+    assert state.accu_prob == pytest.approx(0.05)
+    (dropped,) = queue.enqueue(aqm.base.Packet(3, 0.0), 0.0)
+    assert dropped.id == 3 and queue.drops == 1 and state.accu_prob == 0.0
+
+
 def test_fq_codel_shares_the_link_equally_between_backlogged_flows():
     arrivals = sorted(steady(20e6, 2.0, flow=1) + steady(5e6, 2.0, flow=2,
                                                           size=700) + steady(15e6, 2.0, flow=3))

@@ -237,8 +237,9 @@ def _shaping(topology: Topology, node: str) -> list[str]:
         sent = link.direction_from(node)
         received = link.direction_from(link.other(node).node)
         lines += [f"tc {stage.command('add')}" for stage in stages.egress(end.interface, sent)]
-        ip_lines, tc_lines = stages.ingress_netem(end.interface, f"ifb{end.interface[3:]}",
-                                                  received)
+        ifb = f"ifb{end.interface[3:]}"
+        ip_lines, tc_lines = stages.ingress_redirect(end.interface, ifb,
+                                                     stages.receiver_stage(ifb, received))
         lines += [f"ip {line}" for line in ip_lines] + [f"tc {line}" for line in tc_lines]
     return lines
 

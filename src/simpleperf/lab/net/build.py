@@ -311,7 +311,8 @@ def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: 
 def netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:
     """Delay, jitter and loss by netem, on an ifb that the wire port's ingress redirects to
     (the kernel's CAKE there instead where it comes first: stages.cake_first)."""
-    ip_lines, tc_lines = stages.ingress_netem(ingress, ifb_of(ingress), shaping, wire=True)
+    ifb = ifb_of(ingress)
+    ip_lines, tc_lines = stages.ingress_redirect(ingress, ifb, stages.ifb_stage(ifb, shaping))
     space.ip_first += ip_lines
     space.tc += tc_lines
 

@@ -323,20 +323,18 @@ def ifb_stage(ifb: str, shaping: Shaping, keep: bool = False) -> Qdisc | None:
     return netem(ifb, shaping, keep)
 
 
-def ingress_netem(ingress: str, ifb: str, shaping: Shaping, wire: bool = False
-                  ) -> tuple[list[str], list[str]]:
-    """Delay, jitter and loss for what arrives at `ingress`: netem on the ifb `ifb` that
-    its ingress redirects everything to. At the lab's `wire` port, where that ifb comes
-    before the direction's egress, the kernel's CAKE there where it comes first
-    (ifb_stage); at a receiver's interface (containerlab's), after the sender's CAKE,
-    netem that gives each frame its time at the rate (cake_first). The lines for `ip
-    -batch` and for `tc -batch` (none for a direction that needs neither)."""
-    if wire:
-        qdisc = ifb_stage(ifb, shaping)
-    elif cake_first(shaping):
-        qdisc = _netem_after_cake(ifb, shaping)
-    else:
-        qdisc = netem(ifb, shaping)
+def receiver_stage(ifb: str, shaping: Shaping) -> Qdisc | None:
+    """What the ifb behind a receiver's interface holds (containerlab's, where the sender's
+    egress has the rate, queue and discipline): netem for the direction's delay, jitter and
+    loss, and after the sender's CAKE each frame its time at the rate too (cake_first)."""
+    return _netem_after_cake(ifb, shaping) if cake_first(shaping) else netem(ifb, shaping)
+
+
+def ingress_redirect(ingress: str, ifb: str, qdisc: Qdisc | None
+                     ) -> tuple[list[str], list[str]]:
+    """Everything that arrives at `ingress` through `qdisc` on the ifb `ifb` (the lab's wire
+    port: ifb_stage; a receiver's interface: receiver_stage). The lines for `ip -batch`
+    and for `tc -batch` (none without a qdisc)."""
     if qdisc is None:
         return [], []
     return ([f"link add {ifb} type ifb", f"link set {ifb} up"],

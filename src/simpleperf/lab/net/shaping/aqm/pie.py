@@ -132,7 +132,11 @@ class Pie(Fifo):
 
     def enqueue(self, packet: Packet, now: float) -> list[Packet]:
         self.state.catch_up(now, self.bytes)
-        if self.full or not self.state.admit(packet, self.bytes):
+        if self.full:  # the kernel's limit, before the early drop; it resets the count too
+            self.state.accu_prob = 0.0
+            self.drops += 1
+            return [packet]
+        if not self.state.admit(packet, self.bytes):
             self.drops += 1
             return [packet]
         if packet.marked:
