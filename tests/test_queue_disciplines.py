@@ -185,6 +185,26 @@ def test_pie_a_packet_the_full_queue_drops_restarts_the_derandomising_sum():
     assert dropped.id == 3 and queue.drops == 1 and state.accu_prob == 0.0
 
 
+def test_pie_counts_the_frame_on_the_wire_in_its_backlog_as_below_a_tbf():
+    """sch_pie under the lab's tbf: the frame waiting for its tokens was peeked out of PIE
+    and is still in its backlog, so one frame queued beside it passes the two-frame floor
+    for early drops; once that frame has gone it does not."""
+    queue = pie.Pie(aqm.base.Settings(), random.Random(1))
+    state = queue.state
+    state.burst_time, state.prob, state.qdelay = 0.0, 0.05, 0.020
+    state.next_update = 100.0  # no update moves the probability meanwhile
+    queue.sending(FRAME, 1.0)  # on the wire until 1 s
+    assert queue.enqueue(aqm.base.Packet(0, 0.5, FRAME), 0.5) == []
+    assert state.accu_prob == 0.0  # one frame queued, one on the wire: under the floor
+    assert queue.enqueue(aqm.base.Packet(1, 0.6, FRAME), 0.6) == []
+    assert state.accu_prob == pytest.approx(0.05)  # two frames and the wire's: judged
+    assert queue.enqueue(aqm.base.Packet(2, 1.0, 100), 1.0) == []
+    assert state.accu_prob == pytest.approx(0.10)  # the wire's frame has gone; two queued
+    queue.sending(FRAME, 2.0)
+    assert queue.enqueue(aqm.base.Packet(3, 1.5, 100), 1.5) == []
+    assert state.accu_prob == pytest.approx(0.15)  # the next frame on the wire counts
+
+
 def test_fq_codel_shares_the_link_equally_between_backlogged_flows():
     arrivals = sorted(steady(20e6, 2.0, flow=1) + steady(5e6, 2.0, flow=2,
                                                           size=700) + steady(15e6, 2.0, flow=3))

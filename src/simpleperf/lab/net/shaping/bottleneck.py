@@ -122,6 +122,7 @@ class Bottleneck:
             if packet is None:
                 break
             self.free_at = wire.send(start, packet.size)
+            discipline.sending(packet.size, self.free_at)
             wait = self.delay if not self.jitter else max(
                 0.0, self.rng.gauss(self.delay, self.jitter))
             release = max(self.free_at + wait, self.last_release)

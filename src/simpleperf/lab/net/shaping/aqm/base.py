@@ -80,3 +80,7 @@ class Discipline:
     def drain(self) -> list[Packet]:
         """Every packet held, in arrival order, taken out without judging them."""
         raise NotImplementedError
+
+    def sending(self, size: int, until: float) -> None:
+        """The frame `dequeue` just gave is on the wire until `until` (the kernel's tbf
+        holds that frame peeked meanwhile, and its child's backlog counts it)."""

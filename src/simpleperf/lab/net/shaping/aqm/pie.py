@@ -125,18 +125,33 @@ class PieState:
 
 
 class Pie(Fifo):
+    """sch_pie below the lab's rate (a tbf): the tbf takes the next frame out as soon as
+    the one before has gone and holds it, peeked, until its tokens come, and sch_pie's
+    backlog still counts it. So the backlog PIE judges by (its two-frame floor for early
+    drops, its updates) is what waits and the frame on the wire; at 2 Mbit/s, where the
+    15 ms target is two and a half frames, that frame decides many early drops."""
+
     def __init__(self, settings: Settings, rng: random.Random | None = None) -> None:
         super().__init__(settings.limit)
         self.state = PieState(settings.target or TARGET, settings.tupdate or TUPDATE,
                               settings.ecn, rng or random.Random())
+        self._on_wire = (0, 0.0)  # the frame on the wire: its bytes, and until when
+
+    def sending(self, size: int, until: float) -> None:
+        self._on_wire = (size, until)
+
+    def backlog(self, now: float) -> int:
+        size, until = self._on_wire
+        return self.bytes + (size if now < until else 0)
 
     def enqueue(self, packet: Packet, now: float) -> list[Packet]:
-        self.state.catch_up(now, self.bytes)
+        backlog = self.backlog(now)
+        self.state.catch_up(now, backlog)
         if self.full:  # the kernel's limit, before the early drop; it resets the count too
             self.state.accu_prob = 0.0
             self.drops += 1
             return [packet]
-        if not self.state.admit(packet, self.bytes):
+        if not self.state.admit(packet, backlog):
             self.drops += 1
             return [packet]
         if packet.marked:
@@ -145,7 +160,7 @@ class Pie(Fifo):
         return []
 
     def dequeue(self, now: float) -> tuple[Packet | None, list[Packet]]:
-        self.state.catch_up(now, self.bytes)
+        self.state.catch_up(now, self.backlog(now))
         packet = self._take()
         if packet is not None:
             self.state.left(packet, now, not self.queue)
