@@ -81,8 +81,9 @@ def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
         turn = turns.take(now, sent)
         if turn is None:
             break
-        if unsent is not None and unsent.due(now):
-            _limit_unsent(stream.sock, unsent, now, sent)
+        if unsent is not None and unsent.due(now) and not _limit_unsent(
+                stream.sock, unsent, now, sent):
+            unsent = None
         if not turn:
             continue
         chunk = payload if amount is None or amount - sent >= len(payload) \
@@ -111,8 +112,9 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
         now = time.monotonic()
         if limit == 0 or (deadline is not None and now >= deadline):
             break
-        if unsent is not None and unsent.due(now):
-            _limit_unsent(sock, unsent, now, sent)
+        if unsent is not None and unsent.due(now) and not _limit_unsent(
+                sock, unsent, now, sent):
+            unsent = None
         # A write no longer than the unsent limit: one longer waits in send() for the path
         # to take the rest (at 2 Mbit/s a 128 KiB write is half a second past -t).
         size = len(payload) if unsent is None else min(len(payload), unsent.limit)
@@ -125,15 +127,17 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
             raise OSError(error, os.strerror(error))
 
 
-def _limit_unsent(sock: socket.socket, unsent: UnsentLimit, now: float, written: int) -> None:
+def _limit_unsent(sock: socket.socket, unsent: UnsentLimit, now: float, written: int) -> bool:
     """A reading of what the peer acknowledged (all written less what is not), and the
-    socket's unsent limit when it changed."""
+    socket's unsent limit when it changed; False where the socket cannot say (a failed
+    connection, whose write says how; a socket without SIOCOUTQ): then stop asking."""
     try:
         delivered = written - tcp.unacknowledged_bytes(sock)
-    except OSError:  # the connection failed: the write says how
-        return
+    except OSError:
+        return False
     if unsent.update(now, delivered):
         tcp.set_unsent_limit(sock, unsent.limit)
+    return True
 
 
 def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
