@@ -13,7 +13,7 @@ from lab_helpers import Ready, in_node, lab, needs_lab
 
 from simpleperf.engine.unsent import BULK_INITIAL, BULK_LEAST, BULK_SECONDS
 
-pytestmark = [*needs_lab]
+pytestmark = needs_lab
 
 RATE = 2_000_000  # bit/s
 QUEUE, FRAME, PAYLOAD = 100, 1514, 1448  # packets, and each one's bytes on the wire and of data

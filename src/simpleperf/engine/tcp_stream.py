@@ -81,8 +81,8 @@ def _send_turns(stream: Stream, spec: TestSpec, payload: memoryview,
         turn = turns.take(now, sent)
         if turn is None:
             break
-        if unsent is not None and unsent.due(now) and not _limit_unsent(
-                stream.sock, unsent, now, sent):
+        if unsent is not None and unsent.due(now) and not follow_unsent(
+                stream.sock, unsent, now):
             unsent = None
         if not turn:
             continue
@@ -112,8 +112,7 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
         now = time.monotonic()
         if limit == 0 or (deadline is not None and now >= deadline):
             break
-        if unsent is not None and unsent.due(now) and not _limit_unsent(
-                sock, unsent, now, sent):
+        if unsent is not None and unsent.due(now) and not follow_unsent(sock, unsent, now):
             unsent = None
         # A write no longer than the unsent limit: one longer waits in send() for the path
         # to take the rest (at 2 Mbit/s a 128 KiB write is half a second past -t).
@@ -127,15 +126,14 @@ def _send_compiled(stream: Stream, payload: memoryview, source: int, amount: int
             raise OSError(error, os.strerror(error))
 
 
-def _limit_unsent(sock: socket.socket, unsent: UnsentLimit, now: float, written: int) -> bool:
-    """A reading of what the peer acknowledged (all written less what is not), and the
-    socket's unsent limit when it changed; False where the socket cannot say (a failed
-    connection, whose write says how; a socket without SIOCOUTQ): then stop asking."""
-    try:
-        delivered = written - tcp.unacknowledged_bytes(sock)
-    except OSError:
+def follow_unsent(sock: socket.socket, unsent: UnsentLimit, now: float) -> bool:
+    """A reading of what the peer has acknowledged (TCP_INFO), and the socket's unsent limit
+    when that moved it; False where the kernel does not say (a failed connection, whose
+    write says how): then stop asking."""
+    acked = tcpinfo.bytes_acked(sock)
+    if acked is None:
         return False
-    if unsent.update(now, delivered):
+    if unsent.update(now, acked):
         tcp.set_unsent_limit(sock, unsent.limit)
     return True
 

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engine.responsiveness import LoadUnsentLimit
+from ..engine.tcp_stream import follow_unsent
 from ..errors import ProtocolError, SimpleperfError
 from ..options import SERVER_OVERRUN_SECONDS
 from ..policy import ServerPolicy, TestWatch
 from ..protocol import load
 from ..protocol.native import echo_probe_is_authentic
-from ..transport import tcp, tcpinfo
+from ..transport import tcp
 
 WATCH_SECONDS = 0.1  # how often a connection looks at the run's limits
 REQUEST_SECONDS = 10.0  # for a load connection's request to arrive whole
@@ -193,9 +194,7 @@ class _Connection:
             ready = self._wait(select.POLLIN | select.POLLOUT)
             if ready & select.POLLIN and not self._read_probes():
                 return False
-        acked = tcpinfo.bytes_acked(self.conn)
-        if acked is not None and self.unsent.update(time.monotonic(), acked):
-            tcp.set_unsent_limit(self.conn, self.unsent.limit)
+        follow_unsent(self.conn, self.unsent, time.monotonic())
         out = bytes(self.answers) + load.bulk(self.unsent.record)
         self.answers.clear()
         self._send(out)

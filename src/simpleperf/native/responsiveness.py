@@ -33,6 +33,7 @@ from ..engine.responsiveness import (
     ResponsivenessRun,
     RpmParameters,
 )
+from ..engine.tcp_stream import follow_unsent
 from ..errors import Interrupted, ProtocolError, ReportedError, SimpleperfError
 from ..options import ClientOptions
 from ..protocol import load
@@ -114,9 +115,7 @@ class LoadConnection:
             self.request = b""
             return
         if not self.out and not self.download:
-            acked = tcpinfo.bytes_acked(self.sock)
-            if acked is not None and self.unsent.update(time.monotonic(), acked):
-                tcp.set_unsent_limit(self.sock, self.unsent.limit)
+            follow_unsent(self.sock, self.unsent, time.monotonic())
             self.out += b"".join(self.queued) + load.bulk(self.unsent.record)
             self.queued.clear()
         sent = self.sock.send(self.out)
