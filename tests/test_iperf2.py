@@ -159,8 +159,19 @@ def test_an_iperf_2_0_udp_client_with_32_bit_numbers_is_served(json_server):
     assert document["end"]["streams"][0]["udp"]["packets"] == 201
 
 
-def test_a_reverse_udp_client_receives_what_we_send_at_its_rate(json_server):
-    live, port = json_server
+def test_a_reverse_udp_client_receives_what_we_send_at_its_rate():
+    """iperf2's UDP client cannot prove its address: the operator allows what it may be
+    sent (--unproven-udp; tests/test_forged_udp.py: refused without)."""
+    port = free_port()
+    live = LiveProcess("-s", "-p", str(port), "-J", "--unproven-udp", "20M/5")
+    _await_listening(port)
+    try:
+        _reverse_udp_client(live, port)
+    finally:
+        live.close()
+
+
+def _reverse_udp_client(live: LiveProcess, port: int) -> None:
     done = _iperf("-c", "127.0.0.1", "-p", str(port), "-u", "-R", "-b", "10M", "-t", "2",
                   "-y", "C")
     assert done.returncode == 0, done.stderr

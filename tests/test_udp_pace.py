@@ -114,3 +114,37 @@ def test_a_receiver_that_was_not_scheduled_halves_the_pace_at_most():
     pace.feedback(0, 0, 0)
     pace.feedback(5, 1_000_000, 100 * MS)  # it read 80 Mbit/s's worth, and dropped
     assert pace.rate == pytest.approx(udp_pace.MAX_CUT * 8e9)
+
+
+def _steady(pace: ReceiverPace, ticks: range, dropped: int = 0) -> None:
+    """The sender sends 8 Gbit/s of 1000-byte datagrams and its receiver reports every
+    10 ms (its clock 5 s apart from ours), reading all of it and `dropped` so far."""
+    for tick in ticks:
+        pace.sent(10_000, tick * 0.01)
+        pace.feedback(dropped, tick * 10_000_000, (5000 + tick * 10) * MS, tick * 0.01)
+
+
+def test_a_forged_report_with_its_clock_far_ahead_does_not_silence_the_receiver():
+    """One 28-byte report from the receiver's address, its clock at 2**64 - 1, made every
+    real report look older: the sender never heard a drop again and ran unpaced."""
+    pace = ReceiverPace(1000)
+    _steady(pace, range(1, 10))
+    pace.feedback(0, 90_000_000, (1 << 64) - 1, 0.095)
+    _steady(pace, range(10, 20), dropped=5)
+    assert pace.dropped == 5 and pace.cuts == 1 and pace.rate is not None
+
+
+def test_a_forged_first_report_is_forgotten_within_a_quarter_second():
+    pace = ReceiverPace(1000)
+    pace.sent(10, 0.0)
+    pace.feedback(0, 5000, (1 << 64) - 1, 0.0)  # before any real one: nothing to judge by
+    _steady(pace, range(1, 60), dropped=0)
+    _steady(pace, range(60, 70), dropped=3)
+    assert pace.dropped == 3 and pace.cuts == 1
+
+
+def test_reports_of_more_than_was_sent_are_not_the_receivers():
+    pace = ReceiverPace(1000)
+    _steady(pace, range(1, 5))
+    pace.feedback(10**9, 10**15, 5045 * MS, 0.045)  # drops and bytes never sent
+    assert pace.dropped == 0 and pace.rate is None

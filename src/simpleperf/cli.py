@@ -37,6 +37,7 @@ from .options import (
     DEFAULT_SERVER_IP,
     DEFAULT_TIMESTAMP_FORMAT,
     DEFAULT_UDP_LENGTH,
+    DEFAULT_UNPROVEN_SECONDS,
     DSCP_RULE,
     MAX_CLIENTS_LIMIT,
     MAX_CPU,
@@ -56,6 +57,7 @@ from .options import (
     MAX_SECRET_BYTES,
     MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
+    MAX_UNPROVEN_SECONDS,
     MAX_WINDOW,
     MIN_LENGTH,
     MIN_MEMORY_BUDGET,
@@ -67,6 +69,7 @@ from .options import (
     MIN_RTT_INTERVAL,
     MIN_UDP_LENGTH,
     MIN_WINDOW,
+    UNPROVEN_UDP_FACTOR,
     ClientOptions,
     ServerOptions,
     dscp_code,
@@ -239,6 +242,13 @@ def _add_server_options(server) -> None:
     server.add_argument("--server-bitrate-limit", metavar="RATE[/SECONDS]", help="refuse a "
                         "test that asks more than RATE in all, and end one that runs faster, "
                         f"averaged over SECONDS (default {DEFAULT_RATE_WINDOW:g})")
+    server.add_argument("--unproven-udp", metavar="RATE[/SECONDS]", help="UDP clients "
+                        "that cannot prove their address (iperf2's: no control connection) "
+                        f"are sent at most {UNPROVEN_UDP_FACTOR} times what they send, so "
+                        "iperf2's -u -R is refused; this also sends them up to RATE for up "
+                        "to SECONDS a test (default "
+                        f"{DEFAULT_UNPROVEN_SECONDS:g}): one forged datagram can then make "
+                        "the server send that much to anyone")
     server.add_argument("--idle-timeout", metavar="SECONDS", help="end a test whose data "
                         "stands still this long (a client stopped or gone without a word), "
                         "freeing its place (default: at the test's own end plus 30 s)")
@@ -316,6 +326,7 @@ def _add_native_options(native) -> None:
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
                 "server_bitrate_limit": "--server-bitrate-limit", "idle_timeout": "--idle-timeout",
+                "unproven_udp": "--unproven-udp",
                 "daemon": "-D/--daemon", "pidfile": "--pidfile",
                 "max_clients": "--max-clients", "max_parallel": "--max-parallel",
                 "queue": "--queue", "queue_wait": "--queue-wait",
@@ -417,6 +428,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
     if bind is None and family:  # -4 / -6 without an address: that family's wildcard
         bind = "0.0.0.0" if family == socket.AF_INET else "::"
     rate_limit, rate_window = _rate_limit(args.server_bitrate_limit)
+    unproven_rate, unproven_seconds = _unproven(args.unproven_udp)
     return ServerOptions(
         bind=bind, port=_port(args.port), unit=_unit(args.format, CLASSIC_DEFAULT_UNIT),
         length=_length(args.len, DEFAULT_LENGTH), window=_window(args.window),
@@ -449,6 +461,7 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         json=args.json, daemon=args.daemon, pidfile=_path("--pidfile", args.pidfile),
         logfile=_path("--logfile", args.logfile),
         rate_limit=rate_limit, rate_window=rate_window,
+        unproven_rate=unproven_rate, unproven_seconds=unproven_seconds,
         affinity=_affinity(args.affinity, server=True)[0], file=_server_file(args.file),
         realtime=args.realtime,
         idle_timeout=_positive_seconds("--idle-timeout", args.idle_timeout, None,
@@ -732,6 +745,23 @@ def _rate_limit(text: str | None) -> tuple[float | None, float]:
                          f"and optionally /SECONDS from {MIN_RATE_WINDOW:g} to "
                          f"{MAX_RATE_WINDOW:g} (e.g. 100M or 100M/2), not '{text}'")
     return rate, window
+
+
+def _unproven(text: str | None) -> tuple[float, float]:
+    """--unproven-udp RATE[/SECONDS]: what an unproven UDP client may be sent (0: none)."""
+    if text is None:
+        return 0.0, DEFAULT_UNPROVEN_SECONDS
+    rate_text, slash, seconds_text = text.partition("/")
+    try:
+        rate = parse_rate(rate_text)
+        seconds = float(seconds_text) if slash else DEFAULT_UNPROVEN_SECONDS
+    except ValueError:
+        rate = seconds = -1.0
+    if not 0 < rate <= MAX_RATE or not 0 < seconds <= MAX_UNPROVEN_SECONDS:
+        raise UsageError(f"--unproven-udp must be a rate with an optional K, M or G, and "
+                         f"optionally /SECONDS up to {MAX_UNPROVEN_SECONDS:g} (e.g. 10M or "
+                         f"10M/5), not '{text}'")
+    return rate, seconds
 
 
 def _omit(text: str | None) -> float:

@@ -78,6 +78,12 @@ LARGE_SHARE = 0.75  # ... and large ones together may hold this much of the budg
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_IDLE_SECONDS = 60.0  # a classic connection that brings (almost) nothing this long ends
 DEFAULT_MAX_CONNECTIONS_PER_HOST = 300
+# A UDP peer whose address nothing proved (iperf2's clients) is sent at most this many times
+# what it sent (RFC 9000's anti-amplification factor), plus --unproven-udp's allowance, which
+# lasts at most MAX_UNPROVEN_SECONDS (engine/unproven.py).
+UNPROVEN_UDP_FACTOR = 3
+DEFAULT_UNPROVEN_SECONDS = 10.0
+MAX_UNPROVEN_SECONDS = 3600.0
 SERVER_OVERRUN_SECONDS = 5.0  # a server ends a test this long after --max-duration
 RESULTS_WAIT_SECONDS = 30.0  # after the test's end, for the peer's results
 DECISION_SECONDS = 15.0  # a native client waits this long for the server's accepted
@@ -186,6 +192,10 @@ class ServerOptions:
     realtime: bool = False  # -z/--realtime (iperf2's): the round-robin real-time scheduler
     idle_timeout: float | None = None  # --idle-timeout: a test whose bytes stand still ends
     file: str | None = None  # -F: a one-stream TCP test sends this file / writes into it
+    # --unproven-udp RATE/SECONDS: what a UDP peer that cannot prove its address (iperf2's
+    # -u -R) may be sent beyond the factor (0: nothing; engine/unproven.py)
+    unproven_rate: float = 0.0
+    unproven_seconds: float = DEFAULT_UNPROVEN_SECONDS
 
     @property
     def test_time_limit(self) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -92,6 +93,9 @@ class Stream:
     # a TCP receiver whose peer ends it with its close (iperf2's): fast, its reads wait for
     # LOW_WATER bytes (tcp_stream), so it wakes less and leaves the sender more CPU
     low_water: bool = False
+    # a UDP sender to a peer whose address is unproven (engine/unproven.py): the bytes it
+    # may have sent by now; None: proven
+    allowance: Callable[[], int] | None = None
 
     @property
     def role(self) -> str:

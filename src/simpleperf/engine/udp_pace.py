@@ -12,6 +12,7 @@ a receiver that says nothing (an older simpleperf) it stays unpaced.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import socket
 import time
 from collections import deque
@@ -28,6 +29,11 @@ MAX_CUT = 0.5  # a cut leaves at least this much of what the sender sent
 MIN_RATE = 1e6  # bits/s: the least it slows to
 WAIT_SECONDS = 0.0005  # the longest a paced sender sleeps before looking again
 FEEDBACK_BYTES = PACE_FEEDBACK.size + 64  # room for a key
+# A report whose receiver's clock ran ahead of ours since the last by more than this is not
+# the receiver's (a forged one, its clock set far ahead, would make every real one look
+# older); reports looking older than the last for STALE_SECONDS mean the last was not.
+JUMP_SLACK_NS = 1_000_000_000
+STALE_SECONDS = 0.25
 
 
 class ReceiverPace:
@@ -45,11 +51,31 @@ class ReceiverPace:
         self._credit = 0.0  # datagrams the pace allows and not yet sent
         self._at: float | None = None
         self._cut_at = -(1 << 62)  # the receiver's clock at the last cut (ns)
+        self._heard_at: float | None = None  # our clock at the last report taken
+        self._older_since: float | None = None  # our clock at the first report older than it
 
-    def feedback(self, dropped: int, read: int, clock_ns: int) -> None:
+    def feedback(self, dropped: int, read: int, clock_ns: int, now: float | None = None
+                 ) -> None:
+        """A report: the receiver's socket's drops, the bytes it read, its clock; `now` our
+        clock (None: its clock is not checked against ours)."""
+        if self._sent and (read > self._sent * self.bits // 8 or dropped > self._sent):
+            return  # more than was sent: not the receiver's
         reads = self._reads
+        if reads and now is not None and self._heard_at is not None and \
+                clock_ns - reads[-1][1] > (now - self._heard_at) * 1e9 + JUMP_SLACK_NS:
+            return  # its clock jumped ahead of ours: not the receiver's
         if reads and (clock_ns <= reads[-1][1] or read < reads[-1][0]):
-            return  # older than the last (UDP may reorder), or not from this test
+            # older than the last (UDP may reorder), or not from this test; for long, the
+            # last was what was not the receiver's: start again from this one
+            if now is None or self._older_since is None:
+                self._older_since = now
+                return
+            if now - self._older_since < STALE_SECONDS:
+                return
+            reads.clear()
+            self._cut_at = -(1 << 62)
+        self._older_since = None
+        self._heard_at = now
         reads.append((read, clock_ns))
         while len(reads) > 2 and clock_ns - reads[1][1] >= READ_WINDOW * 1e9:
             reads.popleft()
@@ -111,11 +137,12 @@ def hear(sock: socket.socket, pace: ReceiverPace, key: bytes | None) -> None:
             data = sock.recv(FEEDBACK_BYTES, socket.MSG_DONTWAIT)
         except OSError:  # nothing more waits, or the receiver is gone
             return
-        if len(data) != expected or (key and data[PACE_FEEDBACK.size:] != key):
+        if len(data) != expected or (key and not hmac.compare_digest(
+                data[PACE_FEEDBACK.size:], key)):
             continue
         magic, dropped, read, clock_ns = PACE_FEEDBACK.unpack_from(data)
         if magic == PACE_FEEDBACK_MAGIC:
-            pace.feedback(dropped, read, clock_ns)
+            pace.feedback(dropped, read, clock_ns, time.monotonic())
 
 
 class Teller:

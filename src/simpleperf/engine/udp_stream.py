@@ -23,7 +23,7 @@ ENDS_WHEN_QUIET = True  # UDP has no end of stream: a receiver ends after a quie
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
          stop: threading.Event) -> None:
-    if spec.isochronous:
+    if spec.isochronous and stream.allowance is None:
         frames.send(stream, spec, start, deadline, stop)
         return
     if spec.l4s:
@@ -41,7 +41,8 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     stream.first = time.monotonic()
     fastpath = compiled.module()
     try:
-        if spec.rate == 0 and fastpath is not None and stamping.compiled_layout(stream.header):
+        if spec.rate == 0 and fastpath is not None and stamping.compiled_layout(stream.header) \
+                and stream.allowance is None:
             _send_compiled(stream, spec, buffer, batch, deadline, stop, fastpath)
         else:
             _send_paced(stream, spec, buffer, batch, deadline, stop)
@@ -79,6 +80,11 @@ def _send_paced(stream: Stream, spec: TestSpec, buffer: memoryview, batch: int,
             count = min(count, -(-(amount - stream.num_bytes) // size))
             if count <= 0:
                 break
+        if stream.allowance is not None:
+            count = min(count, (stream.allowance() - stream.num_bytes) // size)
+            if count <= 0:  # an unproven peer: nothing more until it sends more
+                time.sleep(udp_pace.WAIT_SECONDS)
+                continue
         if pace is not None:
             count = _paced_limit(stream, pace, count, batch)
             if not count:

@@ -54,8 +54,16 @@ def send_last(stream: Stream, length: int) -> None:
     implies)."""
     datagram, number = _last_datagram(stream, length)
     datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(-number, time.time())
-    with contextlib.suppress(BlockingIOError):
-        stream.sock.send(datagram)
+    if _allowed(stream, len(datagram)):
+        with contextlib.suppress(BlockingIOError):
+            stream.sock.send(datagram)
+
+
+def _allowed(stream: Stream, size: int, spent: int = 0) -> bool:
+    """Whether `size` more bytes may go to the stream's peer after the stream's own and
+    `spent` of its endings (an unproven peer's allowance: engine/unproven.py)."""
+    return stream.allowance is None or \
+        stream.num_bytes + spent + size <= stream.allowance()
 
 
 def send_frames(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
@@ -107,10 +115,13 @@ def ask_report(stream: Stream, receiver: str = "server") -> iperf2.ServerReport:
     sock = stream.sock
     datagram, number = _last_datagram(stream)
     deadline = time.monotonic() + REPORT_SECONDS
+    spent = 0  # bytes of endings sent
     while time.monotonic() < deadline:
         datagram[:iperf2.DATAGRAM.size] = iperf2.datagram_header(-number, time.time())
-        with contextlib.suppress(BlockingIOError):
-            sock.send(datagram)
+        if _allowed(stream, len(datagram), spent):  # else only listen: an unproven peer's
+            spent += len(datagram)
+            with contextlib.suppress(BlockingIOError):
+                sock.send(datagram)
         readable, _, _ = select.select([sock], [], [], RETRY_SECONDS)
         if not readable:
             number += 1  # iperf2 numbers each ending anew

@@ -23,6 +23,7 @@ from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..engine.streams import run_stream
+from ..engine.unproven import Unproven
 from ..errors import ProtocolError, SimpleperfError
 from ..options import ServerOptions, test_deadline
 from ..policy import ServerPolicy, buffer_bytes
@@ -39,6 +40,9 @@ STEP_SECONDS = 1.0  # the server's intervals, for -J
 HEADER_SECONDS = 5.0  # a TCP client's header must be whole by then
 EARLY_DATAGRAMS = 1024  # kept of those the listener reads before a test's socket is there
 ENDED_SECONDS = 5.0  # a UDP client heard of this recently after its test starts nothing
+UNPROVEN_REVERSE = ("UDP -R, and iperf2's client cannot prove its address (one forged "
+                    "datagram would make this server send to anyone): this server sends "
+                    "to such clients only with --unproven-udp RATE/SECONDS")
 
 
 @dataclass
@@ -272,7 +276,16 @@ class _UdpTests:
                    header: iperf2.ClientHeader) -> None:
         first = self.peers.take(peer)
         spec = iperf2.spec_from_header(header, "udp", len(first[0][0]))
-        refusal = self.service._refusal(spec)
+        options = self.service.options
+        # nothing proves where the datagrams came from: what we send it is bounded
+        unproven = Unproven(options.unproven_rate, options.unproven_seconds, time.monotonic())
+        first_bytes = sum(len(data) for data, _ in first)
+        if header.reverse and unproven.allowance:  # -R: within the operator's allowance
+            spec = dataclasses.replace(
+                spec, rate=min(spec.rate or unproven.rate, unproven.rate),
+                duration=min(spec.duration or unproven.seconds, unproven.seconds))
+        refusal = UNPROVEN_REVERSE if header.reverse and not unproven.allowance else \
+            self.service._refusal(spec)
         try:
             if refusal is not None:
                 self.service.say(f"Refused iperf2 client {label}: {refusal}")
@@ -280,7 +293,8 @@ class _UdpTests:
                 return
             tcp.set_wake_up(sock)
             if header.reverse:  # -R: we send, as iperf2's client would, and end as it does
-                self._send(sock, label, header, spec)
+                self._send(sock, label, header, spec,
+                           lambda: unproven.allowed(first_bytes, time.monotonic()))
                 return
             stream = Stream(1, False, "udp", sock, label)
             udp.enable_receive_offload(sock)
@@ -292,6 +306,9 @@ class _UdpTests:
                 back: Stream | None = Stream(2, True, "udp", sock, label, header=iperf2.LAYOUT)
             else:
                 back = _udp_back(peer, header) if header.connects_back else None
+            if back is not None:  # at most the factor times what the client sent us
+                back.allowance = lambda: unproven.allowed(max(first_bytes, stream.num_bytes),
+                                                          time.monotonic())
             dual = back is not None and spec.direction == "bidir"
             ended = threading.Event()  # our last datagram sent (--full-duplex's end)
 
@@ -348,10 +365,10 @@ class _UdpTests:
             self.service.say(f"iperf2 test from {label}: {error}")
 
     def _send(self, sock: socket.socket, label: str, header: iperf2.ClientHeader,
-              spec: TestSpec) -> None:
+              spec: TestSpec, allowance: Callable[[], int]) -> None:
         """-u -R: datagrams in iperf2's layout at the client's -b for its -t; then the last,
         until the client's report comes (what it received: not our row, which is ours)."""
-        stream = Stream(1, True, "udp", sock, label, header=iperf2.LAYOUT)
+        stream = Stream(1, True, "udp", sock, label, header=iperf2.LAYOUT, allowance=allowance)
         self.service._measure(label, header, spec, [stream], lambda m: stream.done.is_set(),
                               answer=lambda: self._ask_report(stream, label))
 

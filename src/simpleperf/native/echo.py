@@ -8,8 +8,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..engine.unproven import ReplyBudget
+from ..options import MIN_RTT_INTERVAL
 from ..protocol.native import ECHO_PROBE, ECHO_TAG_SIZE, echo_probe_is_authentic
 from ..transport import tcp
+
+# UDP echo answers: twice the fastest prober's rate for a host, and a hundred such in all
+UDP_REPLIES_PER_HOST = 2 / MIN_RTT_INTERVAL
+UDP_REPLIES = 100 * UDP_REPLIES_PER_HOST
 
 
 class EchoService:
@@ -19,6 +25,7 @@ class EchoService:
         self.idle_limit = idle_limit  # a probe or more in this long, or the connection ends
         self.stopping = stopping
         self.say = say
+        self.replies = ReplyBudget(UDP_REPLIES_PER_HOST, UDP_REPLIES)  # UDP's (unproven)
 
     def allowed(self, probe: bytes) -> bool:
         """With a shared secret only authentic probes are answered; without one, a probe

@@ -18,6 +18,7 @@ from .. import __version__
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
+from ..engine.unproven import same_host
 from ..errors import PeerGone, PeerRefused, ProtocolError, SimpleperfError
 from ..options import ServerOptions
 from ..policy import ServerPolicy, buffer_bytes
@@ -95,7 +96,8 @@ class NativeService:
         if len(data) < PREFACE_SIZE or data[:4] != MAGIC or data[5] != VERSION:
             return  # not ours: ignore rather than answer strangers
         kind = data[4:5]
-        if kind == UDP_ECHO and self.echo.allowed(data[PREFACE_SIZE:]):
+        if kind == UDP_ECHO and self.echo.allowed(data[PREFACE_SIZE:]) and \
+                self.echo.replies.take(tcp.endpoint(peer), time.monotonic()):
             self.port.reply(data, peer)
         elif kind == UDP_HELLO and len(data) == DATA_PREFACE_SIZE:
             self._udp_hello(data, peer)
@@ -109,6 +111,8 @@ class NativeService:
         if pending is None or pending.spec.protocol != "udp" or \
                 not 1 <= number <= pending.spec.stream_count():
             return
+        if not same_host(tcp.endpoint(peer), pending.peer_host):
+            return  # its test's control connection proved another address: forged
         existing = pending.streams.get(number)
         ack = data_preface(token, number, UDP_ACK)
         if existing is not None:  # a hello from another port of the same client: answer
