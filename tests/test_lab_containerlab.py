@@ -7,9 +7,11 @@ namespaces without Docker: containerlab's own frr01 example, and our exports rou
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -241,7 +243,44 @@ BAD = {
     "bind": ("binds: [\"nowhere/frr.conf:/etc/frr/frr.conf\"]\n",
              r"cannot read .*nowhere/frr.conf"),
     "sysctl": ("sysctls: {kernel.panic: 1}\n", r"node n1: sysctl kernel.panic is not one"),
+    # wrong types: one line naming node and field, not a traceback
+    "kind-list": ("kind: [linux]\n", r"node n1: kind must be a string, not list"),
+    "group-list": ("group: [g]\n", r"node n1: group must be a string, not list"),
+    "sysctls-list": ("sysctls: [1, 2]\n", r"node n1: sysctls must be a mapping, not list"),
+    "binds-int": ("binds: 5\n", r"node n1: binds must be a list of strings, not int"),
+    "exec-int": ("exec: 5\n", r"node n1: exec must be a list of strings, not int"),
+    # binds read only regular files inside the topology's folder, and never quote them
+    "bind-outside": ("binds: [\"/etc/passwd:/etc/frr/frr.conf\"]\n",
+                     r"node n1: bind '/etc/passwd:/etc/frr/frr.conf' reaches outside"),
+    "bind-up": ("binds: [\"../outside/frr.conf:/etc/frr/frr.conf\"]\n", r"reaches outside"),
+    "bind-link": ("binds: [\"linked.conf:/etc/frr/frr.conf\"]\n", r"reaches outside"),
+    "bind-folder-link": ("binds: [\"etc:/etc/frr\"]\n", r"frr.conf reaches outside"),
+    "bind-fifo": ("binds: [\"fifo.conf:/etc/frr/frr.conf\"]\n", r"not a regular file"),
+    "bind-folder": ("binds: [\"sub:/etc/frr/frr.conf\"]\n", r"not a regular file"),
+    "frr-daemon": ("binds: [\"isis.conf:/etc/frr/frr.conf\"]\n",
+                   r"frr.conf line 2 configures a daemon the lab does not run"),
 }
+LINK_BAD = {
+    "vars": ("vars: [1]", r"link 1: vars must be a mapping, not list"),
+    "ipv4": ("ipv4: 5", r"link 1: ipv4 must be a list of strings, not int"),
+}
+SECRET = "root:$6$s3cret-hash:19000:0:99999:7:::"
+
+
+def _hostile_folder(tmp_path: Path) -> Path:
+    """The topology's folder, beside one outside it holding a file that must not leak."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "frr.conf").write_text(SECRET + "\n")
+    folder = tmp_path / "lab"
+    folder.mkdir()
+    (folder / "linked.conf").symlink_to(outside / "frr.conf")
+    (folder / "etc").mkdir()
+    (folder / "etc" / "frr.conf").symlink_to(outside / "frr.conf")
+    (folder / "sub").mkdir()
+    os.mkfifo(folder / "fifo.conf")
+    (folder / "isis.conf").write_text("hostname r1\nrouter isis " + SECRET + "\n")
+    return folder
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -251,13 +290,41 @@ def test_a_containerlab_file_the_lab_cannot_build_is_one_line(case, tmp_path):
     text = ("name: bad\ntopology:\n  nodes:\n    n1:\n      kind: linux\n" + body.replace(
         "      kind: linux\n", "") + "    n2:\n      kind: linux\n  links:\n"
         "    - endpoints: [\"n1:eth1\", \"n2:eth1\"]\n")
-    if case == "kind":
-        text = text.replace("      kind: linux\n      kind: nokia_srlinux",
-                            "      kind: nokia_srlinux")
-    path = tmp_path / "bad.clab.yml"
+    if case.startswith("kind"):
+        text = text.replace("      kind: linux\n      kind:", "      kind:")
+    path = _hostile_folder(tmp_path) / "bad.clab.yml"
     path.write_text(text)
+    with pytest.raises(TopologyError, match=said) as refused:
+        load.load(str(path))
+    assert "\n" not in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("case", sorted(LINK_BAD))
+def test_a_link_field_of_the_wrong_type_is_one_line(case, tmp_path):
+    field, said = LINK_BAD[case]
+    path = tmp_path / "bad.clab.yml"
+    path.write_text("name: bad\ntopology:\n  nodes:\n    n1: {kind: linux}\n"
+                    "    n2: {kind: linux}\n  links:\n"
+                    f"    - endpoints: [\"n1:eth1\", \"n2:eth1\"]\n      {field}\n")
     with pytest.raises(TopologyError, match=said):
         load.load(str(path))
+
+
+@pytest.mark.parametrize("where", ["exec: *i", "binds: *i", "sysctls: {a: *i}"])
+def test_an_alias_bomb_is_refused_before_it_grows(where, tmp_path):
+    """587 bytes of nine nested aliases: a billion strings once followed (lab up took
+    1.24 GB and grew); refused within the bound, in one line."""
+    lines = ["name: bomb", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    lines += ["topology:", "  nodes:", f"    n1: {{kind: linux, {where}}}",
+              "    n2: {kind: linux}", "  links:", "    - endpoints: [\"n1:eth1\", \"n2:eth1\"]"]
+    path = tmp_path / "bomb.clab.yml"
+    path.write_text("\n".join(lines) + "\n")
+    began = time.monotonic()
+    with pytest.raises(TopologyError, match=r"more than 100000 values once its aliases"):
+        load.load(str(path))
+    assert time.monotonic() - began < 5
 
 
 def test_broken_yaml_and_links_past_the_lab_are_one_line(tmp_path):

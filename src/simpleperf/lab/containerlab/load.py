@@ -26,6 +26,16 @@ from ..net import build, stages
 from .export import LINK_NAME_VAR, rename_interfaces
 
 MAX_YAML_BYTES = 1 << 20
+# Values a document may hold once its aliases are followed: a 587-byte file of nested
+# aliases (a billion-item list) took lab up to gigabytes before this bound.
+MAX_YAML_VALUES = 100_000
+STRINGS = "a list of strings"
+# The type of each field the lab reads, checked before any is converted (a wrong one is a
+# line naming node and field, not a traceback); others are containerlab's own, not read.
+NODE_FIELDS: dict[str, type | str] = {"kind": str, "group": str, "sysctls": dict,
+                                      "binds": STRINGS, "exec": STRINGS}
+LINK_FIELDS: dict[str, type | str] = {"endpoints": list, "vars": dict, "ipv4": STRINGS,
+                                      "ipv6": STRINGS, "type": str}
 FRR_CONFIG = "/etc/frr/frr.conf"
 FRR_DAEMONS_FILE = "/etc/frr/daemons"
 LAB_DAEMONS = ("zebra", "staticd", "ospfd", "bgpd", "bfdd")  # net/routing/config.daemons
@@ -79,11 +89,47 @@ def load(path: str) -> tuple[Topology, list[str]]:
         at = f" (line {where.line + 1})" if where is not None else ""
         raise TopologyError(f"{path} is not YAML{at}: "
                             f"{str(getattr(error, 'problem', error)).strip()}") from None
+    _within_bounds(document)
     notes: list[str] = []
     table = to_table(document, source.parent, notes)
     import tomli_w
 
     return from_dict(table, source=tomli_w.dumps(table)), notes
+
+
+def _within_bounds(document: Any) -> None:
+    """Refuse a document whose values, aliases followed, are more than MAX_YAML_VALUES
+    (an alias bomb: PyYAML shares what an alias names, the lab's reading would not)."""
+    seen, pending = 0, [document]
+    while pending:
+        value = pending.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise TopologyError(f"the file holds more than {MAX_YAML_VALUES} values once its "
+                                "aliases are followed: not a topology the lab reads")
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+
+
+def _typed(where: str, spec: dict[str, Any], fields: dict[str, type | str]) -> None:
+    """Each field the lab reads of `spec` of its type, else one line naming it."""
+    for key, wanted in fields.items():
+        value = spec.get(key)
+        if value is None:
+            continue
+        if wanted == STRINGS:
+            right = isinstance(value, list) and all(
+                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value)
+        else:
+            assert isinstance(wanted, type)
+            right = isinstance(value, wanted)
+        if not right:
+            names: dict[object, str] = {str: "a string", dict: "a mapping", list: "a list"}
+            name = wanted if isinstance(wanted, str) else names[wanted]
+            raise TopologyError(f"{where}: {key} must be {name}, not {type(value).__name__}")
 
 
 def to_table(document: Any, folder: Path, notes: list[str]) -> dict[str, Any]:
@@ -139,17 +185,30 @@ def _merged(topology: dict[str, Any], clab: str, spec: Any) -> dict[str, Any]:
     spec = spec or {}
     if not isinstance(spec, dict):
         raise TopologyError(f"node {clab}: must be a mapping")
-    groups, kinds = topology.get("groups") or {}, topology.get("kinds") or {}
-    group = groups.get(spec.get("group")) or {} if isinstance(groups, dict) else {}
+    _typed(f"node {clab}", spec, NODE_FIELDS)
+    groups, kinds = _layers(topology, "groups"), _layers(topology, "kinds")
+    group = groups.get(str(spec.get("group"))) or {}
     defaults = topology.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise TopologyError("topology.defaults must be a mapping")
+    _typed("topology.defaults", defaults, NODE_FIELDS)
     kind = spec.get("kind") or group.get("kind") or defaults.get("kind")
     merged: dict[str, Any] = {}
-    for layer in (defaults, kinds.get(kind) or {} if isinstance(kinds, dict) else {},
-                  group, spec):
-        if isinstance(layer, dict):
-            merged.update(layer)
+    for layer in (defaults, kinds.get(str(kind)) or {}, group, spec):
+        merged.update(layer)
     merged["kind"] = kind
     return merged
+
+
+def _layers(topology: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """topology.groups or topology.kinds: settings by name, each checked."""
+    layers = topology.get(key) or {}
+    if not isinstance(layers, dict) or not all(isinstance(v, dict) or v is None
+                                               for v in layers.values()):
+        raise TopologyError(f"topology.{key} must map names to settings")
+    for name, layer in layers.items():
+        _typed(f"topology.{key}.{name}", layer or {}, NODE_FIELDS)
+    return {str(name): layer or {} for name, layer in layers.items()}
 
 
 def _read_node(clab: str, name: str, spec: dict[str, Any], folder: Path,
@@ -160,7 +219,7 @@ def _read_node(clab: str, name: str, spec: dict[str, Any], folder: Path,
     node = _Node(name)
     for key, value in (spec.get("sysctls") or {}).items():
         _setting(node, clab, str(key), str(value))
-    config, daemons = _bound_frr(spec.get("binds") or [], folder)
+    config, daemons = _bound_frr(clab, spec.get("binds") or [], folder)
     if config is not None:
         node.kind = "router"
         node.frr = _router_config(clab, config, node)
@@ -186,15 +245,23 @@ def _setting(node: _Node, clab: str, key: str, value: str) -> None:
                             "tcp_ecn, tcp_congestion_control)")
 
 
-def _bound_frr(binds: list[Any], folder: Path) -> tuple[str | None, str | None]:
+def _bound_frr(clab: str, binds: list[Any], folder: Path
+               ) -> tuple[str | None, str | None]:
     """The frr.conf and daemons file a node binds (each file, or the folder /etc/frr),
-    read (None: not bound; a daemons file that is not there is left out)."""
+    read (None: not bound; a daemons file that is not there is left out). Only regular
+    files inside the topology's folder (symbolic links followed) are read; a refusal names
+    the bind, never what the file holds."""
     found: dict[str, str] = {}
+    inside = folder.resolve()
     for bind in binds:
         parts = str(bind).split(":")
         if len(parts) < 2:
             continue
         source, destination = folder / parts[0], parts[1].rstrip("/")
+        if destination in ("/etc/frr", FRR_CONFIG, FRR_DAEMONS_FILE) and \
+                not source.resolve().is_relative_to(inside):
+            raise TopologyError(f"node {clab}: bind '{bind}' reaches outside the topology's "
+                                "folder: the lab reads bound files only from inside it")
         if destination == "/etc/frr":
             wanted = {FRR_CONFIG: source / "frr.conf", FRR_DAEMONS_FILE: source / "daemons"}
         elif destination in (FRR_CONFIG, FRR_DAEMONS_FILE):
@@ -204,6 +271,10 @@ def _bound_frr(binds: list[Any], folder: Path) -> tuple[str | None, str | None]:
         for target, path in wanted.items():
             if target == FRR_DAEMONS_FILE and not path.exists():
                 continue
+            if not path.resolve().is_relative_to(inside):
+                raise TopologyError(f"node {clab}: bind '{bind}': {path.name} reaches outside "
+                                    "the topology's folder: the lab reads bound files only "
+                                    "from inside it")
             text = datafiles.read_bounded(path, routing.MAX_FRAGMENT * 4, TopologyError)
             found[target] = text.decode("utf-8", errors="replace")
     return found.get(FRR_CONFIG), found.get(FRR_DAEMONS_FILE)
@@ -214,11 +285,11 @@ def _router_config(clab: str, text: str, node: _Node) -> str:
     (the lab gives them), the lines the lab sets itself left out."""
     kept: list[str] = []
     interface: str | None = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if UNSUPPORTED_SECTIONS.match(stripped):
-            raise TopologyError(f"node {clab}: frr.conf configures '{stripped}', and the lab "
-                                f"runs {', '.join(LAB_DAEMONS)} only")
+        if UNSUPPORTED_SECTIONS.match(stripped):  # named by its line: never its text
+            raise TopologyError(f"node {clab}: frr.conf line {number} configures a daemon "
+                                f"the lab does not run (it runs {', '.join(LAB_DAEMONS)})")
         if not line.startswith((" ", "\t")):
             interface = stripped.split()[1] if stripped.startswith("interface ") and \
                 len(stripped.split()) > 1 else None
@@ -342,6 +413,8 @@ def _links(raw: Any, nodes: dict[str, _Node]) -> list[dict[str, Any]]:
     links: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for index, spec in enumerate(raw, start=1):
+        if isinstance(spec, dict):
+            _typed(f"link {index}", spec, LINK_FIELDS)
         ends = spec.get("endpoints") if isinstance(spec, dict) else None
         if not isinstance(ends, list) or len(ends) != 2 or not all(
                 isinstance(e, str) and e.count(":") == 1 for e in ends):
