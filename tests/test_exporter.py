@@ -110,7 +110,8 @@ def test_only_allowed_targets_are_probed():
     assert lab_only.check("server.example:9").address == "server.example"
     with pytest.raises(Refused, match="not in an allowed network"):
         lab_only.check("127.0.0.1")
-    for malformed in ("", "a b", "h:0", "h:99999", "[::1", "x;rm", "h:1:2:3"):
+    for malformed in ("", "a b", "h:0", "h:99999", "[::1", "x;rm", "h:1:2:3",
+                      "h:" + "9" * 5000, "[::1]:" + "1" * 5000, "h:\u00b2", "h:1_0"):
         with pytest.raises(Refused) as refused:
             default.check(malformed)
         assert refused.value.status in (400, 403), malformed
@@ -280,13 +281,46 @@ def test_bad_requests_get_one_line_and_their_status(exporter_and_server):
         assert (got, body.count("\n")) == (status, 1) and said in body, (path, got, body)
     got, body = exporter.get(f"/probe?target=127.0.0.1:{port}&module=tcp1", timeout_header=2)
     assert got == 400 and "needs 2.5 s and the scrape allows 1.5 s" in body
-    got, body = exporter.get(f"/probe?target=127.0.0.1:{port}&module=tcp1",
-                             timeout_header="soon")
-    assert got == 400 and "is not a number of seconds" in body
+    for timeout in ("soon", "1_0", "nan", "inf", "1e1"):
+        got, body = exporter.get(f"/probe?target=127.0.0.1:{port}&module=tcp1",
+                                 timeout_header=timeout)
+        assert got == 400 and "is not a number of seconds" in body, timeout
+    # a port of 5,000 digits: past Python's limit on an integer's digits, it was a
+    # traceback and no answer
+    got, body = exporter.get(f"/probe?target=127.0.0.1:{'9' * 5000}&module=tcp1")
+    assert (got, body.count("\n")) == (400, 1) and "the port must be 1 to 65535" in body
     assert exporter.get("/probe", method="POST")[0] == 405
     # A target with nothing listening: a failed probe, said on the exporter's stderr.
     got, body = exporter.get(f"/probe?target=127.0.0.1:{free_port()}&module=tcp1")
     assert got == 200 and value(series(body), "probe_success") == 0
+
+
+@pytest.mark.slow
+def test_a_request_trickled_a_byte_at_a_time_is_cut_at_the_whole_requests_deadline():
+    """'send its request within 10 s' was each read's limit: a byte every 4 s held the
+    connection (and its thread) for 40 s and more. Now the request line and headers must
+    be whole within 10 s of the first wait for them."""
+    exporter = Exporter()
+    try:
+        with socket.create_connection(("127.0.0.1", exporter.port), timeout=30) as sock:
+            began = time.monotonic()
+            closed = False
+            for byte in b"GET /probe?target=127.0.0.1&module=tcp HTTP/1.1\r\n":
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                sock.settimeout(3)
+                try:
+                    if sock.recv(1024) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    continue
+            assert closed and time.monotonic() - began < 14
+    finally:
+        exporter.close()
 
 
 @pytest.mark.loopback

@@ -167,6 +167,60 @@ def test_idle_timeout_frees_the_place_of_a_client_that_stopped(client):
         live.close()
 
 
+@pytest.mark.parametrize(("limit", "trickle"), [(("--idle-timeout", "2"), False),
+                                               (("--rcv-timeout", "2000"), True)],
+                         ids=["silent, --idle-timeout", "trickling, --rcv-timeout"])
+def test_a_header_less_iperf2_stream_holds_the_only_place_only_while_it_moves(limit,
+                                                                           trickle):
+    """10 bytes of iperf2's digits (a stream with no header, so no stated end), then
+    silence or a byte every half second: it held --max-clients 1 for 108 s, whatever
+    --idle-timeout said. Now silence ends at --idle-timeout, and a test with no stated end
+    that moves less than 1 KB in a --rcv-timeout ends then."""
+    live, port = start_server("--max-clients", "1", *limit)
+    holder = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        holder.sendall(b"0123456789")
+        began = time.monotonic()
+        live.wait_for(lambda lines: any("connected with" in line or "iperf2" in line
+                                        for line in lines) or time.monotonic() - began > 0.5)
+        busy = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert busy.returncode == 1 and "busy" in busy.stderr
+        while time.monotonic() - began < 10 and not any(
+                "ended:" in line for line in live.lines):
+            if trickle:
+                holder.sendall(b"0")
+            time.sleep(0.5)
+        assert time.monotonic() - began < 6, live.lines
+        said = "\n".join(live.lines)
+        assert ("less than 1000 in this server's 2 s (--rcv-timeout)" if trickle else
+                "this server's limit is 2 s (--idle-timeout)") in said, said
+        served = run_simpleperf("-c", "-p", str(port), "--native", "-t", "1", timeout=30)
+        assert served.returncode == 0, served.stderr
+    finally:
+        holder.close()
+        live.close()
+
+
+def test_classic_clients_take_places_under_max_clients_and_queue():
+    """Six classic clients at once against --max-clients 2 --queue 2 all ran at once;
+    now two run, two wait for their places, and two are refused (closed: the classic
+    protocol has no words for it), each connection a test."""
+    live, port = start_server("--max-clients", "2", "--queue", "2")
+    try:
+        clients = [subprocess.Popen(SIMPLEPERF + ["-c", "-I", "127.0.0.1", "-p", str(port),
+                                                  "-t", "2"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        codes = [client.wait(60) for client in clients]
+        errors = [client.stderr.read() for client in clients if client.stderr]
+        assert sorted(codes) == [0, 0, 0, 0, 1, 1], errors
+        assert sum("it is busy, see its --max-clients" in e for e in errors) == 2
+        live.wait_for(lambda lines: sum("Received" in line for line in lines) == 4)
+        assert any("a classic client: the server is busy" in line and "--max-clients" in line
+                   for line in live.lines)
+    finally:
+        live.close()
+
+
 def test_max_clients_refuses_the_extra_test_while_one_runs():
     live, port = start_server("--max-clients", "1")
     first = LiveProcess("-c", "-p", str(port), "--native", "-t", "4")

@@ -225,7 +225,8 @@ def _add_server_options(server) -> None:
     server.add_argument("--bind", help="address to listen on (default: all interfaces)")
     server.add_argument("--max-duration", "--server-max-duration", help="refuse tests "
                         "longer than this many seconds and end any test that runs longer")
-    server.add_argument("--max-clients", help="tests served at the same time")
+    server.add_argument("--max-clients", help="tests served at the same time, of every "
+                        "protocol (each classic connection is one)")
     server.add_argument("--queue", metavar="N", help="with --max-clients: up to N more "
                         "tests wait for a place instead of being refused (as perfSONAR "
                         "schedules throughput tests: --max-clients 1 runs them one at a "
@@ -252,9 +253,11 @@ def _add_server_options(server) -> None:
     server.add_argument("--idle-timeout", metavar="SECONDS", help="end a test whose data "
                         "stands still this long (a client stopped or gone without a word), "
                         "freeing its place (default: at the test's own end plus 30 s)")
-    server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection that "
-                        "brings less than 1 KB, or an echo connection less than a probe, in "
-                        f"this many milliseconds (default {DEFAULT_IDLE_SECONDS * 1000:g})")
+    server.add_argument("--rcv-timeout", metavar="MS", help="end a classic connection, or a "
+                        "test with no stated end (an amount of data, iperf2's header-less "
+                        "stream), that brings less than 1 KB, or an echo connection less "
+                        f"than a probe, in this many milliseconds (default "
+                        f"{DEFAULT_IDLE_SECONDS * 1000:g})")
     server.add_argument("--max-connections", help="connections open at once, in all "
                         f"(default {DEFAULT_MAX_CONNECTIONS})")
     server.add_argument("--max-connections-per-host", help="connections open at once from "

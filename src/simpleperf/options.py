@@ -77,6 +77,9 @@ LARGE_SHARE = 0.75  # ... and large ones together may hold this much of the budg
 # test may open 2 x 128 streams, a control and an echo connection from one address.
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_IDLE_SECONDS = 60.0  # a classic connection that brings (almost) nothing this long ends
+# ... and any test with no stated end (an amount of data, a header-less iperf2 stream) that
+# moves less than this in that long (--rcv-timeout): its place is not held for a trickle
+TRICKLE_BYTES = 1000
 DEFAULT_MAX_CONNECTIONS_PER_HOST = 300
 # A UDP peer whose address nothing proved (iperf2's clients) is sent at most this many times
 # what it sent (RFC 9000's anti-amplification factor), plus --unproven-udp's allowance, which

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .engine.measurement import cpus
-from .options import LARGE_SHARE, MIN_RATE_WINDOW, SMALL_TEST_BYTES, ServerOptions
+from .options import (
+    LARGE_SHARE,
+    MIN_RATE_WINDOW,
+    SMALL_TEST_BYTES,
+    TRICKLE_BYTES,
+    ServerOptions,
+)
 from .units import format_rate
 
 
@@ -153,13 +159,17 @@ class ServerPolicy:
     def time_limit(self) -> float | None:
         return self.options.test_time_limit
 
-    def test_watch(self) -> TestWatch | None:
-        """A running test's watch on --server-bitrate-limit and --idle-timeout (None when
-        the server has neither)."""
+    def test_watch(self, duration: float | None) -> TestWatch | None:
+        """A running test's watch on --server-bitrate-limit and --idle-timeout, and for a
+        test with no stated end (`duration` None: an amount of data, a header-less iperf2
+        stream) on its trickle: less than TRICKLE_BYTES in a --rcv-timeout ends it. None
+        when there is nothing to watch."""
         options = self.options
-        if options.rate_limit is None and options.idle_timeout is None:
+        trickle = options.idle_limit if duration is None else None
+        if options.rate_limit is None and options.idle_timeout is None and trickle is None:
             return None
-        return TestWatch(options.rate_limit, options.rate_window, options.idle_timeout)
+        return TestWatch(options.rate_limit, options.rate_window, options.idle_timeout,
+                         trickle)
 
     def refusal(self, protocol: str, parallel: int, duration: float | None,
                 omit: float, total_rate: float = 0.0, cpu: int | None = None
@@ -235,15 +245,26 @@ class TestWatch:
 
     SAMPLE_SECONDS = 0.1
 
-    def __init__(self, rate_limit: float | None, window: float, idle: float | None) -> None:
+    def __init__(self, rate_limit: float | None, window: float, idle: float | None,
+                 trickle: float | None = None) -> None:
         self.rate_limit = rate_limit
         self.window = window
         self.idle = idle
+        self.trickle = trickle  # a test with no stated end: TRICKLE_BYTES every this long
         self._samples: deque[tuple[float, int]] = deque()
         self._moved: tuple[float, int] | None = None  # when the bytes last changed, and to
+        self._trickled: tuple[float, int] | None = None  # when the window began, and at
 
     def breach(self, now: float, total_bytes: int) -> Refusal | None:
         """Which limit the test broke, and how; None while it keeps within them."""
+        if self.trickle is not None:
+            if self._trickled is None or total_bytes - self._trickled[1] >= TRICKLE_BYTES:
+                self._trickled = (now, total_bytes)
+            elif now - self._trickled[0] >= self.trickle:
+                return Refusal(Limit.IDLE, f"{total_bytes - self._trickled[1]} bytes moved in "
+                               f"{now - self._trickled[0]:.1f} s of a test with no stated "
+                               f"end, less than {TRICKLE_BYTES} in this server's "
+                               f"{self.trickle:g} s (--rcv-timeout)")
         if self.idle is not None:
             if self._moved is None or total_bytes != self._moved[1]:
                 self._moved = (now, total_bytes)

@@ -184,9 +184,11 @@ class Server:
                     self.options.secret is not None and not self.options.allow_classic):
                 self.refuser.note(peer, CLASSIC_REFUSED if self.options.rsa_auth is None
                                   else CLASSIC_REFUSED_RSA)  # closed below: no words for it
-            elif not self.policy.memory.take(self.options.length):
-                self.refuser.note(peer, "a classic client, and its read buffer would pass "
-                                  "the --memory-budget")
+            elif (refusal := self.policy.admit("tcp", 1, None, 0.0,
+                                                memory=self.options.length)) is not None:
+                # each classic connection is a test to us: its protocol cannot say which
+                # belong together; it has no words for a refusal either: closed below
+                self.refuser.note(peer, f"a classic client: {refusal}")
             else:
                 a_test = True
                 self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
@@ -194,7 +196,7 @@ class Server:
                     result = classic_server.receive(conn, peer, accepted, prefix,
                                                     self.options, self._stopping)
                 finally:
-                    self.policy.memory.give_back(self.options.length)
+                    self.policy.release(self.options.length)
                 self.say(table.header("Received"),
                          table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
                                    self.options.unit,

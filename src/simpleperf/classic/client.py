@@ -203,8 +203,9 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
                 error.strerror or str(error)).lower()
             if error.errno in (errno.EPIPE, errno.ECONNRESET) and \
                     time.monotonic() - start < REFUSED_AT_ONCE_SECONDS:
-                stream.error += (" at once (a simpleperf server with a shared secret closes "
-                                 "classic clients: --native --auth-secret-file FILE)")
+                stream.error += (" at once (a simpleperf server closes a classic client it "
+                                 "will not serve: it is busy, see its --max-clients, or it "
+                                 "has a shared secret: --native --auth-secret-file FILE)")
     finally:
         if stream.sending_ended is None:
             stream.sending_ended = time.monotonic()

@@ -106,9 +106,19 @@ def split(given: str) -> tuple[str, int | None]:
         raise Refused(f"target {given[:100]!r} is not HOST, HOST:PORT or [V6]:PORT", 400)
     if port_text is None:
         return host, None
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    port = whole_number(port_text, 65535)
+    if port is None or port < 1:
         raise Refused(f"target {given[:100]!r}: the port must be 1 to 65535", 400)
-    return host, int(port_text)
+    return host, port
+
+
+def whole_number(text: str, highest: int) -> int | None:
+    """`text` as a whole number from 0 to `highest` in ASCII digits (not '²', '1_0' or
+    5,000 digits, which int() would take or choke on); None if it is not one."""
+    digits = len(str(highest))
+    if not re.fullmatch(f"[0-9]{{1,{digits}}}", text) or int(text) > highest:
+        return None
+    return int(text)
 
 
 def _is_address(text: str) -> bool:

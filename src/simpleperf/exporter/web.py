@@ -12,12 +12,14 @@ Every refusal is one line with its HTTP status.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,7 +27,7 @@ from ..cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from . import modules
 from . import probe as probing
-from .targets import Allowed, Refused, Target
+from .targets import Allowed, Refused, Target, whole_number
 
 DEFAULT_LISTEN = "127.0.0.1:9788"
 DEFAULT_TIMEOUT = 30.0  # seconds a probe may take when the scrape does not say
@@ -33,7 +35,7 @@ TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 TIMEOUT_OFFSET = 0.5  # kept for the answer to reach Prometheus (blackbox_exporter's default)
 DEFAULT_QUEUE = 8  # throughput probes that may wait for one target
 DEFAULT_MAX_PROBES = 32  # probes at once, all targets
-REQUEST_SECONDS = 10  # a client must send its request within this
+REQUEST_SECONDS = 10  # a client must send its whole request (line and headers) within this
 MAX_TIMEOUT = 600.0
 
 
@@ -132,6 +134,28 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base's name
         pass  # probes that fail say so themselves; a line per scrape is noise
 
+    def handle_one_request(self) -> None:
+        """One request, its line and headers whole within REQUEST_SECONDS of the first
+        wait for them (`timeout` bounds each read only: a byte every few seconds would
+        hold a thread for ever): past it the connection is shut."""
+        self._expiry = threading.Timer(REQUEST_SECONDS, self._expire)
+        self._expiry.daemon = True
+        self._expiry.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self._expiry.cancel()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self._expiry.cancel()  # the request is whole: what follows has its own limits
+        return parsed
+
+    def _expire(self) -> None:
+        self.close_connection = True
+        with suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
     def do_GET(self) -> None:  # noqa: N802 - the base class's name
         url = urlsplit(self.path)
         if url.path == "/metrics":
@@ -191,10 +215,8 @@ class Handler(BaseHTTPRequestHandler):
         given = self.headers.get(TIMEOUT_HEADER)
         if given is None:
             return DEFAULT_TIMEOUT - TIMEOUT_OFFSET
-        try:
-            seconds = float(given)
-        except ValueError:
-            seconds = -1.0
+        # digits and a point only: float() would take '1_0' as 10 and 'nan', 'inf', ' 5 '
+        seconds = float(given) if re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,9})?", given) else -1.0
         if not 0 < seconds <= MAX_TIMEOUT:
             self._refuse(400, f"{TIMEOUT_HEADER}: {given[:32]!r} is not a number of seconds "
                               f"up to {MAX_TIMEOUT:g}")
@@ -237,17 +259,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 10000:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10000, not {text!r}")
-    return int(text)
+    count = whole_number(text, 10000)
+    if count is None or count < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10000, not "
+                                         f"{text[:32]!r}")
+    return count
 
 
 def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
+    host, _, port_text = text.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"--listen {text!r} is not [ADDR:]PORT")
-    return host, int(port)
+    port = whole_number(port_text, 65535)
+    if port is None:
+        raise UsageError(f"--listen {text[:64]!r} is not [ADDR:]PORT")
+    return host, port
 
 
 def main(argv: list[str]) -> int:

@@ -217,6 +217,7 @@ class Iperf2Service:
             tcp_stream.apply_options(streams[0].sock, spec)
         measurement.begin(time.monotonic(), *([body] if body is not None else []))
         limit = test_deadline(spec.duration, 0.0, self.policy.time_limit) + 1.0
+        watch = self.policy.test_watch(spec.duration)  # its place is held while it moves
         try:
             while not ended(measurement):
                 now = time.monotonic()
@@ -224,6 +225,9 @@ class Iperf2Service:
                 if now - measurement.start > limit or self.stopping.is_set():
                     raise SimpleperfError(f"the test ran past {limit:g} s"
                                           if not self.stopping.is_set() else "server stopped")
+                if watch is not None and (broken := watch.breach(now,
+                                                                 measurement.total_bytes())):
+                    raise SimpleperfError(str(broken))
                 time.sleep(0.02)
             measurement.stop.set()
             results = measurement.finish(time.monotonic())

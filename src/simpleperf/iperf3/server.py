@@ -221,7 +221,7 @@ class Iperf3Service:
         control.conn.sendall(iperf3.state(iperf3.TEST_START) + iperf3.state(iperf3.TEST_RUNNING))
         measurement.begin(time.monotonic())
         limit = test_deadline(params.timed_duration, params.omit, self.policy.time_limit)
-        watch = self.policy.test_watch()
+        watch = self.policy.test_watch(params.timed_duration)
         while True:
             now = time.monotonic()
             measurement.tick(now)

@@ -107,7 +107,7 @@ class LoadService:
                 refusal = self.policy.admit("tcp", asked.connections, float(asked.seconds), 0)
                 if refusal is not None:
                     return None, str(refusal), None
-                run = Run(asked, time.monotonic(), self.policy.test_watch())
+                run = Run(asked, time.monotonic(), self.policy.test_watch(asked.seconds))
                 self._runs[asked.token] = run
             elif run.opened >= run.asked.connections:
                 return None, (f"the run already opened its {run.asked.connections} "

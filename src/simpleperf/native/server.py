@@ -233,7 +233,7 @@ class NativeService:
             measurement = Measurement(pending.spec, streams, pending.spec.sample, rows,
                                       cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
-                                    self.policy.test_watch())
+                                    self.policy.test_watch(pending.spec.duration))
             channel.send(Start())
             started_wall = time.time()
             session.begin(time.monotonic())
