@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -240,3 +241,80 @@ def test_a_client_that_cannot_write_its_output_exits_1_with_one_line(args, where
     assert done.stderr.startswith("simpleperf: error: cannot write the output to ")
     assert "no space left on device" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("command", [["-v"], ["lab", "list"], ["lab", "--help"]],
+                         ids=["-v", "lab list", "lab --help"])
+def test_output_that_cannot_be_written_is_one_line_and_status_1(command):
+    """`simpleperf -v > /dev/full` was a traceback."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(SIMPLEPERF + command, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    if command[-1] == "--help":  # argparse prints help and drops what fails: status 0
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == "simpleperf: error: cannot write its output: No space left on " \
+                          "device\n", done.stderr
+
+
+def test_output_into_a_reader_that_leaves_ends_quietly():
+    """`simpleperf -v | head -1`: the first line, and no word of the pipe."""
+    done = subprocess.run(" ".join(SIMPLEPERF) + " -v | head -1", shell=True,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.startswith("simpleperf ") and done.stderr == "", done.stderr
+
+
+def test_rtt_against_a_peer_that_accepts_and_closes_is_one_line_and_status_1():
+    """It was a ConnectionResetError traceback in some runs and status 0 with no output in
+    most (a broken pipe taken for our own output's)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def accept_and_close() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                listener.accept()[0].close()
+            except TimeoutError:
+                continue
+
+    closer = threading.Thread(target=accept_and_close, daemon=True)
+    closer.start()
+    try:
+        for _ in range(3):
+            done = subprocess.run(SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "--rtt",
+                                                "-t", "1"], capture_output=True, text=True,
+                                  timeout=60)
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+            assert done.stderr.count("\n") == 1 and "closed the echo connection" in \
+                done.stderr, done.stderr
+        done = subprocess.run(SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "--rtt",
+                                            "-t", "1", "-J"], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 1
+        assert "closed the echo connection" in json.loads(done.stdout)["error"]
+    finally:
+        stop.set()
+        closer.join(5)
+        listener.close()
+
+
+def test_a_server_started_in_the_background_by_a_script_stops_at_sigint():
+    """A shell starts `simpleperf -s &` with SIGINT ignored; the server took that on, and
+    the Ctrl-C (SIGINT) meant to stop it did nothing."""
+    port = free_port()
+    script = (f"trap '' INT; exec {' '.join(SIMPLEPERF)} -s -p {port}")
+    server = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        assert "listening" in server.stdout.readline() + server.stdout.readline()
+        server.send_signal(signal.SIGINT)
+        assert server.wait(10) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)

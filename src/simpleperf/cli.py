@@ -7,7 +7,6 @@ accepts; the entry point prints it and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import ipaddress
 import os
@@ -130,9 +129,8 @@ class _Version(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         from .transport import features
 
-        with contextlib.suppress(BrokenPipeError):  # e.g. piped into head
-            print(f"simpleperf {__version__}\n{features.report()}", flush=True)
-        parser.exit()
+        print(f"simpleperf {__version__}\n{features.report()}", flush=True)  # failing:
+        parser.exit()  # one line at the top (__main__), or quiet into `| head`
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -43,3 +45,13 @@ class PeerEnded(PeerRefused):
 
 class Interrupted(Exception):
     """Ctrl-C ended a test; what was measured has been printed."""
+
+
+class OutputError(OSError):
+    """Standard output could not be written (errno EPIPE: its reader went away, as with
+    `| head`; ENOSPC: /dev/full or a full disk). Raised by the guard __main__ puts on
+    sys.stdout, so that a failed write is told apart from a failed socket."""
+
+    @property
+    def reader_gone(self) -> bool:
+        return self.errno == errno.EPIPE

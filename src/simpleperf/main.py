@@ -16,10 +16,12 @@ from collections.abc import Callable
 from . import service
 from .cli import NO_MODE_MESSAGE, parse_args
 from .errors import (
+    EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     Interrupted,
+    OutputError,
     ReportedError,
     SimpleperfError,
     UsageError,
@@ -163,6 +165,9 @@ def _wants_json(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    # Started in the background by a script (`simpleperf -s &`), SIGINT comes ignored; a
+    # server would never hear the Ctrl-C (or kill -INT) that stops it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         options = parse_args(argv)
     except UsageError as error:
@@ -208,8 +213,14 @@ def _run(options: ClientOptions | ServerOptions) -> int:
         return error.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # our output was closed (e.g. piped into head)
-        return EXIT_OK
+    except OutputError:  # standard output failed: said (or quiet) at the top (__main__)
+        raise
+    except OSError as error:  # a socket that failed where nothing expected it: one line
+        reason = f"the connection failed: {(error.strerror or str(error)).lower()}"
+        _error(reason)
+        if isinstance(options, ClientOptions) and options.json:
+            _json_error(reason)
+        return EXIT_FAILURE
     return EXIT_OK
 
 

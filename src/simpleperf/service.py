@@ -8,12 +8,13 @@ command returns, the server accepts tests and its pid file names it.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout, suppress
 
-from .errors import EXIT_FAILURE, EXIT_OK, SimpleperfError
+from .errors import EXIT_FAILURE, EXIT_OK, OutputError, SimpleperfError
 
 READY = b"ready\n"  # what the daemon tells the command that started it; else its error
 
@@ -34,12 +35,13 @@ class Output:
             return
         try:
             print(line, flush=True)
-        except BrokenPipeError:
-            if self.server:
-                self._lose(None)
-            else:
-                raise  # a reader that went away (| head): the client's run ends quietly
         except OSError as error:
+            if error.errno == errno.EPIPE:
+                if self.server:
+                    self._lose(None)
+                    return
+                # a reader that went away (| head): the client's run ends quietly
+                raise OutputError(errno.EPIPE, error.strerror) from None
             reason = (error.strerror or str(error)).lower()
             if not self.server:
                 raise SimpleperfError(f"cannot write the output to {self.where}: "

@@ -15,6 +15,7 @@ from ..options import CONNECT_TIMEOUT_SECONDS
 from ..protocol.native import ECHO, ECHO_PROBE, PREFACE_SIZE, UDP_ECHO, echo_probe, preface
 from ..transport import tcp
 
+CLOSED = "the server closed the echo connection"
 UDP_REPLY_TIMEOUT = 1.0
 TCP_REPLY_TIMEOUT = 5.0
 SECRET_HINT = (" (a server that requires authentication answers only probes made with the "
@@ -48,6 +49,16 @@ class EchoProber:
         number = self.sent
         began = time.monotonic_ns()
         message = self._prefix + echo_probe(number, began, self.secret)
+        try:
+            return self._round_trip(message, number, began)
+        except ConnectionRefusedError:  # UDP: ICMP port unreachable
+            if self.protocol == "tcp":
+                raise SimpleperfError(CLOSED + ("" if self.secret else SECRET_HINT)) from None
+            return None
+        except (ConnectionResetError, BrokenPipeError):
+            raise SimpleperfError(CLOSED + ("" if self.secret else SECRET_HINT)) from None
+
+    def _round_trip(self, message: bytes, number: int, began: int) -> float | None:
         self.sock.send(message)
         timeout = UDP_REPLY_TIMEOUT if self.protocol == "udp" else TCP_REPLY_TIMEOUT
         deadline = time.monotonic() + timeout
@@ -64,8 +75,7 @@ class EchoProber:
                 continue
             chunk = self.sock.recv(65536)
             if not chunk:
-                raise SimpleperfError("the server closed the echo connection"
-                                      + ("" if self.secret else SECRET_HINT))
+                raise SimpleperfError(CLOSED + ("" if self.secret else SECRET_HINT))
             if self.protocol == "udp":
                 if len(chunk) == len(message) and ECHO_PROBE.unpack_from(
                         chunk, PREFACE_SIZE)[0] == number:
