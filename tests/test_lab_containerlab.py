@@ -260,6 +260,16 @@ BAD = {
     "frr-daemon": ("binds: [\"isis.conf:/etc/frr/frr.conf\"]\n",
                    r"frr.conf line 2 configures a daemon the lab does not run"),
 }
+# an exec line whose tail would be ignored: refused, never half read
+for number, (line, operator) in enumerate((
+        ("ip addr add 10.0.0.1/24 dev eth1; touch /tmp/owned", ";"),
+        ("ip link set eth1 up && touch /tmp/owned", "&&"),
+        ("simpleperf -s > /tmp/owned", ">"),
+        ("sysctl -w net.ipv4.tcp_ecn=1 | tee /tmp/owned", "|")), start=1):
+    BAD[f"exec-operator-{number}"] = (f"exec: [\"{line}\"]\n",
+                                      rf"exec line '.*' has '\{operator[0]}")
+BAD["exec-extra-word"] = ("exec: [\"ip addr add 10.0.0.1/24 dev eth1 extra\"]\n",
+                          r"exec line 'ip addr add 10.0.0.1/24 dev eth1 extra' is not one")
 LINK_BAD = {
     "vars": ("vars: [1]", r"link 1: vars must be a mapping, not list"),
     "ipv4": ("ipv4: 5", r"link 1: ipv4 must be a list of strings, not int"),

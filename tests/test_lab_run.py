@@ -379,6 +379,37 @@ def test_a_full_disk_is_one_line_an_incomplete_run_and_a_lab_taken_down(tmp_path
         assert not (run_folder(results) / "results.json").exists()
 
 
+WRITER = """
+import sys, time
+from pathlib import Path
+from simpleperf.lab.results.store import Store
+store = Store(Path(sys.argv[1]) / "pair-1")
+store.begin("pair", False, "own", "", "")
+print("begun", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_killed_mid_way_is_listed_as_interrupted_not_as_a_failed_write(tmp_path):
+    """A `lab run` killed with -9 was listed as "INCOMPLETE (its writing failed)": while
+    its writer lives the run is still running, once it is gone it was interrupted."""
+    runs = tmp_path / "runs"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(runs)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "begun\n"
+        assert ", still running" in lab("results", "--results", str(runs)).stdout
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(10)
+        listed = lab("results", "--results", str(runs)).stdout
+        assert ", INTERRUPTED (its process ended before its measurements did" in listed
+        assert "writing" not in listed
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(10)
+
+
 def test_unreadable_results_folders_are_named_not_a_crash(tmp_path):
     broken = tmp_path / "runs" / "broken-1"
     broken.mkdir(parents=True)

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     1), or quietly when its reader went away (`| head`)."""
     argv = sys.argv[1:] if argv is None else argv
     plain = sys.stdout
-    sys.stdout = _GuardedOutput(plain)  # type: ignore[assignment]
+    sys.stdout = _GuardedOutput(plain)
     try:
         status = _program(argv)
         sys.stdout.flush()

@@ -161,6 +161,14 @@ def _property_flags(group: Any, properties: tuple[link_properties.LinkProperty, 
                                help=prop.help)
 
 
+# What `lab results` adds to a run's line for the state its files are in (store.run_state).
+RUN_STATES = {"complete": "", "running": ", still running",
+              "interrupted": ", INTERRUPTED (its process ended before its measurements did: "
+                             "killed, crashed or out of disk; what it measured until then "
+                             "is kept)",
+              "unwritten": ", INCOMPLETE (writing its results failed)"}
+
+
 def _text_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -404,7 +412,7 @@ def routing_lines(record: ownership.LabRecord, model: topology.Topology) -> list
 
 
 def _results_command(args: argparse.Namespace) -> int:
-    from .results.store import check_readable, find_runs, load_run
+    from .results.store import check_readable, find_runs, load_run, run_state
     from .results.tables import compare
     from .run.runner import run_experiment
 
@@ -438,7 +446,7 @@ def _results_command(args: argparse.Namespace) -> int:
                   + (f", {failed} failed" if failed else "")
                   + (", quick" if run["quick"] else "")
                   + (", interrupted" if run["interrupted"] else "")
-                  + ("" if run["complete"] else ", INCOMPLETE (its writing failed)")
+                  + RUN_STATES[run_state(run)]
                   + f", shaper {run['shaper']}")
         return EXIT_OK
     runs = [load_run(Path(folder)) for folder in args.runs]  # compare

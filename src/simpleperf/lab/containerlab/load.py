@@ -48,6 +48,7 @@ UNSUPPORTED_SECTIONS = re.compile(r"(router (?!ospf\b|bgp\b)\S+|mpls ldp|router 
 SETTINGS = {"net.ipv4.tcp_ecn": "ecn", "net.ipv4.tcp_congestion_control": "congestion"}
 ROUTING_SETTINGS = {line.split("=")[0] for line in build.ROUTING_SYSCTLS}
 FORWARDING = "net.ipv4.ip_forward"
+SHELL_OPERATORS = set(";&|<>()")
 SERVER_LINE = re.compile(r"(python3 \S*simpleperf\S*|simpleperf) -s( .*)?")
 
 
@@ -314,8 +315,13 @@ def _note_daemons(clab: str, text: str, notes: list[str]) -> None:
 def _exec_line(node: _Node, clab: str, line: str) -> None:
     try:
         words = shlex.split(line)
+        operators = [w for w in shlex.shlex(line, posix=True, punctuation_chars=True)
+                     if w and all(c in SHELL_OPERATORS for c in w)]
     except ValueError:
-        words = []
+        words, operators = [], []
+    if operators:  # a second command, a redirection: nothing of it may pass unread
+        raise TopologyError(f"node {clab}: exec line '{line}' has '{operators[0]}': the lab "
+                            "reads one command a line, with no shell operators")
     if _ip_line(node, words) or _tc_line(node, clab, words, line):
         return
     if words[:2] == ["sysctl", "-w"] and len(words) == 3 and "=" in words[2]:
@@ -329,23 +335,25 @@ def _exec_line(node: _Node, clab: str, line: str) -> None:
 
 
 def _ip_line(node: _Node, words: list[str]) -> bool:
+    """An `ip` line of a form the lab reads, every word of it (more is not one)."""
     if words[:1] != ["ip"] or len(words) < 4:
         return False
     verb = words[1:3]
-    if verb in (["addr", "add"], ["address", "add"], ["a", "add"]) and len(words) >= 6 \
+    if verb in (["addr", "add"], ["address", "add"], ["a", "add"]) and len(words) == 6 \
             and words[4] == "dev":
         node.addresses[words[5]] = words[3]
         return True
-    if verb in (["route", "add"], ["route", "replace"], ["r", "add"]) and len(words) >= 6 \
-            and words[4] == "via":
+    if verb in (["route", "add"], ["route", "replace"], ["r", "add"]) and words[4:5] == \
+            ["via"] and (len(words) == 6 or (len(words) == 8 and words[6] == "dev")):
         node.routes.append(f"{words[3]} via {words[5]}")
         return True
-    if verb == ["link", "add"] and words[4:6] == ["type", "bridge"]:
+    if verb == ["link", "add"] and words[4:] == ["type", "bridge"]:
         node.kind = "switch"
         return True
     if verb == ["link", "add"] and words[4:] == ["type", "ifb"]:
         return True
-    return verb == ["link", "set"] and (words[4:] == ["up"] or words[4:5] == ["master"])
+    return verb == ["link", "set"] and (words[4:] == ["up"] or (
+        len(words) == 6 and words[4] == "master"))
 
 
 def _tc_line(node: _Node, clab: str, words: list[str], line: str) -> bool:

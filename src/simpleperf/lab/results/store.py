@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import platform
 import shutil
 import sqlite3
@@ -149,7 +150,8 @@ class Store:
                     "kernel": platform.release(), "machine": platform.machine(),
                     "iperf3": _version(["iperf3", "--version"]),
                     "ping": _version(["ping", "-V"]), "shaper": shaper,
-                    "congestion_control": system_congestion_control()}
+                    "congestion_control": system_congestion_control(),
+                    "writer": {"pid": os.getpid(), "boot": boot_id()}}
         self.db.execute("INSERT INTO run VALUES (1, ?, ?, NULL, ?, 0, ?, ?, ?, ?, 0)",
                         (experiment, time.time(), int(quick), shaper, json.dumps(metadata),
                          topology_toml, experiment_toml))
@@ -287,6 +289,35 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+
+def boot_id() -> str:
+    """This boot of the machine (a process id is only this boot's)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def run_state(run: dict[str, Any]) -> str:
+    """'complete'; 'running' (its writer is alive); 'interrupted' (it ended before its
+    measurements did: killed, or crashed); or 'unwritten' (measured, but writing what it
+    measured failed: a full disk)."""
+    if run["complete"]:
+        return "complete"
+    if run.get("finished") is None:
+        writer = run["metadata"].get("writer") or {}
+        pid = writer.get("pid")
+        if isinstance(pid, int) and writer.get("boot") == boot_id() and pid > 0:
+            try:
+                os.kill(pid, 0)
+                return "running"
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                return "running"
+        return "interrupted"
+    return "unwritten"
 
 
 def load_run(folder: Path) -> dict[str, Any]:
