@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 from helpers import SIMPLEPERF, free_port, start_server
+from lab_helpers import made_by_this_session
 
 from simpleperf.lab.net import ownership
 from simpleperf.lab.net.shaping.probe import SHAPER_ENV
@@ -31,6 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[SHAPER_ENV] = config.getoption("--shaper")  # every `lab up` and `lab run`
+    # every lab this session makes records it: the session takes down only those
+    os.environ.setdefault(ownership.SESSION_ENV, f"pytest-{os.getpid()}-{time.time_ns()}")
 
 
 # Tests that measure real processes on a shared machine: a neighbour taking the CPU for a
@@ -61,10 +65,9 @@ def _labs_taken_down(request: pytest.FixtureRequest):
         return
     before = {record.lab for record in ownership.all_records()}
     yield
-    for record in ownership.all_records():
-        if record.lab not in before:
-            subprocess.run(SIMPLEPERF + ["lab", "down", record.lab], capture_output=True,
-                           timeout=120)
+    for lab_name in made_by_this_session(before, ownership.all_records()):
+        subprocess.run(SIMPLEPERF + ["lab", "down", lab_name], capture_output=True,
+                       timeout=120)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

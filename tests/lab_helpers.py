@@ -10,6 +10,7 @@ import threading
 import pytest
 from helpers import SIMPLEPERF
 
+from simpleperf.lab.net import ownership
 from simpleperf.lab.net.lifecycle import DELAY_LINE_MODULE
 from simpleperf.lab.net.shaping.probe import SHAPER_ENV
 from simpleperf.lab.net.system import existing_namespaces
@@ -97,3 +98,11 @@ class Ready:
     def stop(self) -> str:
         self.process.terminate()
         return self.output(10)
+
+
+def made_by_this_session(before: set[str], records: list) -> list[str]:
+    """The labs that appeared meanwhile and carry this test session's mark: a user's lab,
+    or another run's, brought up beside the suite is never among them."""
+    mine = os.environ.get(ownership.SESSION_ENV)
+    return [record.lab for record in records
+            if record.lab not in before and mine and record.session == mine]

@@ -7,6 +7,7 @@ calibration benchmark (bench/lab_calibration.py) measures fidelity tightly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from lab_helpers import (
     delay_line_pids,
     in_node,
     lab,
+    made_by_this_session,
     needs_lab,
     ping_rtts,
     session_shaper,
@@ -152,6 +154,28 @@ def test_a_namespace_the_lab_did_not_create_is_never_touched():
     finally:
         subprocess.run(["ip", "netns", "del", "h2"], capture_output=True)
         subprocess.run(["ip", "netns", "del", bystander], check=True)
+
+
+def test_the_suite_takes_down_only_the_labs_it_made():
+    """A lab brought up beside the suite (a user's, another run's) vanished with the next
+    lab test's clean-up: every lab that appeared meanwhile was taken down. Now a lab records
+    who made it ($SIMPLEPERF_LAB_SESSION), and the suite takes down only its own."""
+    before = {record.lab for record in ownership.all_records()}
+    beside = dict(os.environ, SIMPLEPERF_LAB_SESSION="a user's shell")
+    done = subprocess.run(SIMPLEPERF + ["lab", "up", "pair"], env=beside, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    try:
+        records = ownership.all_records()
+        (theirs,) = [r for r in records if r.lab == "pair"]
+        assert theirs.session == "a user's shell"
+        assert made_by_this_session(before, records) == []
+        ours = dataclasses.replace(theirs, lab="ours", session=os.environ[
+            ownership.SESSION_ENV])
+        assert made_by_this_session(before, [*records, ours]) == ["ours"]
+    finally:
+        lab("down", "pair")
+    assert_gone({"h1", "h2", "pair-wire"})
 
 
 @pytest.mark.parametrize("then", ["down", "up"])

@@ -36,6 +36,9 @@ from .system import (
 )
 
 RECORD_DIR = Path(os.environ.get("SIMPLEPERF_LAB_DIR", "/run/simpleperf/labs"))
+# A mark a lab records for whoever started it (a test session, a CI job), so that such a
+# caller can take down the labs it made, and none of anyone else's.
+SESSION_ENV = "SIMPLEPERF_LAB_SESSION"
 RECORD_SUFFIX = ".record.json"
 _SAVING = threading.Lock()
 
@@ -63,6 +66,7 @@ class LabRecord:
     shaper_reason: str = ""  # why this backend: asked for, or what the kernel has
     links_down: list[str] = field(default_factory=list)  # set down while the lab runs
     link_changes: dict[str, dict] = field(default_factory=dict)  # link: shaping fields set
+    session: str = ""  # $SIMPLEPERF_LAB_SESSION of the command that made it
 
     @property
     def shaper(self) -> str:
@@ -99,7 +103,7 @@ def new_record(lab: str, shaper: tuple[str, str], persistent: bool,
     pid = os.getpid()
     backend, reason = shaper
     return LabRecord(lab, backend, pid, process_start_time(pid), persistent, topology,
-                     shaper_reason=reason)
+                     shaper_reason=reason, session=os.environ.get(SESSION_ENV, "")[:200])
 
 
 def load(lab: str) -> LabRecord | None:
