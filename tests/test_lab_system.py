@@ -688,6 +688,22 @@ def test_the_own_codel_keeps_the_queue_short_and_marks_instead_of_dropping(tmp_p
         lab("down", "pair")
 
 
+def test_a_pair_whose_queue_marks_ecn_has_hosts_that_ask_for_it(pair_lab):
+    """`lab up pair --ecn` marked nothing: its hosts' TCP did not ask for ECN (the
+    kernel's default answers only), and the pair form could not say so. Now both ask,
+    `lab status` says so, and a CUBIC flow through fq_codel is marked, not dropped."""
+    pair_lab("--rate", "10M", "--delay", "5ms", "--qdisc", "fq_codel", "--ecn")
+    status = lab("status").stdout
+    assert status.count("its TCP negotiates ECN") == 2, status
+    assert all(in_node(node, "sysctl", "-n", "net.ipv4.tcp_ecn").stdout.strip() == "1"
+               for node in ("h1", "h2"))
+    with server_in_h2() as port:
+        done = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-t", "3",
+                       "--native", "-C", "cubic", "--no-latency", "-J")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["end"]["sum_sent"]["delivered_ce"] > 0
+
+
 @pytest.mark.own_shaper
 @pytest.mark.timing
 def test_the_own_dualpi2_keeps_l4s_datagrams_out_of_the_classic_queue(pair_lab):

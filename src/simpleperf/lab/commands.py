@@ -161,6 +161,9 @@ def _property_flags(group: Any, properties: tuple[link_properties.LinkProperty, 
                                help=prop.help)
 
 
+# What `lab status` says of a host's ECN where a queue marks: node.ecn
+ECN_SAYS = {True: "its TCP negotiates ECN", False: "ECN off",
+            None: "ECN only when its peer asks (the kernel's default)"}
 # What `lab results` adds to a run's line for the state its files are in (store.run_state).
 RUN_STATES = {"complete": "", "running": ", still running",
               "interrupted": ", INTERRUPTED (its process ended before its measurements did: "
@@ -347,11 +350,14 @@ def describe(record: ownership.LabRecord) -> str:
     for link in model.links:  # every node's ends at once: linear in the links
         for end in (link.a, link.b):
             ends_of.setdefault(end.node, []).append(end)
+    marking = any(d.ecn for link in model.links for d in (link.a_to_b, link.b_to_a))
     for node in model.nodes.values():
         interfaces = ", ".join(f"{end.interface} {end.address or ''}".strip()
                                for end in ends_of.get(node.name, []))
         routes = "; ".join(str(route) for route in node.routes)
         tcp = ", ".join(setting.removeprefix("net.ipv4.") for setting in node.sysctls)
+        if marking and node.kind == "host":  # which of them negotiate what queues mark
+            tcp = ", ".join(filter(None, (tcp, ECN_SAYS[node.ecn])))
         lines.append(f"  {node.name:<6} {node.kind:<7} {interfaces}"
                      + (f"   [{routes}]" if routes else "") + (f"   ({tcp})" if tcp else ""))
     lines.append("links (delay is one-way, per direction)")

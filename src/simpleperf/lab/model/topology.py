@@ -516,6 +516,12 @@ def pair(**values: Any) -> Topology:
     link: dict[str, Any] = {"name": "h1-h2", "a": "h1", "a_address": "10.0.0.1/24",
                             "b": "h2", "b_address": "10.0.0.2/24", **to_mininet(values),
                             **one_way}
+    # a queue that marks ECN is there to be seen: both hosts' TCP asks for it (the kernel's
+    # default only answers a peer that asks, so nothing would be marked)
+    marks = bool(values.get("ecn")) or any(
+        bool(values_of.get("ecn")) for side in ("a_to_b", "b_to_a")
+        if isinstance(values_of := link.get(side), dict))
+    host: dict[str, Any] = {"ecn": True} if marks else {}
     data = {"name": "pair", "description": "two hosts joined by one shaped link",
-            "hosts": {"h1": {}, "h2": {}}, "links": [link]}
+            "hosts": {"h1": dict(host), "h2": dict(host)}, "links": [link]}
     return from_dict(data, "pair")
