@@ -6,11 +6,13 @@ namespaces without Docker: containerlab's own frr01 example, and our exports rou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -178,8 +180,14 @@ def test_export_then_import_gives_back_the_same_topology(name, tmp_path):
     model = topology.parse(VARIED) if name == "varied" else topology.load(name)
     back, notes = load.load(str(exported(model, tmp_path)))
     assert notes == []
+    names = export.interface_names(model)  # the containers' names, kept as the file has them
+
+    def contained(end: topology.Endpoint) -> topology.Endpoint:
+        return dataclasses.replace(end, interface=names[(end.node, end.interface)])
+
     assert [(link.name, link.a, link.b, link.a_to_b, link.b_to_a) for link in back.links] == \
-        [(link.name, link.a, link.b, link.a_to_b, link.b_to_a) for link in model.links]
+        [(link.name, contained(link.a), contained(link.b), link.a_to_b, link.b_to_a)
+         for link in model.links]
     for node in model.nodes.values():
         again = back.nodes[node.name]
         assert (again.kind, again.ecn, again.congestion) == (node.kind, node.ecn,
@@ -309,6 +317,57 @@ def test_a_containerlab_file_the_lab_cannot_build_is_one_line(case, tmp_path):
     assert "\n" not in str(refused.value) and "s3cret" not in str(refused.value)
 
 
+KINDS_AND_LONG_LINKS = """name: kinds
+topology:
+  nodes:
+    Client-1:
+      kind: linux
+      exec: ["ip addr add 10.0.0.1/24 dev e1-1"]
+    Server_2:
+      kind: host
+      exec: ["ip addr add 10.0.0.2/24 dev eth9"]
+    br-clab:
+      kind: bridge
+  links:
+    - type: veth
+      endpoints:
+        - node: Client-1
+          interface: e1-1
+        - node: br-clab
+          interface: port1
+    - endpoints: ["Server_2:eth9", "br-clab:port2"]
+"""
+
+
+def test_names_are_kept_and_bridge_host_kinds_and_long_form_links_are_read(tmp_path):
+    """containerlab's names as written (PC1 was pc1, eth1 was pc1-eth0), its bridge kind
+    (a switch here), its host kind (a host namespace, said in a note) and its long-form
+    links (type: veth, endpoints of node: and interface:)."""
+    path = tmp_path / "kinds.clab.yml"
+    path.write_text(KINDS_AND_LONG_LINKS)
+    model, notes = load.load(str(path))
+    assert {name: node.kind for name, node in model.nodes.items()} == {
+        "Client-1": "host", "Server_2": "host", "br-clab": "switch"}
+    assert [(e.node, e.interface, str(e.address)) for link in model.links
+            for e in (link.a, link.b)] == [("Client-1", "e1-1", "10.0.0.1/24"),
+                                           ("br-clab", "port1", "None"),
+                                           ("Server_2", "eth9", "10.0.0.2/24"),
+                                           ("br-clab", "port2", "None")]
+    assert any("kind host" in note and "Server_2" in note for note in notes)
+    for line, said in (("    - type: macvlan\n      endpoint: {node: Client-1, interface: e1}"
+                        "\n      host-interface: eno1\n",
+                        "link 3: type macvlan reaches past the lab"),
+                       ('    - endpoints: ["Client-1:e1-2", "host:veth9"]\n',
+                        "link 3: host is not a node")):
+        path.write_text(KINDS_AND_LONG_LINKS + line)
+        with pytest.raises(TopologyError, match=said):
+            load.load(str(path))
+    path.write_text(KINDS_AND_LONG_LINKS.replace("Client-1", "Client 1"))
+    with pytest.raises(TopologyError, match="node Client 1: the lab keeps a node's name as "
+                                            "its namespace's, which takes 1-15 letters"):
+        load.load(str(path))
+
+
 @pytest.mark.parametrize("case", sorted(LINK_BAD))
 def test_a_link_field_of_the_wrong_type_is_one_line(case, tmp_path):
     field, said = LINK_BAD[case]
@@ -361,18 +420,26 @@ def test_containerlabs_frr01_comes_up_converges_and_every_pc_reaches_every_other
         for router in ("router1", "router2", "router3"):
             shown = lab("exec", router, "--", "vtysh", "-c", "show ip ospf neighbor").stdout
             assert shown.count("Full/") == 2, (router, shown)
-        pcs = {"pc1": "192.168.11.2", "pc2": "192.168.12.2", "pc3": "192.168.13.2"}
+        pcs = {"PC1": "192.168.11.2", "PC2": "192.168.12.2", "PC3": "192.168.13.2"}
         for source in pcs:
             for target, address in pcs.items():
                 if source != target:
                     assert ping_rtts(source, address, 2), (source, target)
+        # Names as the file writes them: the node PC1 (it was pc1), its eth1 (it was
+        # pc1-eth0), the routers' eth3 that their own configuration names.
+        shown = lab("exec", "PC1", "--", "ip", "-br", "addr", "show", "eth1").stdout
+        assert "192.168.11.2/24" in shown, shown
+        assert "PC1" in lab("status").stdout
         # Its OSPF runs the example's own configuration: passive towards the PCs.
         passive = lab("exec", "router1", "--", "vtysh", "-c", "show ip ospf interface "
-                      "router1-eth2").stdout
+                      "eth3").stdout
         assert "No Hellos (Passive interface)" in passive, passive
+        capture = lab("capture", "PC1:eth1", "--duration", "1", "-w",
+                      str(Path(tempfile.gettempdir()) / "frr01-pc1.pcapng"), timeout=30)
+        assert capture.returncode == 0, capture.stderr
     finally:
         lab("down", "frr01")
-    assert_gone({"pc1", "pc2", "pc3", "router1", "router2", "router3"})
+    assert_gone({"PC1", "PC2", "PC3", "router1", "router2", "router3"})
 
 
 def _measured(spec: str, model: topology.Topology, pairs: list[tuple[str, str]]) -> dict:

@@ -137,7 +137,8 @@ b_address = "10.2.0.1/24"
      "unknown field 'dealy'"),
     (("10.2.0.1/24", "10.2.0.1"), "needs a prefix length"),
     (("10.2.0.1/24", "10.2.0.0/24"), "network or broadcast address"),
-    (("[routers]", "[routers]\nBad_Name = {}"), "node name 'Bad_Name'"),
+    (("[routers]", "[routers]\n\"bad name\" = {}"), "node name 'bad name'"),
+    (("[routers]", "[routers]\nr-sixteen-chars1 = {}"), "node name 'r-sixteen-chars1'"),
     (('name = "t"', 'name = "t"\ncolour = "red"'), "unknown field 'colour'"),
     (("[[links]]", "[[links]"), "not valid TOML"),
 ])
@@ -802,3 +803,56 @@ def test_an_mptcp_connection_gets_a_subflow_on_each_path_that_shares_no_core_lin
 def test_bad_mptcp_flows_are_one_line(table, message) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         flows.parse({"from": "h1", "to": "h4", **table}, "flow")
+
+
+NAMED = """
+name = "named"
+[hosts]
+PC1 = {}
+client-2 = {}
+[switches]
+sw_1 = {}
+[[links]]
+a = "PC1"
+a_interface = "eth1"
+a_address = "10.0.0.1/24"
+b = "sw_1"
+b_interface = "e1"
+[[links]]
+a = "client-2"
+a_address = "10.0.0.2/24"
+b = "sw_1"
+"""
+
+
+def test_node_and_interface_names_as_containerlab_writes_them():
+    """Names keep their case and their own interfaces (a namespace and an interface carry
+    them); an end without a name is NODE-ethN, numbered as before."""
+    model = topology.parse(NAMED)
+    assert set(model.nodes) == {"PC1", "client-2", "sw_1"}
+    ends = [(end.node, end.interface) for link in model.links for end in (link.a, link.b)]
+    assert ends == [("PC1", "eth1"), ("sw_1", "e1"), ("client-2", "client-2-eth0"),
+                    ("sw_1", "sw_1-eth2")]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (('b_interface = "e1"', 'b_interface = "sw_1"'), "sw_1 has an interface sw_1 already"),
+    (('a_interface = "eth1"', 'a_interface = "lo"'), "lo is every node's loopback"),
+    (('a_interface = "eth1"', 'a_interface = "a-name-too-long-1"'),
+     "a_interface 'a-name-too-long-1' must be 1-15"),
+    (('a_interface = "eth1"', 'a_interface = "eth 1"'), "a_interface 'eth 1' must be"),
+])
+def test_interface_names_are_checked(change, message):
+    text = NAMED.replace(*change)
+    assert text != NAMED
+    with pytest.raises(TopologyError, match=re.escape(message)):
+        topology.parse(text)
+
+
+def test_a_long_node_name_needs_its_interfaces_named():
+    text = NAMED.replace("client-2", "client-twelve1")
+    with pytest.raises(TopologyError, match=r"b_interface is missing|a_interface is missing: "
+                                            r"client-twelve1's name is too long"):
+        topology.parse(text)
+    named = text.replace('a = "client-twelve1"', 'a = "client-twelve1"\na_interface = "eth1"')
+    assert topology.parse(named).links[1].a.interface == "eth1"

@@ -351,6 +351,7 @@ def describe(record: ownership.LabRecord) -> str:
         for end in (link.a, link.b):
             ends_of.setdefault(end.node, []).append(end)
     marking = any(d.ecn for link in model.links for d in (link.a_to_b, link.b_to_a))
+    name_width = max(6, *(len(name) for name in model.nodes))
     for node in model.nodes.values():
         interfaces = ", ".join(f"{end.interface} {end.address or ''}".strip()
                                for end in ends_of.get(node.name, []))
@@ -358,7 +359,7 @@ def describe(record: ownership.LabRecord) -> str:
         tcp = ", ".join(setting.removeprefix("net.ipv4.") for setting in node.sysctls)
         if marking and node.kind == "host":  # which of them negotiate what queues mark
             tcp = ", ".join(filter(None, (tcp, ECN_SAYS[node.ecn])))
-        lines.append(f"  {node.name:<6} {node.kind:<7} {interfaces}"
+        lines.append(f"  {node.name:<{name_width}} {node.kind:<7} {interfaces}"
                      + (f"   [{routes}]" if routes else "") + (f"   ({tcp})" if tcp else ""))
     lines.append("links (delay is one-way, per direction)")
     for link in model.links:
@@ -387,19 +388,21 @@ def _rtt_table(model: topology.Topology) -> list[str]:
         return [f"expected base RTT between hosts: {len(hosts)} hosts, more than the "
                 f"{RTT_TABLE_HOSTS} a table shows (simpleperf lab exec HOST ping ... measures "
                 "one pair)"]
+    width = max(7, *(len(h) + 1 for h in hosts))  # containerlab's names can be long
+    first = max(6, *(len(h) for h in hosts))
     lines = ["expected base RTT between hosts, ms (2 x one-way delays on the path"
-             f"{along})", "        " + "".join(f"{h:>7}" for h in hosts)]
+             f"{along})", " " * (first + 2) + "".join(f"{h:>{width}}" for h in hosts)]
     for source in hosts:
         cells = []
         for target in hosts:
             if source == target:
-                cells.append(f"{'-':>7}")
+                cells.append(f"{'-':>{width}}")
                 continue
             try:
-                cells.append(f"{theory.base_rtt(model, source, target) * 1e3:>7.1f}")
+                cells.append(f"{theory.base_rtt(model, source, target) * 1e3:>{width}.1f}")
             except topology.TopologyError:
-                cells.append(f"{'none':>7}")
-        lines.append(f"  {source:<6}" + "".join(cells))
+                cells.append(f"{'none':>{width}}")
+        lines.append(f"  {source:<{first}}" + "".join(cells))
     return lines
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import re
 import zipfile
 from dataclasses import dataclass, replace
@@ -48,11 +49,17 @@ class Images:
 
 
 def interface_names(topology: Topology) -> dict[tuple[str, str], str]:
-    """(node, the lab's interface name) -> the container's: eth1, eth2, ... in link order."""
+    """(node, the lab's interface name) -> the container's: a name the topology gave is
+    kept (but eth0, the container's management interface); the lab's own (NODE-ethN) are
+    eth1, eth2, ... in link order, past those kept."""
     names: dict[tuple[str, str], str] = {}
     for node in topology.nodes:
-        for number, (end, _) in enumerate(topology.endpoints_of(node), start=1):
-            names[(node, end.interface)] = f"eth{number}"
+        ends = [end.interface for end, _ in topology.endpoints_of(node)]
+        own = re.compile(re.escape(node) + r"-eth[0-9]+")
+        kept = {name for name in ends if not own.fullmatch(name) and name != "eth0"}
+        free = (f"eth{n}" for n in itertools.count(1) if f"eth{n}" not in kept)
+        for name in ends:
+            names[(node, name)] = name if name in kept else next(free)
     return names
 
 

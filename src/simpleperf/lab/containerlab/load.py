@@ -1,5 +1,6 @@
-"""A containerlab topology of `linux` nodes read into the lab's own, so that `lab up` builds
-it in namespaces without Docker.
+"""A containerlab topology of `linux` nodes (and `bridge` and `host` ones) read into the
+lab's own, so that `lab up` builds it in namespaces without Docker. Node and interface names
+are kept as the file writes them: `lab exec PC1`, and a node's scripts and FRR name `eth1`.
 
 A node binding FRR's `frr.conf` (and `daemons`) is a router: its interfaces' addresses come
 from the configuration and the rest of it runs as the router's raw FRR configuration, on the
@@ -21,9 +22,16 @@ from typing import Any
 
 from ..model import datafiles, routing
 from ..model.link_properties import to_file
-from ..model.topology import LAB_NAME, NODE_NAME, Topology, TopologyError, from_dict
+from ..model.topology import (
+    LAB_NAME,
+    NODE_NAME,
+    NODE_NAME_RULE,
+    Topology,
+    TopologyError,
+    from_dict,
+)
 from ..net import build, stages
-from .export import LINK_NAME_VAR, rename_interfaces
+from .export import LINK_NAME_VAR
 
 MAX_YAML_BYTES = 1 << 20
 # Values a document may hold once its aliases are followed: a 587-byte file of nested
@@ -49,6 +57,11 @@ SETTINGS = {"net.ipv4.tcp_ecn": "ecn", "net.ipv4.tcp_congestion_control": "conge
 ROUTING_SETTINGS = {line.split("=")[0] for line in build.ROUTING_SYSCTLS}
 FORWARDING = "net.ipv4.ip_forward"
 SHELL_OPERATORS = set(";&|<>()")
+# containerlab's node kinds the lab builds, as the lab's: a bridge (on containerlab's host)
+# is a switch here, containerlab's host a host namespace
+CONTAINERLAB_KINDS = {"linux": "host", "bridge": "switch", "host": "host"}
+# Long-form links of these types join two nodes; the others reach past one machine
+INSIDE_LINK_TYPES = ("veth",)
 SERVER_LINE = re.compile(r"(python3 \S*simpleperf\S*|simpleperf) -s( .*)?")
 
 
@@ -155,7 +168,7 @@ def to_table(document: Any, folder: Path, notes: list[str]) -> dict[str, Any]:
         if chosen:
             table[plural] = chosen
     table["links"] = links
-    return _with_fragments(table, nodes, links)
+    return _with_fragments(table, nodes)
 
 
 def _lab_name(value: Any) -> str:
@@ -167,15 +180,14 @@ def _lab_name(value: Any) -> str:
 
 
 def _node_names(raw_nodes: dict[str, Any]) -> dict[str, str]:
-    """containerlab's node names as the lab's (lowercase letters and digits)."""
+    """containerlab's node names, kept as written: each becomes a namespace (and a switch's
+    bridge), which carry such names; one that cannot is one line."""
     names: dict[str, str] = {}
     for clab in raw_nodes:
-        name = re.sub(r"[^a-z0-9]", "", str(clab).lower())
+        name = str(clab)
         if not NODE_NAME.fullmatch(name):
-            raise TopologyError(f"node {clab}: the lab names nodes with 1-10 lowercase letters "
-                                "or digits, starting with a letter")
-        if name in names.values():
-            raise TopologyError(f"node {clab}: two nodes are both {name} to the lab")
+            raise TopologyError(f"node {clab}: the lab keeps a node's name as its namespace's,"
+                                f" which takes {NODE_NAME_RULE}: rename it in the file")
         names[clab] = name
     return names
 
@@ -214,10 +226,16 @@ def _layers(topology: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
 
 def _read_node(clab: str, name: str, spec: dict[str, Any], folder: Path,
                notes: list[str]) -> _Node:
-    if spec["kind"] != "linux":
-        raise TopologyError(f"node {clab}: kind {spec['kind']!r}; the lab builds linux "
-                            "nodes (namespaces) only")
-    node = _Node(name)
+    kind = spec["kind"]
+    if kind not in CONTAINERLAB_KINDS:
+        raise TopologyError(f"node {clab}: kind {kind!r}; the lab builds linux, bridge and "
+                            "host nodes (namespaces) only")
+    node = _Node(name, kind=CONTAINERLAB_KINDS[kind])
+    if kind == "host":
+        notes.append(f"node {clab}: kind host (containerlab's own host) is a namespace of its "
+                     "own here: the lab never changes this machine's own network")
+    if kind == "bridge":
+        return node  # a bridge the lab makes, its ports the links' ends
     for key, value in (spec.get("sysctls") or {}).items():
         _setting(node, clab, str(key), str(value))
     config, daemons = _bound_frr(clab, spec.get("binds") or [], folder)
@@ -347,7 +365,8 @@ def _ip_line(node: _Node, words: list[str]) -> bool:
             ["via"] and (len(words) == 6 or (len(words) == 8 and words[6] == "dev")):
         node.routes.append(f"{words[3]} via {words[5]}")
         return True
-    if verb == ["link", "add"] and words[4:] == ["type", "bridge"]:
+    if verb == ["link", "add"] and words[4:6] == ["type", "bridge"] and (
+            words[6:] == [] or (words[6] == "stp_state" and words[7:] in (["0"], ["1"]))):
         node.kind = "switch"
         return True
     if verb == ["link", "add"] and words[4:] == ["type", "ifb"]:
@@ -415,6 +434,32 @@ def _direction(sender: _Node, out: str, receiver: _Node, into: str) -> dict[str,
     return values
 
 
+def _ends(index: int, spec: Any) -> tuple[tuple[str, str], tuple[str, str]]:
+    """A link's two ends (node, interface) as containerlab writes them: brief
+    (endpoints: ["node:interface", ...]) or long (type: veth, endpoints: [{node:,
+    interface:}, ...]); a link that reaches past the lab is one line."""
+    kind = spec.get("type", "veth") if isinstance(spec, dict) else None
+    if kind is not None and kind not in INSIDE_LINK_TYPES:
+        raise TopologyError(f"link {index}: type {kind} reaches past the lab (it joins two "
+                            "nodes: veth)")
+    ends = spec.get("endpoints") if isinstance(spec, dict) else None
+    found: list[tuple[str, str]] = []
+    for end in ends if isinstance(ends, list) and len(ends) == 2 else []:
+        if isinstance(end, str) and end.count(":") == 1:
+            node, interface = end.split(":")
+        elif isinstance(end, dict) and isinstance(end.get("node"), str) and \
+                isinstance(end.get("interface"), str):
+            node, interface = end["node"], end["interface"]
+        else:
+            break
+        found.append((node, interface))
+    if len(found) != 2:
+        raise TopologyError(f"link {index}: the lab reads links as endpoints: "
+                            "[\"node:interface\", \"node:interface\"] between two nodes (or "
+                            "their long form: node: and interface: each)")
+    return found[0], found[1]
+
+
 def _links(raw: Any, nodes: dict[str, _Node]) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise TopologyError("topology.links must list at least one link")
@@ -423,18 +468,14 @@ def _links(raw: Any, nodes: dict[str, _Node]) -> list[dict[str, Any]]:
     for index, spec in enumerate(raw, start=1):
         if isinstance(spec, dict):
             _typed(f"link {index}", spec, LINK_FIELDS)
-        ends = spec.get("endpoints") if isinstance(spec, dict) else None
-        if not isinstance(ends, list) or len(ends) != 2 or not all(
-                isinstance(e, str) and e.count(":") == 1 for e in ends):
-            raise TopologyError(f"link {index}: the lab reads links as endpoints: "
-                                "[\"node:interface\", \"node:interface\"] between two nodes")
-        (a, a_if), (b, b_if) = (e.split(":") for e in ends)
+        (a, a_if), (b, b_if) = _ends(index, spec)
         for clab in (a, b):
             if clab not in nodes:
                 raise TopologyError(f"link {index}: {clab} is not a node of the topology "
                                     "(host:, macvlan: and mgmt-net: links reach past the lab)")
-        link: dict[str, Any] = {"a": nodes[a].name, "b": nodes[b].name,
-                                "_ends": ((a, a_if), (b, b_if))}
+        # both ends' interfaces keep their names: a node's scripts and FRR name them so
+        link: dict[str, Any] = {"a": nodes[a].name, "a_interface": a_if,
+                                "b": nodes[b].name, "b_interface": b_if}
         named = (spec.get("vars") or {}).get(LINK_NAME_VAR)
         default = f"{nodes[a].name}-{nodes[b].name}"
         seen[default] = seen.get(default, 0) + 1
@@ -464,18 +505,10 @@ def _node_table(node: _Node) -> dict[str, Any]:
     return table
 
 
-def _with_fragments(table: dict[str, Any], nodes: dict[str, _Node],
-                    links: list[dict[str, Any]]) -> dict[str, Any]:
-    """The routers' configurations, with containerlab's interface names replaced by those
-    the lab gives (known once the links are read: the lab numbers them)."""
-    ends = [link.pop("_ends") for link in links]
-    built = from_dict(table)
-    renames: dict[str, dict[str, str]] = {}
-    for (a, b), link in zip(ends, built.links, strict=True):
-        for (clab, interface), end in ((a, link.a), (b, link.b)):
-            renames.setdefault(clab, {})[interface] = end.interface
-    for clab, node in nodes.items():
+def _with_fragments(table: dict[str, Any], nodes: dict[str, _Node]) -> dict[str, Any]:
+    """The routers' own FRR configurations, as written: their interfaces keep the names
+    they give them."""
+    for node in nodes.values():
         if node.frr.strip():
-            table["routers"][node.name]["frr"] = rename_interfaces(node.frr,
-                                                                   renames.get(clab, {}))
+            table["routers"][node.name]["frr"] = node.frr
     return table

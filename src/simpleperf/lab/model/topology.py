@@ -23,11 +23,18 @@ from .routing import Routing
 __all__ = ["Endpoint", "Link", "Node", "Route", "Shaping", "Topology", "TopologyError"]
 
 NODE_KINDS = ("hosts", "routers", "switches")
-NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
+# A node is a namespace of that name and, if a switch, a bridge of it: a name an interface
+# can carry (15 characters, Linux's IFNAMSIZ less one), as containerlab's files write them.
+NODE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,14}")
+NODE_NAME_RULE = "1-15 letters, digits, '-' or '_', starting with a letter"
+# An interface's name inside its node (a_interface, b_interface: containerlab's eth1);
+# without one a link end is NODE-ethN, Mininet's way.
+INTERFACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+INTERFACE_RULE = "1-15 letters, digits, '_', '.' or '-'"
 LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
 LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
-LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_to_b", "b_to_a", "cost",
-               *MININET_NAMES}
+LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_interface", "b_interface",
+               "a_to_b", "b_to_a", "cost", *MININET_NAMES}
 # A host's or router's TCP: `ecn` (net.ipv4.tcp_ecn: true asks for ECN on the connections
 # it opens, false refuses it; unset, the kernel's default answers ECN only when asked) and
 # `congestion` (net.ipv4.tcp_congestion_control: what its TCP senders run unless told).
@@ -249,8 +256,7 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
         if not isinstance(table, dict):
             raise TopologyError(f"[{kind}] must be a table of nodes, e.g. {kind}.h1 = {{}}")
         for node_name, spec in table.items():
-            datafiles.name(node_name, NODE_NAME, "node name",
-                           "1-10 lowercase letters or digits, starting with a letter",
+            datafiles.name(node_name, NODE_NAME, "node name", NODE_NAME_RULE,
                            TopologyError)
             if node_name in nodes:
                 raise TopologyError(f"node {node_name} is declared twice")
@@ -329,6 +335,7 @@ def _links(raw_links: Any, nodes: dict[str, Node], routing_plan: Routing) -> lis
     if not isinstance(raw_links, list):
         raise TopologyError("links must be an array of tables: [[links]]")
     counters: dict[str, int] = {}
+    taken: dict[str, set[str]] = {}  # node: its interfaces' names (a switch's bridge too)
     links: list[Link] = []
     names: set[str] = set()
     for index, spec in enumerate(raw_links, start=1):
@@ -357,13 +364,33 @@ def _links(raw_links: Any, nodes: dict[str, Node], routing_plan: Routing) -> lis
             counters[node] = number + 1
             address = _address(spec.get(f"{side}_address"), f"{where}: {side}_address",
                                is_switch, node)
-            endpoints.append(Endpoint(node, f"{node}-eth{number}", address))
+            interface = _interface(spec.get(f"{side}_interface"), f"{node}-eth{number}",
+                                   f"{where}: {side}_interface", node,
+                                   taken.setdefault(node, {node} if is_switch else set()))
+            endpoints.append(Endpoint(node, interface, address))
         both = reshape(spec, where, Shaping())
         a_to_b = reshape(spec.get("a_to_b", {}), f"{where} a_to_b", both)
         b_to_a = reshape(spec.get("b_to_a", {}), f"{where} b_to_a", both)
         links.append(Link(label, endpoints[0], endpoints[1], a_to_b, b_to_a,
                           routing.cost(spec.get("cost"), label, routing_plan)))
     return links
+
+
+def _interface(value: Any, default: str, where: str, node: str, taken: set[str]) -> str:
+    """A link end's interface name in its node: as given, else `default`; unique there."""
+    if value is None:
+        if not INTERFACE_NAME.fullmatch(default):
+            raise TopologyError(f"{where} is missing: {node}'s name is too long for the lab's "
+                                f"own interface names ({default}): give one (e.g. eth1)")
+        name = default
+    else:
+        name = datafiles.name(value, INTERFACE_NAME, where, INTERFACE_RULE, TopologyError)
+        if name == "lo":
+            raise TopologyError(f"{where}: lo is every node's loopback")
+    if name in taken:
+        raise TopologyError(f"{where}: {node} has an interface {name} already")
+    taken.add(name)
+    return name
 
 
 def _address(value: Any, where: str, is_switch: bool, node: str
