@@ -29,6 +29,7 @@ from .report import classic as table
 from .report import server_json
 from .transport import tcp
 from .udp_port import UdpPort
+from .units import format_rate
 
 CLASSIC_REFUSED_RSA = ("a classic client, and this server requires iperf3's RSA "
                        "authentication, which the classic protocol cannot carry")
@@ -268,6 +269,10 @@ def _banner(options: ServerOptions) -> list[str]:
         lifetime = options.permit_key_timeout
         lines.append(f"iperf2 permit key: {options.permit_key}" + (
             f" (new tests for {lifetime:g} s: --permit-key-timeout)" if lifetime else ""))
+    if options.unproven_rate:  # what a forged datagram may direct at anyone: said
+        lines.append(f"UDP clients that cannot prove their address (iperf2's) may be sent "
+                     f"up to {format_rate(options.unproven_rate)} for "
+                     f"{options.unproven_seconds:g} s a test (--unproven-udp)")
     if options.secret is not None:
         lines.append("Clients must prove the shared secret; classic clients, which cannot, "
                      + ("are served anyway (--allow-classic)" if options.allow_classic
