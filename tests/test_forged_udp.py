@@ -118,7 +118,7 @@ def test_the_operators_allowance_bounds_a_forged_reverse_test(victim):
     20 Mbit/s for 3 s."""
     server, port = start_server("--unproven-udp", "1M/1")
     try:
-        server.wait_for(lambda lines: any("may be sent up to 1.0 Mbits/sec for 1 s a test "
+        server.wait_for(lambda lines: any("may be sent up to 1.00 Mbits/sec for 1 s a test "
                                           "(--unproven-udp)" in line for line in lines))
         header = iperf2.ClientHeader(upper=iperf2.UPPER_REVERSE, amount=-300,
                                      rate=20_000_000, version=iperf2.VERSION)
