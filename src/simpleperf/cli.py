@@ -735,33 +735,30 @@ def _rate_limit(text: str | None) -> tuple[float | None, float]:
     """--server-bitrate-limit RATE[/SECONDS]: the rate (None: no limit) and its window."""
     if text is None:
         return None, DEFAULT_RATE_WINDOW
-    rate_text, slash, window_text = text.partition("/")
-    try:
-        rate = parse_rate(rate_text)
-        window = float(window_text) if slash else DEFAULT_RATE_WINDOW
-    except ValueError:
-        rate = window = -1.0
-    if not 0 < rate <= MAX_RATE or not MIN_RATE_WINDOW <= window <= MAX_RATE_WINDOW:
-        raise UsageError(f"--server-bitrate-limit must be a rate with an optional K, M or G, "
-                         f"and optionally /SECONDS from {MIN_RATE_WINDOW:g} to "
-                         f"{MAX_RATE_WINDOW:g} (e.g. 100M or 100M/2), not '{text}'")
-    return rate, window
+    return _rate_for("--server-bitrate-limit", text, DEFAULT_RATE_WINDOW, MIN_RATE_WINDOW,
+                     MAX_RATE_WINDOW, "100M or 100M/2")
 
 
 def _unproven(text: str | None) -> tuple[float, float]:
     """--unproven-udp RATE[/SECONDS]: what an unproven UDP client may be sent (0: none)."""
     if text is None:
         return 0.0, DEFAULT_UNPROVEN_SECONDS
+    return _rate_for("--unproven-udp", text, DEFAULT_UNPROVEN_SECONDS, 1e-3,
+                     MAX_UNPROVEN_SECONDS, "10M or 10M/5")
+
+
+def _rate_for(flag: str, text: str, default_seconds: float, least: float, most: float,
+              example: str) -> tuple[float, float]:
+    """RATE[/SECONDS]: a rate and a number of seconds from `least` to `most`."""
     rate_text, slash, seconds_text = text.partition("/")
     try:
         rate = parse_rate(rate_text)
-        seconds = float(seconds_text) if slash else DEFAULT_UNPROVEN_SECONDS
+        seconds = float(seconds_text) if slash else default_seconds
     except ValueError:
         rate = seconds = -1.0
-    if not 0 < rate <= MAX_RATE or not 0 < seconds <= MAX_UNPROVEN_SECONDS:
-        raise UsageError(f"--unproven-udp must be a rate with an optional K, M or G, and "
-                         f"optionally /SECONDS up to {MAX_UNPROVEN_SECONDS:g} (e.g. 10M or "
-                         f"10M/5), not '{text}'")
+    if not 0 < rate <= MAX_RATE or not least <= seconds <= most:
+        raise UsageError(f"{flag} must be a rate with an optional K, M or G, and optionally "
+                         f"/SECONDS from {least:g} to {most:g} (e.g. {example}), not '{text}'")
     return rate, seconds
 
 
