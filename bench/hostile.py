@@ -9,9 +9,13 @@ every real test was served:
     -R -P 2 -l 64M, 128 MB, four at once) against the default --memory-budget: tests
     refused, and the server's peak resident memory (VmHWM) beside the budget;
   - log disk (root: a tmpfs): the server's --logfile on a full filesystem: tests served,
-    and what the server said on its standard error.
+    and what the server said on its standard error;
+  - reflection (root: a raw socket): one forged 1470-byte iperf2 UDP header asking 20 Mbit/s
+    for 3 s with -R, -d or --full-duplex, its source an address where only a counting
+    socket listens: what reaches that address from our server and, in the same run, from
+    iperf 2.1.8's own (`iperf -s -u`), and the amplification (bytes received / sent).
 
-    python3 bench/hostile.py [--attack connections,memory,logdisk] [--idle 1000]
+    python3 bench/hostile.py [--attack connections,memory,logdisk,reflection] [--idle 1000]
                              [--trickle 100] [--seconds 20]
 """
 
@@ -21,6 +25,7 @@ import argparse
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -155,7 +160,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=15501)
     args = parser.parse_args()
     attacks = {"connections": connections_attack, "memory": memory_attack,
-               "logdisk": log_disk}
+               "logdisk": log_disk, "reflection": reflection_attack}
     chosen = args.attack.split(",")
     if any(name not in attacks for name in chosen):
         print(f"hostile: the attacks are {', '.join(attacks)}", file=sys.stderr)
@@ -192,6 +197,69 @@ def connections_attack(args: argparse.Namespace) -> bool:
             sock.close()
         server.terminate()
         server.wait(10)
+
+
+VICTIM = "127.0.0.77"
+
+
+def forge_udp(source: tuple[str, int], destination: tuple[str, int], payload: bytes) -> None:
+    """One UDP datagram from any `source` address: its IP header written here (raw)."""
+    length = 8 + len(payload)
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + length, 0, 0, 64, socket.IPPROTO_UDP,
+                         0, socket.inet_aton(source[0]), socket.inet_aton(destination[0]))
+    udp = struct.pack("!HHHH", source[1], destination[1], length, 0) + payload
+    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW) as raw:
+        raw.sendto(header + udp, (destination[0], 0))
+
+
+def count_arrivals(sock: socket.socket, seconds: float) -> tuple[int, int]:
+    sock.settimeout(0.1)
+    count = total = 0
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        with contextlib.suppress(TimeoutError):
+            total += len(sock.recv(65536))
+            count += 1
+    return count, total
+
+
+def reflection_attack(args: argparse.Namespace) -> bool:
+    from simpleperf.protocol import iperf2
+
+    modes = {"-R": iperf2.ClientHeader(upper=iperf2.UPPER_REVERSE),
+             "--full-duplex": iperf2.ClientHeader(upper=iperf2.UPPER_FULL_DUPLEX),
+             "-d": iperf2.ClientHeader(flags=iperf2.EXTEND | iperf2.VERSION1 |
+                                       iperf2.RUN_NOW)}
+    servers = {"simpleperf": SIMPLEPERF + ["-s", "-p", str(args.port)],
+               "iperf 2.1.8": ["iperf", "-s", "-u", "-p", str(args.port)]}
+    ours_bounded = True
+    for name, command in servers.items():
+        for mode, shape in modes.items():
+            server = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+            victim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                victim.bind((VICTIM, 0))
+                time.sleep(1.0)
+                header = iperf2.ClientHeader(flags=shape.flags, upper=shape.upper,
+                                             amount=-300, rate=20_000_000,
+                                             port=victim.getsockname()[1],
+                                             version=iperf2.VERSION)
+                now = time.time()
+                sent = (iperf2.DATAGRAM.pack(1, int(now), int(now % 1 * 1e6), 0)
+                        + iperf2.encode_header(header, udp=True)).ljust(1470, b"\0")
+                forge_udp((VICTIM, victim.getsockname()[1]), ("127.0.0.1", args.port), sent)
+                count, total = count_arrivals(victim, 5.0)
+                print(f"reflection {mode:<13} at {name:<11}: {count:5d} datagrams, "
+                      f"{total:9d} bytes to an address that never asked "
+                      f"({total / len(sent):7.1f} x the one datagram forged)")
+                if name == "simpleperf":
+                    ours_bounded = ours_bounded and total <= 3 * len(sent)
+            finally:
+                victim.close()
+                server.terminate()
+                server.wait(10)
+    return ours_bounded
 
 
 if __name__ == "__main__":
