@@ -13,7 +13,10 @@ nothing more (-u -R) needs the operator's allowance, and is capped to it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..options import UNPROVEN_UDP_FACTOR
+from ..testspec import TestSpec
 
 
 class Unproven:
@@ -32,6 +35,14 @@ class Unproven:
     def allowance(self) -> bool:
         """Whether the operator allows anything beyond the factor."""
         return self.rate > 0
+
+    def capped(self, spec: TestSpec) -> TestSpec:
+        """A test that sends on the operator's allowance alone (the peer sends nothing
+        more: -R): at most its rate for its seconds, whatever was asked."""
+        if not self.allowance:
+            return spec
+        return dataclasses.replace(spec, rate=min(spec.rate or self.rate, self.rate),
+                                   duration=min(spec.duration or self.seconds, self.seconds))
 
 
 def same_host(endpoint: str, other: str) -> bool:

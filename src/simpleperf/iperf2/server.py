@@ -284,10 +284,8 @@ class _UdpTests:
         # nothing proves where the datagrams came from: what we send it is bounded
         unproven = Unproven(options.unproven_rate, options.unproven_seconds, time.monotonic())
         first_bytes = sum(len(data) for data, _ in first)
-        if header.reverse and unproven.allowance:  # -R: within the operator's allowance
-            spec = dataclasses.replace(
-                spec, rate=min(spec.rate or unproven.rate, unproven.rate),
-                duration=min(spec.duration or unproven.seconds, unproven.seconds))
+        if header.reverse:  # -R: on the operator's allowance alone, or refused
+            spec = unproven.capped(spec)
         refusal = UNPROVEN_REVERSE if header.reverse and not unproven.allowance else \
             self.service._refusal(spec)
         try:

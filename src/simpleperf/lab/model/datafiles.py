@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 import sys
@@ -38,18 +37,13 @@ class DataFileError(ValueError):
 def read_bounded(path: Path, limit: int, error: type[Exception]) -> bytes:
     """A file's bytes, at most `limit` + 1 of them (more than `limit`: too large for what
     the caller takes); `error` with one line when it cannot be read."""
-    try:  # not blocking: a FIFO or a device would hold the reader forever
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # a regular file only: opening a FIFO would hold the reader until a writer came
+        if not stat.S_ISREG(Path(path).stat().st_mode):
+            raise error(f"cannot read {path}: not a regular file")
+        with open(path, "rb") as source:
+            return source.read(limit + 1)
     except OSError as failure:
         raise error(f"cannot read {path}: {failure.strerror}") from None
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise error(f"cannot read {path}: not a regular file")
-    with open(descriptor, "rb") as source:
-        try:
-            return source.read(limit + 1)
-        except OSError as failure:
-            raise error(f"cannot read {path}: {failure.strerror}") from None
 
 
 def read(name_or_path: str, data_dir: Path, kind: str, error: type[Exception]
