@@ -5,7 +5,7 @@ for a reverse test would make a server send to an address that never asked (iper
 server does, 5,000 times what it was sent). An address is proven when a TCP handshake came
 from it (a native or iperf3 test's control connection: its UDP streams must come from that
 host), or when the peer echoes what only that address received. iperf2's UDP clients have
-neither: to them a server sends at most UNPROVEN_FACTOR times what they sent it (QUIC's
+neither: to them a server sends at most UNPROVEN_UDP_FACTOR times what they sent it (QUIC's
 anti-amplification limit, RFC 9000 section 8.1), plus what the server's operator allows
 with --unproven-udp RATE/SECONDS (nothing unless given). A test in which the peer sends as
 much as it asks for (-d, -r, --full-duplex) runs within the factor; one in which it sends
