@@ -356,3 +356,39 @@ def test_each_kind_is_one_object_that_takes_its_own_fields_and_runs() -> None:
         with pytest.raises(ExperimentError, match="dscp must be 0..63 or a name"):
             experiment.parse(BASE.replace('kind = "tcp"', f'kind = "tcp", dscp = {bad!r}'
                                           .replace("'", '"').replace("True", "true")))
+
+
+def test_a_server_is_ready_once_its_socket_is_bound_in_its_namespace():
+    """The lab starts a flow's clients once each server's socket is bound (a simpleperf
+    server's banner waits in its pipe, and a loaded machine takes seconds to start one):
+    a client before that is refused, and its flow fails."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from simpleperf.lab.run import kinds
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    assert not kinds.bound(os.getpid(), port)  # bound, not listening: not ready
+    listener.listen(1)
+    assert kinds.bound(os.getpid(), port)
+    datagrams = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    datagrams.bind(("::1", 0))
+    assert kinds.bound(os.getpid(), datagrams.getsockname()[1])
+    listener.close()
+    datagrams.close()
+    assert not kinds.bound(os.getpid(), port)
+    # a server that binds late is waited for; one that ends is not ready
+    late = subprocess.Popen([sys.executable, "-c", "import socket, time; time.sleep(0.5); "
+                             f"s = socket.socket(); s.bind(('127.0.0.1', {port})); "
+                             "s.listen(1); time.sleep(5)"])
+    try:
+        assert kinds.TcpRunner().ready(late, 10.0, str(port))
+        assert kinds.bound(late.pid, port)
+    finally:
+        late.kill()
+        late.wait()
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert not kinds.TcpRunner().ready(ended, 10.0, str(port))

@@ -49,7 +49,7 @@ def test_tcp_trip_times_time_every_write_and_print_iperf2s_histograms(server):
     lines = done.stdout.splitlines()
     assert sum("T8-PDF: bin(w=100us)" in line for line in lines) >= 1  # per interval
     final = [line for line in lines
-             if "one-way delay of writes, path: kernel send to read (receiver)" in line]
+             if "one-way delay of writes, path: kernel send to arrival (receiver)" in line]
     assert len(final) == 1 and "avg/min/max/stdev" in final[0]
     application = [line for line in lines if "write-to-read delay (application" in line]
     assert len(application) == 1 and "avg/min/max/stdev" in application[0]

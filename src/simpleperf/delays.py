@@ -46,11 +46,20 @@ class Binning:
             raise ValueError("histogram binning out of range")
 
 
+# How a receiver knew when a TCP write's last byte arrived, for its path delay: the name a
+# delay account carries ("arrival"), and what the report says of it.
+ARRIVALS = {
+    "capture": "kernel send to arrival",  # each segment's, as a capture on the receiver sees it
+    "stamped reads": "kernel send to arrival (stamped reads)",  # without the right to capture
+    "read": "kernel send to read",  # without stamps: waits behind a lost segment included
+}
+
+
 class DelayAccount:
     """Delays of one stream over some time: exact moments and a sparse histogram."""
 
     __slots__ = ("binning", "count", "total", "squares", "minimum", "maximum", "bins",
-                 "below", "above", "given_percentiles")
+                 "below", "above", "given_percentiles", "arrival")
 
     def __init__(self, binning: Binning | None = None) -> None:
         self.binning = binning or Binning()
@@ -64,6 +73,8 @@ class DelayAccount:
         self.above = 0  # beyond the last bin
         # A peer's p50/p90/p99 in seconds, when its bins did not fit in its results.
         self.given_percentiles: dict[float, float] | None = None
+        # a TCP write's path delay: how its arrival was known (a key of ARRIVALS)
+        self.arrival: str | None = None
 
     def add(self, delay: float, times: int = 1) -> None:
         """`times` items that each took `delay` seconds."""
@@ -119,6 +130,7 @@ class DelayAccount:
             self.bins[index] = self.bins.get(index, 0) + times
         self.below += other.below
         self.above += other.above
+        self.arrival = self.arrival or other.arrival
 
     @property
     def mean(self) -> float:
@@ -164,11 +176,13 @@ class DelayAccount:
 
     def summary(self) -> dict[str, Any]:
         """Milliseconds, for results and JSON."""
+        arrival = {} if self.arrival is None else {"arrival": self.arrival}
         if self.count == 0:
-            return {"count": 0}
+            return {"count": 0, **arrival}
         return {"count": self.count, "min_ms": self.minimum * 1e3, "mean_ms": self.mean * 1e3,
                 "max_ms": self.maximum * 1e3, "stdev_ms": self.stdev * 1e3,
-                **{f"p{p:.0f}_ms": self.percentile(p) * 1e3 for p in REPORTED_PERCENTILES}}
+                **{f"p{p:.0f}_ms": self.percentile(p) * 1e3 for p in REPORTED_PERCENTILES},
+                **arrival}
 
     def histogram(self) -> dict[str, Any]:
         """The bins that hold anything, for results and JSON."""
@@ -186,7 +200,7 @@ class DelayAccount:
                 "min": self.minimum if self.count else 0.0,
                 "max": self.maximum if self.count else 0.0,
                 "percentiles": [self.percentile(p) for p in REPORTED_PERCENTILES],
-                **histogram}
+                **histogram, **({} if self.arrival is None else {"arrival": self.arrival})}
 
     @classmethod
     def from_result(cls, entry: object, max_bins: int) -> DelayAccount:
@@ -213,6 +227,10 @@ class DelayAccount:
         if count:
             account.minimum, account.maximum = least, most
         account.below, account.above = int(entry["below"]), int(entry["above"])
+        arrival = entry.get("arrival")
+        if arrival is not None and arrival not in ARRIVALS:
+            raise ValueError("malformed delay account: an unknown way of timing arrivals")
+        account.arrival = arrival
         given = entry.get("percentiles")
         if not bins and count:
             if not (isinstance(given, list) and len(given) == len(REPORTED_PERCENTILES)
@@ -261,22 +279,26 @@ class DelayLog:
     """A stream's delays: the open interval's account and the total of the closed ones.
     The receiving thread adds to `current`; the interval clock calls close_interval()."""
 
-    __slots__ = ("binning", "current", "closed")
+    __slots__ = ("binning", "current", "closed", "arrival")
 
     def __init__(self, binning: Binning) -> None:
         self.binning = binning
         self.current = DelayAccount(binning)
         self.closed = DelayAccount(binning)
+        self.arrival: str | None = None  # DelayAccount.arrival, for every account given
 
     def close_interval(self, keep: bool = True) -> DelayAccount:
         """The interval's account; kept in the total unless it was left out (-O)."""
         interval, self.current = self.current, DelayAccount(self.binning)
+        interval.arrival = self.arrival
         if keep:
             self.closed.merge(interval)
         return interval
 
     def total(self) -> DelayAccount:
-        return merged((self.closed, self.current), self.binning)
+        account = merged((self.closed, self.current), self.binning)
+        account.arrival = self.arrival
+        return account
 
 
 class FrameAccount:

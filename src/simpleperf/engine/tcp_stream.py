@@ -147,14 +147,34 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     if fastpath is not None and stream.file is None and writes is None:
         _receive_compiled(stream, buffer, stop, fastpath)
         return
+    if writes is not None and writes.path is not None:
+        # the path's delays: when each write's last byte reached this host
+        writes.time_arrivals(timed_writes.arrival_source(stream.sock))
+    try:
+        _receive(stream, buffer, stop, writes)
+    finally:
+        if writes is not None:
+            writes.source.close()
+
+
+def _receive(stream: Stream, buffer: memoryview, stop: threading.Event,
+             writes: timed_writes.WriteTimes | None) -> None:
     recv_into = stream.sock.recv_into
     clock = time.monotonic
     received = stream.num_bytes  # what a server read to tell the protocol counts too
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
     wall = time.time
+    source = writes.source if writes is not None else None
+    stamped = source.reader if isinstance(source, timed_writes.StampedReads) else None
+    whole = len(buffer)
+    stamp: float | None = None
     while not stop.is_set():
         try:
-            count = recv_into(buffer)
+            if stamped is None:
+                count = recv_into(buffer)
+            else:
+                assert writes is not None
+                count, stamp = stamped.read(buffer[:writes.wanted(whole)])
         except BlockingIOError:
             continue
         if count == 0:
@@ -162,7 +182,7 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
         if keep is not None:
             keep(buffer[:count])
         if writes is not None:
-            writes.feed(buffer[:count], wall())
+            writes.feed(buffer[:count], wall(), stamp)
         if stream.first is None:
             stream.first = clock()
         received += count

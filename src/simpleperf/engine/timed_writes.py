@@ -1,13 +1,16 @@
 """TCP writes that carry their send time (--trip-times, --isochronous): the sender opens each
-write with WRITE_HEADER; the receiver follows the headers through the byte stream and times
-each write two ways:
+write with WRITE_HEADER and ends it with MSG_EOR (the segment that holds its last byte holds
+nothing after it); the receiver follows the headers through the byte stream and times each
+write two ways:
 
 - write to read: from the write() that began it to the read that brought its last byte
   (iperf2's write-to-read latency): the application's delay, which includes the time the
   write waited in the sender's socket buffer, seconds when the path is slow;
 - the path's one-way delay: from the moment the sender's kernel sent the write's last byte
   (SO_TIMESTAMPING, reported to the sender a little later and carried in a later write's
-  header) to the read that brought it: the network's delay and its queues, not the buffer's.
+  header) to the moment the segment holding it reached the receiver (an ArrivalSource): the
+  network's delay and its queues, not the buffer's, nor the sender's pacing (it comes
+  before the kernel's send), nor a wait behind a lost segment (it comes after the arrival).
 
 Frames of an isochronous TCP test are writes of varying size, timed write to read."""
 
@@ -25,6 +28,7 @@ from ..options import MAX_LENGTH
 from ..protocol.native import WRITE_HEADER
 from ..testspec import TestSpec
 from ..transport import buffers, tcp
+from ..transport.segments import Segments
 from .frames import FrameClock
 from .pacing import WriteTurns, wait_until
 from .records import Stream
@@ -88,7 +92,7 @@ def _write_whole(sock: socket.socket, chunk: memoryview, stop: threading.Event) 
     done = 0
     while done < len(chunk) and not stop.is_set():
         try:
-            done += sock.send(chunk[done:])
+            done += sock.send(chunk[done:], socket.MSG_EOR)
         except BlockingIOError:  # the wake-up timer: nothing could be written for a while
             continue
     return done
@@ -100,14 +104,15 @@ ARRIVALS_KEPT = 65536  # writes whose departure may still be reported (a sender'
 class WriteTimes:
     """Follows the write headers through a receiver's byte stream. feed() is given each
     read's bytes; when a read brings a write's last byte, its write-to-read delay is added to
-    `log`, and its arrival is kept until a later header says when it left the sender's
-    kernel, which adds its path delay to `path`."""
+    `log`, and its arrival (as `source` tells it) is kept until a later header says when it
+    left the sender's kernel, which adds its path delay to `path`."""
 
     def __init__(self, log: DelayLog, frames: FrameAccount | None = None,
-                 path: DelayLog | None = None) -> None:
+                 path: DelayLog | None = None, source: ArrivalSource | None = None) -> None:
         self.log = log
         self.frames = frames  # isochronous: each write is a frame
         self.path = path
+        self.source = source if source is not None else ReadTimes()
         self.arrivals: deque[tuple[int, float]] = deque(maxlen=ARRIVALS_KEPT)
         self.position = 0  # stream offset of the next byte fed
         self.header_at = 0  # stream offset of the next write's header
@@ -116,7 +121,25 @@ class WriteTimes:
         self.sent = 0.0  # its send time, seconds of the sender's wall clock
         self.number = 0
 
-    def feed(self, data: memoryview, now: float) -> None:
+    def time_arrivals(self, source: ArrivalSource) -> None:
+        """Arrivals from `source` from now on, which the path's delays say they are."""
+        self.source = source
+        if self.path is not None:
+            self.path.arrival = source.method
+
+    def wanted(self, most: int) -> int:
+        """How many bytes the next read may take so that it ends where a write (or its
+        header) does: a stamped read then says when the write's last byte came."""
+        if self.write_end is not None:
+            return max(1, min(most, self.write_end - self.position))
+        return HEADER - len(self.partial)
+
+    def feed(self, data: memoryview, now: float, stamp: float | None = None) -> None:
+        """`data` read at `now`; `stamp`: the read's arrival stamp, where reads are stamped
+        (StampedReads)."""
+        source = self.source
+        if self.path is not None:
+            self._arrived(source.read(stamp))
         end = self.position + len(data)
         while True:
             if self.write_end is not None:
@@ -124,7 +147,7 @@ class WriteTimes:
                     break
                 self.log.current.add(now - self.sent)
                 if self.path is not None:
-                    self.arrivals.append((self.number, now))
+                    self._arrived(source.ended(self.number, self.write_end, now, stamp))
                 if self.frames is not None:
                     self.frames.feed(self.number, 1, 0, self.sent, now)
                 self.header_at, self.write_end = self.write_end, None
@@ -139,13 +162,19 @@ class WriteTimes:
             if not HEADER <= length <= MAX_LENGTH + HEADER:
                 raise SimpleperfError(f"a timed write's header says {length} bytes: not a "
                                       "simpleperf sender's (--trip-times)")
-            if departed and self.path is not None:
-                self._departed(departed, left_ns * 1e-9)
+            if self.path is not None:
+                if departed:
+                    self._departed(departed, left_ns * 1e-9)
+                source.began(number, self.header_at)
             self.partial = b""
             self.sent = sent_ns * 1e-9
             self.number = number
             self.write_end = self.header_at + length
         self.position = end
+
+    def _arrived(self, arrival: tuple[int, float] | None) -> None:
+        if arrival is not None:
+            self.arrivals.append(arrival)
 
     def _departed(self, number: int, left: float) -> None:
         """Write `number`'s last byte left the sender at `left`: its path delay, if it is
@@ -156,6 +185,123 @@ class WriteTimes:
         if arrivals and arrivals[0][0] == number:
             assert self.path is not None
             self.path.current.add(arrivals.popleft()[1] - left)
+
+
+class ArrivalSource:
+    """When each write's last byte reached the receiver. `read` is told of every read
+    before its bytes are followed, `began` of each write's header (the write's number and
+    its first byte's offset in the stream), `ended` of each write whose last byte a read
+    brought; each returns (write number, arrival) for a write whose arrival is known by then.
+    `bounded`: reads must end where writes and headers do (StampedReads)."""
+
+    method = "read"
+    bounded = False
+
+    def read(self, stamp: float | None) -> tuple[int, float] | None:
+        return None
+
+    def began(self, number: int, offset: int) -> None:
+        return None
+
+    def ended(self, number: int, end: int, now: float,
+              stamp: float | None) -> tuple[int, float] | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return None
+
+
+class ReadTimes(ArrivalSource):
+    """No stamps: the read that brought the last byte stands for its arrival (and counts
+    the time it waited behind a lost segment, or for the reader)."""
+
+    def ended(self, number: int, end: int, now: float,
+              stamp: float | None) -> tuple[int, float] | None:
+        return number, now
+
+
+class StampedReads(ArrivalSource):
+    """Reads stamped by the kernel (tcp.Arrivals), each ending on a write's last byte. The
+    kernel stamps a read with the newest segment it took bytes from, and merges a waiting
+    segment with the ones after it: a stamp is the last byte's own only when the next read
+    (the next header) has another, so a write whose last segment was merged is not timed."""
+
+    method = "stamped reads"
+    bounded = True
+
+    def __init__(self, reader: tcp.Arrivals) -> None:
+        self.reader = reader
+        self.waiting: tuple[int, float] | None = None
+        self.merged = 0
+
+    def read(self, stamp: float | None) -> tuple[int, float] | None:
+        waiting, self.waiting = self.waiting, None
+        if waiting is None:
+            return None
+        if stamp is None or stamp == waiting[1]:
+            self.merged += 1
+            return None
+        return waiting
+
+    def ended(self, number: int, end: int, now: float,
+              stamp: float | None) -> tuple[int, float] | None:
+        if stamp is not None:
+            self.waiting = (number, stamp)
+        return None
+
+
+class CapturedArrivals(ArrivalSource):
+    """Each segment's arrival as a capture on this host sees it (segments.Segments): the
+    segment that ends with a write's last byte (the sender ends each write's segment there,
+    MSG_EOR). A write whose last segment came only when resent is not timed: its first copy
+    was lost, and the sender's departure stamp is the first copy's."""
+
+    method = "capture"
+
+    def __init__(self, segments: Segments) -> None:
+        self.segments = segments
+        self.base: int | None = None  # the sequence number of the stream's offset 0
+        self.resent = 0
+        self.unseen = 0
+
+    def read(self, stamp: float | None) -> tuple[int, float] | None:
+        self.segments.drain(WRITE_HEADER)
+        return None
+
+    def began(self, number: int, offset: int) -> None:
+        if self.base is None:
+            start = self.segments.start_of(number)
+            if start is not None:
+                self.base = start - offset
+
+    def ended(self, number: int, end: int, now: float,
+              stamp: float | None) -> tuple[int, float] | None:
+        if self.base is None:
+            return None
+        seen = self.segments.arrival(self.base + end)
+        if seen is None:
+            self.unseen += 1
+            return None
+        arrival, resent = seen
+        if resent:
+            self.resent += 1
+            return None
+        return number, arrival
+
+    def close(self) -> None:
+        self.segments.close()
+
+
+def arrival_source(sock: socket.socket) -> ArrivalSource:
+    """The most faithful arrival times this receiver can have: a capture (CAP_NET_RAW),
+    else stamped reads, else read times."""
+    captured = Segments.open(sock)
+    if captured is not None:
+        return CapturedArrivals(captured)
+    reader = tcp.Arrivals.start(sock)
+    if reader is not None:
+        return StampedReads(reader)
+    return ReadTimes()
 
 
 def _before(a: int, b: int) -> bool:

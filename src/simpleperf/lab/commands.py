@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--allow-commands", action="store_true", help="run the command "
                             "flows of an experiment file that is not a shipped one (they run "
                             "as root, and the lab's nodes share this machine's files)")
+    run_parser.add_argument("--congestion", metavar="NAME", help="the tcp flows' congestion "
+                            "control (e.g. bbr) in place of the one the experiment names; a "
+                            "flow that names its own keeps it")
     _shaper_option(run_parser)
     results = commands.add_parser("results", help="list past runs")
     results.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
@@ -427,7 +430,8 @@ def _results_command(args: argparse.Namespace) -> int:
 
     if args.command == "run":
         folder = run_experiment(args.experiment, args.quick, Path(args.results), args.shaper,
-                                allow_commands=args.allow_commands)
+                                allow_commands=args.allow_commands,
+                                congestion=args.congestion)
         flows = [f for step in load_run(folder)["steps"] for f in step["flows"]]
         failed = sum(1 for f in flows if not f["ok"])
         if failed:  # after everything is written: scripts see it in the exit status

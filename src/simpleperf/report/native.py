@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..delays import REPORTED_PERCENTILES, DelayAccount, pdf_line
+from ..delays import ARRIVALS, REPORTED_PERCENTILES, DelayAccount, pdf_line
 from ..stats import RttSummary, lost_percent
 from ..units import (
     DISPLAY_UNITS,
@@ -169,7 +169,9 @@ def delay_lines(label: str, role: str, view: dict[str, Any], protocol: str,
     --isochronous), with iperf2's PDF lines (confidence bins at `histograms`' percentiles)
     when --histograms asked for them."""
     lines = []
-    what = "datagrams" if protocol == "udp" else "writes, path: kernel send to read"
+    path = view.get("delays")
+    what = "datagrams" if protocol == "udp" else \
+        f"writes, path: {ARRIVALS[getattr(path, 'arrival', None) or 'read']}"
     for name, kind, title in (("delays", "T8(f)", f"one-way delay of {what}"),
                               ("write_delays", "T8(f)", "write-to-read delay (application: "
                                                         "the sender's buffer included)"),

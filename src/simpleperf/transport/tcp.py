@@ -413,6 +413,40 @@ def settle_time(sock: socket.socket) -> float:
     return min(SETTLE_MAX_SECONDS, max(SETTLE_MIN_SECONDS, 4 * tcpinfo.rtt_seconds(sock)))
 
 
+# When TCP data reached this host (SO_TIMESTAMPNS, socket(7)): each read is stamped with the
+# arrival of the newest segment it took bytes from, so a read that ends on a write's last byte
+# says when that byte came, however long it then waited behind a lost segment.
+SO_TIMESTAMPNS = 35  # SCM_TIMESTAMPNS is the same number
+_TIMESPEC = struct.Struct("qq")
+_ARRIVAL_CONTROL = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+class Arrivals:
+    """Reads of a TCP socket with the arrival time (wall clock, seconds) of the newest
+    segment each took bytes from; None for a read the kernel did not stamp."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.receive = sock.recvmsg_into
+
+    @classmethod
+    def start(cls, sock: socket.socket) -> Arrivals | None:
+        """Stamped reads of `sock`, or None where the kernel does not offer them."""
+        try:
+            return cls(sock)
+        except OSError:
+            return None
+
+    def read(self, into: memoryview) -> tuple[int, float | None]:
+        count, ancillary, _, _ = self.receive([into], _ARRIVAL_CONTROL)
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
+                    and len(data) >= _TIMESPEC.size:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+                return count, seconds + nanoseconds * 1e-9
+        return count, None
+
+
 # The kernel's send time of TCP data (SO_TIMESTAMPING, Documentation/networking/
 # timestamping.rst): for each send() call, the moment the segment holding its last byte
 # entered the packet scheduler, queued on the socket's error queue with the byte's number.

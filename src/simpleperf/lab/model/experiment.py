@@ -91,17 +91,19 @@ class Experiment:
     def congestion_controls(self) -> set[str]:
         """Every congestion control the experiment names (each must be in the kernel)."""
         return {flow.congestion for step in self.steps for flow in step.flows
-                if flow.congestion is not None}
+                if flow.congestion is not None} | ({self.congestion} if self.congestion else set())
 
 
-def load(name_or_path: str) -> Experiment:
+def load(name_or_path: str, congestion: str | None = None) -> Experiment:
+    """The experiment; `congestion`, the user's choice (lab run --congestion), in place of
+    the one it names for its tcp flows (a flow that names its own keeps it)."""
     text, path = datafiles.read(name_or_path, DATA_DIR, "experiment", ExperimentError)
-    return replace(parse(text, path.stem, path.parent, origin=path),
+    return replace(parse(text, path.stem, path.parent, origin=path, congestion=congestion),
                    shipped=path.resolve().parent == DATA_DIR.resolve())
 
 
 def parse(text: str, default_name: str = "experiment", base: Path | None = None,
-          origin: Path | None = None) -> Experiment:
+          origin: Path | None = None, congestion: str | None = None) -> Experiment:
     data = datafiles.parse_toml(text, ExperimentError, origin)
     _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
                  "pair", "sweep", "capture", "capture_limit", "congestion"}, "experiment")
@@ -120,7 +122,10 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None,
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ExperimentError("experiment: no steps ([[steps]] with flows)")
     everywhere = _places(data.get("capture", []), "experiment: capture")
-    congestion = data.get("congestion")
+    if congestion is not None and not is_congestion_name(congestion):
+        raise ExperimentError(f"--congestion names a congestion control, such as \"cubic\", "
+                              f"not {congestion!r}")
+    congestion = congestion or data.get("congestion")
     if congestion is not None and not is_congestion_name(congestion):
         raise ExperimentError("experiment: congestion names the tcp flows' congestion "
                               f"control, such as \"cubic\", not {congestion!r}")

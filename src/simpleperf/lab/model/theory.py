@@ -403,7 +403,9 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         if any(s.qdisc == "classes" for s in forward.shaping()):
             forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
         ways[index] = forward, backward
-        _predict_flow(outcome, forward, backward, flow.congestion or congestion)
+        source = topology.nodes.get(flow.source)
+        _predict_flow(outcome, forward, backward, flow.congestion or (
+            source.congestion if source is not None and source.congestion else congestion))
         if not flow.spec.loads_path:
             continue  # no demand theory can know
         routes = [forward]

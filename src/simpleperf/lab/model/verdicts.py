@@ -135,9 +135,9 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
 
 def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
     """The median path one-way delay between theory's floor and that floor with every
-    forward queue full (full_queue_rtt - base_rtt: the queues of the way out). The median:
-    a TCP byte lost and sent again is read a recovery later (in order, so are the bytes
-    behind it), which theory's queues do not bound and which moves the mean."""
+    forward queue full (full_queue_rtt - base_rtt: the queues of the way out). A TCP
+    write's is its last segment's first arrival (timed_writes), so a loss's recovery is
+    not in it; the median, because a flow's first RTTs can find queues from before it."""
     median = flow.get("one_way_p50_ms")
     measured = median if median is not None else flow.get("one_way_mean_ms")
     floor = flow.get("base_one_way_ms")

@@ -119,6 +119,16 @@ def require_congestion(names: set[str]) -> None:
 ALLOWED_CONGESTION = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 
 
+def namespace_default_allowed(name: str) -> bool:
+    """Whether a network namespace may default to congestion control `name` (the kernel
+    lets one other than the first default only to an allowed one)."""
+    try:
+        with open(ALLOWED_CONGESTION) as listed:
+            return name in listed.read().split()
+    except OSError:
+        return False
+
+
 def require_namespace_congestion(wanted: dict[str, str]) -> None:
     """wanted: node -> the congestion control its namespace is to default to. The kernel
     lets a namespace other than the first default only to an allowed one (a process with

@@ -43,7 +43,7 @@ class KindRunner:
     def server_stderr(self) -> int:
         return subprocess.PIPE
 
-    def ready(self, process: subprocess.Popen, seconds: float) -> bool:
+    def ready(self, process: subprocess.Popen, seconds: float, port: str) -> bool:
         """Until the server listens; False if it ended instead."""
         return process.poll() is None
 
@@ -75,6 +75,27 @@ TOOL_SERVERS = {"iperf3": (["iperf3", "-s"], "--iperf3", "iperf3"),
                 "iperf2": (["iperf", "-s"], "--iperf2", "iperf")}
 
 
+# /proc/PID/net/{tcp,udp}[6]: the sockets of the process's network namespace; a TCP socket
+# that listens is in state 0A, a bound UDP socket in 07.
+_SOCKET_TABLES = (("tcp", "0A"), ("tcp6", "0A"), ("udp", "07"), ("udp6", "07"))
+
+
+def bound(pid: int, port: int) -> bool:
+    """Whether a socket in process `pid`'s namespace listens on (TCP) or is bound to (UDP)
+    `port`."""
+    wanted = f":{port:04X}"
+    for table, state in _SOCKET_TABLES:
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[1].endswith(wanted) and fields[3] == state:
+                return True
+    return False
+
+
 class SimpleperfRunner(KindRunner):
     """tcp and udp: a simpleperf server in the target (or the flow's tool's: iperf3 -s,
     iperf -s); the client runs a test whose JSON carries both ends' view (what an iperf
@@ -89,6 +110,16 @@ class SimpleperfRunner(KindRunner):
             return [*TOOL_SERVERS[flow.tool][0], "-p", port, *udp, *window]
         mptcp = ["-m"] if flow.mptcp else []
         return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *window, *mptcp]
+
+    def ready(self, process: subprocess.Popen, seconds: float, port: str) -> bool:
+        """Until its socket is bound to `port` in its node (a program's banner can wait in
+        a pipe's buffer; a loaded machine can take seconds to start one)."""
+        deadline = time.monotonic() + seconds
+        while process.poll() is None and time.monotonic() < deadline:
+            if bound(process.pid, int(port)):
+                return True
+            time.sleep(0.02)
+        return process.poll() is None
 
     def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
                timing: Timing) -> list[str]:
@@ -175,7 +206,7 @@ class ApplicationRunner(KindRunner):
         assert self.resources is not None, "application flows need the run's folder"
         return self.resources
 
-    def ready(self, process: subprocess.Popen, seconds: float) -> bool:
+    def ready(self, process: subprocess.Popen, seconds: float, port: str) -> bool:
         if self.ready_text is not None:
             stream = process.stderr if self.ready_on_stderr else process.stdout
             assert stream is not None

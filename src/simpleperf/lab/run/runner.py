@@ -26,7 +26,12 @@ from ..model.experiment import Experiment, Step, Timing
 from ..model.outcomes import StepOutcome, summarize_rtts
 from ..model.verdicts import TOLERANCE, case_verdicts
 from ..net import capture, lifecycle, ownership
-from ..net.system import CommandError, require_congestion
+from ..net.system import (
+    CommandError,
+    namespace_default_allowed,
+    require_congestion,
+    system_congestion_control,
+)
 from ..results.store import ResultsError, Store, check_writable, load_run
 from ..results.tables import case_report, event_lines, path_lines, sweep_report
 from .applications import Applications
@@ -39,9 +44,23 @@ from .step import StepRunner
 def _model(plan: Experiment, value: str | None) -> tuple[topology.Topology, dict[str, Any]]:
     if plan.topology == "pair":
         parameters = experiments.link_parameters(plan, value)
-        return topology.pair(**parameters), {"pair": parameters}
+        return _defaulted(plan, topology.pair(**parameters)), {"pair": parameters}
     model = topology.load(plan.topology)
-    return model, {"file": model.source}
+    return _defaulted(plan, model), {"file": model.source}
+
+
+def _defaulted(plan: Experiment, model: topology.Topology) -> topology.Topology:
+    """The experiment's congestion control as the default of every node that names none
+    (the topology's choice wins): what its applications' TCP (scp, http) runs too, where
+    the kernel allows a namespace that default (else they run the system's, and theory
+    says so)."""
+    if plan.congestion is None or plan.congestion == system_congestion_control() \
+            or not namespace_default_allowed(plan.congestion):
+        return model
+    nodes = {name: node if node.congestion is not None
+             else replace(node, congestion=plan.congestion)
+             for name, node in model.nodes.items()}
+    return replace(model, nodes=nodes)
 
 
 def _at_point(step: Step, plan: Experiment, value: str | None) -> Step:
@@ -94,8 +113,9 @@ def _say(line: str) -> None:
 
 
 def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str | None = None,
-                   say=_say, allow_commands: bool = False) -> Path:
-    plan = experiments.load(name_or_path)
+                   say=_say, allow_commands: bool = False,
+                   congestion: str | None = None) -> Path:
+    plan = experiments.load(name_or_path, congestion)
     progress = StepProgress(sys.stdout) if say is _say else None  # drawn between our lines
     say = progress.say if progress is not None else say
     _commands_allowed(plan, name_or_path, allow_commands, say)

@@ -184,7 +184,7 @@ class StepRunner:
             servers[index] = process = self._start(
                 flow.target, command, f"{flow.kind} server in {flow.target}",
                 stderr=runner.server_stderr())
-            if not runner.ready(process, SERVER_READY_SECONDS):
+            if not runner.ready(process, SERVER_READY_SECONDS, str(FIRST_PORT + index)):
                 self.say(f"  warning: the {flow.kind} server in {flow.target} did not start")
         if servers:
             time.sleep(0.5)  # let them listen; the clients also wait START_DELAY

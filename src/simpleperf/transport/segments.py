@@ -1,0 +1,240 @@
+"""When each TCP segment of one connection reached this host, as a capture on it would say:
+a packet socket (AF_PACKET) with a filter for the connection's own packets, each stamped on
+arrival (SO_TIMESTAMPNS), kept to its headers and the first bytes of its data.
+
+A read of the TCP socket cannot say this: the kernel merges segments that wait in its queues
+(behind a lost one, or for a slow reader) and stamps the merged buffer with its newest
+segment's arrival. Taking a packet socket needs CAP_NET_RAW (root, as the lab runs); without
+it `open` gives None and the caller falls back on stamped reads (tcp.Arrivals).
+
+Sequence numbers here are the peer's, as on the wire; `Segments` keeps the first arrival of
+each segment by its end, and says when one came after data beyond it (a resent segment: the
+first copy was lost), so that its delay is not taken for the path's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ipaddress
+import socket
+import struct
+from collections import deque
+
+AF_PACKET = getattr(socket, "AF_PACKET", 17)
+ETH_P_IP = 0x0800
+ETH_P_IPV6 = 0x86DD
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23  # Linux 4.20: a packet this host sends is not seen again on lo
+SO_ATTACH_FILTER = 26
+SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+RECEIVE_BUFFER = 16 * 1024 * 1024
+_TIMESPEC = struct.Struct("qq")
+_CONTROL = socket.CMSG_SPACE(_TIMESPEC.size)
+HEAD_BYTES = 64  # the first data bytes kept: a write's header (protocol.native.WRITE_HEADER)
+SNAP = 60 + 60 + HEAD_BYTES  # the largest IPv4 and TCP headers, then HEAD_BYTES of data
+KEPT = 65536  # segments remembered by their end
+_MASK = 0xFFFFFFFF
+
+# classic BPF (linux/filter.h): opcodes used here
+_LD_W_ABS, _LD_H_ABS, _LD_B_ABS = 0x20, 0x28, 0x30
+_LDX_B_MSH = 0xB1
+_LD_H_IND = 0x48
+_JEQ_K, _JSET_K = 0x15, 0x45
+_RET_K = 0x06
+_INSTRUCTION = struct.Struct("HBBI")
+
+
+def _after(a: int, b: int) -> bool:
+    """Sequence number a lies beyond b (32-bit numbers that wrap)."""
+    return 0 < (a - b) & _MASK < 0x80000000
+
+
+class _Program:
+    """A filter that accepts (keeping SNAP bytes) only when every test holds."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple[int, int, int, int]] = []
+        self.refusals: list[int] = []  # tests whose false branch jumps to the refusal
+
+    def load(self, opcode: int, k: int) -> None:
+        self.code.append((opcode, 0, 0, k))
+
+    def require(self, opcode: int, k: int) -> None:
+        """Go on if the test holds (jeq: equal; jset: no bit of k set), else refuse."""
+        self.refusals.append(len(self.code))
+        self.code.append((opcode, 0, 0, k))
+
+    def bytes(self) -> bytes:
+        accept = len(self.code)
+        refuse = accept + 1
+        code = list(self.code)
+        for at in self.refusals:
+            opcode, _, _, k = code[at]
+            away = refuse - at - 1
+            code[at] = (opcode, away, 0, k) if opcode == _JSET_K else (opcode, 0, away, k)
+        code += [(_RET_K, 0, 0, SNAP), (_RET_K, 0, 0, 0)]
+        return b"".join(_INSTRUCTION.pack(*instruction) for instruction in code)
+
+
+def program(family: int, peer: tuple, local: tuple) -> bytes:
+    """The filter for TCP segments from `peer` to `local` (address, port), offsets from the
+    network header (a cooked packet socket's view)."""
+    filter_ = _Program()
+    if family == socket.AF_INET:
+        filter_.load(_LD_B_ABS, 9)
+        filter_.require(_JEQ_K, socket.IPPROTO_TCP)
+        filter_.load(_LD_H_ABS, 6)
+        filter_.require(_JSET_K, 0x1FFF)  # no fragment but the first
+        for offset, address in ((12, peer[0]), (16, local[0])):
+            filter_.load(_LD_W_ABS, offset)
+            filter_.require(_JEQ_K, int(ipaddress.IPv4Address(address)))
+        filter_.code.append((_LDX_B_MSH, 0, 0, 0))  # x = the IPv4 header's length
+        ports = 0
+    else:
+        filter_.load(_LD_B_ABS, 6)
+        filter_.require(_JEQ_K, socket.IPPROTO_TCP)  # no extension header
+        for offset, address in ((8, peer[0]), (24, local[0])):
+            packed = ipaddress.IPv6Address(address.split("%")[0]).packed
+            for word in range(4):
+                filter_.load(_LD_W_ABS, offset + 4 * word)
+                filter_.require(_JEQ_K, int.from_bytes(packed[4 * word:4 * word + 4], "big"))
+        filter_.code.append((0x01, 0, 0, 40))  # ldx #40: the fixed IPv6 header
+        ports = 0
+    filter_.load(_LD_H_IND, ports)
+    filter_.require(_JEQ_K, peer[1])
+    filter_.load(_LD_H_IND, ports + 2)
+    filter_.require(_JEQ_K, local[1])
+    return filter_.bytes()
+
+
+def _wire_view(sock: socket.socket) -> tuple[int, tuple, tuple]:
+    """The family and (address, port) pairs the packets carry: IPv4 for an IPv6 socket
+    whose peer is an IPv4-mapped address."""
+    peer, local = sock.getpeername(), sock.getsockname()
+    if sock.family == socket.AF_INET6:
+        mapped = ipaddress.IPv6Address(peer[0].split("%")[0]).ipv4_mapped
+        if mapped is not None:
+            local_mapped = ipaddress.IPv6Address(local[0]).ipv4_mapped
+            return socket.AF_INET, (str(mapped), peer[1]), (str(local_mapped), local[1])
+    return sock.family, peer, local
+
+
+class Segments:
+    """The peer's data segments on this connection, read as they come (`drain`)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        family, peer, local = _wire_view(sock)
+        protocol = ETH_P_IP if family == socket.AF_INET else ETH_P_IPV6
+        tap = socket.socket(AF_PACKET, socket.SOCK_DGRAM, socket.htons(protocol))
+        try:
+            code = program(family, peer, local)
+            count = len(code) // _INSTRUCTION.size
+            holder = ctypes.create_string_buffer(code, len(code))  # the kernel copies it
+            tap.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                           struct.pack("HL", count, ctypes.addressof(holder)))
+            with contextlib.suppress(OSError):
+                tap.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            with contextlib.suppress(OSError):
+                tap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+            tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            tap.setblocking(False)
+        except BaseException:
+            tap.close()
+            raise
+        self.tap = tap
+        self.family = family
+        self.buffer = bytearray(SNAP)
+        self.view = memoryview(self.buffer)
+        self.ends: dict[int, tuple[float, bool]] = {}  # end -> first arrival, resent
+        self.order: deque[int] = deque()
+        self.highest: int | None = None  # the highest end seen
+        self.starts: dict[int, int] = {}  # write number -> sequence of its first byte
+        self.start_order: deque[int] = deque()
+        self.dropped = False
+
+    @classmethod
+    def open(cls, sock: socket.socket) -> Segments | None:
+        """Segments of `sock`'s peer, or None without the right to capture (or a packet
+        socket, or an address)."""
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return None
+        try:
+            return cls(sock)
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        self.tap.close()
+
+    def drain(self, header: struct.Struct | None = None) -> None:
+        """Take in every segment captured so far; with `header`, note which write begins a
+        segment (a write's header at its first byte)."""
+        receive = self.tap.recvmsg_into
+        view = self.view
+        while True:
+            try:
+                count, ancillary, _, _ = receive([view], _CONTROL)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            stamp = None
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
+                        and len(data) >= _TIMESPEC.size:
+                    seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+                    stamp = seconds + nanoseconds * 1e-9
+            if stamp is not None:
+                self._segment(view[:count], stamp, header)
+
+    def _segment(self, packet: memoryview, stamp: float, header: struct.Struct | None) -> None:
+        if self.family == socket.AF_INET:
+            if len(packet) < 20:
+                return
+            network = (packet[0] & 0x0F) * 4
+            total = int.from_bytes(packet[2:4], "big")
+        else:
+            if len(packet) < 40:
+                return
+            network = 40
+            total = 40 + int.from_bytes(packet[4:6], "big")
+        if len(packet) < network + 20 or total == 0:
+            return  # a header cut short, or a packet past 64 KiB (BIG TCP) that says no length
+        transport = (packet[network + 12] >> 4) * 4
+        length = total - network - transport
+        if length <= 0:
+            return
+        sequence = int.from_bytes(packet[network + 4:network + 8], "big")
+        end = (sequence + length) & _MASK
+        data = network + transport
+        if header is not None and len(packet) >= data + header.size:
+            fields = header.unpack_from(packet, data)
+            self._note_start(fields[1], sequence)
+        if end in self.ends:
+            return  # a copy of what came before: the first arrival stands
+        resent = self.highest is not None and not _after(end, self.highest)
+        if not resent:
+            self.highest = end
+        self.ends[end] = (stamp, resent)
+        self.order.append(end)
+        if len(self.order) > KEPT:
+            self.ends.pop(self.order.popleft(), None)
+
+    def _note_start(self, number: int, sequence: int) -> None:
+        if number not in self.starts:
+            self.starts[number] = sequence
+            self.start_order.append(number)
+            if len(self.start_order) > KEPT:
+                self.starts.pop(self.start_order.popleft(), None)
+
+    def start_of(self, number: int) -> int | None:
+        """The sequence number of write `number`'s first byte, if a segment began with it."""
+        return self.starts.get(number)
+
+    def arrival(self, end: int) -> tuple[float, bool] | None:
+        """(first arrival, whether it was resent) of the segment ending before sequence
+        number `end`, if it was seen."""
+        return self.ends.get(end & _MASK)
+

@@ -1,0 +1,219 @@
+"""When a TCP write's last byte reached the receiver (the path's one-way delay of
+--trip-times): each segment's arrival from a packet socket filtered to the connection, the
+first copy of a segment only; stamped reads without the right to capture."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from collections import deque
+
+import pytest
+from helpers import SIMPLEPERF, free_port, run_simpleperf
+
+from simpleperf.delays import Binning, DelayLog
+from simpleperf.engine import timed_writes
+from simpleperf.protocol.native import WRITE_HEADER
+from simpleperf.transport import segments, tcp
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a packet socket needs root")
+
+
+def _connected(family: int = socket.AF_INET, host: str = "127.0.0.1"):
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.bind((host, 0))
+    listener.listen(1)
+    sender = socket.create_connection(listener.getsockname()[:2])
+    receiver, _ = listener.accept()
+    listener.close()
+    return sender, receiver
+
+
+@needs_root
+@pytest.mark.parametrize("family, host", [(socket.AF_INET, "127.0.0.1"),
+                                          (socket.AF_INET6, "::1")])
+def test_a_capture_sees_its_own_connection_only_and_where_each_write_begins(family, host):
+    sender, receiver = _connected(family, host)
+    other_sender, other_receiver = _connected(family, host)
+    captured = segments.Segments.open(receiver)
+    assert captured is not None
+    try:
+        payload = bytearray(5000)
+        for number in (1, 2, 3):
+            WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number, len(payload), 0, 0)
+            sender.send(payload, socket.MSG_EOR)
+            other_sender.send(bytes(7000))
+            time.sleep(0.05)
+        got = 0
+        while got < 15000:
+            got += len(receiver.recv(65536))
+        time.sleep(0.1)
+        captured.drain(WRITE_HEADER)
+        starts = [captured.start_of(number) for number in (1, 2, 3)]
+        first, second, third = starts
+        assert first is not None and second is not None and third is not None
+        assert (second - first, third - second) == (5000, 5000)
+        # each write's end is a segment's end (MSG_EOR), seen once and first time
+        for start in (first, second, third):
+            seen = captured.arrival(start + 5000)
+            assert seen is not None
+            arrival, resent = seen
+            assert not resent and abs(arrival - time.time()) < 5
+        # the other connection's 21,000 bytes end no segment here
+        assert captured.arrival(first + 7000) is None
+        assert len(captured.ends) == 3  # loopback's segments hold a 5000-byte write whole
+    finally:
+        captured.close()
+        for s in (sender, receiver, other_sender, other_receiver):
+            s.close()
+
+
+def _packet(sequence: int, length: int, data: bytes = b"") -> bytes:
+    body = data.ljust(length, b"\0")[:length]
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + 20 + length, 0, 0, 64, 6, 0,
+                     bytes(4), bytes(4))
+    tcp_header = struct.pack("!HHIIBBHHH", 1, 2, sequence, 0, 5 << 4, 0x18, 1000, 0, 0)
+    return ip + tcp_header + body
+
+
+class _Parsed(segments.Segments):
+    """A Segments without a packet socket: the parsing alone."""
+
+    def __init__(self) -> None:
+        self.family = socket.AF_INET
+        self.ends = {}
+        self.order = deque()
+        self.highest = None
+        self.starts = {}
+        self.start_order = deque()
+
+
+def test_a_segment_that_comes_after_later_data_was_resent_and_the_first_copy_stands():
+    parsed = _Parsed()
+    top = 0xFFFFFFFF - 999  # the sequence numbers wrap within these segments
+    for sequence, stamp in ((top, 1.0), ((top + 2000) & 0xFFFFFFFF, 1.2),
+                            ((top + 1000) & 0xFFFFFFFF, 1.5), (top, 1.7)):
+        parsed._segment(memoryview(_packet(sequence, 1000)), stamp, None)
+    assert parsed.arrival(top + 1000) == (1.0, False)  # its copy at 1.7 changes nothing
+    assert parsed.arrival(top + 3000) == (1.2, False)
+    assert parsed.arrival(top + 2000) == (1.5, True)  # the gap filled: resent
+    header = WRITE_HEADER.pack(0, 42, 3000, 0, 0)
+    parsed._segment(memoryview(_packet(5000, 1000, header)), 2.0, WRITE_HEADER)
+    assert parsed.start_of(42) == 5000
+    # a packet cut short or with no data is passed over
+    parsed._segment(memoryview(_packet(9000, 1000)[:30]), 2.1, None)
+    parsed._segment(memoryview(_packet(9000, 0)), 2.1, None)
+    assert parsed.arrival(9000) is None and parsed.arrival(10000) is None
+
+
+def _timed(source: timed_writes.ArrivalSource) -> tuple[timed_writes.WriteTimes, DelayLog]:
+    path = DelayLog(Binning())
+    writes = timed_writes.WriteTimes(DelayLog(Binning()), None, path)
+    writes.time_arrivals(source)
+    return writes, path
+
+
+def _write(number: int, length: int, departed: int = 0, left_ns: int = 0) -> bytes:
+    return WRITE_HEADER.pack(0, number, length, departed, left_ns).ljust(length, b"x")
+
+
+def test_a_write_whose_last_segment_was_resent_is_not_timed_the_others_are():
+    parsed = _Parsed()
+
+    class Given(timed_writes.CapturedArrivals):
+        def read(self, stamp):
+            return None
+
+    source = Given(parsed)
+    writes, path = _timed(source)
+    base = 1_000_000
+    parsed._note_start(1, base)
+    parsed.ends[(base + 100) & 0xFFFFFFFF] = (10.030, False)  # write 1's last segment
+    parsed.ends[(base + 200) & 0xFFFFFFFF] = (10.090, True)  # write 2's: resent
+    parsed.ends[(base + 300) & 0xFFFFFFFF] = (10.050, False)
+    stream = _write(1, 100) + _write(2, 100) + _write(3, 100) + \
+        _write(4, 100, 1, 10_000_000_000) + _write(5, 100, 2, 10_010_000_000) + \
+        _write(6, 100, 3, 10_020_000_000)
+    writes.feed(memoryview(stream), 11.0)
+    total = path.total()
+    assert total.count == 2 and source.resent == 1
+    assert total.minimum == pytest.approx(0.030) and total.maximum == pytest.approx(0.030)
+    assert total.arrival == "capture"
+
+
+def test_stamped_reads_time_a_write_only_when_its_last_segment_was_not_merged():
+    source = timed_writes.StampedReads.__new__(timed_writes.StampedReads)
+    source.waiting, source.merged = None, 0
+    writes, path = _timed(source)
+    first, second, third = _write(1, 100), _write(2, 100, 1, 5_000_000_000), \
+        _write(3, 100, 2, 5_000_000_000)
+    reads = [(first[:WRITE_HEADER.size], 5.001), (first[WRITE_HEADER.size:], 5.010),
+             # the next header read has another stamp: write 1's last segment was its own
+             (second[:WRITE_HEADER.size], 5.020), (second[WRITE_HEADER.size:], 5.030),
+             # ... and the same one: merged with what followed, so write 2 is not timed
+             (third[:WRITE_HEADER.size], 5.030)]
+    for data, stamp in reads:
+        assert len(data) <= writes.wanted(65536)  # reads end where writes and headers do
+        writes.feed(memoryview(data), 6.0, stamp)
+    total = path.total()
+    assert total.count == 1 and total.minimum == pytest.approx(0.010)
+    assert source.merged == 1 and total.arrival == "stamped reads"
+
+
+@needs_root
+def test_stamped_reads_say_when_data_arrived_not_when_it_was_read():
+    sender, receiver = _connected()
+    try:
+        reader = tcp.Arrivals.start(receiver)
+        assert reader is not None
+        sender.send(b"x" * 1000)
+        sent = time.time()
+        time.sleep(0.3)  # the data waits unread
+        count, stamp = reader.read(memoryview(bytearray(4096)))
+        assert count == 1000 and stamp is not None
+        assert abs(stamp - sent) < 0.1 < time.time() - stamp
+    finally:
+        sender.close()
+        receiver.close()
+
+
+@pytest.mark.loopback
+@needs_root
+def test_trip_times_report_how_arrivals_were_timed_with_and_without_the_right_to_capture():
+    results = {}
+    # root without CAP_NET_RAW cannot open a packet socket, as a user cannot
+    for who, prefix in (("root", []), ("without", ["setpriv", "--bounding-set=-net_raw",
+                                                   "--inh-caps=-net_raw"])):
+        port = free_port()
+        server = subprocess.Popen([*prefix, *SIMPLEPERF, "-s", "-p", str(port), "-1"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            time.sleep(1.0)
+            client = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "1",
+                                    "--trip-times", "-J", "--no-latency", "-l", "64K")
+            assert client.returncode == 0, client.stderr
+            results[who] = json.loads(client.stdout)["end"]["streams"][0]["receiver"]
+        finally:
+            server.terminate()
+            server.wait(10)
+    assert results["root"]["one_way_delay"]["arrival"] == "capture"
+    assert results["without"]["one_way_delay"]["arrival"] == "stamped reads"
+    for receiver in results.values():
+        delay = receiver["one_way_delay"]
+        assert delay["count"] > 10 and 0 <= delay["min_ms"] <= delay["p50_ms"] < 5
+
+
+def test_a_peers_delay_account_names_a_known_way_of_timing_or_is_refused():
+    from simpleperf.delays import DelayAccount
+    account = DelayAccount()
+    account.add(0.01)
+    account.arrival = "capture"
+    entry = account.to_result()
+    assert DelayAccount.from_result(entry, 100).arrival == "capture"
+    entry["arrival"] = "guessed"
+    with pytest.raises(ValueError, match="unknown way of timing"):
+        DelayAccount.from_result(entry, 100)
