@@ -170,6 +170,7 @@ def test_stamped_reads_say_when_data_arrived_not_when_it_was_read():
     try:
         reader = tcp.Arrivals.start(receiver)
         assert reader is not None
+        time.sleep(0.1)  # the kernel turns its receive stamps on a moment later (a work item)
         sender.send(b"x" * 1000)
         sent = time.time()
         time.sleep(0.3)  # the data waits unread

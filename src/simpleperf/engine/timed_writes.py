@@ -265,7 +265,8 @@ class CapturedArrivals(ArrivalSource):
         self.unseen = 0
 
     def read(self, stamp: float | None) -> tuple[int, float] | None:
-        self.segments.drain(WRITE_HEADER)
+        # a segment's first bytes are looked at only until one ties the stream to it
+        self.segments.drain(WRITE_HEADER if self.base is None else None)
         return None
 
     def began(self, number: int, offset: int) -> None:

@@ -31,6 +31,9 @@ SO_TIMESTAMPNS = 35
 SO_RCVBUFFORCE = 33
 RECEIVE_BUFFER = 16 * 1024 * 1024
 _TIMESPEC = struct.Struct("qq")
+_IPV4 = struct.Struct("!BxH")  # version and header length, total length
+_IPV6 = struct.Struct("!4xH")  # payload length
+_TCP = struct.Struct("!4xI4xB")  # sequence number, data offset
 _CONTROL = socket.CMSG_SPACE(_TIMESPEC.size)
 HEAD_BYTES = 64  # the first data bytes kept: a write's header (protocol.native.WRITE_HEADER)
 SNAP = 60 + 60 + HEAD_BYTES  # the largest IPv4 and TCP headers, then HEAD_BYTES of data
@@ -44,11 +47,6 @@ _LD_H_IND = 0x48
 _JEQ_K, _JSET_K = 0x15, 0x45
 _RET_K = 0x06
 _INSTRUCTION = struct.Struct("HBBI")
-
-
-def _after(a: int, b: int) -> bool:
-    """Sequence number a lies beyond b (32-bit numbers that wrap)."""
-    return 0 < (a - b) & _MASK < 0x80000000
 
 
 class _Program:
@@ -173,54 +171,52 @@ class Segments:
         segment (a write's header at its first byte)."""
         receive = self.tap.recvmsg_into
         view = self.view
+        timespec = _TIMESPEC.unpack_from
         while True:
             try:
                 count, ancillary, _, _ = receive([view], _CONTROL)
-            except (BlockingIOError, InterruptedError):
+            except OSError:  # nothing waiting (BlockingIOError), or the socket is gone
                 return
-            except OSError:
-                return
-            stamp = None
             for level, kind, data in ancillary:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
                         and len(data) >= _TIMESPEC.size:
-                    seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-                    stamp = seconds + nanoseconds * 1e-9
-            if stamp is not None:
-                self._segment(view[:count], stamp, header)
+                    seconds, nanoseconds = timespec(data)
+                    self._segment(view[:count], seconds + nanoseconds * 1e-9, header)
 
     def _segment(self, packet: memoryview, stamp: float, header: struct.Struct | None) -> None:
+        size = len(packet)
         if self.family == socket.AF_INET:
-            if len(packet) < 20:
+            if size < 40:
                 return
-            network = (packet[0] & 0x0F) * 4
-            total = int.from_bytes(packet[2:4], "big")
+            first, total = _IPV4.unpack_from(packet)
+            network = (first & 0x0F) * 4
         else:
-            if len(packet) < 40:
+            if size < 60:
                 return
             network = 40
-            total = 40 + int.from_bytes(packet[4:6], "big")
-        if len(packet) < network + 20 or total == 0:
+            total = 40 + _IPV6.unpack_from(packet)[0]
+        if size < network + 20 or total == 0:
             return  # a header cut short, or a packet past 64 KiB (BIG TCP) that says no length
-        transport = (packet[network + 12] >> 4) * 4
-        length = total - network - transport
+        sequence, offset = _TCP.unpack_from(packet, network)
+        data = network + (offset >> 4) * 4
+        length = total - data
         if length <= 0:
             return
-        sequence = int.from_bytes(packet[network + 4:network + 8], "big")
         end = (sequence + length) & _MASK
-        data = network + transport
-        if header is not None and len(packet) >= data + header.size:
-            fields = header.unpack_from(packet, data)
-            self._note_start(fields[1], sequence)
-        if end in self.ends:
+        if header is not None and size >= data + header.size:
+            self._note_start(header.unpack_from(packet, data)[1], sequence)
+        ends = self.ends
+        if end in ends:
             return  # a copy of what came before: the first arrival stands
-        resent = self.highest is not None and not _after(end, self.highest)
+        highest = self.highest
+        resent = highest is not None and not 0 < (end - highest) & _MASK < 0x80000000
         if not resent:
             self.highest = end
-        self.ends[end] = (stamp, resent)
-        self.order.append(end)
-        if len(self.order) > KEPT:
-            self.ends.pop(self.order.popleft(), None)
+        ends[end] = (stamp, resent)
+        order = self.order
+        order.append(end)
+        if len(order) > KEPT:
+            ends.pop(order.popleft(), None)
 
     def _note_start(self, number: int, sequence: int) -> None:
         if number not in self.starts:
