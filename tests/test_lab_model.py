@@ -632,6 +632,11 @@ def test_a_window_bound_uses_the_round_trips_the_flow_met():
     harmonic = 4 / (2 / 0.040 + 2 / 0.120)  # 60 ms: the window moved at 1 / mean(1 / RTT)
     assert web.window_bound == pytest.approx(theory.window_bound(16_000, harmonic))
     assert web.predicted == pytest.approx(web.window_bound)
+    # once it ran, the window its receiver advertised: Linux makes a 16,000-byte buffer
+    # a window of 12 segments, 17,376 bytes (6.x scales it by its payload's share)
+    web.advertised_window = 17_376
+    theory.predict(model, [web], "cubic")
+    assert web.window_bound == pytest.approx(theory.window_bound(17_376, harmonic))
 
 
 WEIGHTS_FOR_TEST = ("control", "af4", "af3", "af2", "af1", "be", "scavenger")

@@ -41,6 +41,9 @@ class FlowOutcome:
     loaded_rtt: float | None = None  # ms: base plus every queue of both ways full
     no_theory: str | None = None  # why theory predicts no throughput for it, in words
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
+    # bytes: the window its receivers advertised at most (TCP_INFO's snd_wnd), a mean over
+    # its connections: what a fixed `window` (a socket buffer) became in the kernel
+    advertised_window: float | None = None
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count
     delivered_ce: int | None = None  # tcp: segments echoed CE-marked (the sender's TCP_INFO);

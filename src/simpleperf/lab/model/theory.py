@@ -542,8 +542,9 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
     if flow.spec.window_cap is not None and rtt > 0:
         outcome.window_bound = window_bound(flow.spec.window_cap, rtt)
     if flow.spec.tcp and rtt > 0:
-        if flow.window:
-            outcome.window_bound = flow.parallel * window_bound(flow.window, met_rtt(outcome))
+        if flow.window:  # the window the kernel made of the buffer asked for, once known
+            window = outcome.advertised_window or flow.window
+            outcome.window_bound = flow.parallel * window_bound(window, met_rtt(outcome))
         if forward.loss > 0 and congestion in LOSS_BASED:
             outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
                                                                 forward.loss)

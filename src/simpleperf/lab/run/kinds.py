@@ -348,6 +348,10 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     outcome.throughput = end["sum_received"]["bits_per_second"]
     outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
                                       for stream in end["streams"]]
+    windows = [stream["sender"]["max_snd_wnd"] for stream in end["streams"]
+               if stream["sender"].get("max_snd_wnd")]
+    if windows:
+        outcome.advertised_window = sum(windows) / len(windows)
     if outcome.flow.mptcp:
         outcome.mptcp_subflows = sum(stream["sender"].get("mptcp_subflows", 0)
                                      for stream in end["streams"])

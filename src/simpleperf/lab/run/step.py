@@ -140,8 +140,9 @@ class StepRunner:
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = kinds.ping_times(out)
-        if any(outcomes[index].flow.window for index in pingers):
-            # a window-limited flow moved a window per round trip it met: theory anew
+        if any(outcome.flow.window for outcome in outcomes):
+            # a window-limited flow moved the window its receiver advertised (the kernel's
+            # own of the buffer asked for) per round trip it met: theory anew
             theory.predict(self.model, outcomes, system_congestion_control(),
                            [self._duration(o) for o in outcomes], down)
         if self.built.runs_daemons:
