@@ -161,3 +161,20 @@ def test_the_path_delay_lies_between_the_floor_and_every_queue_full():
     recovered = verdicts.delay_verdict(_flow("h1-h4", 0, 0, one_way_mean_ms=178.0,
                                              one_way_p50_ms=62.0, base_one_way_ms=30.0))
     assert recovered is not None and recovered.within and "median" in recovered.detail
+
+
+def test_transfers_are_judged_over_the_time_they_all_ran_not_a_drain_after_the_others():
+    """A bulk TCP sender drains its socket buffer after its test's end, when the paced flow
+    beside it has stopped: the link is its own then, which theory's share is not about."""
+    bulk = _flow("bulk", 6.0e6, 4.0e6, intervals=[[1.0, 2.0, 4.1e6], [2.0, 3.0, 3.9e6],
+                                                  [3.0, 4.0, 4.0e6], [4.0, 7.0, 8.0e6]])
+    video = _flow("video", 2.0e6, 2.0e6, kind="udp",
+                  intervals=[[1.0, 2.0, 2e6], [2.0, 3.0, 2e6], [3.0, 4.0, 2e6]])
+    verdict = _case([bulk, video])
+    assert verdict.within and verdict.judged == 2
+    assert any("judged over 1.0 to 4.0 s" in note and "bulk ran longer" in note
+               for note in verdict.notes)
+    # alone, or ending together, a transfer is judged on all it moved
+    assert not _case([bulk]).within
+    together = video | {"intervals": [*video["intervals"], [4.0, 7.0, 2e6]]}
+    assert not _case([bulk, together]).within

@@ -165,6 +165,49 @@ def steady_goodput(intervals: list[list[float]], startup: float) -> float | None
     return sum(length * rate for length, rate in steady) / seconds
 
 
+def together(step: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The step with each transfer's goodput taken over the intervals in which all its
+    transfers ran at once (theory's shares are of flows that share the link: one that runs
+    on after the others, a bulk sender draining its buffer after a paced flow's end, has the
+    link to itself then), and a note saying so; the step as it is when it has fewer than two
+    transfers, or no whole interval in common."""
+    transfers = [flow for flow in step["flows"]
+                 if flow["ok"] and flow.get("intervals") and flow["predicted"]]
+    if len(transfers) < 2:
+        return step, None
+    begin = max(flow["intervals"][0][0] for flow in transfers)
+    end = min(flow["intervals"][-1][1] for flow in transfers)
+    rates = {id(flow): _within(flow["intervals"], begin, end) for flow in transfers}
+    if any(rate is None for rate in rates.values()):
+        return step, None
+    longer = [flow for flow in transfers if flow["intervals"][-1][1] > end + COMMON_SLACK]
+    if not longer:
+        return step, None
+    flows = [{**flow, "throughput": rates[id(flow)],
+              "intervals": _inside(flow["intervals"], begin, end)}
+             if id(flow) in rates else flow for flow in step["flows"]]
+    note = (f"{step['name']}: goodput judged over {begin:.1f} to {end:.1f} s, while all its "
+            f"transfers ran ({', '.join(flow['label'] for flow in longer)} ran longer)")
+    return {**step, "flows": flows}, note
+
+
+COMMON_SLACK = 0.05  # seconds: flows of one step start and end this close together
+
+
+def _inside(intervals: list[list[float]], begin: float, end: float) -> list[list[float]]:
+    return [interval for interval in intervals
+            if interval[0] >= begin - COMMON_SLACK and interval[1] <= end + COMMON_SLACK]
+
+
+def _within(intervals: list[list[float]], begin: float, end: float) -> float | None:
+    """The goodput over the intervals that lie within begin..end; None when none does."""
+    inside = [(stop - start, rate) for start, stop, rate in _inside(intervals, begin, end)]
+    seconds = sum(length for length, _ in inside)
+    if seconds <= 0:
+        return None
+    return sum(length * rate for length, rate in inside) / seconds
+
+
 def shared_verdicts(step: dict[str, Any]) -> list[FlowVerdict]:
     """The total of the tcp flows of a step that share each bottleneck, as one transfer."""
     groups: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
@@ -229,6 +272,9 @@ def case_verdicts(steps: list[dict[str, Any]]) -> list[CaseVerdict]:
     for step in steps:
         judged, outside, notes = cases.get(step["case"], (0, [], []))
         if not step.get("events"):
+            step, common = together(step)
+            if common is not None:
+                notes.append(common)
             sharing: Counter[str | None] = Counter()
             for flow in step["flows"]:
                 if flow.get("bottleneck"):
