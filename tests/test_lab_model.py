@@ -861,3 +861,42 @@ def test_a_long_node_name_needs_its_interfaces_named():
         topology.parse(text)
     named = text.replace('a = "client-twelve1"', 'a = "client-twelve1"\na_interface = "eth1"')
     assert topology.parse(named).links[1].a.interface == "eth1"
+
+
+def test_tcp_flows_beside_an_unresponsive_one_in_a_fifo_share_what_it_leaves():
+    """A paced flow through a FIFO takes what it sends; the TCP flows beside it share the
+    rest and are judged as sharers of that link (the paced one getting more is no reason
+    to say the link limits none of them)."""
+    model = topology.pair(rate="10M", delay="10ms", queue=200)
+    video = FlowOutcome(flows.parse({"kind": "udp", "from": "h1", "to": "h2", "rate": "2M",
+                                     "length": 576}, "t"), "10.0.0.2")
+    bulk = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2",
+                                    "parallel": 12}, "t"), "10.0.0.2")
+    web = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2",
+                                   "window": "16K"}, "t"), "10.0.0.2")
+    theory.predict(model, [video, bulk, web], "cubic", [30.0] * 3)
+    assert video.predicted == pytest.approx(2e6) and video.bottleneck is None
+    assert bulk.bottleneck == web.bottleneck == "h1-h2 a to b"
+    assert bulk.share_tolerance is not None
+
+
+def test_a_paced_flow_above_its_share_in_fair_queueing_waits_for_its_own_queue():
+    """fq_codel serves flows in turn: video at three times its share fills the queue with
+    its own datagrams, each drained at its share, far past a FIFO's full queue; below its
+    share it is bounded as a FIFO's full queue bounds it."""
+    model = topology.pair(rate="10M", delay="10ms", queue=200, qdisc="fq_codel")
+    video = FlowOutcome(flows.parse({"kind": "udp", "from": "h1", "to": "h2", "rate": "2M",
+                                     "length": 576}, "t"), "10.0.0.2")
+    bulk = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2",
+                                    "parallel": 12}, "t"), "10.0.0.2")
+    theory.predict(model, [video, bulk], "cubic")
+    fifo = 200 * theory.FRAME_BYTES * 8 / 10e6 * 1e3
+    assert video.predicted is not None and video.predicted < 1e6
+    share = video.predicted / theory.udp_goodput_share(576)
+    own = 200 * (576 + theory.UDP_FRAMING_BYTES) * 8 / share * 1e3
+    assert video.full_queue_rtt == pytest.approx(20.0 + own)
+    assert bulk.full_queue_rtt == pytest.approx(20.0 + fifo)
+    slow = FlowOutcome(flows.parse({"kind": "udp", "from": "h1", "to": "h2", "rate": "200K",
+                                    "length": 576}, "t"), "10.0.0.2")
+    theory.predict(model, [slow, bulk], "cubic")
+    assert slow.full_queue_rtt == pytest.approx(20.0 + fifo)

@@ -178,3 +178,24 @@ def test_transfers_are_judged_over_the_time_they_all_ran_not_a_drain_after_the_o
     assert not _case([bulk]).within
     together = video | {"intervals": [*video["intervals"], [4.0, 7.0, 2e6]]}
     assert not _case([bulk, together]).within
+
+
+def test_a_paced_flow_above_its_share_is_promised_that_share_and_at_most_what_it_sends():
+    video = _flow("video", 0.70e6, 0.66e6, kind="udp", rate=2e6)
+    assert verdicts.flow_verdict(video).within
+    assert "at least 0.90" in verdicts.flow_verdict(video).detail
+    assert not verdicts.flow_verdict(video | {"throughput": 0.50e6}).within
+    assert not verdicts.flow_verdict(video | {"throughput": 2.1e6}).within  # more than sent
+    # at its rate (a FIFO gives an unresponsive flow what it sends): the usual tolerance
+    inelastic = _flow("video", 2.2e6, 2e6, kind="udp", rate=2e6)
+    assert not verdicts.flow_verdict(inelastic).within
+
+
+def test_a_flow_is_judged_after_its_start_up_only_over_two_seconds_or_more():
+    """One second after start-up can hold a recovery's bytes read late: not enough."""
+    intervals = [[1.0, 2.0, 3.5e6], [2.0, 3.0, 4.7e6], [3.0, 4.0, 2.8e6], [4.0, 5.0, 5.8e6]]
+    alone = _flow("bulk", 4.2e6, 4.2e6, epoch_seconds=2.5, intervals=intervals)
+    assert verdicts.flow_verdict(alone) is None  # 1 s after 3.5 s
+    longer = alone | {"intervals": [*intervals, [5.0, 6.0, 3.0e6]]}
+    verdict = verdicts.flow_verdict(longer)
+    assert verdict is not None and verdict.within  # (5.8 + 3.0) / 2 = 1.05 x 4.2

@@ -435,7 +435,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     if not paths:
         return
     shares = max_min_shares(paths, demands, capacities, inelastic=inelastic)
-    binding = _binding(paths, shares, capacities)
+    binding = _binding(paths, shares, capacities, inelastic)
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
@@ -443,29 +443,55 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
+            _over_its_share(outcome, ways.get(index), min(mine), capacities)
     _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds)
 
 
 def _queued_rtts(outcome: FlowOutcome, forward: Path, backward: Path,
-                 capacities: dict[tuple[str, str], float]) -> None:
-    """The RTT with every forward queue full, and with every queue both ways full."""
+                 capacities: dict[tuple[str, str], float],
+                 own: tuple[float, float] | None = None) -> None:
+    """The RTT with every forward queue full, and with every queue both ways full; `own`:
+    see _full_queues."""
     if outcome.base_rtt is None:
         return
-    outcome.full_queue_rtt = outcome.base_rtt + _full_queues(forward, capacities) * 1e3
+    outcome.full_queue_rtt = outcome.base_rtt + _full_queues(forward, capacities, own) * 1e3
     outcome.loaded_rtt = outcome.full_queue_rtt + _full_queues(backward, capacities) * 1e3
 
 
-def _full_queues(way: Path, capacities: dict[tuple[str, str], float]) -> float:
+def _over_its_share(outcome: FlowOutcome, ways: tuple[Path, Path] | None, share: float,
+                    capacities: dict[tuple[str, str], float]) -> None:
+    """A paced flow that sends more than its share (bits/s on the wire) through a queue
+    that serves flows in turn (fq_codel, fq_pie, cake) is not drained at the link's rate:
+    its own packets fill the queue (its overflow drops the longest flow's, its own), each
+    served at its share, so its bound is the whole queue of its datagrams at its share
+    (video at three times its share waits three times a FIFO's full queue, and loses two
+    thirds of what it sends)."""
+    flow = outcome.flow
+    if ways is None or not flow.spec.paced or flow.l4s or outcome.rate is None or share <= 0:
+        return
+    frame = datagram_bytes(flow.length) + UDP_FRAMING_BYTES
+    if outcome.rate / udp_goodput_share(datagram_bytes(flow.length)) <= share * 1.001:
+        return  # within its share: it waits a round, as a FIFO's full queue bounds
+    _queued_rtts(outcome, *ways, capacities, (frame, share))
+
+
+def _full_queues(way: Path, capacities: dict[tuple[str, str], float],
+                 own: tuple[float, float] | None = None) -> float:
     """Seconds a packet waits in every full queue of `way`: each drained at its link's rate;
     where the way crosses DiffServ classes, its class's queue drained at the class's part
     of the link (at least what theory gives it there), or for the priority class the
-    policer's burst drained first."""
+    policer's burst drained first. `own` (frame bytes, share in bits/s): a flow above its
+    share, whose queue in a discipline that serves flows in turn is its own frames
+    drained at its share."""
     queues = 0.0
     for shaping, resource in zip(way.shaping(), way.resources(), strict=True):
         if shaping.rate is None or shaping.queue is None:
             continue
         name = resource[1].split(CLASS_MARK)[1] if CLASS_MARK in resource[1] else None
-        if name == diffserv.PRIORITY:
+        if own is not None and shaping.qdisc not in FIFO_QDISCS:
+            queues += max(shaping.queue * own[0] * 8 / own[1],
+                          shaping.queue * FRAME_BYTES * 8 / shaping.rate)
+        elif name == diffserv.PRIORITY:
             queues += diffserv.priority_delay(shaping.rate, FRAME_BYTES)
         elif name is not None and capacities.get(resource, 0.0) > 0:
             queues += shaping.queue * FRAME_BYTES * 8 / capacities[resource]
@@ -475,16 +501,21 @@ def _full_queues(way: Path, capacities: dict[tuple[str, str], float]) -> float:
 
 
 def _binding(paths: Sequence[Path], shares: Sequence[float],
-             capacities: dict[tuple[str, str], float]) -> list[tuple[str, str] | None]:
+             capacities: dict[tuple[str, str], float],
+             inelastic: Sequence[bool] | None = None) -> list[tuple[str, str] | None]:
     """The link direction (or class of one) that limits each path's share: a full one on
-    which no other path gets more (max-min's bottleneck); None where none limits it."""
+    which no other path gets more (max-min's bottleneck), leaving out the `inelastic` ones
+    (a paced flow through a FIFO takes what it sends, and the rest share what it leaves);
+    None where none limits it."""
+    fixed = inelastic or [False] * len(paths)
     used = {r: sum(s for p, s in zip(paths, shares, strict=True) if r in p.resources())
             for r in capacities}
     found: list[tuple[str, str] | None] = []
-    for flow, share in zip(paths, shares, strict=True):
+    for flow, share, own in zip(paths, shares, fixed, strict=True):
         full = [r for r in flow.resources() if r in capacities and math.isfinite(share)
-                and used[r] >= capacities[r] * (1 - 1e-6)
-                and all(s <= share * (1 + 1e-6) for p, s in zip(paths, shares, strict=True)
+                and not own and used[r] >= capacities[r] * (1 - 1e-6)
+                and all(s <= share * (1 + 1e-6) or other
+                        for p, s, other in zip(paths, shares, fixed, strict=True)
                         if r in p.resources())]
         found.append(min(full, key=lambda r: capacities[r]) if full else None)
     return found

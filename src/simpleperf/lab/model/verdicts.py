@@ -123,6 +123,16 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
                            f"{steady / predicted:.2f} x theory after its start-up "
                            f"({startup:.1f} s)")
     ratio = measured / predicted
+    asked = flow.get("rate")
+    if (flow["kind"] == "udp" and asked and predicted < asked * (1 - 1e-3)
+            and not flow.get("parameters", {}).get("l4s")):
+        # a paced flow above its share: a scheduler that serves flows in turn gives it at
+        # least that share, and what the others leave unused (it is backlogged, they may not
+        # be: TCP flows whose shares are a segment or two a round trip lose time to timeouts)
+        ceiling = asked / predicted
+        return FlowVerdict(label, THROUGHPUT_LOW <= ratio <= max(THROUGHPUT_HIGH, ceiling),
+                           f"{ratio:.2f} x its share (theory: at least {THROUGHPUT_LOW:.2f}, "
+                           f"at most what it sends, {ceiling:.2f})")
     if flow.get("bottleneck"):
         least, most = share_bounds(flow, sharing)
         low, high = min(THROUGHPUT_LOW, least), max(THROUGHPUT_HIGH, most)
@@ -152,15 +162,20 @@ def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
                        f"{high - DELAY_SLACK_MS:.1f}")
 
 
+STEADY_MIN_SECONDS = 2.0  # a receiver's second can hold what a loss held back from the last
+
+
 def steady_goodput(intervals: list[list[float]], startup: float) -> float | None:
     """The goodput (bits/s) over the intervals that begin `startup` seconds or more after the
-    first one began; None when none does."""
+    first one began; None when they last less than STEADY_MIN_SECONDS (a TCP receiver counts
+    bytes as it reads them, and a recovery's worth of them, held behind a lost segment, can
+    come in the next interval)."""
     if not intervals:
         return None
     begin = intervals[0][0] + startup - 1e-6
     steady = [(end - start, rate) for start, end, rate in intervals if start >= begin]
     seconds = sum(length for length, _ in steady)
-    if seconds <= 0:
+    if seconds < STEADY_MIN_SECONDS - 1e-6:
         return None
     return sum(length * rate for length, rate in steady) / seconds
 
