@@ -900,3 +900,21 @@ def test_a_paced_flow_above_its_share_in_fair_queueing_waits_for_its_own_queue()
                                     "length": 576}, "t"), "10.0.0.2")
     theory.predict(model, [slow, bulk], "cubic")
     assert slow.full_queue_rtt == pytest.approx(20.0 + fifo)
+
+
+@pytest.mark.parametrize("qdisc, grouped", [("droptail", True), ("dualpi2", True),
+                                            ("fq_codel", False)])
+def test_an_l4s_flow_and_classic_tcp_in_one_queue_are_judged_on_their_total(qdisc, grouped):
+    """How an L4S sender and CUBIC split a FIFO or DualPI2 follows their responses to marks
+    and losses: no share is promised, only the total; fair queueing gives each its share."""
+    model = topology.pair(rate="20M", delay="10ms", queue=200, qdisc=qdisc)
+    classic = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2"}, "t"),
+                          "10.0.0.2")
+    scalable = FlowOutcome(flows.parse({"kind": "udp", "from": "h1", "to": "h2",
+                                        "l4s": True}, "t"), "10.0.0.2")
+    theory.predict(model, [classic, scalable], "cubic", [20.0, 20.0])
+    if grouped:
+        assert classic.bottleneck == scalable.bottleneck == "h1-h2 a to b"
+        assert classic.share_tolerance is None and scalable.share_tolerance is None
+    else:
+        assert scalable.bottleneck is None and classic.share_tolerance is not None

@@ -538,7 +538,7 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
         assert resource is not None
         others = {owners[i] for i, r in enumerate(binding) if r == resource} - {index}
         link = links[resource[0]]
-        direction, _, name = resource[1].partition(CLASS_MARK)
+        direction = resource[1].partition(CLASS_MARK)[0]
         shaping = link.a_to_b if direction == "a_to_b" else link.b_to_a
         algorithm = outcome.flow.congestion or congestion
         capacity = capacities.get(resource, shaping.rate or 0.0)  # a class: its part
@@ -550,9 +550,42 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
         if seconds is not None and outcome.epoch_seconds is not None:
             outcome.epochs = seconds[index] / outcome.epoch_seconds
         if others:  # not alone on its bottleneck: a share to converge to
-            outcome.bottleneck = f"{resource[0]} {direction.replace('_', ' ')}" + (
-                f" (class {name})" if name else "")
+            outcome.bottleneck = _named(resource)
             outcome.share_tolerance = share_tolerance(algorithm, outcome.epochs)
+    _beside_l4s(outcomes, owners, binding, links)
+
+
+def _named(resource: tuple[str, str]) -> str:
+    direction, _, name = resource[1].partition(CLASS_MARK)
+    return f"{resource[0]} {direction.replace('_', ' ')}" + (f" (class {name})" if name else "")
+
+
+def _beside_l4s(outcomes: Sequence[FlowOutcome], owners: list[int],
+                binding: list[tuple[str, str] | None], links: dict[str, Link]) -> None:
+    """An L4S flow (--l4s: it answers CE marks as DCTCP does, and a loss by halving) and the
+    classic TCP flows on its bottleneck: theory promises no flow its share (how they split
+    the link follows each sender's response to marks and to losses, and the queues each
+    waits in; RFC 9332's coupling aims at about equal rates for Reno and DCTCP at equal
+    RTTs), so they are judged on their total, as one transfer. Not where the queue serves
+    flows in turn (fq_codel, fq_pie, cake): that scheduler gives each its share."""
+    for index, outcome in enumerate(outcomes):
+        if not outcome.flow.l4s:
+            continue
+        mine = [i for i, owner in enumerate(owners) if owner == index]
+        resource = binding[mine[0]] if mine else None
+        if resource is None:
+            continue
+        link = links[resource[0]]
+        shaping = link.a_to_b if resource[1].startswith("a_to_b") else link.b_to_a
+        if shaping.qdisc not in FIFO_QDISCS:
+            continue
+        others = {owners[i] for i, r in enumerate(binding) if r == resource} - {index}
+        if not any(outcomes[other].flow.spec.tcp for other in others):
+            continue
+        for member in (index, *others):
+            if outcomes[member].flow.spec.tcp or outcomes[member].flow.l4s:
+                outcomes[member].bottleneck = _named(resource)
+                outcomes[member].share_tolerance = None
 
 
 def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,

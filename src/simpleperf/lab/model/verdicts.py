@@ -260,11 +260,19 @@ def sharing_notes(step: dict[str, Any]) -> list[str]:
                          f"on its path, {startup:.1f} s), of which theory promises no "
                          "goodput; a longer run is judged after it")
     for bottleneck, flows in groups.items():
-        algorithms = sorted({flow.get("congestion") or "?" for flow in flows})
+        algorithms = sorted({flow.get("congestion") or (
+            "scalable" if flow.get("parameters", {}).get("l4s") else "?") for flow in flows})
         who = (f"{step['name']}: {', '.join(flow['label'] for flow in flows)} "
                f"({', '.join(algorithms)}) share {bottleneck}")
         promised = [flow for flow in flows if flow.get("share_tolerance") is not None]
-        if len(promised) < len(flows):
+        scalable = [flow["label"] for flow in flows if flow.get("parameters", {}).get("l4s")]
+        if scalable:
+            notes.append(f"{who}: {', '.join(scalable)} is an L4S flow (it answers CE marks "
+                         "as DCTCP does, a loss by halving): how it and classic TCP split "
+                         "the link follows each sender's response and the queues each waits "
+                         "in, so theory promises each flow no share; only their total is "
+                         "judged")
+        elif len(promised) < len(flows):
             lacking = sorted({flow.get("congestion") or "?" for flow in flows
                               if flow.get("share_tolerance") is None})
             notes.append(f"{who}: {', '.join(lacking)} is not AIMD (it paces to a model of "
