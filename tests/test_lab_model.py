@@ -637,6 +637,13 @@ def test_a_window_bound_uses_the_round_trips_the_flow_met():
     web.advertised_window = 17_376
     theory.predict(model, [web], "cubic")
     assert web.window_bound == pytest.approx(theory.window_bound(17_376, harmonic))
+    # no pings beside it: the RTT its own TCP measured (never below the path's)
+    web.rtts, web.own_rtt_ms = [], 25.0
+    theory.predict(model, [web], "cubic")
+    assert web.window_bound == pytest.approx(theory.window_bound(17_376, 0.025))
+    web.own_rtt_ms = 5.0
+    theory.predict(model, [web], "cubic")
+    assert web.window_bound == pytest.approx(theory.window_bound(17_376, 0.020))
 
 
 WEIGHTS_FOR_TEST = ("control", "af4", "af3", "af2", "af1", "be", "scavenger")

@@ -362,13 +362,14 @@ def share_tolerance(congestion: str, epochs: float | None) -> float | None:
 def met_rtt(outcome: FlowOutcome) -> float:
     """The round trip (seconds) a window-limited flow's bound uses: the path's base RTT, or,
     once it ran, the RTTs pinged beside it (a standing queue lengthens them, and a window
-    moves once per round trip it meets). Their harmonic mean: the flow's average rate is
-    the window times the time-average of 1 / RTT, which pings spread evenly in time
-    sample."""
+    moves once per round trip it meets; their harmonic mean: the flow's average rate is the
+    window times the time-average of 1 / RTT, which pings spread evenly in time sample),
+    else its own TCP's mean smoothed RTT (TCP_INFO: the hosts' own time to answer is in it,
+    a millisecond beside a 4 ms path)."""
     base = (outcome.base_rtt or 0.0) / 1e3
     seen = [rtt / 1e3 for rtt in outcome.rtts if rtt > 0]
-    if not seen:
-        return base
+    if not seen:  # no pings beside it: its own TCP's smoothed RTT, once it ran
+        return max(base, (outcome.own_rtt_ms or 0.0) / 1e3)
     return max(base, len(seen) / sum(1 / rtt for rtt in seen))
 
 

@@ -97,6 +97,8 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
     label = f"{flow['label']} {flow['kind']}"
     if not flow["ok"]:
         return FlowVerdict(label, False, f"failed: {flow['error']}")
+    if flow.get("no_theory"):
+        return None  # sharing_notes says why
     if flow["kind"] == "ping":
         base, measured = flow["base_rtt_ms"], flow["rtt_median"]
         if base is None or measured is None:
@@ -232,9 +234,10 @@ def shared_verdicts(step: dict[str, Any]) -> list[FlowVerdict]:
     verdicts = []
     for bottleneck, flows in groups.items():
         label = " + ".join(flow["label"] for flow in flows) + f" on {bottleneck}"
-        failed = [flow for flow in flows if not flow["ok"] or flow["throughput"] is None]
+        failed = [flow for flow in flows if not flow["ok"] or flow["throughput"] is None
+                  or flow.get("no_theory")]
         if failed:
-            continue  # each failed flow is outside on its own already
+            continue  # each failed flow is outside on its own already, the others said
         ratio = (sum(flow["throughput"] for flow in flows)
                  / sum(flow["predicted"] for flow in flows))
         verdicts.append(FlowVerdict(label, THROUGHPUT_LOW <= ratio <= THROUGHPUT_HIGH,

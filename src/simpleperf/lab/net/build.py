@@ -198,6 +198,16 @@ def routed_links(topology: Topology) -> list[Link]:
             if link.is_shaped and _both_routable(topology, link)]
 
 
+def delay_queue_directions(topology: Topology) -> dict[int, tuple[str, str]]:
+    """Each delay line queue's number and the link direction it carries (link name,
+    "a_to_b" or "b_to_a"), as _routed_link numbers them."""
+    found = {}
+    for index, link in enumerate(routed_links(topology), start=1):
+        found[2 * index - 1] = (link.name, "a_to_b")
+        found[2 * index] = (link.name, "b_to_a")
+    return found
+
+
 def kernel_queues(topology: Topology, backend: str, only: str | None = None
                   ) -> dict[str, str]:
     """The link directions (`link NAME a_to_b`) whose active queue discipline the kernel

@@ -169,3 +169,20 @@ def await_ready(process: subprocess.Popen, log: Path, what: str, seconds: float 
         reason = log.read_text().strip().splitlines()
         raise CommandError(f"{what} did not start: "
                            + (reason[-1] if reason else f"no answer within {seconds:g} s"))
+
+
+def queue_drops(pid: int) -> dict[int, int]:
+    """Per NFQUEUE queue number of process `pid`'s namespace, the packets the kernel dropped
+    because its reader did not take them in time (/proc/net/netfilter/nfnetlink_queue: a
+    full queue, and a full netlink socket); empty where there are none, or no such file."""
+    try:
+        lines = Path(f"/proc/{pid}/net/netfilter/nfnetlink_queue").read_text().splitlines()
+    except OSError:
+        return {}
+    drops = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 7 and fields[0].isdigit():
+            drops[int(fields[0])] = int(fields[5]) + int(fields[6])
+    return drops
+
