@@ -7,6 +7,7 @@ import math
 import random
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -644,6 +645,12 @@ def test_a_window_bound_uses_the_round_trips_the_flow_met():
     web.own_rtt_ms = 5.0
     theory.predict(model, [web], "cubic")
     assert web.window_bound == pytest.approx(theory.window_bound(17_376, 0.020))
+    # windows that fill the path: their RTT holds their own queue, which says nothing
+    many = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2", "window": "16K",
+                                    "parallel": 4}, "t"), "10.0.0.2")
+    many.advertised_window, many.own_rtt_ms = 17_376, 60.0
+    theory.predict(model, [many], "cubic")
+    assert many.window_bound == pytest.approx(4 * theory.window_bound(17_376, 0.020))
 
 
 WEIGHTS_FOR_TEST = ("control", "af4", "af3", "af2", "af1", "be", "scavenger")
@@ -925,3 +932,29 @@ def test_an_l4s_flow_and_classic_tcp_in_one_queue_are_judged_on_their_total(qdis
         assert classic.share_tolerance is None and scalable.share_tolerance is None
     else:
         assert scalable.bottleneck is None and classic.share_tolerance is not None
+
+
+def test_the_delay_line_counts_releases_it_made_late_and_says_so_in_a_file(tmp_path):
+    """A release 20 ms or more after its time is a delay line that could not keep up (too
+    many packets a second for this machine): the lab reads the count and judges no flow
+    across that queue."""
+    from simpleperf.lab.net.shaping import delayline
+
+    queue = delayline.DirectionQueue(1, delay=0.005, jitter=0.0, reorder=False)
+    queue.admit([(1, 1.0, 0, b""), (2, 1.001, 0, b"")], random.Random(1))
+    queue.due(1.0061)  # on time, within the timer's grain
+    assert queue.late == 0
+    queue.admit([(3, 2.0, 0, b"")], random.Random(1))
+    queue.due(2.005 + delayline.LATE_SECONDS + 0.001)
+    assert queue.late == 1
+    jittered = delayline.DirectionQueue(2, delay=0.005, jitter=0.002, reorder=True)
+    jittered.admit([(9, 1.0, 0, b"")], random.Random(1))
+    jittered.due(1.5)
+    assert jittered.late == 1
+    path = delayline.late_path(str(tmp_path / "lab.delayline1.json"))
+    assert path.endswith("lab.delayline1.late")
+    assert delayline.read_late(path) == {}
+    delayline.write_late(path, {1: queue.late, 2: 0})
+    assert delayline.read_late(path) == {1: 1, 2: 0}
+    Path(path).write_text("[1, 2")
+    assert delayline.read_late(path) == {}

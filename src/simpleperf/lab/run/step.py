@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from ..model import theory, traces
@@ -23,6 +24,7 @@ from ..model.outcomes import FlowOutcome, StepOutcome
 from ..model.topology import Topology, TopologyError
 from ..net import build, ownership
 from ..net.routing import tables
+from ..net.shaping import delayline
 from ..net.system import queue_drops, system_congestion_control
 from . import kinds, multipath
 from .applications import Applications
@@ -173,18 +175,24 @@ class StepRunner:
         return StepOutcome(step, repetition, outcomes, spread, captures=captured, events=played)
 
     def _shaper_drops(self) -> dict[int, int]:
-        """What the own shaper's delay line failed to take in so far, by queue number."""
+        """By queue number, the packets the own shaper's delay line failed to take in so far
+        (the kernel dropped them) and its releases that came LATE_SECONDS or more late."""
+        found: Counter[int] = Counter()
         for process in self.record.processes:
             if process.what.startswith("delay line"):
-                drops = queue_drops(process.pid)
-                if drops:
-                    return drops
-        return {}
+                if not found:
+                    found.update(queue_drops(process.pid))
+                number = process.what.rsplit(" ", 1)[-1]
+                found.update(delayline.read_late(str(
+                    ownership.RECORD_DIR / f"{self.record.lab}.delayline{number}.late")))
+        return dict(found)
 
     def _lab_losses(self, outcomes: list[FlowOutcome], before: dict[int, int]) -> None:
         """Packets the lab itself lost (its delay line could not keep up with their rate on
         this machine) are no link's doing: every flow whose path crossed that queue is not
         judged, and the run says so."""
+        if any(p.what.startswith("delay line") for p in self.record.processes):
+            time.sleep(delayline.REPORT_SECONDS * 1.5)  # its last word on late releases
         after = self._shaper_drops()
         directions = build.delay_queue_directions(self.built)
         lost = {directions[queue]: count - before.get(queue, 0)
@@ -194,8 +202,9 @@ class StepRunner:
             return
         for (link, direction), count in sorted(lost.items()):
             self.say(f"  warning: the own shaper's delay line on {link} "
-                     f"{direction.replace('_', ' ')} dropped {count} packets it could not take "
-                     "in (more packets a second than it keeps up with on this machine)")
+                     f"{direction.replace('_', ' ')} fell behind: {count} packets it could not "
+                     "take in or releases 20 ms late or more (more packets a second than it "
+                     "keeps up with on this machine)")
         for outcome in outcomes:
             try:
                 way = theory.path(self.model, outcome.flow.source, outcome.address)
@@ -206,9 +215,10 @@ class StepRunner:
             hit = [(link, direction, lost[(link, direction)]) for link, direction in lost
                    if (link, direction) in crossed]
             if hit:
-                outcome.no_theory = "the lab lost packets on its path: " + ", ".join(
-                    f"{count} in the own shaper's delay line on {link} "
-                    f"{direction.replace('_', ' ')}" for link, direction, count in hit) + (
+                outcome.no_theory = "the lab fell behind on its path: " + ", ".join(
+                    f"the own shaper's delay line on {link} {direction.replace('_', ' ')} "
+                    f"({count} packets dropped or released late)"
+                    for link, direction, count in hit) + (
                     " (more packets a second than it keeps up with on this machine; "
                     "netem, --shaper netem, has no such limit)")
 
@@ -229,9 +239,7 @@ class StepRunner:
                 stderr=runner.server_stderr())
             if not runner.ready(process, SERVER_READY_SECONDS, str(FIRST_PORT + index)):
                 self.say(f"  warning: the {flow.kind} server in {flow.target} did not start")
-        if servers:
-            time.sleep(0.5)  # let them listen; the clients also wait START_DELAY
-        return servers
+        return servers  # each listens (its kind's ready); the clients also wait START_DELAY
 
     def _phase(self, text: str) -> None:
         if self.progress is not None:

@@ -61,6 +61,8 @@ SEND_CHUNK = 1 << 16  # bytes of verdicts per send
 # packet falls due every 12 us: 0.86 x 1 Gbit/s through the own fq_codel without it, 0.90
 # with it (bench/queues.py). Packets further apart than this never wait for each other.
 RELEASE_GRAIN = 300e-6  # seconds
+LATE_SECONDS = 0.02  # a release this late is no timer's: the process could not keep up
+REPORT_SECONDS = 0.1  # how often, at most, it says how many releases were late
 
 
 @dataclass
@@ -85,6 +87,7 @@ class DirectionQueue:
     last_read: float = 0.0  # when the kernel queue was last read to its end
     stamped: bool = True  # the kernel gives arrival times (else arrival is when read)
     verdicts: nfqueue.Verdicts = field(init=False)  # the own discipline's, by id
+    late: int = 0  # releases LATE_SECONDS or more after their time: this process fell behind
 
     def __post_init__(self) -> None:
         self.verdicts = nfqueue.Verdicts(self.number)
@@ -128,12 +131,16 @@ class DirectionQueue:
             return self._bottleneck_due(now)
         messages = []
         highest = None
+        behind = now - LATE_SECONDS
         while self.in_order and self.in_order[0][0] <= now:
-            highest = self.in_order.popleft()[1]
+            release, highest = self.in_order.popleft()
+            self.late += release <= behind
         if highest is not None:
             messages.append(nfqueue.verdict_up_to(self.number, highest))
         while self.by_time and self.by_time[0][0] <= now:
-            messages.append(nfqueue.verdict(self.number, heapq.heappop(self.by_time)[1]))
+            release, number = heapq.heappop(self.by_time)
+            self.late += release <= behind
+            messages.append(nfqueue.verdict(self.number, number))
         return messages
 
     def _bottleneck_due(self, now: float) -> list[bytes]:
@@ -226,11 +233,13 @@ def bottleneck_of(entry: dict[str, Any], rng: random.Random) -> Bottleneck | Non
 
 
 def serve(plan: list[dict[str, Any]],
-          reread: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+          reread: Callable[[], list[dict[str, Any]]] | None = None,
+          report: Callable[[dict[int, int]], None] | None = None) -> None:
     """plan: [{"namespace", "queue", "delay", "jitter", "reorder", and for the own
     discipline "qdisc", "rate", "settings"}, ...] (seconds, bits/s). `reread`: returns the
     plan again after a SIGHUP (`lab link set` changed the link); a queue's new delay applies
-    to the packets that arrive from then on."""
+    to the packets that arrive from then on. `report`: given each queue's late releases
+    (DirectionQueue.late) when they change, at most every REPORT_SECONDS."""
     _run_ahead()
     # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
     # on arrival; the queue messages then carry the true arrival time.
@@ -249,6 +258,7 @@ def serve(plan: list[dict[str, Any]],
     signal.signal(signal.SIGTERM, _stop)  # raising, so that a waiting select() ends at once
     signal.signal(signal.SIGINT, _stop)
     reloads = ReloadSignal()
+    reported_at, last_late = 0.0, {queue.number: 0 for queue in queues}
     print("ready", flush=True)
     with stamper:
         while True:
@@ -271,6 +281,12 @@ def serve(plan: list[dict[str, Any]],
                 lateness.learn(now - timed)
             for queue in queues:
                 _send(queue.netlink, queue.due(now))
+            if report is not None and now >= reported_at + REPORT_SECONDS:
+                late = {queue.number: queue.late for queue in queues}
+                if late != last_late:
+                    report(late)
+                    last_late = late
+                reported_at = now
 
 
 def _send(sock: socket.socket, messages: list[bytes]) -> None:
@@ -503,13 +519,39 @@ class ReloadSignal:
             return False
 
 
+def late_path(plan: str) -> str:
+    """Where the delay line of plan file PLAN.json says how late it fell: PLAN.late."""
+    return plan[:-len(".json")] + ".late" if plan.endswith(".json") else plan + ".late"
+
+
+def write_late(path: str, late: dict[int, int]) -> None:
+    """Each queue's late releases so far, as JSON, replaced whole."""
+    with contextlib.suppress(OSError):
+        with open(path + ".new", "w") as out:
+            json.dump({str(number): count for number, count in late.items()}, out)
+        os.replace(path + ".new", path)
+
+
+def read_late(path: str) -> dict[int, int]:
+    """What write_late wrote; empty when there is nothing (yet), or nothing readable."""
+    try:
+        with open(path) as given:
+            raw = json.load(given)
+        return {int(number): int(count) for number, count in raw.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
 def main(argv: list[str]) -> int:
     def reread() -> list[dict[str, Any]]:
         with open(argv[0]) as config:
             return list(json.load(config))
 
+    def report(late: dict[int, int]) -> None:
+        write_late(late_path(argv[0]), late)
+
     try:
-        serve(reread(), reread)
+        serve(reread(), reread, report)
     except Stopped:
         pass
     except OSError as error:
