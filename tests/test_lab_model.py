@@ -958,3 +958,21 @@ def test_the_delay_line_counts_releases_it_made_late_and_says_so_in_a_file(tmp_p
     assert delayline.read_late(path) == {1: 1, 2: 0}
     Path(path).write_text("[1, 2")
     assert delayline.read_late(path) == {}
+
+
+def test_what_theory_cannot_promise_a_transfer_is_not_judged_and_says_why():
+    """An scp timed start to exit on a long path spends seconds in SSH's handshakes and a
+    slow start; BBR on a path that loses packets at random is not Mathis's loss-based TCP."""
+    def scp(delay: str, loss: str = "0%", congestion: str = "cubic") -> FlowOutcome:
+        outcome = FlowOutcome(flows.parse({"kind": "scp", "from": "h1", "to": "h2",
+                                           "size": "100M"}, "t"), "10.0.0.2")
+        theory.predict(topology.pair(rate="100M", delay=delay, loss=loss), [outcome],
+                       congestion)
+        return outcome
+    assert scp("0.5ms").no_theory is None and scp("5ms").no_theory is None
+    far = scp("50ms").no_theory
+    assert far is not None and "start-up" in far and "8 handshake round trips" in far
+    lossy = scp("5ms", "5%", "bbr")
+    assert lossy.no_theory is not None and "bbr on a path that loses 5% of" in lossy.no_theory
+    cubic = scp("5ms", "5%", "cubic")
+    assert cubic.no_theory is None and cubic.mathis_bound is not None

@@ -70,6 +70,10 @@ class FlowKind:
     window_cap: int | None = None  # bytes a connection may have in flight, whatever TCP's
     moves_size: bool = False  # moves `size` bytes (times `objects`) over one connection
     measured: bool = False  # a simpleperf test: intervals over time, both ends' view
+    # a transfer: the round trips its program spends before its data flows (the TCP
+    # handshake and the program's own: SSH's version, key exchange, keys, service,
+    # authentication, channel and scp's header; HTTP's request)
+    handshakes: int = 0
 
     def duration(self, flow: Flow, timing: Timing) -> float:
         """Seconds the flow runs (an application: at most this long)."""
@@ -94,9 +98,9 @@ KINDS: dict[str, FlowKind] = {kind.name: kind for kind in (
     FlowKind("ping", frozenset({"count", "interval", "dscp"}), ends="count",
              loads_path=False),
     FlowKind("scp", frozenset({"size", "content"}), ends="exit", application=True, tcp=True,
-             window_cap=SSH_WINDOW_BYTES, moves_size=True),
+             window_cap=SSH_WINDOW_BYTES, moves_size=True, handshakes=8),
     FlowKind("http", frozenset({"size", "content", "objects"}), ends="exit",
-             application=True, tcp=True, moves_size=True),
+             application=True, tcp=True, moves_size=True, handshakes=2),
     FlowKind("command", frozenset({"server", "client"}), ends="exit", application=True,
              loads_path=False),
 )}

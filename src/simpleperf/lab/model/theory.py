@@ -35,6 +35,10 @@ LOSS_BASED = {"reno", "cubic", "bic", "htcp", "highspeed", "scalable", "westwood
 # in segments between losses (CUBIC's TCP-friendly region, RFC 9438: 3(1-b)/(1+b)).
 AIMD = {"reno": (0.5, 1.0), "cubic": (0.7, 3 * 0.3 / 1.7)}
 CUBIC_C = 0.4  # RFC 9438: the cubic growth's constant, segments per second cubed
+INITIAL_WINDOW = 10  # segments (RFC 6928, Linux's)
+# A transfer timed start to exit is judged where its start-up is at most this part of it:
+# the goodput tolerance's headroom (THROUGHPUT_HIGH - 1), were the start-up to move nothing
+STARTUP_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -617,3 +621,31 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
         if forward.loss > 0 and congestion in LOSS_BASED:
             outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
                                                                 forward.loss)
+        elif forward.loss > 0:
+            outcome.no_theory = (
+                f"{congestion} on a path that loses {forward.loss * 100:g}% of its packets at "
+                "random: theory's bound there (Mathis et al.) is a loss-based TCP's, and "
+                f"{congestion} keeps its rate through random loss by a model of its own")
+        _start_up(outcome, forward, rtt)
+
+
+def _start_up(outcome: FlowOutcome, forward: Path, rtt: float) -> None:
+    """A transfer of a fixed size (scp, http), timed from its program's start to its exit,
+    spends its handshakes and a slow start to the path's window before it moves at its
+    share; theory's share is of the moving. Where that start-up, at least (handshakes + 1 +
+    log2(window / 10 segments)) round trips, is more than STARTUP_SHARE of the whole, the
+    share cannot be judged within the tolerance, and the flow is not, saying why."""
+    flow = outcome.flow
+    moved = flow.spec.bytes_moved(flow)
+    if not moved or not forward.bottleneck:
+        return
+    rate = forward.bottleneck * TCP_GOODPUT
+    window = rate * rtt / (FRAME_BYTES * 8)
+    start_up = (flow.spec.handshakes + 1 + math.log2(max(1.0, window / INITIAL_WINDOW))) * rtt
+    whole = start_up + moved * 8 / rate
+    if start_up > STARTUP_SHARE * whole:
+        outcome.no_theory = (
+            f"a transfer of {moved / 1e6:g} MB whose start-up ({flow.spec.handshakes} "
+            f"handshake round trips and a slow start to the path's window, {start_up:.2f} s "
+            f"at least) is {start_up / whole:.0%} of it at this RTT: more than the "
+            f"{STARTUP_SHARE:.0%} the tolerance can take, and theory's share is of the moving")
