@@ -199,3 +199,19 @@ def test_a_flow_is_judged_after_its_start_up_only_over_two_seconds_or_more():
     longer = alone | {"intervals": [*intervals, [5.0, 6.0, 3.0e6]]}
     verdict = verdicts.flow_verdict(longer)
     assert verdict is not None and verdict.within  # (5.8 + 3.0) / 2 = 1.05 x 4.2
+
+
+def test_flows_that_share_a_bottleneck_inside_their_first_epoch_are_not_judged_on_their_total():
+    """A quick run of CUBIC flows into a deep drop-tail queue ends inside slow start's
+    epoch: their total is not judged (as a flow alone is not), and the notes say so."""
+    def shared(label: str, epochs: float | None) -> dict:
+        return _flow(label, 3.0e6, 4.7e6, bottleneck="h1-h2 a to b", share_tolerance=1.0,
+                     epochs=epochs, epoch_seconds=5.5)
+    verdict = _case([shared("up", 0.9), shared("down", 0.9)])
+    assert verdict.judged == 0
+    assert any("inside the first (start-up)" in note for note in verdict.notes)
+    later = _case([shared("up", 1.5), shared("down", 1.5)])
+    assert not later.within and "total 0.64 x theory" in later.outside[0].detail
+    bbr = _case([shared("up", None) | {"share_tolerance": None, "congestion": "bbr"},
+                 shared("down", None) | {"share_tolerance": None, "congestion": "bbr"}])
+    assert bbr.judged == 1 and not bbr.within  # no epochs: the total is judged

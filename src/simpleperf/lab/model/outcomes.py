@@ -44,7 +44,7 @@ class FlowOutcome:
     # bytes: the window its receivers advertised at most (TCP_INFO's snd_wnd), a mean over
     # its connections: what a fixed `window` (a socket buffer) became in the kernel
     advertised_window: float | None = None
-    own_rtt_ms: float | None = None  # TCP: its senders' mean smoothed RTT (TCP_INFO), ms
+    own_rtt_ms: float | None = None  # TCP: its senders' least RTT (TCP_INFO min_rtt), ms
     mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count
     delivered_ce: int | None = None  # tcp: segments echoed CE-marked (the sender's TCP_INFO);

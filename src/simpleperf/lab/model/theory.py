@@ -363,17 +363,18 @@ def share_tolerance(congestion: str, epochs: float | None) -> float | None:
     return float(min(1.0, (1 - beta ** epochs) / ((1 - beta) * epochs)))
 
 
-def met_rtt(outcome: FlowOutcome, own: bool = True) -> float:
+def met_rtt(outcome: FlowOutcome) -> float:
     """The round trip (seconds) a window-limited flow's bound uses: the path's base RTT, or,
     once it ran, the RTTs pinged beside it (a standing queue lengthens them, and a window
     moves once per round trip it meets; their harmonic mean: the flow's average rate is the
     window times the time-average of 1 / RTT, which pings spread evenly in time sample),
-    else, with `own`, its own TCP's mean smoothed RTT (TCP_INFO: the hosts' own time to
-    answer is in it, a millisecond beside a 4 ms path)."""
+    else its own TCP's least RTT (TCP_INFO's min_rtt: the hosts' and the shaper's own time
+    to answer is in it, half a millisecond beside a 4 ms path; the least, as a window / RTT
+    bound wants, where the smoothed RTT holds delayed acknowledgements)."""
     base = (outcome.base_rtt or 0.0) / 1e3
     seen = [rtt / 1e3 for rtt in outcome.rtts if rtt > 0]
-    if not seen:  # no pings beside it: its own TCP's smoothed RTT, once it ran
-        return max(base, (outcome.own_rtt_ms or 0.0) / 1e3 if own else 0.0)
+    if not seen:  # no pings beside it: its own TCP's least RTT, once it ran
+        return max(base, (outcome.own_rtt_ms or 0.0) / 1e3)
     return max(base, len(seen) / sum(1 / rtt for rtt in seen))
 
 
@@ -613,11 +614,7 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
     if flow.spec.tcp and rtt > 0:
         if flow.window:  # the window the kernel made of the buffer asked for, once known
             window = outcome.advertised_window or flow.window
-            # its own RTT only when its windows cannot fill even an idle path (none of
-            # that RTT is its own queue, which would make the bound its own throughput)
-            own = flow.parallel * window_bound(window, rtt) < (
-                (forward.bottleneck or math.inf) * TCP_GOODPUT)
-            outcome.window_bound = flow.parallel * window_bound(window, met_rtt(outcome, own))
+            outcome.window_bound = flow.parallel * window_bound(window, met_rtt(outcome))
         if forward.loss > 0 and congestion in LOSS_BASED:
             outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
                                                                 forward.loss)

@@ -116,6 +116,8 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
         return None
     if flow.get("bottleneck") and flow.get("share_tolerance") is None:
         return None  # no theory of its share: judged in its bottleneck's total
+    if flow.get("bottleneck") and inside_first_epoch([flow]):
+        return None  # theory promises nothing of slow start's epoch: sharing_notes says
     startup = flow.get("epoch_seconds")
     if startup is not None and not flow.get("bottleneck"):
         steady = steady_goodput(flow["intervals"], startup)
@@ -236,13 +238,22 @@ def shared_verdicts(step: dict[str, Any]) -> list[FlowVerdict]:
         label = " + ".join(flow["label"] for flow in flows) + f" on {bottleneck}"
         failed = [flow for flow in flows if not flow["ok"] or flow["throughput"] is None
                   or flow.get("no_theory")]
-        if failed:
-            continue  # each failed flow is outside on its own already, the others said
+        if failed or inside_first_epoch(flows):
+            continue  # each failed flow is outside on its own already; sharing_notes says
         ratio = (sum(flow["throughput"] for flow in flows)
                  / sum(flow["predicted"] for flow in flows))
         verdicts.append(FlowVerdict(label, THROUGHPUT_LOW <= ratio <= THROUGHPUT_HIGH,
                                     f"total {ratio:.2f} x theory"))
     return verdicts
+
+
+def inside_first_epoch(flows: list[dict[str, Any]]) -> bool:
+    """AIMD flows that share a bottleneck and ended inside their first congestion epoch
+    (slow start, its overshoot and the climb back): theory promises their total nothing
+    yet, as it promises a flow alone nothing of that epoch."""
+    epochs = [flow.get("epochs") for flow in flows]
+    known = [float(epoch) for epoch in epochs if epoch is not None]
+    return len(known) == len(epochs) > 0 and min(known) < 1
 
 
 def sharing_notes(step: dict[str, Any]) -> list[str]:
@@ -281,6 +292,11 @@ def sharing_notes(step: dict[str, Any]) -> list[str]:
             notes.append(f"{who}: {', '.join(lacking)} is not AIMD (it paces to a model of "
                          "the path instead of cutting its window at a loss), so theory "
                          "promises each flow no share; only their total is judged")
+        elif inside_first_epoch(flows):
+            epochs = min(flow["epochs"] for flow in flows)
+            notes.append(f"{who}: {epochs:.1f} congestion epochs: the run ended inside the "
+                         "first (start-up), of which theory promises neither their shares "
+                         "nor their total; a longer run is judged")
         else:
             epochs = min(flow["epochs"] for flow in flows)
             sharing = sum(connections(flow) for flow in flows)

@@ -352,8 +352,8 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
                if stream["sender"].get("max_snd_wnd")]
     if windows:
         outcome.advertised_window = sum(windows) / len(windows)
-    rtts = [stream["sender"]["mean_rtt"] for stream in end["streams"]
-            if stream["sender"].get("mean_rtt")]
+    rtts = [stream["sender"]["min_rtt"] for stream in end["streams"]
+            if stream["sender"].get("min_rtt")]
     if rtts:
         outcome.own_rtt_ms = sum(rtts) / len(rtts) / 1e3  # iperf3's microseconds
     if outcome.flow.mptcp:
