@@ -15,23 +15,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 from ..model import theory, traces
 from ..model.experiment import FIRST_PORT, Step, Timing
 from ..model.outcomes import FlowOutcome, StepOutcome
-from ..model.topology import Topology, TopologyError
-from ..net import build, ownership
+from ..model.topology import Topology
+from ..net import ownership
 from ..net.routing import tables
-from ..net.shaping import delayline
-from ..net.system import queue_drops, system_congestion_control
+from ..net.system import system_congestion_control
 from . import kinds, multipath
 from .applications import Applications
 from .captures import StepCaptures
 from .events import EVENT_INTERVAL, StepEvents
 from .launch import START_MARK
 from .progress import StepProgress
+from .shortfalls import ShaperShortfalls
 
 PYTHON = sys.executable
 LAUNCH = [PYTHON, "-m", "simpleperf.lab.run.launch"]  # a command, started at an instant
@@ -121,7 +120,7 @@ class StepRunner:
             if outcome.flow.rate == "probe":
                 self._phase(f"searching the UDP rate from {outcome.flow.source}")
                 self._probe_rate(outcome, str(FIRST_PORT + index))
-        dropped_before = self._shaper_drops()
+        shortfalls = ShaperShortfalls(self.record, self.built)
         start_at = time.monotonic() + START_DELAY
         if step.events:
             self._events = StepEvents(self.record, self.built, step.events, self._start,
@@ -140,7 +139,7 @@ class StepRunner:
             _read_client(self.kinds[outcomes[index].flow.kind], outcomes[index],
                          *self._finish(process, longest + 60))
         self._phase("collecting the results")
-        self._lab_losses(outcomes, dropped_before)
+        shortfalls.judge(outcomes, self.model, self.say)
         for index, process in pingers.items():
             out, _, _ = self._finish(process, 30)
             outcomes[index].rtts = kinds.ping_times(out)
@@ -173,54 +172,6 @@ class StepRunner:
             self.say(f"  warning: the flows of this step started {spread * 1e3:.1f} ms apart "
                      f"(more than {SPREAD_WARNING * 1e3:.0f} ms)")
         return StepOutcome(step, repetition, outcomes, spread, captures=captured, events=played)
-
-    def _shaper_drops(self) -> dict[int, int]:
-        """By queue number, the packets the own shaper's delay line failed to take in so far
-        (the kernel dropped them) and its releases that came LATE_SECONDS or more late."""
-        found: Counter[int] = Counter()
-        for process in self.record.processes:
-            if process.what.startswith("delay line"):
-                if not found:
-                    found.update(queue_drops(process.pid))
-                number = process.what.rsplit(" ", 1)[-1]
-                found.update(delayline.read_late(str(
-                    ownership.RECORD_DIR / f"{self.record.lab}.delayline{number}.late")))
-        return dict(found)
-
-    def _lab_losses(self, outcomes: list[FlowOutcome], before: dict[int, int]) -> None:
-        """Packets the lab itself lost (its delay line could not keep up with their rate on
-        this machine) are no link's doing: every flow whose path crossed that queue is not
-        judged, and the run says so."""
-        if any(p.what.startswith("delay line") for p in self.record.processes):
-            time.sleep(delayline.REPORT_SECONDS * 1.5)  # its last word on late releases
-        after = self._shaper_drops()
-        directions = build.delay_queue_directions(self.built)
-        lost = {directions[queue]: count - before.get(queue, 0)
-                for queue, count in after.items()
-                if count > before.get(queue, 0) and queue in directions}
-        if not lost:
-            return
-        for (link, direction), count in sorted(lost.items()):
-            self.say(f"  warning: the own shaper's delay line on {link} "
-                     f"{direction.replace('_', ' ')} fell behind: {count} packets it could not "
-                     "take in or releases 20 ms late or more (more packets a second than it "
-                     "keeps up with on this machine)")
-        for outcome in outcomes:
-            try:
-                way = theory.path(self.model, outcome.flow.source, outcome.address)
-            except TopologyError:
-                continue
-            crossed = {(name, part.split(theory.CLASS_MARK)[0])
-                       for name, part in way.resources()}
-            hit = [(link, direction, lost[(link, direction)]) for link, direction in lost
-                   if (link, direction) in crossed]
-            if hit:
-                outcome.no_theory = "the lab fell behind on its path: " + ", ".join(
-                    f"the own shaper's delay line on {link} {direction.replace('_', ' ')} "
-                    f"({count} packets dropped or released late)"
-                    for link, direction, count in hit) + (
-                    " (more packets a second than it keeps up with on this machine; "
-                    "netem, --shaper netem, has no such limit)")
 
     def _duration(self, outcome: FlowOutcome) -> float:
         return outcome.flow.spec.duration(outcome.flow, self.timing)
