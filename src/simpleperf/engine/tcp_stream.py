@@ -147,24 +147,26 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     if fastpath is not None and stream.file is None and writes is None:
         _receive_compiled(stream, buffer, stop, fastpath)
         return
-    if writes is not None and writes.path is not None:
+    timed = writes if isinstance(writes, timed_writes.WriteTimes) else None  # not iperf2's
+    if timed is not None and timed.path is not None:
         # the path's delays: when each write's last byte reached this host
-        writes.time_arrivals(timed_writes.arrival_source(stream.sock))
+        timed.time_arrivals(timed_writes.arrival_source(stream.sock))
     try:
         _receive(stream, buffer, stop, writes)
     finally:
-        if writes is not None:
-            writes.source.close()
+        if timed is not None:
+            timed.source.close()
 
 
-def _receive(stream: Stream, buffer: memoryview, stop: threading.Event,
-             writes: timed_writes.WriteTimes | None) -> None:
+def _receive(stream: Stream, buffer: memoryview, stop: threading.Event, writes: Any) -> None:
+    """The read loop; `writes`: what follows the timed writes in the stream (WriteTimes, or
+    iperf2's bursts), if any."""
     recv_into = stream.sock.recv_into
     clock = time.monotonic
     received = stream.num_bytes  # what a server read to tell the protocol counts too
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
     wall = time.time
-    source = writes.source if writes is not None else None
+    source = getattr(writes, "source", None)
     stamped = source.reader if isinstance(source, timed_writes.StampedReads) else None
     whole = len(buffer)
     stamp: float | None = None
@@ -181,8 +183,10 @@ def _receive(stream: Stream, buffer: memoryview, stop: threading.Event,
             return
         if keep is not None:
             keep(buffer[:count])
-        if writes is not None:
+        if stamped is not None:
             writes.feed(buffer[:count], wall(), stamp)
+        elif writes is not None:
+            writes.feed(buffer[:count], wall())
         if stream.first is None:
             stream.first = clock()
         received += count
