@@ -192,10 +192,9 @@ class ArrivalSource:
     before its bytes are followed, `began` of each write's header (the write's number and
     its first byte's offset in the stream), `ended` of each write whose last byte a read
     brought; each returns (write number, arrival) for a write whose arrival is known by then.
-    `bounded`: reads must end where writes and headers do (StampedReads)."""
+    StampedReads needs reads that end where writes and headers do (WriteTimes.wanted)."""
 
     method = "read"
-    bounded = False
 
     def read(self, stamp: float | None) -> tuple[int, float] | None:
         return None
@@ -227,7 +226,6 @@ class StampedReads(ArrivalSource):
     (the next header) has another, so a write whose last segment was merged is not timed."""
 
     method = "stamped reads"
-    bounded = True
 
     def __init__(self, reader: tcp.Arrivals) -> None:
         self.reader = reader
@@ -262,7 +260,6 @@ class CapturedArrivals(ArrivalSource):
         self.segments = segments
         self.base: int | None = None  # the sequence number of the stream's offset 0
         self.resent = 0
-        self.unseen = 0
 
     def read(self, stamp: float | None) -> tuple[int, float] | None:
         # a segment's first bytes are looked at only until one ties the stream to it
@@ -281,7 +278,6 @@ class CapturedArrivals(ArrivalSource):
             return None
         seen = self.segments.arrival(self.base + end)
         if seen is None:
-            self.unseen += 1
             return None
         arrival, resent = seen
         if resent:

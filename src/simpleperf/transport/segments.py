@@ -21,20 +21,19 @@ import socket
 import struct
 from collections import deque
 
+from .tcp import ARRIVAL_CONTROL, SO_TIMESTAMPNS, arrival_stamp
+
 AF_PACKET = getattr(socket, "AF_PACKET", 17)
 ETH_P_IP = 0x0800
 ETH_P_IPV6 = 0x86DD
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # Linux 4.20: a packet this host sends is not seen again on lo
 SO_ATTACH_FILTER = 26
-SO_TIMESTAMPNS = 35
 SO_RCVBUFFORCE = 33
 RECEIVE_BUFFER = 16 * 1024 * 1024
-_TIMESPEC = struct.Struct("qq")
 _IPV4 = struct.Struct("!BxH")  # version and header length, total length
 _IPV6 = struct.Struct("!4xH")  # payload length
 _TCP = struct.Struct("!4xI4xB")  # sequence number, data offset
-_CONTROL = socket.CMSG_SPACE(_TIMESPEC.size)
 HEAD_BYTES = 64  # the first data bytes kept: a write's header (protocol.native.WRITE_HEADER)
 SNAP = 60 + 60 + HEAD_BYTES  # the largest IPv4 and TCP headers, then HEAD_BYTES of data
 KEPT = 65536  # segments remembered by their end
@@ -136,21 +135,19 @@ class Segments:
                 tap.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             with contextlib.suppress(OSError):
                 tap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
-            tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # as tcp.Arrivals's reads
             tap.setblocking(False)
         except BaseException:
             tap.close()
             raise
         self.tap = tap
         self.family = family
-        self.buffer = bytearray(SNAP)
-        self.view = memoryview(self.buffer)
+        self.view = memoryview(bytearray(SNAP))
         self.ends: dict[int, tuple[float, bool]] = {}  # end -> first arrival, resent
         self.order: deque[int] = deque()
         self.highest: int | None = None  # the highest end seen
         self.starts: dict[int, int] = {}  # write number -> sequence of its first byte
         self.start_order: deque[int] = deque()
-        self.dropped = False
 
     @classmethod
     def open(cls, sock: socket.socket) -> Segments | None:
@@ -171,17 +168,14 @@ class Segments:
         segment (a write's header at its first byte)."""
         receive = self.tap.recvmsg_into
         view = self.view
-        timespec = _TIMESPEC.unpack_from
         while True:
             try:
-                count, ancillary, _, _ = receive([view], _CONTROL)
+                count, ancillary, _, _ = receive([view], ARRIVAL_CONTROL)
             except OSError:  # nothing waiting (BlockingIOError), or the socket is gone
                 return
-            for level, kind, data in ancillary:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
-                        and len(data) >= _TIMESPEC.size:
-                    seconds, nanoseconds = timespec(data)
-                    self._segment(view[:count], seconds + nanoseconds * 1e-9, header)
+            stamp = arrival_stamp(ancillary)
+            if stamp is not None:
+                self._segment(view[:count], stamp, header)
 
     def _segment(self, packet: memoryview, stamp: float, header: struct.Struct | None) -> None:
         size = len(packet)

@@ -418,7 +418,17 @@ def settle_time(sock: socket.socket) -> float:
 # says when that byte came, however long it then waited behind a lost segment.
 SO_TIMESTAMPNS = 35  # SCM_TIMESTAMPNS is the same number
 _TIMESPEC = struct.Struct("qq")
-_ARRIVAL_CONTROL = socket.CMSG_SPACE(_TIMESPEC.size)
+ARRIVAL_CONTROL = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+def arrival_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The SO_TIMESTAMPNS stamp (wall clock, seconds) in a recvmsg's ancillary data, if
+    the kernel gave one (a TCP read's, or a packet socket's packet's)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            return seconds + nanoseconds * 1e-9
+    return None
 
 
 class Arrivals:
@@ -438,13 +448,8 @@ class Arrivals:
             return None
 
     def read(self, into: memoryview) -> tuple[int, float | None]:
-        count, ancillary, _, _ = self.receive([into], _ARRIVAL_CONTROL)
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
-                    and len(data) >= _TIMESPEC.size:
-                seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-                return count, seconds + nanoseconds * 1e-9
-        return count, None
+        count, ancillary, _, _ = self.receive([into], ARRIVAL_CONTROL)
+        return count, arrival_stamp(ancillary)
 
 
 # The kernel's send time of TCP data (SO_TIMESTAMPING, Documentation/networking/
