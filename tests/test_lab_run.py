@@ -312,12 +312,16 @@ def test_a_link_sweep_rebuilds_the_link_and_follows_the_window_bound(tmp_path):
     assert "Sweep of delay" in done.stdout
     folder = run_folder(tmp_path / "runs")
     db = sqlite3.connect(folder / "results.sqlite")
-    rows = db.execute("SELECT s.sweep_value, f.throughput, f.window_bound, f.base_rtt_ms FROM "
-                      "flow f JOIN step s ON s.id = f.step_id ORDER BY s.position").fetchall()
+    rows = db.execute("SELECT s.sweep_value, f.throughput, f.window_bound, f.base_rtt_ms, "
+                      "f.advertised_window, f.own_rtt_ms FROM flow f JOIN step s ON "
+                      "s.id = f.step_id ORDER BY s.position").fetchall()
     assert [r[0] for r in rows] == ["20ms", "20ms", "40ms", "40ms"]
-    for value, throughput, bound, rtt in rows:
+    for value, throughput, bound, rtt, window, own_rtt in rows:
         assert rtt == pytest.approx(2 * float(value[:-2]))  # the link was rebuilt per value
-        assert bound == pytest.approx(64_000 * 8 / (rtt / 1e3))
+        # the window the receiver advertised (what the kernel made of the 64000-byte buffer:
+        # its scaling ratio rounds it) over the round trip the flow met, at least the path's
+        assert 64_000 * 0.9 <= window <= 64_000 * 1.1 and rtt <= own_rtt < rtt + 2
+        assert bound == pytest.approx(window * 8 / (max(rtt, own_rtt) / 1e3))
         assert 0.6 * min(bound, 50e6) < throughput < 1.05 * min(bound, 50e6), (value, throughput)
     assert any(p.name.startswith("casesweep") for p in (folder / "plots").iterdir())
     assert_gone({"h1", "h2", "pair-wire"})

@@ -32,6 +32,24 @@ def test_both_ends_multipath_report_their_subflow():
         live.close()
 
 
+def test_trip_times_over_mptcp_time_writes_and_capture_no_subflow():
+    """A capture of one subflow sees part of the connection, and the sender's kernel stamps
+    no departures on an MPTCP socket: the receiver times writes (write to read) and takes no
+    capture (a packet's parsing each, for nothing; on the lab's campus it cost MPTCP a tenth
+    of its goodput)."""
+    live, port = start_server("-m")
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-m", "-t", "1",
+                              "--trip-times", "-J")
+        assert done.returncode == 0, done.stderr
+        (stream,) = _streams(json.loads(done.stdout))
+        assert stream["receiver"]["mptcp_subflows"] == 1
+        assert stream["receiver"]["one_way_delay"]["arrival"] == "read"
+        assert stream["receiver"]["write_to_read_delay"]["count"] > 0
+    finally:
+        live.close()
+
+
 def test_a_server_without_mptcp_makes_it_plain_tcp_and_says_so():
     live, port = start_server()
     try:

@@ -4,11 +4,13 @@ first copy of a segment only; stamped reads without the right to capture."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections import deque
 
@@ -43,8 +45,10 @@ def test_a_capture_sees_its_own_connection_only_and_where_each_write_begins(fami
     assert captured is not None
     try:
         payload = bytearray(5000)
+        writes = []
         for number in (1, 2, 3):
-            WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number, len(payload), 0, 0)
+            writes.append((time.time_ns(), number))
+            WRITE_HEADER.pack_into(payload, 0, *writes[-1], len(payload), 0, 0)
             sender.send(payload, socket.MSG_EOR)
             other_sender.send(bytes(7000))
             time.sleep(0.05)
@@ -53,7 +57,7 @@ def test_a_capture_sees_its_own_connection_only_and_where_each_write_begins(fami
             got += len(receiver.recv(65536))
         time.sleep(0.1)
         captured.drain(WRITE_HEADER)
-        starts = [captured.start_of(number) for number in (1, 2, 3)]
+        starts = [captured.start_of(write) for write in writes]
         first, second, third = starts
         assert first is not None and second is not None and third is not None
         assert (second - first, third - second) == (5000, 5000)
@@ -70,6 +74,48 @@ def test_a_capture_sees_its_own_connection_only_and_where_each_write_begins(fami
         captured.close()
         for s in (sender, receiver, other_sender, other_receiver):
             s.close()
+
+
+@needs_root
+def test_a_capture_opened_beside_busy_connections_holds_none_of_their_packets():
+    """A packet socket takes in every packet until its filter is attached: what came
+    before must be thrown away, or another connection's segments pass for this one's (its
+    first write's start among them, which ties the stream to the wrong sequence numbers)."""
+    sender, receiver = _connected()
+    busy_sender, busy_receiver = _connected()
+    done = threading.Event()
+
+    def busy() -> None:  # the other connection's segments, in flight throughout
+        with contextlib.suppress(OSError):
+            while not done.is_set():
+                busy_sender.send(bytes(1000))
+
+    def drained() -> None:
+        with contextlib.suppress(OSError):
+            while busy_receiver.recv(65536):
+                pass
+
+    threads = [threading.Thread(target=busy), threading.Thread(target=drained)]
+    for thread in threads:
+        thread.start()
+    stray = 0
+    try:
+        for _ in range(200):
+            captured = segments.Segments.open(receiver)
+            assert captured is not None
+            try:
+                captured.drain(WRITE_HEADER)
+                stray += len(captured.ends) + len(captured.starts)
+            finally:
+                captured.close()
+    finally:
+        done.set()
+        busy_sender.close()
+        for thread in threads:
+            thread.join(5)
+        for s in (sender, receiver, busy_receiver):
+            s.close()
+    assert stray == 0
 
 
 def _packet(sequence: int, length: int, data: bytes = b"") -> bytes:
@@ -101,9 +147,13 @@ def test_a_segment_that_comes_after_later_data_was_resent_and_the_first_copy_sta
     assert parsed.arrival(top + 1000) == (1.0, False)  # its copy at 1.7 changes nothing
     assert parsed.arrival(top + 3000) == (1.2, False)
     assert parsed.arrival(top + 2000) == (1.5, True)  # the gap filled: resent
-    header = WRITE_HEADER.pack(0, 42, 3000, 0, 0)
+    header = WRITE_HEADER.pack(7, 42, 3000, 0, 0)
     parsed._segment(memoryview(_packet(5000, 1000, header)), 2.0, WRITE_HEADER)
-    assert parsed.start_of(42) == 5000
+    assert parsed.start_of((7, 42)) == 5000
+    # a segment in the middle of a write: its payload is no header of the write it names
+    parsed._segment(memoryview(_packet(6000, 1000, bytes(8) + header[8:])), 2.0,
+                    WRITE_HEADER)
+    assert parsed.start_of((7, 42)) == 5000 and parsed.start_of((0, 42)) == 6000
     # a packet cut short or with no data is passed over
     parsed._segment(memoryview(_packet(9000, 1000)[:30]), 2.1, None)
     parsed._segment(memoryview(_packet(9000, 0)), 2.1, None)
@@ -131,7 +181,7 @@ def test_a_write_whose_last_segment_was_resent_is_not_timed_the_others_are():
     source = Given(parsed)
     writes, path = _timed(source)
     base = 1_000_000
-    parsed._note_start(1, base)
+    parsed._note_start((0, 1), base)
     parsed.ends[(base + 100) & 0xFFFFFFFF] = (10.030, False)  # write 1's last segment
     parsed.ends[(base + 200) & 0xFFFFFFFF] = (10.090, True)  # write 2's: resent
     parsed.ends[(base + 300) & 0xFFFFFFFF] = (10.050, False)

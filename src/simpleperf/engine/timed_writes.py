@@ -165,7 +165,7 @@ class WriteTimes:
             if self.path is not None:
                 if departed:
                     self._departed(departed, left_ns * 1e-9)
-                source.began(number, self.header_at)
+                source.began((sent_ns, number), self.header_at)
             self.partial = b""
             self.sent = sent_ns * 1e-9
             self.number = number
@@ -192,6 +192,7 @@ class ArrivalSource:
     before its bytes are followed, `began` of each write's header (the write's number and
     its first byte's offset in the stream), `ended` of each write whose last byte a read
     brought; each returns (write number, arrival) for a write whose arrival is known by then.
+    A write is known to `began` by its header's first two fields (send time, number).
     StampedReads needs reads that end where writes and headers do (WriteTimes.wanted)."""
 
     method = "read"
@@ -199,7 +200,7 @@ class ArrivalSource:
     def read(self, stamp: float | None) -> tuple[int, float] | None:
         return None
 
-    def began(self, number: int, offset: int) -> None:
+    def began(self, write: tuple[int, int], offset: int) -> None:
         return None
 
     def ended(self, number: int, end: int, now: float,
@@ -266,9 +267,9 @@ class CapturedArrivals(ArrivalSource):
         self.segments.drain(WRITE_HEADER if self.base is None else None)
         return None
 
-    def began(self, number: int, offset: int) -> None:
+    def began(self, write: tuple[int, int], offset: int) -> None:
         if self.base is None:
-            start = self.segments.start_of(number)
+            start = self.segments.start_of(write)
             if start is not None:
                 self.base = start - offset
 
@@ -291,7 +292,11 @@ class CapturedArrivals(ArrivalSource):
 
 def arrival_source(sock: socket.socket) -> ArrivalSource:
     """The most faithful arrival times this receiver can have: a capture (CAP_NET_RAW),
-    else stamped reads, else read times."""
+    else stamped reads, else read times. An MPTCP connection's segments come over several
+    subflows, which neither a capture of one nor its reads follow, and its sender's kernel
+    stamps no departures: read times, which time nothing (and cost nothing)."""
+    if sock.proto == tcp.IPPROTO_MPTCP:
+        return ReadTimes()
     captured = Segments.open(sock)
     if captured is not None:
         return CapturedArrivals(captured)

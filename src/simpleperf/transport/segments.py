@@ -106,6 +106,25 @@ def program(family: int, peer: tuple, local: tuple) -> bytes:
     return filter_.bytes()
 
 
+_REFUSE_ALL = _INSTRUCTION.pack(_RET_K, 0, 0, 0)
+
+
+def _attach(tap: socket.socket, code: bytes) -> None:
+    count = len(code) // _INSTRUCTION.size
+    holder = ctypes.create_string_buffer(code, len(code))  # the kernel copies it
+    tap.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                   struct.pack("HL", count, ctypes.addressof(holder)))
+
+
+def _discard(tap: socket.socket) -> None:
+    """Empty a non-blocking socket's queue."""
+    while True:
+        try:
+            tap.recv(1)
+        except OSError:
+            return
+
+
 def _wire_view(sock: socket.socket) -> tuple[int, tuple, tuple]:
     """The family and (address, port) pairs the packets carry: IPv4 for an IPv6 socket
     whose peer is an IPv4-mapped address."""
@@ -126,17 +145,17 @@ class Segments:
         protocol = ETH_P_IP if family == socket.AF_INET else ETH_P_IPV6
         tap = socket.socket(AF_PACKET, socket.SOCK_DGRAM, socket.htons(protocol))
         try:
-            code = program(family, peer, local)
-            count = len(code) // _INSTRUCTION.size
-            holder = ctypes.create_string_buffer(code, len(code))  # the kernel copies it
-            tap.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
-                           struct.pack("HL", count, ctypes.addressof(holder)))
+            # the socket takes in every packet until its filter is attached: refuse all,
+            # throw away what came before, then take the connection's own (as libpcap does)
+            _attach(tap, _REFUSE_ALL)
+            tap.setblocking(False)
+            _discard(tap)
+            _attach(tap, program(family, peer, local))
             with contextlib.suppress(OSError):
                 tap.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             with contextlib.suppress(OSError):
                 tap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
             tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # as tcp.Arrivals's reads
-            tap.setblocking(False)
         except BaseException:
             tap.close()
             raise
@@ -146,8 +165,11 @@ class Segments:
         self.ends: dict[int, tuple[float, bool]] = {}  # end -> first arrival, resent
         self.order: deque[int] = deque()
         self.highest: int | None = None  # the highest end seen
-        self.starts: dict[int, int] = {}  # write number -> sequence of its first byte
-        self.start_order: deque[int] = deque()
+        # a write (its header's first two fields: send time and number; any segment's first
+        # bytes are read as a header, and two fields of payload matching a write's are not
+        # met by chance) -> the sequence number of its first byte
+        self.starts: dict[tuple[int, ...], int] = {}
+        self.start_order: deque[tuple[int, ...]] = deque()
 
     @classmethod
     def open(cls, sock: socket.socket) -> Segments | None:
@@ -198,7 +220,7 @@ class Segments:
             return
         end = (sequence + length) & _MASK
         if header is not None and size >= data + header.size:
-            self._note_start(header.unpack_from(packet, data)[1], sequence)
+            self._note_start(header.unpack_from(packet, data)[:2], sequence)
         ends = self.ends
         if end in ends:
             return  # a copy of what came before: the first arrival stands
@@ -212,16 +234,17 @@ class Segments:
         if len(order) > KEPT:
             ends.pop(order.popleft(), None)
 
-    def _note_start(self, number: int, sequence: int) -> None:
-        if number not in self.starts:
-            self.starts[number] = sequence
-            self.start_order.append(number)
+    def _note_start(self, write: tuple[int, ...], sequence: int) -> None:
+        if write not in self.starts:
+            self.starts[write] = sequence
+            self.start_order.append(write)
             if len(self.start_order) > KEPT:
                 self.starts.pop(self.start_order.popleft(), None)
 
-    def start_of(self, number: int) -> int | None:
-        """The sequence number of write `number`'s first byte, if a segment began with it."""
-        return self.starts.get(number)
+    def start_of(self, write: tuple[int, ...]) -> int | None:
+        """The sequence number of the first byte of `write` (its header's first two fields),
+        if a segment began with it."""
+        return self.starts.get(write)
 
     def arrival(self, end: int) -> tuple[float, bool] | None:
         """(first arrival, whether it was resent) of the segment ending before sequence
