@@ -400,10 +400,14 @@ client = "sleep 20"
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
-def test_a_stopped_run_leaves_no_command_server_children(tmp_path: Path, signum) -> None:
+@pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGKILL,),
+                                     (signal.SIGINT, signal.SIGTERM, signal.SIGINT)],
+                         ids=["SIGTERM", "SIGKILL", "SIGINT-then-more"])
+def test_a_stopped_run_leaves_no_command_server_children(tmp_path: Path, signals) -> None:
     """SIGTERM cleans up as Ctrl-C does; after SIGKILL, `lab down` does. Either way the
-    command server's shell goes with every process it started."""
+    command server's shell goes with every process it started. Signals that follow the
+    first (an impatient user, a supervisor's SIGTERM) do not cut the cleanup short."""
+    signum = signals[0]
     (tmp_path / "c.toml").write_text(COMMAND_SERVER)
     run = subprocess.Popen(SIMPLEPERF + ["lab", "run", str(tmp_path / "c.toml"), "--results",
                                          str(tmp_path / "r"), "--allow-commands"],
@@ -418,8 +422,13 @@ def test_a_stopped_run_leaves_no_command_server_children(tmp_path: Path, signum)
             assert time.monotonic() < deadline
             time.sleep(0.1)
         run.send_signal(signum)
+        for sent in signals[1:] * 50:  # the others, again and again while it cleans up
+            time.sleep(0.01)
+            if run.poll() is not None:
+                break
+            run.send_signal(sent)
         status = run.wait(30)
-        assert status == (130 if signum == signal.SIGTERM else -signal.SIGKILL)
+        assert status == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
         if signum == signal.SIGKILL:
             lab("down", "pair")
         deadline = time.monotonic() + 5  # a signalled process takes a moment to be gone

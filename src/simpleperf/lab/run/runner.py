@@ -14,6 +14,7 @@ import json
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -112,9 +113,43 @@ def _say(line: str) -> None:
     print(line, flush=True)  # progress must show even when the output goes to a file
 
 
+class _Interrupts:
+    """Ctrl-C and SIGTERM while a run is on: the first ends the steps (KeyboardInterrupt);
+    no later one cuts the cleanup short (a step's clients, an scp and its ssh, would live on
+    in the lab's removed namespaces). Only where signals can be handled (the main thread)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if not self.seen:
+            self.seen = True
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signum: signal.signal(signum, self) for signum in self.SIGNALS}
+        return self
+
+    def __exit__(self, *failure: object) -> None:
+        for signum, handler in self.previous.items():
+            # once interrupted, the run is ending: a later signal has nothing left to stop
+            # (and would end the process by the signal, not with the interrupted status)
+            signal.signal(signum, signal.SIG_IGN if self.seen else handler)
+
+
 def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: str | None = None,
                    say=_say, allow_commands: bool = False,
                    congestion: str | None = None) -> Path:
+    with _Interrupts():
+        return _run(name_or_path, quick, results_root, shaper, say, allow_commands, congestion)
+
+
+def _run(name_or_path: str, quick: bool, results_root: Path, shaper: str | None, say,
+         allow_commands: bool, congestion: str | None) -> Path:
     plan = experiments.load(name_or_path, congestion)
     progress = StepProgress(sys.stdout) if say is _say else None  # drawn between our lines
     say = progress.say if progress is not None else say
@@ -189,8 +224,8 @@ def run_experiment(name_or_path: str, quick: bool, results_root: Path, shaper: s
 def _clean_up(runner: StepRunner | None, lab: _Lab | None, store: Store | None,
               interrupted: bool) -> ResultsError | None:
     """After the steps, whatever ended them: servers' files, the lab, and the results
-    marked finished (or the error that kept them from it). Ctrl-C waits for it."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    marked finished (or the error that kept them from it). Ctrl-C and SIGTERM wait for it."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _Interrupts.SIGNALS}
     try:
         if runner is not None and runner.applications is not None:
             runner.applications.remove()
@@ -201,7 +236,8 @@ def _clean_up(runner: StepRunner | None, lab: _Lab | None, store: Store | None,
     except ResultsError as error:
         return error
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return None
 
 
