@@ -17,7 +17,7 @@ from helpers import run_simpleperf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.engine import udp_receive
+from simpleperf.engine import tcp_stream, udp_receive
 from simpleperf.protocol import iperf2, iperf3
 from simpleperf.protocol.classic import FINISH, ClassicReceiver
 from simpleperf.protocol.native import DATAGRAM_HEADER
@@ -232,6 +232,40 @@ def test_tcp_writes_up_to_the_limit_and_reads_to_the_end(tcp_pair):
         if ended:
             break
     assert received == 123_457 and pattern == b"01234567890123456789"
+
+
+def test_the_timed_receivers_reads_land_in_order_each_with_its_end_and_times(tcp_pair):
+    """tcp_receive_reads: every read after the one before it in the buffer, its end and its
+    wall and monotonic times in the table; it stops at `most` reads, at a full buffer and at
+    the peer's end, and loses no byte."""
+    client, server = tcp_pair
+    row = tcp_stream.READ_ROW
+    table = bytearray(row.size * 4)
+    udp.tcp.set_wake_up(server, 0.5)
+    stream = bytes(range(256)) * 40  # 10,240 bytes
+    got = b""
+    client.sendall(stream)
+    client.shutdown(socket.SHUT_WR)
+    ended = False
+    calls = 0
+    while not ended:
+        buffer = aligned(2048)
+        before_wall, before = time.time(), time.monotonic()
+        reads, ended, error = fastpath.tcp_receive_reads(server.fileno(), buffer, 0.05,
+                                                         table, 3)
+        calls += 1
+        assert error == 0 and 0 <= reads <= 3
+        start = 0
+        for index in range(reads):
+            end, wall, monotonic = row.unpack_from(table, index * row.size)
+            assert start < end <= len(buffer)
+            assert before_wall - 0.01 <= wall <= time.time() + 0.01
+            assert before <= monotonic <= time.monotonic()
+            start = end
+        got += bytes(buffer[:start])
+    assert got == stream and calls >= 5  # no call reads past its buffer
+    with pytest.raises(ValueError, match="do not fit"):
+        fastpath.tcp_receive_reads(server.fileno(), aligned(100), 0.0, bytearray(47), 2)
 
 
 def test_tcp_zero_copy_sends_the_files_bytes(tcp_pair):

@@ -131,11 +131,55 @@ class _Parsed(segments.Segments):
 
     def __init__(self) -> None:
         self.family = socket.AF_INET
+        self.fast = self.batch = None
         self.ends = {}
         self.order = deque()
         self.highest = None
         self.starts = {}
         self.start_order = deque()
+
+
+    def drain(self, header=None) -> None:
+        """Nothing to take in: the test gives the segments."""
+
+
+@needs_root
+@pytest.mark.skipif(segments.compiled.module() is None, reason="checked by test_stamping's "
+                    "test_the_compiled_fast_path_is_built")
+def test_the_compiled_and_pure_captures_take_in_the_same_segments():
+    """Two captures of one connection, one read in batches by the compiled path and one a
+    packet at a time: the same segments, arrivals and write starts."""
+    sender, receiver = _connected()
+    batched, single = segments.Segments.open(receiver), segments.Segments.open(receiver)
+    assert batched is not None and single is not None and batched.fast is not None
+    single.fast = None
+    try:
+        sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = bytearray(3000)
+        for number in range(1, 301):  # more packets than one compiled read takes
+            WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number, len(payload), 0, 0)
+            sender.send(payload, socket.MSG_EOR)
+            if number % 50 == 0:
+                batched.drain(WRITE_HEADER)  # now and then, as a reader does
+        got = 0
+        while got < 900_000:
+            got += len(receiver.recv(1 << 20))
+        time.sleep(0.1)
+        batched.drain(WRITE_HEADER)
+        single.drain(WRITE_HEADER)
+        assert len(batched.ends) >= 300 and len(batched.starts) == 300
+        assert batched.starts == single.starts and batched.ends.keys() == single.ends.keys()
+        for end, (arrival, resent) in batched.ends.items():
+            # each capture is stamped as the packet reaches it: the same moment, give or
+            # take the microseconds between the two
+            assert single.ends[end][1] == resent
+            assert abs(single.ends[end][0] - arrival) < 100e-6
+        assert list(batched.order) == list(single.order)
+    finally:
+        batched.close()
+        single.close()
+        sender.close()
+        receiver.close()
 
 
 def test_a_segment_that_comes_after_later_data_was_resent_and_the_first_copy_stands():

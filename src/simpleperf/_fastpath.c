@@ -3,10 +3,12 @@
  * Sending: one call writes the headers of a whole segmentation-offload batch, where Python
  * spends about a quarter of a microsecond per datagram on struct.pack_into; at unlimited
  * rate the whole send loop runs here.
- * TCP: the unpaced send loop and the plain receive loop, the GIL released for a
- * fraction of a millisecond of writes or reads: with several streams (threads of one
- * process) every write otherwise hands the GIL over between threads.
- * Receiving: one call reads many messages (recvmmsg) with their kernel arrival stamps and
+ * TCP: the unpaced send loop, the plain receive loop and the reads of a receiver that
+ * follows timed writes (each read's end and time, for Python to follow afterwards), the GIL
+ * released for a fraction of a millisecond of writes or reads: with several streams
+ * (threads of one process) every write otherwise hands the GIL over between threads.
+ * Receiving: one call reads many messages (recvmmsg) with their kernel arrival stamps (a
+ * UDP socket's datagrams, or a packet socket's captured TCP segments) and
  * coalesced segment sizes, and one accounts the in-order runs among them (loss, RFC 3550
  * jitter, the queue-growth blocks) the way stats.UdpReceiveAccount.feed_run does, stopping
  * at the first message that needs the Python account's rarer paths (reordering, a far jump).
@@ -189,6 +191,67 @@ static PyObject *tcp_receive(PyObject *self, PyObject *args)
     PyBuffer_Release(&view);
     return Py_BuildValue("Liiy#d", received, ended, error, (const char *)tail, tail_length,
                          last);
+}
+
+PyDoc_STRVAR(tcp_receive_reads_doc,
+"tcp_receive_reads(fd, buffer, budget, table, most) -> (reads, ended, errno)\n\n"
+"Read from the TCP socket `fd` into the writable `buffer`, each read after the last one's\n"
+"bytes, for up to `budget` seconds (0: one read), until the buffer is full or `most` reads\n"
+"(at most len(table) / 24) were made. Row i of the writable `table` (struct 'qdd') gets the\n"
+"buffer offset where read i ended, and its CLOCK_REALTIME and CLOCK_MONOTONIC times: a\n"
+"receiver that follows timed writes times each by its own read, as a read loop in Python\n"
+"would, without the GIL taken and given at every read. Returns the reads made, whether the\n"
+"peer ended the stream, and the errno that stopped it (0 when none; the socket's receive\n"
+"timeout also returns 0).");
+
+struct read_row {
+    int64_t end;      /* buffer offset after the read's bytes */
+    double wall;      /* CLOCK_REALTIME when it returned */
+    double monotonic; /* CLOCK_MONOTONIC when it returned */
+};
+
+static PyObject *tcp_receive_reads(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_buffer view, table;
+    double budget;
+    Py_ssize_t most;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*dw*n", &fd, &view, &budget, &table, &most))
+        return NULL;
+    if (most < 1 || table.len < most * (Py_ssize_t)sizeof(struct read_row)) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&table);
+        PyErr_SetString(PyExc_ValueError, "the reads do not fit the table");
+        return NULL;
+    }
+    struct read_row *rows = (struct read_row *)table.buf;
+    Py_ssize_t reads = 0, offset = 0;
+    int ended = 0, error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    double end = clock_seconds(CLOCK_MONOTONIC) + budget, now;
+    do {
+        ssize_t done = recv(fd, (char *)view.buf + offset, (size_t)(view.len - offset), 0);
+        now = clock_seconds(CLOCK_MONOTONIC);
+        if (done < 0) {
+            if (stops(&error))
+                break;
+            continue;
+        }
+        if (done == 0) {
+            ended = 1;
+            break;
+        }
+        offset += done;
+        rows[reads].end = offset;
+        rows[reads].wall = clock_seconds(CLOCK_REALTIME);
+        rows[reads].monotonic = now;
+        reads++;
+    } while (now < end && reads < most && offset < view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&table);
+    return Py_BuildValue("nii", reads, ended, error);
 }
 
 /* The headers of `count` datagrams of `size` bytes laid end to end from `at`. */
@@ -592,6 +655,7 @@ static PyMethodDef methods[] = {
     {"send_batches", send_batches, METH_VARARGS, send_batches_doc},
     {"tcp_send", tcp_send, METH_VARARGS, tcp_send_doc},
     {"tcp_receive", tcp_receive, METH_VARARGS, tcp_receive_doc},
+    {"tcp_receive_reads", tcp_receive_reads, METH_VARARGS, tcp_receive_reads_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"account_runs", account_runs, METH_VARARGS, account_runs_doc},
     {NULL, NULL, 0, NULL},

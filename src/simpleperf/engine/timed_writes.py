@@ -263,8 +263,11 @@ class CapturedArrivals(ArrivalSource):
         self.resent = 0
 
     def read(self, stamp: float | None) -> tuple[int, float] | None:
-        # a segment's first bytes are looked at only until one ties the stream to it
-        self.segments.drain(WRITE_HEADER if self.base is None else None)
+        # a segment's first bytes are looked at only until one ties the stream to it; after
+        # that the capture is read only when a write's end is not known yet (ended): a read
+        # of the packet socket a write, not two a read of the stream
+        if self.base is None:
+            self.segments.drain(WRITE_HEADER)
         return None
 
     def began(self, write: tuple[int, int], offset: int) -> None:
@@ -278,6 +281,9 @@ class CapturedArrivals(ArrivalSource):
         if self.base is None:
             return None
         seen = self.segments.arrival(self.base + end)
+        if seen is None:  # not taken in yet: the capture holds it (it came before the read)
+            self.segments.drain()
+            seen = self.segments.arrival(self.base + end)
         if seen is None:
             return None
         arrival, resent = seen

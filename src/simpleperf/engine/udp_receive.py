@@ -18,10 +18,9 @@ from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
 from .records import Stream
 
-# A compiled read's row: bytes, each datagram's size, arrival, the socket's drops by then
-ROW = struct.Struct("qqdq")
+ROW = compiled.RECEIVE_ROW
 DROPS_AT = struct.Struct("24xq")  # a row's drops alone
-MESSAGES_PER_READ = 64
+MESSAGES_PER_READ = compiled.MESSAGES_PER_RECEIVE
 # A receiver faster than its sender empties the socket and sleeps on it, so the sender's
 # next datagram must wake it: the sender's CPU runs that wake-up and is often given the
 # woken thread too (at 40 Gbit/s on loopback, 41,000 a second, the sender preempted about

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import importlib
 import os
+import struct
 from types import ModuleType
 
 PURE_PYTHON_VARIABLE = "SIMPLEPERF_PURE_PYTHON"  # set to 1: never a compiled path
 # How long a compiled TCP loop writes or reads before Python counts and looks for a stop:
 # short beside any interval, long beside a GIL handover between streams' threads.
 SLICE_SECONDS = 0.0005
+# A row of the table the fast path's receive() fills, one per message read: its bytes, its
+# datagrams' size (UDP GRO), its arrival (the kernel's stamp, wall clock), the socket's
+# drops by then
+RECEIVE_ROW = struct.Struct("qqdq")
+MESSAGES_PER_RECEIVE = 64  # the most receive() reads in one call
 
 
 def built(name: str) -> ModuleType | None:
