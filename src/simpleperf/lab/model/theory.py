@@ -319,6 +319,20 @@ def window_bound(window_bytes: float, rtt: float) -> float:
     return window_bytes * 8 / rtt
 
 
+# A receiver acknowledges every second full segment (delayed ACKs, RFC 5681 4.2), so in a
+# window-limited TCP flow the segment after an acknowledged pair waits for its partner
+# before its bytes leave the window: half a segment of it on average, counted against the
+# window and not in flight. On campus's 4 ms path a 16 KB window moved 0.93-0.97 x window /
+# RTT and 0.97-1.01 x (window - this) / RTT.
+ACK_HELD_BYTES = TCP_PAYLOAD_BYTES / 2
+
+
+def tcp_window_bound(window_bytes: float, rtt: float) -> float:
+    """window_bound of a TCP connection whose receiver advertises `window_bytes`: the
+    window less what waits at the receiver for a delayed ACK (ACK_HELD_BYTES)."""
+    return window_bound(max(window_bytes - ACK_HELD_BYTES, 0.0), rtt)
+
+
 def mathis_bound(mss_bytes: float, rtt: float, loss: float) -> float:
     """Mathis et al.: throughput <= (MSS / RTT) * (C / sqrt(p)), C = sqrt(3/2) (bits/s)."""
     if loss <= 0:
@@ -614,7 +628,7 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
     if flow.spec.tcp and rtt > 0:
         if flow.window:  # the window the kernel made of the buffer asked for, once known
             window = outcome.advertised_window or flow.window
-            outcome.window_bound = flow.parallel * window_bound(window, met_rtt(outcome))
+            outcome.window_bound = flow.parallel * tcp_window_bound(window, met_rtt(outcome))
         if forward.loss > 0 and congestion in LOSS_BASED:
             outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
                                                                 forward.loss)
