@@ -128,9 +128,20 @@ def test_events_happen_on_time_and_their_effects_are_measured(tmp_path: Path):
 
 
 def test_a_quick_run_keeps_the_events_in_their_place():
-    from simpleperf.lab.run.runner import _quick_events
+    from simpleperf.lab.run.runner import _quick_step
 
     failover = experiment.load("failover")
     step = failover.steps[0]
-    assert [e.at for e in _quick_events(step, failover, quick=False).events] == [8.0, 16.0]
-    assert [e.at for e in _quick_events(step, failover, quick=True).events] == [1.667, 3.333]
+    assert [e.at for e in _quick_step(step, failover, quick=False).events] == [8.0, 16.0]
+    assert [e.at for e in _quick_step(step, failover, quick=True).events] == [1.667, 3.333]
+
+
+def test_a_quick_run_moves_that_share_of_each_fixed_size_transfer():
+    from simpleperf.lab.run.runner import _quick_step
+
+    plan = experiment.load("scp-loss-sweep")  # 100 MB in 10 s steps, 4 s quick
+    scp, tcp = plan.steps
+    assert _quick_step(scp, plan, quick=False) == scp
+    (quick_scp,) = _quick_step(scp, plan, quick=True).flows
+    assert quick_scp.size == 40_000_000 and scp.flows[0].size == 100_000_000
+    assert _quick_step(tcp, plan, quick=True).flows == tcp.flows  # timed: its duration is
