@@ -162,8 +162,10 @@ capture_limit = "100K"
 [pair]
 rate = "50M"
 delay = "2ms"
-[quick]
+[timing]
 duration = "2s"
+[quick]
+duration = "2s"  # as long as a full run's: the transfers move their whole size
 [[steps]]
 name = "scp and http"
 flows = [{ kind = "scp", from = "h1", to = "h2", size = "3M" },
