@@ -683,6 +683,51 @@ def test_class_shares_never_give_more_than_asked_nor_more_than_the_link(asked) -
         assert sum(shares.values()) == pytest.approx(1e7)  # an elastic class takes the rest
 
 
+def test_cake_tins_serve_each_up_to_its_threshold_then_share_what_is_left() -> None:
+    from simpleperf.lab.model import diffserv
+
+    # all three busy: voice its quarter, bulk its sixteenth, best effort the rest
+    shares = diffserv.cake_tin_shares(16e6, {"voice": math.inf, "bulk": math.inf,
+                                             "best-effort": math.inf})
+    assert shares == pytest.approx({"voice": 4e6, "bulk": 1e6, "best-effort": 11e6})
+    # best effort asks little: voice and bulk share what it leaves by their thresholds
+    shares = diffserv.cake_tin_shares(16e6, {"voice": math.inf, "bulk": math.inf,
+                                             "best-effort": 1e6})
+    assert shares["best-effort"] == pytest.approx(1e6)
+    assert shares["voice"] - 4e6 == pytest.approx(4 * (shares["bulk"] - 1e6))
+    assert sum(shares.values()) == pytest.approx(16e6)
+    assert diffserv.cake_tin_shares(16e6, {"bulk": math.inf}) == {"bulk": 16e6}  # alone
+    assert [diffserv.cake_tin_of(d) for d in (0, 8, 1, 46, 40, 56)] == [0, 1, 1, 2, 0, 2]
+
+
+@given(st.dictionaries(st.sampled_from(["voice", "bulk", "best-effort"]),
+                       st.one_of(st.just(math.inf), st.floats(0, 2e7)), min_size=1))
+def test_cake_tin_shares_never_give_more_than_asked_nor_more_than_the_link(asked) -> None:
+    from simpleperf.lab.model import diffserv
+
+    shares = diffserv.cake_tin_shares(1e7, asked)
+    assert sum(shares.values()) <= 1e7 * (1 + 1e-9)
+    for name, share in shares.items():
+        assert 0 <= share <= asked[name] * (1 + 1e-9)
+    if any(math.isinf(v) for v in asked.values()):
+        assert sum(shares.values()) == pytest.approx(1e7)  # work conserving
+
+
+def test_theory_shares_a_cake_link_by_tin_as_the_rrul_experiment_runs_it() -> None:
+    """rrul over cake: the EF flow alone in the voice tin takes its quarter of the link, the
+    BK flow alone in bulk its sixteenth, and best effort's BE and CS5 flows share the rest
+    (the full rrul run measured 4.54, 1.21 and 6.23, 6.25 Mbit/s of a 20 Mbit/s link)."""
+    model = topology.pair(rate="20M", delay="10ms", qdisc="cake")
+    be, bk, cs5, ef = (parsed({"kind": "tcp", "dscp": dscp})
+                       for dscp in ("BE", "CS1", "CS5", "EF"))
+    theory.predict(model, [be, bk, cs5, ef], "cubic", [60.0] * 4)
+    goodput = theory.TCP_GOODPUT
+    assert ef.predicted == pytest.approx(20e6 / 4 * goodput)
+    assert bk.predicted == pytest.approx(20e6 / 16 * goodput)
+    assert be.predicted == cs5.predicted == pytest.approx(20e6 * 11 / 32 * goodput)
+    assert bk.bottleneck is None and "CAKE tin best-effort" in str(be.bottleneck)
+
+
 def test_theory_shares_a_classes_link_by_class_as_the_qos_experiment_runs_it() -> None:
     """The qos experiment's first step over `classes`: voice (EF) and video (AF41) take what
     they send; what is left goes 15 : 20 to the web flow's class (AF21, its 16 KB window

@@ -2,7 +2,8 @@
 classes of RFC 4594), as data: which DSCP goes to which class, the classes' weights and
 the priority class's cap; and what they give each class of a link (pure). The own
 discipline (net/shaping/aqm/classes.py), the kernel's htb tree (net/stages.py) and theory
-read them from here."""
+read them from here. Likewise CAKE's diffserv3 tins (the own CAKE, net/shaping/aqm/cake.py,
+and theory)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,51 @@ def priority_delay(rate: float, frame_bytes: int) -> float:
     """The longest a priority packet waits at a link of `rate` (seconds): behind the frame
     on the wire and the priority bytes the policer lets in at once, which drain first."""
     return (priority_burst(rate, frame_bytes) + frame_bytes) * 8 / rate
+
+
+# CAKE's diffserv3 tins (sch_cake's default), by index: its name, its threshold rate as a
+# share of the link's, its deficit round robin weight where the link has no fixed rate, and
+# the DSCPs it takes (best effort takes the rest). A tin below its threshold is served
+# before the others, the highest index first; above it, a tin waits its turn.
+CAKE_TINS: tuple[tuple[str, float, int, frozenset[int]], ...] = (
+    ("best-effort", 1.0, 1024, frozenset()),
+    ("bulk", 1 / 16, 64, frozenset({1, 8})),  # LE, CS1
+    ("voice", 1 / 4, 256, frozenset({4, 44, 46, 48, 56})))  # TOS4, VA, EF, CS6, CS7
+
+
+def cake_tin_of(dscp: int) -> int:
+    """The index in CAKE_TINS of the tin that takes packets of `dscp`."""
+    for index, (_, _, _, dscps) in enumerate(CAKE_TINS):
+        if dscp in dscps:
+            return index
+    return 0
+
+
+def cake_tin_shares(rate: float, demands: dict[str, float]) -> dict[str, float]:
+    """What CAKE's tins give each busy tin of a link of `rate` bits/s (`demands`: tin name
+    -> what its traffic would take, math.inf for elastic traffic): each tin, the highest
+    first, up to its threshold (a tin below it is served first: rrul's bulk flows took
+    1/16 of the link and its voice flow 1/4 beside elastic best effort); what is left goes
+    to the tins that want more in proportion to their thresholds (above it, each tin's
+    turn comes as its clock, advanced at its threshold rate, allows)."""
+    thresholds = {name: share for name, share, _, _ in CAKE_TINS}
+    shares = {name: 0.0 for name in demands}
+    left = rate
+    for name, _, _, _ in reversed(CAKE_TINS):
+        if name in demands:
+            shares[name] = min(demands[name], thresholds[name] * rate, left)
+            left -= shares[name]
+    active = {name for name in demands if demands[name] - shares[name] > 1e-9}
+    while active and left > 1e-9:
+        total = sum(thresholds[name] for name in active)
+        offered = {name: left * thresholds[name] / total for name in active}
+        sated = {name for name in active if demands[name] - shares[name] <= offered[name]}
+        if not sated:
+            for name in active:
+                shares[name] += offered[name]
+            break
+        for name in sated:
+            left -= demands[name] - shares[name]
+            shares[name] = demands[name]
+        active -= sated
+    return {name: share for name, share in shares.items() if math.isfinite(share)}

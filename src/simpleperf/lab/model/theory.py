@@ -45,8 +45,10 @@ STARTUP_SHARE = 0.05
 class Path:
     hops: tuple[Hop, ...]
     # The DiffServ class of the path's packets: on a link direction that runs `classes`
-    # they use that class's part of the link, the resource (link, "a_to_b/af4").
+    # they use that class's part of the link, the resource (link, "a_to_b/af4"); likewise
+    # their CAKE tin where it runs `cake`, (link, "a_to_b#bulk").
     klass: str | None = None
+    tin: str | None = None
 
     def shaping(self) -> list[Shaping]:
         return [link.direction_from(node) for link, node in self.hops]
@@ -70,13 +72,22 @@ class Path:
         found = []
         for link, node in self.hops:
             direction = "a_to_b" if node == link.a.node else "b_to_a"
-            if self.klass is not None and link.direction_from(node).qdisc == "classes":
+            qdisc = link.direction_from(node).qdisc
+            if self.klass is not None and qdisc == "classes":
                 direction = f"{direction}{CLASS_MARK}{self.klass}"
+            elif self.tin is not None and qdisc == "cake":
+                direction = f"{direction}{TIN_MARK}{self.tin}"
             found.append((link.name, direction))
         return found
 
 
 CLASS_MARK = "/"  # between a direction and a class in a resource's name
+TIN_MARK = "#"  # between a direction and a CAKE tin
+
+
+def direction_of(part: str) -> str:
+    """The link direction of a resource's second part, without its class or tin."""
+    return part.split(CLASS_MARK)[0].split(TIN_MARK)[0]
 
 
 def class_capacities(paths: Sequence[Path], demands: Sequence[float | None]
@@ -85,23 +96,26 @@ def class_capacities(paths: Sequence[Path], demands: Sequence[float | None]
     into its classes' parts, as diffserv.class_shares gives them to what the paths through
     it ask (a path without a demand asks all it can get)."""
     capacities: dict[tuple[str, str], float] = {}
-    classed: dict[tuple[str, str], dict[str, float]] = {}
-    rates: dict[tuple[str, str], float] = {}
+    classed: dict[tuple[str, str, str], dict[str, float]] = {}
+    rates: dict[tuple[str, str, str], float] = {}
     for flow, demand in zip(paths, demands, strict=True):
         for (link, node), resource in zip(flow.hops, flow.resources(), strict=True):
             rate = link.direction_from(node).rate
             if rate is None:
                 continue
-            if CLASS_MARK not in resource[1]:
+            mark = CLASS_MARK if CLASS_MARK in resource[1] else (
+                TIN_MARK if TIN_MARK in resource[1] else None)
+            if mark is None:
                 capacities[resource] = rate
                 continue
-            direction, name = resource[1].split(CLASS_MARK)
-            asked = classed.setdefault((resource[0], direction), {})
+            direction, name = resource[1].split(mark)
+            asked = classed.setdefault((resource[0], direction, mark), {})
             asked[name] = asked.get(name, 0.0) + (math.inf if demand is None else demand)
-            rates[(resource[0], direction)] = rate
-    for (link_name, direction), asked in classed.items():
-        for name, share in diffserv.class_shares(rates[(link_name, direction)], asked).items():
-            capacities[(link_name, f"{direction}{CLASS_MARK}{name}")] = share
+            rates[(resource[0], direction, mark)] = rate
+    for (link_name, direction, mark), asked in classed.items():
+        divide = diffserv.class_shares if mark == CLASS_MARK else diffserv.cake_tin_shares
+        for name, share in divide(rates[(link_name, direction, mark)], asked).items():
+            capacities[(link_name, f"{direction}{mark}{name}")] = share
     return capacities
 
 
@@ -422,6 +436,9 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             continue  # no theory for an address the topology does not route: it just runs
         if any(s.qdisc == "classes" for s in forward.shaping()):
             forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
+        if any(s.qdisc == "cake" for s in forward.shaping()):
+            tin = diffserv.CAKE_TINS[diffserv.cake_tin_of(flow.dscp or 0)][0]
+            forward = replace(forward, tin=tin)
         ways[index] = forward, backward
         source = topology.nodes.get(flow.source)
         _predict_flow(outcome, forward, backward, flow.congestion or (
@@ -507,6 +524,7 @@ def _full_queues(way: Path, capacities: dict[tuple[str, str], float],
     for shaping, resource in zip(way.shaping(), way.resources(), strict=True):
         if shaping.rate is None or shaping.queue is None:
             continue
+        # (a CAKE tin's flows are served in turn: its full queue drains at the link's rate)
         name = resource[1].split(CLASS_MARK)[1] if CLASS_MARK in resource[1] else None
         if own is not None and shaping.qdisc not in FIFO_QDISCS:
             queues += max(shaping.queue * own[0] * 8 / own[1],
@@ -558,7 +576,7 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
         assert resource is not None
         others = {owners[i] for i, r in enumerate(binding) if r == resource} - {index}
         link = links[resource[0]]
-        direction = resource[1].partition(CLASS_MARK)[0]
+        direction = direction_of(resource[1])
         shaping = link.a_to_b if direction == "a_to_b" else link.b_to_a
         algorithm = outcome.flow.congestion or congestion
         capacity = capacities.get(resource, shaping.rate or 0.0)  # a class: its part
@@ -576,8 +594,13 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
 
 
 def _named(resource: tuple[str, str]) -> str:
-    direction, _, name = resource[1].partition(CLASS_MARK)
-    return f"{resource[0]} {direction.replace('_', ' ')}" + (f" (class {name})" if name else "")
+    direction = direction_of(resource[1])
+    named = f"{resource[0]} {direction.replace('_', ' ')}"
+    if CLASS_MARK in resource[1]:
+        return named + f" (class {resource[1].partition(CLASS_MARK)[2]})"
+    if TIN_MARK in resource[1]:
+        return named + f" (CAKE tin {resource[1].partition(TIN_MARK)[2]})"
+    return named
 
 
 def _beside_l4s(outcomes: Sequence[FlowOutcome], owners: list[int],

@@ -60,7 +60,7 @@ class ShaperShortfalls:
                 way = theory.path(model, outcome.flow.source, outcome.address)
             except TopologyError:
                 continue
-            crossed = {(name, part.split(theory.CLASS_MARK)[0])
+            crossed = {(name, theory.direction_of(part))
                        for name, part in way.resources()}
             hit = [(link, direction, count) for (link, direction), count in lost.items()
                    if (link, direction) in crossed]

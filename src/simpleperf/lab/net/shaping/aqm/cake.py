@@ -27,6 +27,7 @@ import math
 import random
 from collections import deque
 
+from ....model.diffserv import CAKE_TINS, cake_tin_of
 from .base import MTU_BYTES, Discipline, Packet, Settings
 
 TARGET = 0.005  # seconds, the kernel's defaults
@@ -34,16 +35,12 @@ INTERVAL = 0.100  # its "rtt"
 QUEUES = 1024
 WAYS = 8
 P_INC, P_DEC = 1 / 256, 1 / 4096  # BLUE
-BEST_EFFORT, BULK, VOICE = 0, 1, 2
-# diffserv3: (threshold as a fraction of the rate, DRR weight unshaped) by tin.
-TINS = ((1.0, 1024), (1 / 16, 64), (1 / 4, 256))
-BULK_DSCP = frozenset({1, 8})  # LE, CS1
-VOICE_DSCP = frozenset({4, 44, 46, 48, 56})  # TOS4, VA, EF, CS6, CS7
+# diffserv3: (threshold as a fraction of the rate, DRR weight unshaped) by tin, and the tin
+# of a DSCP, as theory reads them (model/diffserv.py)
+TINS = tuple((share, weight) for _, share, weight, _ in CAKE_TINS)
+BEST_EFFORT, BULK, VOICE = range(len(TINS))
+tin_of = cake_tin_of
 NONE, SPARSE, SPARSE_WAIT, BULK_SET, DECAYING = range(5)
-
-
-def tin_of(dscp: int) -> int:
-    return BULK if dscp in BULK_DSCP else VOICE if dscp in VOICE_DSCP else BEST_EFFORT
 
 
 class Cobalt:
