@@ -17,7 +17,7 @@ from helpers import run_simpleperf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.engine import tcp_stream, udp_receive
+from simpleperf.engine import udp_receive
 from simpleperf.protocol import iperf2, iperf3
 from simpleperf.protocol.classic import FINISH, ClassicReceiver
 from simpleperf.protocol.native import DATAGRAM_HEADER
@@ -239,7 +239,7 @@ def test_the_timed_receivers_reads_land_in_order_each_with_its_end_and_times(tcp
     wall and monotonic times in the table; it stops at `most` reads, at a full buffer and at
     the peer's end, and loses no byte."""
     client, server = tcp_pair
-    row = tcp_stream.READ_ROW
+    row = compiled.TCP_READ_ROW
     table = bytearray(row.size * 4)
     udp.tcp.set_wake_up(server, 0.5)
     stream = bytes(range(256)) * 40  # 10,240 bytes

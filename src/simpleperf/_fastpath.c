@@ -61,6 +61,19 @@ static int stops(int *error)
     return 1;
 }
 
+/* One read of a TCP receive loop (the GIL released): the bytes read; 0 when the loop is to
+ * stop (the peer ended the stream: *ended set; a failure: its errno in *error; the socket's
+ * receive timeout: neither); -1 to read again (a signal came). */
+static ssize_t receive_once(int fd, void *into, size_t size, int *ended, int *error)
+{
+    ssize_t done = recv(fd, into, size, 0);
+    if (done < 0)
+        return stops(error) ? 0 : -1;
+    if (done == 0)
+        *ended = 1;
+    return done;
+}
+
 PyDoc_STRVAR(tcp_send_doc,
 "tcp_send(fd, buffer, length, limit, deadline, budget, source) -> (sent, errno)\n\n"
 "Write `length` bytes of `buffer` to the TCP socket `fd` again and again (with `source` >= 0:\n"
@@ -168,17 +181,12 @@ static PyObject *tcp_receive(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     double end = clock_seconds(CLOCK_MONOTONIC) + budget;
     do {
-        ssize_t done = recv(fd, view.buf, (size_t)view.len, 0);
+        ssize_t done = receive_once(fd, view.buf, (size_t)view.len, &ended, &error);
         now = clock_seconds(CLOCK_MONOTONIC);
-        if (done < 0) {
-            if (stops(&error))
-                break;
+        if (done < 0)
             continue;
-        }
-        if (done == 0) {
-            ended = 1;
+        if (done == 0)
             break;
-        }
         received += done;
         last = now;
         if (finish_length) {
@@ -231,17 +239,13 @@ static PyObject *tcp_receive_reads(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     double end = clock_seconds(CLOCK_MONOTONIC) + budget, now;
     do {
-        ssize_t done = recv(fd, (char *)view.buf + offset, (size_t)(view.len - offset), 0);
+        ssize_t done = receive_once(fd, (char *)view.buf + offset,
+                                    (size_t)(view.len - offset), &ended, &error);
         now = clock_seconds(CLOCK_MONOTONIC);
-        if (done < 0) {
-            if (stops(&error))
-                break;
+        if (done < 0)
             continue;
-        }
-        if (done == 0) {
-            ended = 1;
+        if (done == 0)
             break;
-        }
         offset += done;
         rows[reads].end = offset;
         rows[reads].wall = clock_seconds(CLOCK_REALTIME);

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -199,7 +198,6 @@ def _receive(stream: Stream, buffer: memoryview, stop: threading.Event, writes: 
         stream.last = clock()
 
 
-READ_ROW = struct.Struct("qdd")  # a compiled read: its end in the buffer, wall and monotonic time
 READS_PER_CALL = 256
 
 
@@ -210,16 +208,17 @@ def _receive_reads_compiled(stream: Stream, buffer: memoryview, stop: threading.
     reads (a GIL handover a slice, not a read)."""
     read = fastpath.tcp_receive_reads
     fd = stream.sock.fileno()
-    table = bytearray(READ_ROW.size * READS_PER_CALL)
+    row_size = compiled.TCP_READ_ROW.size
+    table = bytearray(row_size * READS_PER_CALL)
     received = stream.num_bytes  # what a server read to tell the protocol counts too
     feed = writes.feed
-    row = READ_ROW.unpack_from
+    row = compiled.TCP_READ_ROW.unpack_from
     while not stop.is_set():
         reads, ended, error = read(fd, buffer, 0.0 if stream.first is None
                                    else compiled.SLICE_SECONDS, table, READS_PER_CALL)
         start = 0
         for index in range(reads):  # what came before a failure counts
-            end, wall, monotonic = row(table, index * READ_ROW.size)
+            end, wall, monotonic = row(table, index * row_size)
             feed(buffer[start:end], wall)
             if stream.first is None:
                 stream.first = monotonic

@@ -19,6 +19,9 @@ SLICE_SECONDS = 0.0005
 # drops by then
 RECEIVE_ROW = struct.Struct("qqdq")
 MESSAGES_PER_RECEIVE = 64  # the most receive() reads in one call
+# A row of the table tcp_receive_reads() fills, one per read: its end in the buffer, its
+# wall-clock and monotonic times
+TCP_READ_ROW = struct.Struct("qdd")
 
 
 def built(name: str) -> ModuleType | None:

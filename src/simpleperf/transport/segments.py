@@ -163,10 +163,12 @@ class Segments:
         self.tap = tap
         self.family = family
         self.view = memoryview(bytearray(SNAP))
-        # the compiled path reads up to MESSAGES_PER_RECEIVE packets a system call
+        # the compiled path reads up to MESSAGES_PER_RECEIVE packets a system call into
+        # `batch`, their lengths and stamps into `table`
         self.fast = compiled.module()
         self.batch = bytearray(SNAP * compiled.MESSAGES_PER_RECEIVE) if self.fast else None
-        self.table = bytearray(compiled.RECEIVE_ROW.size * compiled.MESSAGES_PER_RECEIVE)
+        self.table = (bytearray(compiled.RECEIVE_ROW.size * compiled.MESSAGES_PER_RECEIVE)
+                      if self.fast else None)
         self.ends: dict[int, tuple[float, bool]] = {}  # end -> first arrival, resent
         self.order: deque[int] = deque()
         self.highest: int | None = None  # the highest end seen
@@ -210,7 +212,7 @@ class Segments:
     def _drain_batches(self, header: struct.Struct | None) -> None:
         """drain() through the compiled path: a system call per MESSAGES_PER_RECEIVE
         packets, not one per packet and one more to find the queue empty."""
-        assert self.fast is not None and self.batch is not None
+        assert self.fast is not None and self.batch is not None and self.table is not None
         read, fd, batch, table = self.fast.receive, self.tap.fileno(), self.batch, self.table
         view = memoryview(batch)
         row = compiled.RECEIVE_ROW

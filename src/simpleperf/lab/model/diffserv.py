@@ -8,6 +8,7 @@ and theory)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 PRIORITY = "priority"
 PRIORITY_SHARE = 0.30  # of the link rate: the policer of the priority class
@@ -40,20 +41,27 @@ def class_shares(rate: float, demands: dict[str, float]) -> dict[str, float]:
         shares[PRIORITY] = min(demands[PRIORITY], PRIORITY_SHARE * rate)
         left -= shares[PRIORITY]
     active = {name for name in demands if name != PRIORITY and demands[name] > 0}
+    _share_by_weight(shares, demands, active, left, WEIGHTS)
+    return {name: share for name, share in shares.items() if math.isfinite(share)}
+
+
+def _share_by_weight(shares: dict[str, float], demands: dict[str, float], active: set[str],
+                     left: float, weights: Mapping[str, float]) -> None:
+    """Add `left` bits/s to the `active` names' `shares` by `weights`, work conserving as
+    deficit round robin is: a name that asks less than its weighted part keeps what it
+    asks, and what it leaves goes to the others by their weights."""
     while active and left > 1e-9:
-        total = sum(WEIGHTS[name] for name in active)
-        offered = {name: left * WEIGHTS[name] / total for name in active}
+        total = sum(weights[name] for name in active)
+        offered = {name: left * weights[name] / total for name in active}
         sated = {name for name in active if demands[name] - shares[name] <= offered[name]}
         if not sated:
             for name in active:
                 shares[name] += offered[name]
-            break
+            return
         for name in sated:
-            taken = demands[name] - shares[name]
+            left -= demands[name] - shares[name]
             shares[name] = demands[name]
-            left -= taken
-        active -= sated
-    return {name: share for name, share in shares.items() if math.isfinite(share)}
+        active = active - sated
 
 
 def priority_burst(rate: float, frame_bytes: int) -> float:
@@ -101,16 +109,5 @@ def cake_tin_shares(rate: float, demands: dict[str, float]) -> dict[str, float]:
             shares[name] = min(demands[name], thresholds[name] * rate, left)
             left -= shares[name]
     active = {name for name in demands if demands[name] - shares[name] > 1e-9}
-    while active and left > 1e-9:
-        total = sum(thresholds[name] for name in active)
-        offered = {name: left * thresholds[name] / total for name in active}
-        sated = {name for name in active if demands[name] - shares[name] <= offered[name]}
-        if not sated:
-            for name in active:
-                shares[name] += offered[name]
-            break
-        for name in sated:
-            left -= demands[name] - shares[name]
-            shares[name] = demands[name]
-        active -= sated
+    _share_by_weight(shares, demands, active, left, thresholds)
     return {name: share for name, share in shares.items() if math.isfinite(share)}
