@@ -92,10 +92,19 @@ def test_the_capture_and_tcp_info_agree_on_retransmissions(lossy_capture) -> Non
     assert ratio is not None and 0.002 < ratio < 0.02
 
 
+def _the_links_one_percent(lost: int, packets: int) -> bool:
+    """`lost` of `packets` datagrams is what a link dropping 1 % of them loses: within four
+    standard deviations of the binomial's mean (the emulated guest sends only 1,500 or so in
+    its 2 s, so a fixed floor such as "more than 10" failed there one run in eight)."""
+    mean = 0.01 * packets
+    return lost > 0 and abs(lost - mean) <= 4 * (mean * 0.99) ** 0.5 + 1
+
+
 def test_udp_loss_on_the_link_is_the_networks_not_the_receiving_hosts(lossy_capture):
     _, _, result = lossy_capture
     total = result["end"]["sum"]
-    assert total["lost_packets"] > 10  # the link's 1 %
+    assert total["packets"] > 500
+    assert _the_links_one_percent(total["lost_packets"], total["packets"]), total
     assert total["receiver_dropped_packets"] == 0
 
 
@@ -106,8 +115,10 @@ def test_udp_gaps_in_the_capture_are_the_receivers_losses(lossy_capture) -> None
     pcap, _, result = lossy_capture
     (flow,) = [d for d in udp.analyze(packets.read(pcap).packets)
                if d.destination_port == 5201 and d.datagrams > 100]
-    lost = result["end"]["sum"]["lost_packets"]
-    assert lost > 10
+    total = result["end"]["sum"]
+    lost = total["lost_packets"]
+    assert total["packets"] > 500
+    assert _the_links_one_percent(lost, total["packets"]), total
     assert flow.gaps == lost
     assert flow.one_way_s and 0.004 < min(flow.one_way_s) < 0.008  # the link's 5 ms
 
