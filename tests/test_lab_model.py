@@ -92,8 +92,55 @@ def test_max_min_fair_shares_use_every_shared_link(portfolio):
 def test_bounds():
     assert theory.window_bound(16_000, 0.1) == pytest.approx(1.28e6)
     assert theory.mathis_bound(1448, 0.1, 0.01) == pytest.approx(
-        1448 * 8 / 0.1 * math.sqrt(1.5) / 0.1)
+        1448 * 8 / 0.1 * 1.31 / 0.1)
     assert theory.mathis_bound(1448, 0.1, 0) == math.inf
+
+
+def test_pftk_adds_timeouts_below_mathis_and_meets_it_as_loss_vanishes():
+    """Padhye et al.'s model at b = 1, T0 = RTT + 200 ms, worked by hand at 5 % loss and a
+    10 ms RTT: 0.1826 RTTs of loss-driven window plus 0.21 x 0.411 x 0.05 x 1.08 s of
+    timeouts a segment, 1.785 Mbit/s of 1448-byte segments, where Mathis et al. say 6.79."""
+    assert theory.pftk_bound(1448, 0.01, 0.05) == pytest.approx(1.785e6, rel=0.002)
+    assert theory.mathis_bound(1448, 0.01, 0.05) == pytest.approx(6.79e6, rel=0.002)
+    ratios = [theory.pftk_bound(1448, 0.01, p) / theory.mathis_bound(1448, 0.01, p)
+              for p in (1e-5, 1e-3, 1e-2, 0.1)]  # sqrt(3/2) / 1.31 as loss vanishes
+    assert ratios == sorted(ratios, reverse=True) and ratios[-1] < 0.2
+    assert ratios[0] == pytest.approx(math.sqrt(1.5) / 1.31, rel=0.01)
+    assert theory.pftk_bound(1448, 0.01, 0) == math.inf
+
+
+def test_cubics_own_curve_sets_its_ceiling_on_long_paths_with_little_loss():
+    """RFC 9438's average window, (0.4 x 3.7 / 1.2)^(1/4) RTT^(3/4) / p^(3/4): 187 segments
+    at 100 ms and 0.01 %, above the 131 of Mathis et al.'s; at 10 ms and 1 %, one segment,
+    where its TCP-friendly growth (Mathis et al.'s) sets the rate."""
+    assert theory.cubic_response(1448, 0.1, 1e-4) == pytest.approx(21.7e6, rel=0.01)
+    assert theory.loss_ceiling("cubic", 1448, 0.1, 1e-4) == pytest.approx(21.7e6, rel=0.01)
+    assert theory.loss_ceiling("reno", 1448, 0.1, 1e-4) == pytest.approx(15.2e6, rel=0.01)
+    assert theory.loss_ceiling("cubic", 1448, 0.01, 0.01) == theory.mathis_bound(
+        1448, 0.01, 0.01)
+
+
+def test_random_loss_ends_an_aimd_windows_climb_before_the_queue_does():
+    """The window at which loss ends each climb: sqrt(2a / ((1 - b)(1 + b) p)) segments,
+    Reno's 1.63 / sqrt(p) (its mean, 3/4 of it, Mathis et al.'s 1.22 / sqrt(p))."""
+    assert theory.loss_window("reno", 0.01) == pytest.approx(16.33, abs=0.01)
+    assert 0.75 * theory.loss_window("reno", 0.01) == pytest.approx(math.sqrt(1.5) * 10)
+    assert theory.loss_window("cubic", 0.01) == pytest.approx(14.41, abs=0.01)
+    assert theory.loss_window("bbr", 0.01) is None and theory.loss_window("reno", 0) is None
+    # 100 Mbit/s, 10 ms and 1000 packets of queue: a 1 % loss, not the queue, sets the
+    # start-up: slow start for 3.3 round trips to 50 segments (1 / 2p), four decreases 100
+    # segments apart at 50, 35, 24.5 and 17 segments a 10 ms round trip (0.15 s), one climb
+    # (0.08 s)
+    def epoch(loss: str) -> float:
+        outcome = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2"}, "t"),
+                              "10.0.0.2")
+        theory.predict(topology.pair(rate="100M", delay="5ms", loss=loss, queue=1000),
+                       [outcome], "cubic", [4.0])
+        assert outcome.epoch_seconds is not None
+        return outcome.epoch_seconds
+    assert epoch("1%") == pytest.approx(0.0332 + 0.1477 + 0.3 * 14.41 / (0.9 / 1.7) * 0.01,
+                                        rel=0.01)
+    assert epoch("0%") > 5  # CUBIC's climb back to a full queue of 1000 packets
 
 
 BASE = """

@@ -148,6 +148,46 @@ def test_a_lone_flow_is_judged_after_its_start_up_or_not_at_all():
     assert not low.within
 
 
+def test_a_loss_limited_flow_is_within_from_pftks_timeouts_to_mathiss_none():
+    """At 5 % loss CUBIC on 10 ms carried 3.4-3.5 Mbit/s, half Mathis et al.'s bound (6.79):
+    inside Padhye et al.'s 1.785 (with Reno's timeouts) to Mathis et al.'s (without)."""
+    lossy = _flow("h1-h2", 3.4e6, 6.79e6, pftk_bound=1.785e6)
+    verdict = verdicts.flow_verdict(lossy)
+    assert verdict is not None and verdict.within and "PFTK's 1.78 Mbit/s" in verdict.detail
+    assert "0.24 to 1.05" in verdict.detail
+    assert not verdicts.flow_verdict(lossy | {"throughput": 1.5e6}).within
+    assert not verdicts.flow_verdict(lossy | {"throughput": 7.2e6}).within
+    # where the share binds below PFTK's figure, the share's tolerance alone
+    shared = _flow("h1-h2", 3.4e6, 4.0e6, pftk_bound=5.0e6)
+    assert not verdicts.flow_verdict(shared).within
+    assert "PFTK" not in verdicts.flow_verdict(shared).detail
+    # after its start-up likewise
+    steady = lossy | {"epoch_seconds": 0.1, "intervals": [[0, 1, 2e6], [1, 2, 3.3e6],
+                                                          [2, 3, 3.5e6], [3, 4, 3.4e6]]}
+    verdict = verdicts.flow_verdict(steady)
+    assert verdict is not None and verdict.within and "after its start-up" in verdict.detail
+
+
+def test_a_loss_limited_flow_is_judged_within_its_spread_over_the_epochs_it_lasted():
+    """Goodput over k congestion epochs that random losses end varies by 0.6 / sqrt(k):
+    3 s of 0.25 s epochs (+-52 % at three deviations) is too few to judge, and says so; 30 s
+    (+-16 %) is judged within that of theory's range."""
+    def scp(seconds: float, throughput: float) -> dict:
+        return _flow("h1-h2", throughput, 48.1e6, kind="scp", pftk_bound=42.9e6,
+                     loss_epoch_seconds=0.25, seconds=seconds)
+    short = _case([scp(3.0, 37e6)])
+    assert short.judged == 0 and short.within is None  # nothing judged: not outside
+    assert any("random loss ended 12 of its congestion epochs" in note
+               and "+-52%" in note for note in short.notes)
+    low, high, why = verdicts.loss_range(scp(30.0, 37e6))
+    assert low == pytest.approx(0.9 * 42.9 / 48.1 * (1 - 1.8 / math.sqrt(120)))
+    assert high == pytest.approx(1.05 * (1 + 1.8 / math.sqrt(120)))
+    assert "+-16% over 120 loss epochs" in why
+    assert _case([scp(30.0, 37e6)]).within and _case([scp(30.0, 37e6)]).judged == 1
+    assert not _case([scp(30.0, 28e6)]).within  # 0.58 x: below 0.67
+    assert not _case([scp(30.0, 60e6)]).within  # 1.25 x: above 1.22
+
+
 def test_the_path_delay_lies_between_the_floor_and_every_queue_full():
     def delay(mean: float) -> verdicts.FlowVerdict | None:
         return verdicts.delay_verdict(_flow("h1-h4", 0, 0, one_way_mean_ms=mean,

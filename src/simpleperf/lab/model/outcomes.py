@@ -45,7 +45,10 @@ class FlowOutcome:
     # its connections: what a fixed `window` (a socket buffer) became in the kernel
     advertised_window: float | None = None
     own_rtt_ms: float | None = None  # TCP: its senders' least RTT (TCP_INFO min_rtt), ms
-    mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x sqrt(3/2)
+    mathis_bound: float | None = None  # bits/s: MSS / (RTT sqrt(p)) x 1.31 (random loss)
+    pftk_bound: float | None = None  # bits/s: the same with Reno's timeouts (the least)
+    # seconds from loss to loss where random loss, not a queue, ends an AIMD flow's climbs
+    loss_epoch_seconds: float | None = None
     retransmits: int | None = None  # tcp: the sender's TCP_INFO count
     delivered_ce: int | None = None  # tcp: segments echoed CE-marked (the sender's TCP_INFO);
     # udp with l4s: datagrams that arrived CE-marked

@@ -36,6 +36,12 @@ LOSS_BASED = {"reno", "cubic", "bic", "htcp", "highspeed", "scalable", "westwood
 AIMD = {"reno": (0.5, 1.0), "cubic": (0.7, 3 * 0.3 / 1.7)}
 CUBIC_C = 0.4  # RFC 9438: the cubic growth's constant, segments per second cubed
 INITIAL_WINDOW = 10  # segments (RFC 6928, Linux's)
+# Mathis et al.'s constant where packets are lost at random, as a lab's links lose them:
+# sqrt(3/2) = 1.22 holds where each loss comes at the window's peak, and random losses, some
+# early in a climb, leave the window higher on average (their simulations: 1.31; Reno with one
+# decrease a round trip that lost any, simulated here at p = 0.1 %: 1.30)
+MATHIS_C = 1.31
+LINUX_MIN_RTO = 0.2  # s: the floor of Linux's retransmission timeout (TCP_RTO_MIN)
 # A transfer timed start to exit is judged where its start-up is at most this part of it:
 # the goodput tolerance's headroom (THROUGHPUT_HIGH - 1), were the start-up to move nothing
 STARTUP_SHARE = 0.05
@@ -348,10 +354,59 @@ def tcp_window_bound(window_bytes: float, rtt: float) -> float:
 
 
 def mathis_bound(mss_bytes: float, rtt: float, loss: float) -> float:
-    """Mathis et al.: throughput <= (MSS / RTT) * (C / sqrt(p)), C = sqrt(3/2) (bits/s)."""
+    """Mathis et al.: throughput <= (MSS / RTT) * (C / sqrt(p)) (bits/s), C = MATHIS_C: an
+    AIMD flow that never waits out a timeout (a ceiling: CUBIC's TCP-friendly region, which
+    sets its rate on such a path, matches Reno's average by its choice of growth)."""
     if loss <= 0:
         return math.inf
-    return mss_bytes * 8 / rtt * math.sqrt(1.5) / math.sqrt(loss)
+    return mss_bytes * 8 / rtt * MATHIS_C / math.sqrt(loss)
+
+
+def pftk_bound(mss_bytes: float, rtt: float, loss: float) -> float:
+    """Padhye, Firoiu, Towsley and Kurose (1998): Mathis et al.'s bound with the timeouts of a
+    loss-based TCP on a path that drops at random (bits/s): MSS / (RTT sqrt(2bp/3) + T0
+    min(1, 3 sqrt(3bp/8)) p (1 + 32 p^2)), b = 1 (Linux grows its window by the segments an
+    ACK covers, RFC 3465), T0 Linux's first timeout, RTT + its 200 ms floor. Its timeouts
+    are Reno's, which SACK, RACK and tail-loss probes spare a Linux sender most of: the least
+    theory expects, where Mathis et al.'s is the most."""
+    if loss <= 0:
+        return math.inf
+    timeout = rtt + LINUX_MIN_RTO
+    seconds = (rtt * math.sqrt(2 * loss / 3)
+               + timeout * min(1.0, 3 * math.sqrt(3 * loss / 8)) * loss * (1 + 32 * loss ** 2))
+    return mss_bytes * 8 / seconds
+
+
+def cubic_response(mss_bytes: float, rtt: float, loss: float) -> float:
+    """CUBIC's average rate on a path that loses `loss` of its packets where its own curve,
+    not its TCP-friendly region, sets it (RFC 9438 section 5.1, bits/s): a window of
+    (C (3 + b) / (4 (1 - b)))^(1/4) RTT^(3/4) / p^(3/4) segments a round trip."""
+    if loss <= 0:
+        return math.inf
+    beta = AIMD["cubic"][0]
+    window = ((CUBIC_C * (3 + beta) / (4 * (1 - beta))) ** 0.25
+              * rtt ** 0.75 / loss ** 0.75)
+    return float(mss_bytes * 8 * window / rtt)
+
+
+def loss_ceiling(congestion: str, mss_bytes: float, rtt: float, loss: float) -> float:
+    """The most a loss-based TCP carries on a path that drops `loss` of its packets at
+    random: Mathis et al.'s bound, and for CUBIC its own curve's where that is more (long
+    round trips, little loss)."""
+    bound = mathis_bound(mss_bytes, rtt, loss)
+    if congestion == "cubic":
+        bound = max(bound, cubic_response(mss_bytes, rtt, loss))
+    return bound
+
+
+def loss_window(congestion: str, loss: float) -> float | None:
+    """Segments at which an AIMD flow's window peaks on a path that drops `loss` of its
+    packets at random (Mathis et al.'s, decrease b and growth a a round trip:
+    sqrt(2a / ((1 - b)(1 + b) p))); None for no loss or an algorithm that is not AIMD."""
+    if congestion not in AIMD or loss <= 0:
+        return None
+    beta, growth = AIMD[congestion]
+    return math.sqrt(2 * growth / ((1 - beta) * (1 + beta) * loss))
 
 
 def datagram_bytes(length: int | None) -> int:
@@ -374,6 +429,26 @@ def congestion_epoch(congestion: str, window: float, rtt: float) -> float | None
     if congestion == "cubic":  # CUBIC's own curve climbs back in K seconds, if faster
         epoch = min(epoch, ((1 - beta) * window / CUBIC_C) ** (1 / 3))
     return float(epoch)
+
+
+def loss_start_up(congestion: str, loss: float, rtt: float, path_window: float,
+                  full_window: float) -> float | None:
+    """Seconds from an AIMD flow's start until random loss (`loss`), not its start, sets its
+    window: slow start from INITIAL_WINDOW until its first loss, some 1/p segments on (its
+    window then half that), or the queue's overflow (`full_window` segments, the path's
+    `path_window` and its queue) sooner; then a decrease every 1/p segments, sent at the
+    window's rate or the path's, down to loss_window; then one climb (congestion_epoch).
+    None for an algorithm that is not AIMD."""
+    peak = loss_window(congestion, loss)
+    if peak is None or rtt <= 0 or path_window <= 0:
+        return None
+    beta = AIMD[congestion][0]
+    window = min(1 / (2 * loss), full_window)
+    seconds = rtt * (1 + math.log2(max(window / INITIAL_WINDOW, 1.0)))
+    while window > peak:
+        seconds += (1 / loss) / (min(window, path_window) / rtt)
+        window *= beta
+    return seconds + (congestion_epoch(congestion, peak, rtt) or 0.0)
 
 
 def share_tolerance(congestion: str, epochs: float | None) -> float | None:
@@ -481,7 +556,9 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = min(b for b in bounds if b is not None)
             _over_its_share(outcome, ways.get(index), min(mine), capacities)
-    _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds)
+    losses = {index: forward.loss for index, (forward, _) in ways.items()}
+    _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds,
+            losses)
 
 
 def _queued_rtts(outcome: FlowOutcome, forward: Path, backward: Path,
@@ -562,9 +639,11 @@ def _binding(paths: Sequence[Path], shares: Sequence[float],
 def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[int],
             shares: list[float], binding: list[tuple[str, str] | None],
             capacities: dict[tuple[str, str], float], congestion: str,
-            seconds: Sequence[float] | None) -> None:
+            seconds: Sequence[float] | None, losses: dict[int, float]) -> None:
     """For tcp flows: the congestion epoch on their bottleneck (the first is start-up: slow
-    start, its overshoot and the climb back, of which theory promises no goodput); and for
+    start, its overshoot and the climb back, of which theory promises no goodput), from a
+    window that peaks with the queue full or, where the path's random loss (`losses`, by
+    flow) ends it sooner, at loss_window with no queue; and for
     those that share it with another flow of the step, which link it is and how close to
     its share theory can promise the flow comes in its duration."""
     links = {link.name: link for link in topology.links}
@@ -584,7 +663,14 @@ def _shared(topology: Topology, outcomes: Sequence[FlowOutcome], owners: list[in
         queue_seconds = (shaping.queue or 0) * FRAME_BYTES * 8 / capacity if capacity else 0.0
         rtt = (outcome.base_rtt or 0.0) / 1e3 + queue_seconds
         window = share * rtt / (FRAME_BYTES * 8)  # segments at the peak, queue full
-        outcome.epoch_seconds = congestion_epoch(algorithm, window, rtt)
+        loss = losses.get(index, 0.0)
+        lossy = loss_window(algorithm, loss)
+        if lossy is not None and lossy < window:  # random loss ends each climb first
+            base = (outcome.base_rtt or 0.0) / 1e3
+            outcome.epoch_seconds = loss_start_up(algorithm, loss, base,
+                                                  share * base / (FRAME_BYTES * 8), window)
+        else:
+            outcome.epoch_seconds = congestion_epoch(algorithm, window, rtt)
         if seconds is not None and outcome.epoch_seconds is not None:
             outcome.epochs = seconds[index] / outcome.epoch_seconds
         if others:  # not alone on its bottleneck: a share to converge to
@@ -653,8 +739,14 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
             window = outcome.advertised_window or flow.window
             outcome.window_bound = flow.parallel * tcp_window_bound(window, met_rtt(outcome))
         if forward.loss > 0 and congestion in LOSS_BASED:
-            outcome.mathis_bound = flow.parallel * mathis_bound(TCP_PAYLOAD_BYTES, rtt,
-                                                                forward.loss)
+            met = met_rtt(outcome)  # a loss-limited window seldom fills a queue
+            outcome.mathis_bound = flow.parallel * loss_ceiling(
+                congestion, TCP_PAYLOAD_BYTES, met, forward.loss)
+            outcome.pftk_bound = flow.parallel * pftk_bound(TCP_PAYLOAD_BYTES, met,
+                                                            forward.loss)
+            lossy = loss_window(congestion, forward.loss)
+            if lossy is not None:
+                outcome.loss_epoch_seconds = congestion_epoch(congestion, lossy, met)
         elif forward.loss > 0:
             outcome.no_theory = (
                 f"{congestion} on a path that loses {forward.loss * 100:g}% of its packets at "

@@ -10,7 +10,10 @@ A loss-based (AIMD) TCP flow alone on its bottleneck is judged on its goodput af
 congestion epoch (theory.congestion_epoch: slow start, its overshoot and the climb back, of
 which theory promises nothing: CUBIC after a slow start into a queue shallower than the path
 spends it below the link's rate); a run shorter than that epoch plus one interval is not
-judged. A flow's median path one-way delay (--trip-times; the mean in runs stored before
+judged. Where a path's random loss limits a loss-based TCP flow, theory is a range: Mathis
+et al.'s bound, an AIMD flow that never waits out a timeout, above, and Padhye et al.'s
+(theory.pftk_bound), which adds Reno's timeouts, below (loss_floor). A flow's median path
+one-way delay (--trip-times; the mean in runs stored before
 the median was) is within when it lies between the
 forward path's delays less DELAY_SLACK_MS and those delays plus every forward queue full plus
 DELAY_SLACK_MS (the application's write-to-read delay, which includes the sender's buffer, has
@@ -27,6 +30,7 @@ judged.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -38,13 +42,24 @@ THROUGHPUT_HIGH = 1.05  # more than the bottleneck allows is a shaping fault
 RTT_SLACK_MS = 1.0
 RTT_SLACK_FRACTION = 0.05
 DELAY_SLACK_MS = 1.0  # the machine's own share of a one-way delay
+# An AIMD flow's goodput over k congestion epochs that random losses end varies by this
+# / sqrt(k) of its mean (one standard deviation). Simulated, a window a round trip that
+# grows until a round trip loses any of its segments: 0.44-0.55 for Reno and CUBIC's
+# TCP-friendly growth from 0.1 to 5 % loss. Measured, the 1 s intervals of 40 s runs of
+# Reno and CUBIC through 10 and 20 ms lab links losing 0.1 to 1 %: 0.86-1.51 times what
+# 0.5 gives, 1.16 on average (recoveries and timeouts vary too).
+LOSS_EPOCH_SPREAD = 0.6
+LOSS_SIGMAS = 3  # a loss-limited flow is within its range widened by this many of them
+LOSS_SPREAD_MOST = 0.3  # wider than this, too few epochs to judge: said, not judged
 TOLERANCE = (f"goodput {THROUGHPUT_LOW:.2f} to {THROUGHPUT_HIGH:.2f} x theory; ping median "
              f"RTT within {RTT_SLACK_MS:g} ms or {RTT_SLACK_FRACTION:.0%} of the base RTT; "
              f"median path one-way delay from the path's delays to them plus its queues "
              f"full, "
              f"{DELAY_SLACK_MS:g} ms either side; "
              "a loss-based TCP flow alone on its bottleneck: its goodput after its first "
-             "congestion epoch (start-up); TCP flows sharing a bottleneck: their total as "
+             "congestion epoch (start-up); where random loss limits a loss-based TCP flow, "
+             "from Padhye et al.'s goodput with timeouts (PFTK) to Mathis et al.'s without; "
+             "TCP flows sharing a bottleneck: their total as "
              "one transfer, each flow's share from 1 - f to 1 + (N / k - 1) f times it, f = "
              "(1 - b^n) / ((1 - b) n) after n congestion epochs (AIMD with decrease b: CUBIC "
              "0.7, Reno 0.5), k of the N connections sharing the link; not judged for BBR")
@@ -123,9 +138,13 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
         steady = steady_goodput(flow["intervals"], startup)
         if steady is None:
             return None  # the run ended inside its start-up: sharing_notes says so
-        return FlowVerdict(label, THROUGHPUT_LOW <= steady / predicted <= THROUGHPUT_HIGH,
+        ranged = loss_range(flow)
+        if ranged is None:
+            return None  # too few loss epochs: sharing_notes says so
+        low, high, why = ranged
+        return FlowVerdict(label, low <= steady / predicted <= high,
                            f"{steady / predicted:.2f} x theory after its start-up "
-                           f"({startup:.1f} s)")
+                           f"({startup:.1f} s){why}")
     ratio = measured / predicted
     asked = flow.get("rate")
     if (flow["kind"] == "udp" and asked and predicted < asked * (1 - 1e-3)
@@ -143,8 +162,62 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
         return FlowVerdict(label, low <= ratio <= high,
                            f"{ratio:.2f} x its share (theory: {low:.2f} to {high:.2f} after "
                            f"{flow['epochs']:.1f} congestion epochs)")
-    return FlowVerdict(label, THROUGHPUT_LOW <= ratio <= THROUGHPUT_HIGH,
-                       f"{ratio:.2f} x theory")
+    ranged = loss_range(flow)
+    if ranged is None:
+        return None  # too few loss epochs: sharing_notes says so
+    low, high, why = ranged
+    return FlowVerdict(label, low <= ratio <= high, f"{ratio:.2f} x theory{why}")
+
+
+def judged_seconds(flow: dict[str, Any]) -> float | None:
+    """How long the goodput a flow is judged on was measured: after its start-up where it
+    has one and is alone on its bottleneck (steady_span), else its whole run."""
+    startup = flow.get("epoch_seconds")
+    if startup is not None and not flow.get("bottleneck"):
+        span = steady_span(flow["intervals"], startup)
+        return span[1] if span else None
+    if flow.get("seconds"):
+        return float(flow["seconds"])
+    intervals = flow.get("intervals") or []
+    return float(sum(end - start for start, end, _ in intervals)) or None
+
+
+def loss_epochs(flow: dict[str, Any]) -> float | None:
+    """The congestion epochs (random loss ending each) in what a loss-limited flow is judged
+    on; None where random loss does not limit it (Padhye et al.'s figure at or above
+    theory's) or no epoch is known."""
+    floor, epoch = flow.get("pftk_bound"), flow.get("loss_epoch_seconds")
+    seconds = judged_seconds(flow)
+    if not floor or floor >= flow["predicted"] or not epoch or not seconds:
+        return None
+    return seconds / float(epoch)
+
+
+def loss_range(flow: dict[str, Any]) -> tuple[float, float, str] | None:
+    """Goodput against theory's (Mathis et al.'s ceiling where random loss limits the flow)
+    that is within, low and high, and the words that say why: from THROUGHPUT_LOW of the
+    least theory expects, Padhye et al.'s (PFTK) with its timeouts, to THROUGHPUT_HIGH,
+    each widened by LOSS_SIGMAS of the goodput's spread over the k loss epochs measured,
+    LOSS_EPOCH_SPREAD / sqrt(k); None where that spread is more than LOSS_SPREAD_MOST: too
+    few epochs to judge. Flows that random loss does not limit: the usual tolerance."""
+    floor, predicted = flow.get("pftk_bound"), flow["predicted"]
+    if not floor or floor >= predicted:
+        return THROUGHPUT_LOW, THROUGHPUT_HIGH, ""
+    epochs = loss_epochs(flow)
+    spread = 0.0 if epochs is None else loss_spread(epochs)
+    if spread > LOSS_SPREAD_MOST:
+        return None
+    low = THROUGHPUT_LOW * floor / predicted * (1 - spread)
+    high = THROUGHPUT_HIGH * (1 + spread)
+    over = "" if epochs is None else f", +-{spread:.0%} over {epochs:.0f} loss epochs"
+    return low, high, (f" (theory: {low:.2f} to {high:.2f}, from PFTK's "
+                       f"{floor / 1e6:.3g} Mbit/s with timeouts to Mathis et al.'s "
+                       f"without{over})")
+
+
+def loss_spread(epochs: float) -> float:
+    """LOSS_SIGMAS of a loss-limited goodput's spread over `epochs` congestion epochs."""
+    return LOSS_SIGMAS * LOSS_EPOCH_SPREAD / math.sqrt(max(epochs, 1.0))
 
 
 def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
@@ -174,6 +247,12 @@ def steady_goodput(intervals: list[list[float]], startup: float) -> float | None
     first one began; None when they last less than STEADY_MIN_SECONDS (a TCP receiver counts
     bytes as it reads them, and a recovery's worth of them, held behind a lost segment, can
     come in the next interval)."""
+    span = steady_span(intervals, startup)
+    return span[0] if span else None
+
+
+def steady_span(intervals: list[list[float]], startup: float) -> tuple[float, float] | None:
+    """steady_goodput's goodput and the seconds it was measured over."""
     if not intervals:
         return None
     begin = intervals[0][0] + startup - 1e-6
@@ -181,7 +260,7 @@ def steady_goodput(intervals: list[list[float]], startup: float) -> float | None
     seconds = sum(length for length, _ in steady)
     if seconds < STEADY_MIN_SECONDS - 1e-6:
         return None
-    return sum(length * rate for length, rate in steady) / seconds
+    return sum(length * rate for length, rate in steady) / seconds, seconds
 
 
 def together(step: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -267,12 +346,23 @@ def sharing_notes(step: dict[str, Any]) -> list[str]:
              for flow in step["flows"] if flow["ok"] and flow.get("no_theory")]
     for flow in step["flows"]:
         startup = flow.get("epoch_seconds")
-        if (flow["ok"] and startup is not None and not flow.get("bottleneck")
+        if not flow["ok"] or flow.get("no_theory") or not flow.get("predicted"):
+            continue
+        if (startup is not None and not flow.get("bottleneck")
                 and steady_goodput(flow["intervals"], startup) is None):
             notes.append(f"{step['name']}: {flow['label']} ({flow.get('congestion')}) not "
                          f"judged: the run ended inside its start-up (one congestion epoch "
                          f"on its path, {startup:.1f} s), of which theory promises no "
                          "goodput; a longer run is judged after it")
+        elif flow.get("throughput") is not None and loss_range(flow) is None:
+            epochs = loss_epochs(flow) or 0.0
+            notes.append(f"{step['name']}: {flow['label']} ({flow.get('congestion')}) not "
+                         f"judged: random loss ended {epochs:.0f} of its congestion epochs "
+                         f"({flow['loss_epoch_seconds']:.2f} s each) in what it is judged "
+                         f"on, over which its goodput varies by "
+                         f"+-{loss_spread(epochs):.0%} ({LOSS_SIGMAS} standard deviations): "
+                         f"more than the "
+                         f"{LOSS_SPREAD_MOST:.0%} a verdict can take; a longer run is judged")
     for bottleneck, flows in groups.items():
         algorithms = sorted({flow.get("congestion") or (
             "scalable" if flow.get("parameters", {}).get("l4s") else "?") for flow in flows})

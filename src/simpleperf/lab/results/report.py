@@ -252,7 +252,8 @@ def _sweep_figure(plt, points: list[dict[str, Any]]):
                       label=f"{kind} measured (mean, 95 % CI)")
         for key, style, name in (("predicted", "--", "theory (smallest bound)"),
                                  ("window_bound", ":", "window / RTT"),
-                                 ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)")):
+                                 ("mathis_bound", "-.", "Mathis MSS / (RTT sqrt p)"),
+                                 ("pftk_bound", "v:", "PFTK (with timeouts)")):
             line = [(labels.index(p["value"]), p[key] / 1e6) for p in mine
                     if p[key] is not None]
             if line and (key != "predicted" or kind == kinds[0]):

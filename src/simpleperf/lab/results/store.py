@@ -50,7 +50,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     epochs REAL, share_tolerance REAL, epoch_seconds REAL, write_to_read_mean_ms REAL,
     write_to_read_p99_ms REAL, one_way_p50_ms REAL, delivered_ce INTEGER,
     trace_capacity TEXT, loaded_rtt_ms REAL, no_theory TEXT, host_dropped INTEGER,
-    mptcp_subflows INTEGER, advertised_window REAL, own_rtt_ms REAL);
+    mptcp_subflows INTEGER, advertised_window REAL, own_rtt_ms REAL, pftk_bound REAL,
+    loss_epoch_seconds REAL);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -177,7 +178,7 @@ class Store:
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                 " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -194,7 +195,8 @@ class Store:
                  *(flow.write_delay_ms or (None, None)), flow.one_way_p50_ms,
                  flow.delivered_ce, json.dumps(flow.trace_capacity),
                  flow.loaded_rtt, flow.no_theory, flow.host_dropped,
-                 flow.mptcp_subflows, flow.advertised_window, flow.own_rtt_ms)).lastrowid
+                 flow.mptcp_subflows, flow.advertised_window, flow.own_rtt_ms,
+                 flow.pftk_bound, flow.loss_epoch_seconds)).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",

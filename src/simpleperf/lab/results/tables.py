@@ -275,13 +275,14 @@ def sweep_points(run: dict[str, Any]) -> list[dict[str, Any]]:
             point = points.setdefault((step["sweep_value"], kind), {
                 "value": step["sweep_value"], "parameter": step["sweep_parameter"],
                 "kind": kind, "throughputs": [], "rtts": [], "predicted": None,
-                "share": None, "window_bound": None, "mathis_bound": None, "failed": 0})
+                "share": None, "window_bound": None, "mathis_bound": None, "pftk_bound": None,
+                "failed": 0})
             if not all(f["ok"] for f in flows):
                 point["failed"] += 1
                 continue
             point["throughputs"].append(sum(f["throughput"] or 0 for f in flows))
             point["rtts"] += [f["rtt_avg"] for f in flows if f["rtt_avg"] is not None]
-            for key in ("predicted", "window_bound", "mathis_bound"):
+            for key in ("predicted", "window_bound", "mathis_bound", "pftk_bound"):
                 values = [f[key] for f in flows if f.get(key) is not None]
                 point[key] = sum(values) if values else None
     for point in points.values():
@@ -302,11 +303,11 @@ def sweep_report(run: dict[str, Any]) -> str:
         rows.append([point["value"], point["kind"], str(len(point["throughputs"]))
                      + (f" ({point['failed']} failed)" if point["failed"] else ""), measured,
                      _mbps(point["predicted"]), _mbps(point["window_bound"]),
-                     _mbps(point["mathis_bound"])])
+                     _mbps(point["pftk_bound"]), _mbps(point["mathis_bound"])])
     return "\n".join([f"\nSweep of {parameter}: goodput, mean and 95 % confidence interval "
                       "(window/RTT of scp: SSH's 2 MiB channel window)",
                       *_table([parameter, "flow", "runs", "Mbit/s", "theory", "window/RTT",
-                               "Mathis"], rows)])
+                               "PFTK", "Mathis"], rows)])
 
 
 def capture_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any] | None:
