@@ -8,6 +8,19 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+# Every status a command ends with, named and explained once (the documentation's reference
+# page is made from this table; a test checks every EXIT_ constant has its row)
+EXIT_STATUSES = {
+    EXIT_OK: ("EXIT_OK", "what was asked ran to its end (a lab run whose verdicts are "
+              "outside ends so too: the report says which)"),
+    EXIT_FAILURE: ("EXIT_FAILURE", "it could not: a peer refused, vanished or broke the "
+                   "protocol, a system call failed, a lab could not be built, the output "
+                   "could not be written; the line on stderr says which"),
+    EXIT_USAGE: ("EXIT_USAGE", "a wrong flag, value, topology or experiment file: nothing "
+                 "ran"),
+    EXIT_INTERRUPTED: ("EXIT_INTERRUPTED", "stopped by Ctrl-C (SIGINT) or SIGTERM, after "
+                       "what had run was reported and, in the lab, cleaned up"),
+}
 
 
 class SimpleperfError(Exception):

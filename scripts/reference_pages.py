@@ -1,0 +1,204 @@
+"""The documentation site's reference pages, made from the tables the code runs on when the
+site is built (a MkDocs hook: mkdocs.yml names this file), so that a page cannot say what the
+code does not: every flag from the argparse parsers (the man pages' source too), every link
+property from the link property table, every result figure from result_fields.py, the flow
+kinds and queue disciplines from their registries, the exit statuses from errors.py.
+
+`python3 scripts/reference_pages.py FOLDER` writes the same pages into FOLDER."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from simpleperf import cli, errors, result_fields
+from simpleperf.exporter import web
+from simpleperf.lab import commands
+from simpleperf.lab.model import flows, link_properties
+from simpleperf.lab.net.shaping import aqm
+
+HEADER = ("<!-- Made from the code when the site is built (scripts/reference_pages.py): "
+          "edit the table it names, not this page. -->\n\n")
+
+
+def _cell(text: Any) -> str:
+    """One Markdown table cell: no line breaks, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _help(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
+    """The help text as --help prints it (%(default)s and the like filled in)."""
+    if not action.help or action.help == argparse.SUPPRESS:
+        return ""
+    values = dict(vars(action), prog=parser.prog)
+    values = {k: (v.__name__ if hasattr(v, "__name__") else v) for k, v in values.items()}
+    try:
+        return action.help % values
+    except (KeyError, TypeError, ValueError):
+        return action.help
+
+
+def _value(action: argparse.Action) -> str:
+    if action.nargs == 0:
+        return ""
+    if action.metavar is not None:
+        metavar = action.metavar
+        return " ".join(metavar) if isinstance(metavar, tuple) else str(metavar)
+    if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
+        return "{" + ",".join(str(choice) for choice in action.choices) + "}"
+    return action.dest.upper()
+
+
+def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The options and arguments --help prints, in its order (subcommands aside)."""
+    return [action for group in parser._action_groups for action in group._group_actions
+            if action.help != argparse.SUPPRESS
+            and not isinstance(action, argparse._SubParsersAction)]
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if child not in found.values():
+                    found[name] = child
+    return found
+
+
+def _command(title: str, parser: argparse.ArgumentParser, level: int) -> str:
+    parser.prog = title
+    parts = [f"{'#' * level} `{title}`\n"]
+    if parser.description:
+        parts.append(parser.description.strip() + "\n")
+    usage = parser.format_usage().removeprefix("usage: ").strip()
+    parts.append("```\n" + usage + "\n```\n")
+    for group in parser._action_groups:
+        shown = [action for action in group._group_actions
+                 if action.help != argparse.SUPPRESS
+                 and not isinstance(action, argparse._SubParsersAction)]
+        if not shown:
+            continue
+        parts.append(f"**{(group.title or 'options').capitalize()}**\n")
+        parts.append(_table(["flag", "value", "meaning"], [
+            [", ".join(f"`{flag}`" for flag in action.option_strings) or f"`{action.dest}`",
+             f"`{_value(action)}`" if _value(action) else "", _help(action, parser)]
+            for action in shown]))
+    for name, child in subcommands(parser).items():
+        parts.append(_command(f"{title} {name}", child, min(level + 1, 4)))
+    return "\n".join(parts)
+
+
+def command_line() -> str:
+    return (HEADER + "# Command line\n\nEvery flag of every command, as `--help` prints it "
+            "(the man pages `simpleperf(1)` and `simpleperf-lab(1)` are made from the same "
+            "parsers).\n\n"
+            + _command("simpleperf", cli.build_parser(), 2)
+            + "\n" + _command("simpleperf lab", commands.build_parser(), 2)
+            + "\n" + _command("simpleperf exporter", web.build_parser(), 2))
+
+
+def link_property_page() -> str:
+    rows = [[f"`{p.flag}`", f"`{p.mininet}`", p.description,
+             f"`{p.example}`" if p.example else "(a switch: no value)",
+             "yes" if p.live else "no", "yes" if p.sweep else "no",
+             "yes" if p.at_switch else "no", ", ".join(p.qdiscs) or "all"]
+            for p in link_properties.PROPERTIES]
+    return (HEADER + "# Link properties\n\nOne table in the code "
+            "(`src/simpleperf/lab/model/link_properties.py`) gives every property of a link: "
+            "its flag (`lab up pair`, `lab link set`), its key in a topology's links and in "
+            "events (Mininet's name), in `[pair]` and in sweeps (the flag's name without "
+            "dashes).\n\n"
+            + _table(["flag", "topology key", "meaning", "example", "set on a running link",
+                      "swept", "at a switch's port", "queue disciplines"], rows))
+
+
+def result_field_page() -> str:
+    rows = [[f"`{f.key}`", f"`{f.json}`" if f.json else "(not shown)",
+             f.kind.__name__ if f.kind is not None else "delay account",
+             f.shown_by, f.protocol or "both", f.summed or "not summed"]
+            for f in result_fields.FIELDS]
+    return (HEADER + "# Result fields\n\nEvery figure a stream's end-of-test result "
+            "carries, from `src/simpleperf/result_fields.py`: its key in our results and "
+            "the native protocol's results message, the key iperf3's JSON gives it in "
+            "`end.streams[].sender` / `.receiver`, which end's view shows it, and how the "
+            "sums (`sum_sent`, `sum_received`) combine the streams'. The JSON layout is "
+            "in [JSON output](../json-output.md).\n\n"
+            + _table(["key", "JSON key", "type", "shown by", "protocol", "in the sums"],
+                     rows))
+
+
+def flow_kind_page() -> str:
+    rows = [[f"`{k.name}`", ", ".join(f"`{name}`" for name in sorted(k.fields)),
+             {"duration": "after its duration", "count": "after its packets",
+              "exit": "when its program exits"}[k.ends],
+             "yes" if k.tcp else "no", "yes" if k.paced else "no",
+             "yes" if k.share_judged else "no", "yes" if k.application else "no"]
+            for k in flows.KINDS.values()]
+    return (HEADER + "# Flow kinds\n\nThe kinds of flow an experiment's steps hold, from the "
+            "registry `KINDS` in `src/simpleperf/lab/model/flows.py`. Every flow takes "
+            + ", ".join(f"`{name}`" for name in sorted(flows.COMMON_FIELDS))
+            + "; each kind takes the fields below besides.\n\n"
+            + _table(["kind", "its fields", "ends", "TCP", "paced", "judged on its share",
+                      "a real program"], rows))
+
+
+def queue_discipline_page() -> str:
+    tuned = {name: [f"`{p.flag}`" for p in link_properties.PROPERTIES if name in p.qdiscs]
+             for name in link_properties.QDISCS}
+    rows = [[f"`{name}`", "yes" if name in aqm.DISCIPLINES else "no",
+             "yes" if name in link_properties.KERNEL_QDISCS else "no",
+             ", ".join(tuned[name]) or "-"] for name in link_properties.QDISCS]
+    return (HEADER + "# Queue disciplines\n\nWhat `--qdisc` (a link's `qdisc`) takes, from "
+            "`QDISCS` in `src/simpleperf/lab/model/link_properties.py`; the lab's own "
+            "implementations are the registry `DISCIPLINES` in "
+            "`src/simpleperf/lab/net/shaping/aqm/`, and [how the lab shapes links]"
+            "(../lab-shaping.md) says which runs where.\n\n"
+            + _table(["discipline", "the lab's own", "the kernel's", "tuned by"], rows))
+
+
+def exit_status_page() -> str:
+    rows = [[f"`{status}`", f"`{name}`", meaning]
+            for status, (name, meaning) in sorted(errors.EXIT_STATUSES.items())]
+    return (HEADER + "# Exit statuses\n\nEvery command ends with one of these "
+            "(`src/simpleperf/errors.py`), and an error as one line on stderr.\n\n"
+            + _table(["status", "name", "meaning"], rows))
+
+
+PAGES = {
+    "reference/command-line.md": command_line,
+    "reference/link-properties.md": link_property_page,
+    "reference/result-fields.md": result_field_page,
+    "reference/flow-kinds.md": flow_kind_page,
+    "reference/queue-disciplines.md": queue_discipline_page,
+    "reference/exit-statuses.md": exit_status_page,
+}
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """MkDocs: add the reference pages to the site's files."""
+    from mkdocs.structure.files import File
+
+    for path, make in PAGES.items():
+        files.append(File.generated(config, path, content=make()))
+    return files
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    for path, make in PAGES.items():
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(make())
+
+
+if __name__ == "__main__":
+    main()
