@@ -109,20 +109,29 @@ def _case(flows: list[dict]) -> verdicts.CaseVerdict:
 
 
 def test_shares_are_judged_within_what_the_epochs_promise_and_the_total_as_one():
-    """f = 0.5 left of the first gap, three connections: from 0.5 to 1 + 2 x 0.5 = 2.0."""
-    shared = {"bottleneck": "L2 a to b", "share_tolerance": 0.5, "epochs": 6.0}
-    within = _case([_flow("a", 14e6, 9.6e6, **shared), _flow("b", 6e6, 9.6e6, **shared),
-                    _flow("c", 8.8e6, 9.6e6, **shared)])
+    """f = 0.1 left of the first gap after 30 epochs, and three spreads of the share over
+    them, 3 x 0.45 / sqrt(30) = 0.25; three connections: from 1 - 0.1 - 0.25 = 0.65 to
+    1 + 2 x 0.1 + 0.25 = 1.45."""
+    shared = {"bottleneck": "L2 a to b", "share_tolerance": 0.1, "epochs": 30.0}
+    within = _case([_flow("a", 13.3e6, 9.6e6, **shared), _flow("b", 6.5e6, 9.6e6, **shared),
+                    _flow("c", 9e6, 9.6e6, **shared)])
     assert within.within and within.judged == 4  # three shares and their total
-    assert any("6.0 congestion epochs" in note and "from 0.50 to 2.00" in note
+    assert any("30.0 congestion epochs" in note and "from 0.65 to 1.45" in note
                for note in within.notes)
-    starved = _case([_flow("a", 18e6, 9.6e6, **shared), _flow("b", 4.5e6, 9.6e6, **shared),
-                     _flow("c", 6.3e6, 9.6e6, **shared)])
+    starved = _case([_flow("a", 13.3e6, 9.6e6, **shared), _flow("b", 5.5e6, 9.6e6, **shared),
+                     _flow("c", 10e6, 9.6e6, **shared)])
     assert not starved.within and [v.label for v in starved.outside] == ["b tcp"]
     # k of N: a flow of two of four connections can at most take the link (2 x its share)
+    spread = 3 * 0.45 / math.sqrt(30)
     two = {**shared, "parameters": {"parallel": 2}}
-    assert verdicts.share_bounds(_flow("a", 0, 1, **two), 4) == (0.5, 1.5)
-    assert verdicts.share_bounds(_flow("b", 0, 1, **shared), 4) == (0.5, 2.5)
+    assert verdicts.share_bounds(_flow("a", 0, 1, **two), 4) == pytest.approx(
+        (0.9 - spread, 1.1 + spread))
+    assert verdicts.share_bounds(_flow("b", 0, 1, **shared), 4) == pytest.approx(
+        (0.9 - spread, 1.3 + spread))
+    # a few epochs: the spread leaves theory no least share to promise
+    assert verdicts.share_bounds(_flow("b", 0, 1, **shared, ) | {"epochs": 4.0,
+                                                                "share_tolerance": 0.6},
+                                 3)[0] == 0.0
     idle = _case([_flow("a", 7e6, 9.6e6, **shared), _flow("b", 7e6, 9.6e6, **shared),
                   _flow("c", 7e6, 9.6e6, **shared)])
     assert not idle.within and "total 0.73 x theory" in idle.outside[0].detail
