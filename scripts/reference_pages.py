@@ -9,14 +9,17 @@ kinds and queue disciplines from their registries, the exit statuses from errors
 from __future__ import annotations
 
 import argparse
+import ast
+import io
 import sys
+import tokenize
 from pathlib import Path
 from typing import Any
 
 from simpleperf import cli, errors, result_fields
 from simpleperf.exporter import web
 from simpleperf.lab import commands
-from simpleperf.lab.model import flows, link_properties
+from simpleperf.lab.model import flows, link_properties, theory, verdicts
 from simpleperf.lab.net.shaping import aqm
 
 HEADER = ("<!-- Made from the code when the site is built (scripts/reference_pages.py): "
@@ -173,6 +176,51 @@ def exit_status_page() -> str:
             + _table(["status", "name", "meaning"], rows))
 
 
+def _constants(module: Any) -> list[list[str]]:
+    """A module's numeric constants (UPPER_CASE = number) with the comments that explain
+    them: the lines just above and the one beside (a constant on the line after another's,
+    with no comment of its own, shares the comment above that one: a group)."""
+    source = Path(module.__file__).read_text()
+    lines = source.splitlines()
+    comments: dict[int, str] = {}  # a line's comment: the whole line's, or beside code
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string.lstrip("#").strip()
+    rows = []
+    group: tuple[int, list[str]] = (0, [])  # where the last constant ended, its comment above
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper()):
+            continue
+        value = getattr(module, node.targets[0].id)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        above: list[str] = []
+        line = node.lineno - 1
+        while line in comments and lines[line - 1].lstrip().startswith("#"):
+            above.insert(0, comments[line])
+            line -= 1
+        if not above and node.lineno not in comments and group[0] == node.lineno - 1:
+            above = group[1]
+        group = (node.end_lineno or node.lineno, above)
+        meaning = " ".join([*above, comments.get(node.lineno, "")]).strip()
+        rows.append([f"`{node.targets[0].id}`", f"{value:g}", meaning])
+    return rows
+
+
+def verdict_page() -> str:
+    return (HEADER + "# Theory and verdicts\n\nHow `simpleperf lab run` judges what it "
+            "measured against what theory predicts: the rules of "
+            "`src/simpleperf/lab/model/verdicts.py`, in its own words, then every constant "
+            "they and the theory (`src/simpleperf/lab/model/theory.py`) use.\n\n"
+            "## The rules\n\n" + (verdicts.__doc__ or "").split("\n", 2)[2].strip()
+            + "\n\nThe report states them in one line:\n\n> " + verdicts.TOLERANCE
+            + "\n\n## The verdicts' constants\n\n"
+            + _table(["name", "value", "meaning"], _constants(verdicts))
+            + "\n## Theory's constants\n\n"
+            + _table(["name", "value", "meaning"], _constants(theory)))
+
+
 PAGES = {
     "reference/command-line.md": command_line,
     "reference/link-properties.md": link_property_page,
@@ -180,6 +228,7 @@ PAGES = {
     "reference/flow-kinds.md": flow_kind_page,
     "reference/queue-disciplines.md": queue_discipline_page,
     "reference/exit-statuses.md": exit_status_page,
+    "reference/verdicts.md": verdict_page,
 }
 
 

@@ -134,6 +134,19 @@ def test_every_table_the_reference_is_made_from_is_on_its_page():
     assert all(f"`{name}`" in statuses for name in constants)
 
 
+def test_every_constant_of_theory_and_verdicts_says_what_it_is():
+    """The verdict page lists them with the comments beside or above them: one without is
+    a forgotten row."""
+    from simpleperf.lab.model import theory, verdicts
+
+    for module in (theory, verdicts):
+        rows = reference_pages._constants(module)
+        assert len(rows) >= 8
+        assert [row[0] for row in rows if not row[2]] == [], module.__name__
+    page = reference_pages.verdict_page()
+    assert "`SHARE_SPREAD`" in page and verdicts.TOLERANCE in page
+
+
 def test_every_module_is_named_on_the_architecture_page():
     page = (DOCS / "architecture.md").read_text()
     package = ROOT / "src" / "simpleperf"

@@ -253,11 +253,37 @@ def test_ctrl_c_keeps_finished_steps_writes_the_report_and_cleans_the_lab(tmp_pa
     assert leftovers.stdout == b""
 
 
+GETTING_STARTED = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
+
+
+def _bash_blocks(page: Path) -> list[str]:
+    """The page's ```bash blocks, as a reader copies them."""
+    return re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M)
+
+
 @pytest.mark.timing
 @pytest.mark.slow
-def test_the_portfolio_experiment_runs_all_five_cases(tmp_path):
-    done = lab("run", "portfolio", "--quick", "--results", str(tmp_path), timeout=900)
-    folder = run_folder(tmp_path)
+def test_getting_started_runs_as_written_and_the_portfolio_all_five_cases(tmp_path):
+    """Every command of docs/getting-started.md, block by block as a newcomer pastes them
+    (its first, `bash scripts/setup`, is what CI's scripts/test runs first), in a fresh
+    folder; then its last lab, the portfolio's five cases, checked."""
+    install, *blocks = _bash_blocks(GETTING_STARTED)
+    assert install.strip() == "bash scripts/setup"
+    assert "bash scripts/setup" in (GETTING_STARTED.parents[1] / "scripts" / "test").read_text()
+    assert len(blocks) >= 3 and "lab run portfolio --quick" in blocks[-1]
+    outputs = []
+    for block in blocks:
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, (block, done.stdout[-2000:], done.stderr[-2000:])
+        assert "Traceback" not in done.stderr, block
+        outputs.append(done.stdout)
+    measurement, pair, *_ = outputs
+    assert "Bandwidth" in measurement and "Mbps" in measurement  # the classic table
+    assert "3 received" in pair and "Mbps" in pair
+    assert_gone({"h1", "h2", "pair-wire"})
+    done = subprocess.CompletedProcess([], 0, outputs[-1], "")
+    folder = run_folder(tmp_path / "simpleperf-results")
     db = sqlite3.connect(folder / "results.sqlite")
     assert db.execute("SELECT COUNT(*) FROM step").fetchone()[0] == 20
     failures = db.execute("SELECT label, error FROM flow WHERE ok = 0").fetchall()

@@ -23,7 +23,7 @@ Hop = tuple[Link, str]  # a link and the node the packet leaves from
 
 FRAME_BYTES = 1514  # a full-size Ethernet frame as tc counts it (no preamble, no FCS)
 TCP_PAYLOAD_BYTES = 1448  # of a full frame: less Ethernet 14, IP 20, TCP 20, timestamps 12
-TCP_GOODPUT = TCP_PAYLOAD_BYTES / FRAME_BYTES
+TCP_GOODPUT = TCP_PAYLOAD_BYTES / FRAME_BYTES  # of a link's rate, what TCP's payload gets
 UDP_FRAMING_BYTES = 42  # around each datagram: Ethernet 14, IP 20, UDP 8
 DEFAULT_DATAGRAM_BYTES = 1470  # a lab UDP flow's datagrams unless the flow says
 # Congestion controls whose throughput falls with loss as Mathis et al. describe.

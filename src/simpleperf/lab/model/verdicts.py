@@ -41,6 +41,8 @@ from .flows import KINDS
 
 THROUGHPUT_LOW = 0.90  # goodput against theory: slow start and headers cost a few percent
 THROUGHPUT_HIGH = 1.05  # more than the bottleneck allows is a shaping fault
+# a ping's median RTT against the base RTT: within this many ms or this part of it, whichever
+# is larger (the hosts' and the shaper's own time to answer is in every RTT)
 RTT_SLACK_MS = 1.0
 RTT_SLACK_FRACTION = 0.05
 DELAY_SLACK_MS = 1.0  # the machine's own share of a one-way delay
