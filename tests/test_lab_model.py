@@ -109,6 +109,22 @@ def test_pftk_adds_timeouts_below_mathis_and_meets_it_as_loss_vanishes():
     assert theory.pftk_bound(1448, 0.01, 0) == math.inf
 
 
+def test_tcp_both_ways_over_a_link_leaves_each_direction_less_the_others_acks():
+    """RRUL's case: data one way shares the link direction with the ACKs of the data the
+    other way, a 66-byte frame for every two 1514-byte ones (2.2 %); one way alone, all."""
+    def predicted(*ends: tuple[str, str]) -> list[float]:
+        outcomes = [FlowOutcome(flows.parse({"kind": "tcp", "from": a, "to": b}, "t"),
+                                "10.0.0.2" if b == "h2" else "10.0.0.1") for a, b in ends]
+        theory.predict(topology.pair(rate="20M", delay="10ms", queue=100), outcomes, "cubic")
+        return [o.predicted or 0.0 for o in outcomes]
+    whole = 20e6 * theory.TCP_GOODPUT
+    assert predicted(("h1", "h2")) == [pytest.approx(whole)]
+    both = predicted(("h1", "h2"), ("h2", "h1"))
+    assert both == [pytest.approx(whole * (1 - 66 / 3028))] * 2
+    four = predicted(("h1", "h2"), ("h1", "h2"), ("h2", "h1"), ("h2", "h1"))
+    assert sum(four[:2]) == pytest.approx(whole * (1 - 66 / 3028))
+
+
 def test_cubics_own_curve_sets_its_ceiling_on_long_paths_with_little_loss():
     """RFC 9438's average window, (0.4 x 3.7 / 1.2)^(1/4) RTT^(3/4) / p^(3/4): 187 segments
     at 100 ms and 0.01 %, above the 131 of Mathis et al.'s; at 10 ms and 1 %, one segment,

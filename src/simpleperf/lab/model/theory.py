@@ -24,6 +24,9 @@ Hop = tuple[Link, str]  # a link and the node the packet leaves from
 FRAME_BYTES = 1514  # a full-size Ethernet frame as tc counts it (no preamble, no FCS)
 TCP_PAYLOAD_BYTES = 1448  # of a full frame: less Ethernet 14, IP 20, TCP 20, timestamps 12
 TCP_GOODPUT = TCP_PAYLOAD_BYTES / FRAME_BYTES  # of a link's rate, what TCP's payload gets
+ACK_FRAME_BYTES = 66  # a pure ACK as tc counts it: Ethernet 14, IP 20, TCP 20, timestamps 12
+SEGMENTS_PER_ACK = 2  # Linux's delayed ACK: one for every two full segments, in bulk
+ACK_SHARE = ACK_FRAME_BYTES / (SEGMENTS_PER_ACK * FRAME_BYTES)  # of the way out, on the way back
 UDP_FRAMING_BYTES = 42  # around each datagram: Ethernet 14, IP 20, UDP 8
 DEFAULT_DATAGRAM_BYTES = 1470  # a lab UDP flow's datagrams unless the flow says
 # Congestion controls whose throughput falls with loss as Mathis et al. describe.
@@ -547,6 +550,10 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     if not paths:
         return
     shares = max_min_shares(paths, demands, capacities, inelastic=inelastic)
+    acked = _less_acks(paths, owners, shares, outcomes, ways, capacities)
+    if acked != capacities:  # the way back carries the ACKs of TCP flows the other way
+        capacities = acked
+        shares = max_min_shares(paths, demands, capacities, inelastic=inelastic)
     binding = _binding(paths, shares, capacities, inelastic)
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
@@ -559,6 +566,23 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     losses = {index: forward.loss for index, (forward, _) in ways.items()}
     _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds,
             losses)
+
+
+def _less_acks(paths: Sequence[Path], owners: list[int], shares: Sequence[float],
+               outcomes: Sequence[FlowOutcome], ways: dict[int, tuple[Path, Path]],
+               capacities: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """The capacities less what the ACKs of the TCP flows at these `shares` take on the way
+    back (ACK_FRAME_BYTES for every SEGMENTS_PER_ACK full frames): where flows go both ways
+    over a link, as in RRUL, each direction carries the other's ACKs beside its own data."""
+    load: dict[tuple[str, str], float] = {}
+    for share, owner in zip(shares, owners, strict=True):
+        if not outcomes[owner].flow.spec.tcp or not math.isfinite(share) or owner not in ways:
+            continue
+        for resource in ways[owner][1].resources():
+            if resource in capacities:
+                load[resource] = load.get(resource, 0.0) + share * ACK_SHARE
+    return {resource: capacity - load.get(resource, 0.0)
+            for resource, capacity in capacities.items()}
 
 
 def _queued_rtts(outcome: FlowOutcome, forward: Path, backward: Path,
