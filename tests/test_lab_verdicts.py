@@ -128,10 +128,14 @@ def test_shares_are_judged_within_what_the_epochs_promise_and_the_total_as_one()
         (0.9 - spread, 1.1 + spread))
     assert verdicts.share_bounds(_flow("b", 0, 1, **shared), 4) == pytest.approx(
         (0.9 - spread, 1.3 + spread))
-    # a few epochs: the spread leaves theory no least share to promise
-    assert verdicts.share_bounds(_flow("b", 0, 1, **shared, ) | {"epochs": 4.0,
-                                                                "share_tolerance": 0.6},
-                                 3)[0] == 0.0
+    # a few epochs: the spread leaves theory no least share to promise, and the share is not
+    # judged, only the total, saying why
+    few = {**shared, "epochs": 4.0, "share_tolerance": 0.6}
+    assert verdicts.share_bounds(_flow("b", 0, 1, **few), 3)[0] == 0.0
+    early = _case([_flow("a", 18e6, 9.6e6, **few), _flow("b", 2e6, 9.6e6, **few),
+                   _flow("c", 8.8e6, 9.6e6, **few)])
+    assert early.within and early.judged == 1  # the total alone
+    assert any("4.0 congestion epochs: too few" in note for note in early.notes)
     idle = _case([_flow("a", 7e6, 9.6e6, **shared), _flow("b", 7e6, 9.6e6, **shared),
                   _flow("c", 7e6, 9.6e6, **shared)])
     assert not idle.within and "total 0.73 x theory" in idle.outside[0].detail

@@ -176,6 +176,8 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
                            f"at most what it sends, {ceiling:.2f})")
     if flow.get("bottleneck"):
         least, most = share_bounds(flow, sharing)
+        if least <= 0:
+            return None  # theory promises it no least share yet: sharing_notes says so
         low, high = min(THROUGHPUT_LOW, least), max(THROUGHPUT_HIGH, most)
         return FlowVerdict(label, low <= ratio <= high,
                            f"{ratio:.2f} x its share (theory: {low:.2f} to {high:.2f} after "
@@ -409,6 +411,14 @@ def sharing_notes(step: dict[str, Any]) -> list[str]:
             epochs = min(flow["epochs"] for flow in flows)
             sharing = sum(connections(flow) for flow in flows)
             bounds = [share_bounds(flow, sharing) for flow in flows]
+            if min(b[0] for b in bounds) <= 0:
+                notes.append(f"{who}: {epochs:.1f} congestion epochs: too few for theory to "
+                             "promise each flow a least share (the gap slow start left and "
+                             "the share's own spread over so few epochs can be all of it), "
+                             "so such a share is not judged, their total is "
+                             f"({THROUGHPUT_LOW:.2f} to {THROUGHPUT_HIGH:.2f}); a longer run "
+                             "is judged flow by flow")
+                continue
             notes.append(f"{who}: {epochs:.1f} congestion epochs or more, so theory promises "
                          f"each from {min(b[0] for b in bounds):.2f} to "
                          f"{max(b[1] for b in bounds):.2f} times its share (their total "
