@@ -25,7 +25,8 @@ epochs the mean gap is at most the starting one times f = theory.share_tolerance
 starting gap is at most 1 below (a flow cannot get less than nothing) and N / k - 1 above (a
 flow of k of the N connections sharing the link cannot get more than all of it), widened by
 LOSS_SIGMAS of the share's own spread over n epochs, SHARE_SPREAD / sqrt(n): which flows a
-full queue drops from is chance, so shares wander about the fair one. A flow whose
+full queue drops from is chance, so shares wander about the fair one; a share whose least
+comes to nothing (a few epochs) is not judged, only the total. A flow whose
 congestion control is not AIMD (BBR) has no such theory, and only the total it is part of is
 judged.
 """
