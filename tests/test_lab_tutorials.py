@@ -41,7 +41,7 @@ def test_the_bufferbloat_tutorial_shows_what_it_says(tmp_path):
     """Drop-tail's full queue waits the ping out for hundreds of ms; flow queueing serves it
     at the path's RTT; the plots and the report are where the page says."""
     (output,) = _run_blocks(TUTORIALS / "bufferbloat.md", tmp_path)
-    (folder,) = (tmp_path / "rrul-results").glob("rrul-*")
+    (folder,) = (tmp_path / "bufferbloat-results").glob("bufferbloat-*")
     for made in ("report.html", "plots/casesweep-latency.png",
                  "plots/casesweep-throughput.png"):
         assert (folder / made).exists(), made
@@ -54,12 +54,11 @@ def test_the_bufferbloat_tutorial_shows_what_it_says(tmp_path):
             "s.id = f.step_id WHERE s.sweep_value = ? AND f.kind = 'ping' AND p.rtt_ms "
             "IS NOT NULL", (qdisc,))]
         medians[qdisc] = statistics.median(rtts)
-    assert set(medians) == {"droptail", "codel", "pie", "fq_codel", "fq_pie", "cake"}
+    assert set(medians) == {"droptail", "codel", "fq_codel"}
     base = 20.0  # 10 ms each way
-    for fair in ("fq_codel", "fq_pie", "cake"):
-        assert base <= medians[fair] < base + 10, medians
+    assert base <= medians["fq_codel"] < base + 10, medians
     assert medians["droptail"] > base + 100, medians  # 1000 frames at 20 Mbit/s: 606 ms
-    assert medians["droptail"] > max(medians["codel"], medians["pie"]), medians
+    assert medians["droptail"] > 2 * medians["codel"], medians
     assert_gone({"h1", "h2", "pair-wire"})
 
 
