@@ -269,16 +269,3 @@ def test_flows_that_share_a_bottleneck_inside_their_first_epoch_are_not_judged_o
                  shared("down", None) | {"share_tolerance": None, "congestion": "bbr"}])
     assert bbr.judged == 1 and not bbr.within  # no epochs: the total is judged
 
-
-def test_the_common_time_takes_each_flows_seconds_by_their_middle():
-    """Each flow's seconds start with its own test, out of step with the other's by up to
-    one: a first second of a (16 of the link's 20 Mbit/s) beside the b's (4) counts both, not
-    a's alone (which made their total 1.06 x the link in a DualPI2 run)."""
-    a = _flow("a", 0, 10e6, bottleneck="L a to b", share_tolerance=None,
-              intervals=[[0.56, 1.56, 16e6]] + [[t + 0.56, t + 1.56, 10e6] for t in range(1, 5)])
-    b = _flow("b", 0, 10e6, bottleneck="L a to b", share_tolerance=None,
-              intervals=[[0.42, 1.42, 4e6]] + [[t + 0.42, t + 1.42, 10e6] for t in range(1, 6)])
-    step, note = verdicts.together({"name": "s", "flows": [a, b]})
-    assert note is not None and "b ran longer" in note
-    (total,) = verdicts.shared_verdicts(step)
-    assert total.within and total.detail == "total 1.00 x theory"

@@ -314,11 +314,8 @@ COMMON_SLACK = 0.05  # seconds: flows of one step start and end this close toget
 
 
 def _inside(intervals: list[list[float]], begin: float, end: float) -> list[list[float]]:
-    """The intervals whose middle lies within begin..end: each flow's intervals start when
-    its own test did, so two flows' seconds are out of step by up to one, and taking only
-    those wholly inside would count one flow's first second without the other's."""
     return [interval for interval in intervals
-            if begin - COMMON_SLACK <= (interval[0] + interval[1]) / 2 <= end + COMMON_SLACK]
+            if interval[0] >= begin - COMMON_SLACK and interval[1] <= end + COMMON_SLACK]
 
 
 def _within(intervals: list[list[float]], begin: float, end: float) -> float | None:
