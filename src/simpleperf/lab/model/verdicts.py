@@ -12,7 +12,7 @@ which theory promises nothing: CUBIC after a slow start into a queue shallower t
 spends it below the link's rate); a run shorter than that epoch plus one interval is not
 judged. Where a path's random loss limits a loss-based TCP flow, theory is a range: Mathis
 et al.'s bound, an AIMD flow that never waits out a timeout, above, and Padhye et al.'s
-(theory.pftk_bound), which adds Reno's timeouts, below (loss_floor). A flow's median path
+(theory.pftk_bound), which adds Reno's timeouts, below (loss_range). A flow's median path
 one-way delay (--trip-times; the mean in runs stored before
 the median was) is within when it lies between the
 forward path's delays less DELAY_SLACK_MS and those delays plus every forward queue full plus
@@ -119,7 +119,7 @@ def share_bounds(flow: dict[str, Any], sharing: int) -> tuple[float, float]:
     start left, shrunk by the epochs, and LOSS_SIGMAS of the share's own spread over them,
     SHARE_SPREAD / sqrt(n) (which flows a full queue drops from is chance)."""
     tolerance = flow["share_tolerance"]
-    spread = LOSS_SIGMAS * SHARE_SPREAD / math.sqrt(max(float(flow.get("epochs") or 1), 1.0))
+    spread = _spread(SHARE_SPREAD, float(flow.get("epochs") or 1))
     return (max(0.0, 1 - tolerance - spread),
             1 + (sharing / connections(flow) - 1) * tolerance + spread)
 
@@ -238,7 +238,13 @@ def loss_range(flow: dict[str, Any]) -> tuple[float, float, str] | None:
 
 def loss_spread(epochs: float) -> float:
     """LOSS_SIGMAS of a loss-limited goodput's spread over `epochs` congestion epochs."""
-    return LOSS_SIGMAS * LOSS_EPOCH_SPREAD / math.sqrt(max(epochs, 1.0))
+    return _spread(LOSS_EPOCH_SPREAD, epochs)
+
+
+def _spread(per_epoch: float, epochs: float) -> float:
+    """LOSS_SIGMAS of a spread that is `per_epoch` over one congestion epoch, over `epochs`
+    of them (it falls as 1 / sqrt(epochs))."""
+    return LOSS_SIGMAS * per_epoch / math.sqrt(max(epochs, 1.0))
 
 
 def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
