@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import SIMPLEPERF
@@ -106,3 +107,21 @@ def made_by_this_session(before: set[str], records: list) -> list[str]:
     mine = os.environ.get(ownership.SESSION_ENV)
     return [record.lab for record in records
             if record.lab not in before and mine and record.session == mine]
+
+
+def bash_blocks(page: Path) -> list[str]:
+    """A documentation page's ```bash blocks, as a reader copies them."""
+    return re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M)
+
+
+def run_blocks(blocks: list[str], folder: Path) -> list[str]:
+    """Each block run as a reader pastes it, in `folder`, in order: each must succeed
+    without a traceback; what each printed."""
+    outputs = []
+    for block in blocks:
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=folder,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, (block, done.stdout[-2000:], done.stderr[-2000:])
+        assert "Traceback" not in done.stderr, block
+        outputs.append(done.stdout)
+    return outputs

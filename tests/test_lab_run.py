@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 from helpers import SIMPLEPERF
-from lab_helpers import PORTFOLIO_NAMESPACES, assert_gone, delay_line_pids, lab, needs_lab
+from lab_helpers import (
+    PORTFOLIO_NAMESPACES,
+    assert_gone,
+    bash_blocks,
+    delay_line_pids,
+    lab,
+    needs_lab,
+    run_blocks,
+)
 
 pytestmark = needs_lab
 
@@ -256,28 +264,17 @@ def test_ctrl_c_keeps_finished_steps_writes_the_report_and_cleans_the_lab(tmp_pa
 GETTING_STARTED = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
 
 
-def _bash_blocks(page: Path) -> list[str]:
-    """The page's ```bash blocks, as a reader copies them."""
-    return re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M)
-
-
 @pytest.mark.timing
 @pytest.mark.slow
 def test_getting_started_runs_as_written_and_the_portfolio_all_five_cases(tmp_path):
     """Every command of docs/getting-started.md, block by block as a newcomer pastes them
     (its first, `bash scripts/setup`, is what CI's scripts/test runs first), in a fresh
     folder; then its last lab, the portfolio's five cases, checked."""
-    install, *blocks = _bash_blocks(GETTING_STARTED)
+    install, *blocks = bash_blocks(GETTING_STARTED)
     assert install.strip() == "bash scripts/setup"
     assert "bash scripts/setup" in (GETTING_STARTED.parents[1] / "scripts" / "test").read_text()
     assert len(blocks) >= 3 and "lab run portfolio --quick" in blocks[-1]
-    outputs = []
-    for block in blocks:
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, (block, done.stdout[-2000:], done.stderr[-2000:])
-        assert "Traceback" not in done.stderr, block
-        outputs.append(done.stdout)
+    outputs = run_blocks(blocks, tmp_path)
     measurement, pair, *_ = outputs
     assert "Bandwidth" in measurement and "Mbps" in measurement  # the classic table
     assert "3 received" in pair and "Mbps" in pair

@@ -6,29 +6,17 @@ from __future__ import annotations
 import re
 import sqlite3
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
-from lab_helpers import assert_gone, needs_lab
+from lab_helpers import assert_gone, bash_blocks, needs_lab, run_blocks
 
 pytestmark = needs_lab
 TUTORIALS = Path(__file__).resolve().parents[1] / "docs" / "tutorials"
 
 
-def _bash_blocks(page: Path) -> list[str]:
-    return re.findall(r"^```bash\n(.*?)^```", page.read_text(), re.S | re.M)
-
-
 def _run_blocks(page: Path, folder: Path) -> list[str]:
-    outputs = []
-    for block in _bash_blocks(page):
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=folder,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, (block, done.stdout[-2000:], done.stderr[-2000:])
-        assert "Traceback" not in done.stderr, block
-        outputs.append(done.stdout)
-    return outputs
+    return run_blocks(bash_blocks(page), folder)
 
 
 def test_every_tutorial_is_run_by_a_test():
