@@ -35,10 +35,37 @@ def _connected(family: int = socket.AF_INET, host: str = "127.0.0.1"):
     return sender, receiver
 
 
+@pytest.fixture
+def stamping_on():
+    """The kernel stamping arrivals for the test: it turns its stamping on a
+    moment after the first socket asks (from a work queue, later on a busy machine), and a
+    packet before that has no stamp. A socket that asks holds it on; a datagram to it that
+    comes stamped says it is on."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.setsockopt(socket.SOL_SOCKET, tcp.SO_TIMESTAMPING,
+                          tcp.SOF_TIMESTAMPING_RX_SOFTWARE | tcp.SOF_TIMESTAMPING_SOFTWARE)
+        holder.settimeout(1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            holder.sendto(b"?", holder.getsockname())
+            _, ancillary, _, _ = holder.recvmsg(8, tcp.TIMESTAMPING_CONTROL)
+            if tcp.software_stamp(ancillary) is not None:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the kernel never stamped a datagram's arrival")
+        yield
+    finally:
+        holder.close()
+
+
 @needs_root
 @pytest.mark.parametrize("family, host", [(socket.AF_INET, "127.0.0.1"),
                                           (socket.AF_INET6, "::1")])
-def test_a_capture_sees_its_own_connection_only_and_where_each_write_begins(family, host):
+def test_a_capture_sees_its_own_connection_only_and_where_each_write_begins(family, host,
+                                                                           stamping_on):
     sender, receiver = _connected(family, host)
     other_sender, other_receiver = _connected(family, host)
     captured = segments.Segments.open(receiver)
@@ -146,40 +173,47 @@ class _Parsed(segments.Segments):
 @needs_root
 @pytest.mark.skipif(segments.compiled.module() is None, reason="checked by test_stamping's "
                     "test_the_compiled_fast_path_is_built")
-def test_the_compiled_and_pure_captures_take_in_the_same_segments():
+def test_the_compiled_and_pure_captures_take_in_the_same_segments(stamping_on):
     """Two captures of one connection, one read in batches by the compiled path and one a
     packet at a time: the same segments, arrivals and write starts."""
     sender, receiver = _connected()
     batched, single = segments.Segments.open(receiver), segments.Segments.open(receiver)
     assert batched is not None and single is not None and batched.fast is not None
     single.fast = None
-    try:
-        sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        payload = bytearray(3000)
-        for number in range(1, 301):  # more packets than one compiled read takes
-            WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number, len(payload), 0, 0)
-            sender.send(payload, socket.MSG_EOR)
-            if number % 50 == 0:
-                batched.drain(WRITE_HEADER)  # now and then, as a reader does
-        got = 0
-        while got < 900_000:
-            got += len(receiver.recv(1 << 20))
-        time.sleep(0.1)
-        batched.drain(WRITE_HEADER)
-        single.drain(WRITE_HEADER)
-        assert len(batched.ends) >= 300 and len(batched.starts) == 300
-        assert batched.starts == single.starts and batched.ends.keys() == single.ends.keys()
-        for end, (arrival, resent) in batched.ends.items():
-            # each capture is stamped as the packet reaches it: the same moment, give or
-            # take the microseconds between the two
-            assert single.ends[end][1] == resent
-            assert abs(single.ends[end][0] - arrival) < 100e-6
-        assert list(batched.order) == list(single.order)
-    finally:
-        batched.close()
-        single.close()
-        sender.close()
-        receiver.close()
+    with contextlib.ExitStack() as stack:
+        stack.callback(batched.close)
+        stack.callback(single.close)
+        stack.callback(sender.close)
+        stack.callback(receiver.close)
+        _compare_captures(sender, receiver, batched, single)
+
+
+def _compare_captures(sender, receiver, batched, single) -> None:
+    """The same 300 writes as each capture takes them in, one in batches, one a packet at a
+    time."""
+    sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = bytearray(3000)
+    for number in range(1, 301):  # more packets than one compiled read takes
+        WRITE_HEADER.pack_into(payload, 0, time.time_ns(), number, len(payload), 0, 0)
+        sender.send(payload, socket.MSG_EOR)
+        if number % 50 == 0:
+            batched.drain(WRITE_HEADER)  # now and then, as a reader does
+    got = 0
+    while got < 900_000:
+        got += len(receiver.recv(1 << 20))
+    time.sleep(0.1)
+    batched.drain(WRITE_HEADER)
+    single.drain(WRITE_HEADER)
+    assert len(batched.ends) >= 300 and len(batched.starts) == 300
+    assert batched.starts == single.starts and batched.ends.keys() == single.ends.keys()
+    for end, (arrival, resent) in batched.ends.items():
+        # the kernel stamps a packet as it reaches the host, once for every capture: the
+        # same moment in both, never the time one of them got round to reading it
+        assert single.ends[end][1] == resent
+        other = single.ends[end][0]
+        assert arrival is not None and other is not None
+        assert abs(other - arrival) < 100e-6
+    assert list(batched.order) == list(single.order)
 
 
 def test_a_segment_that_comes_after_later_data_was_resent_and_the_first_copy_stands():
@@ -202,6 +236,19 @@ def test_a_segment_that_comes_after_later_data_was_resent_and_the_first_copy_sta
     parsed._segment(memoryview(_packet(9000, 1000)[:30]), 2.1, None)
     parsed._segment(memoryview(_packet(9000, 0)), 2.1, None)
     assert parsed.arrival(9000) is None and parsed.arrival(10000) is None
+    # a packet the kernel did not stamp is a segment all the same, with no arrival
+    parsed._segment(memoryview(_packet(20000, 1000)), None, None)
+    assert parsed.arrival(21000) == (None, False)
+
+
+def test_only_a_stamp_the_kernel_set_on_arrival_is_an_arrival():
+    stamp = struct.pack("qq", 1_800_000_000, 250_000_000) + bytes(32)
+    kind = (socket.SOL_SOCKET, tcp.SO_TIMESTAMPING)
+    assert tcp.software_stamp([(*kind, stamp)]) == pytest.approx(1_800_000_000.25)
+    # a zero software stamp (a hardware one only), none at all, another message: none
+    assert tcp.software_stamp([(*kind, bytes(48))]) is None
+    assert tcp.software_stamp([]) is None
+    assert tcp.software_stamp([(socket.SOL_SOCKET, tcp.SO_TIMESTAMPNS, stamp[:16])]) is None
 
 
 def _timed(source: timed_writes.ArrivalSource) -> tuple[timed_writes.WriteTimes, DelayLog]:
@@ -215,7 +262,7 @@ def _write(number: int, length: int, departed: int = 0, left_ns: int = 0) -> byt
     return WRITE_HEADER.pack(0, number, length, departed, left_ns).ljust(length, b"x")
 
 
-def test_a_write_whose_last_segment_was_resent_is_not_timed_the_others_are():
+def test_a_write_whose_last_segment_was_resent_or_unstamped_is_not_timed_the_others_are():
     parsed = _Parsed()
 
     class Given(timed_writes.CapturedArrivals):
@@ -229,12 +276,14 @@ def test_a_write_whose_last_segment_was_resent_is_not_timed_the_others_are():
     parsed.ends[(base + 100) & 0xFFFFFFFF] = (10.030, False)  # write 1's last segment
     parsed.ends[(base + 200) & 0xFFFFFFFF] = (10.090, True)  # write 2's: resent
     parsed.ends[(base + 300) & 0xFFFFFFFF] = (10.050, False)
-    stream = _write(1, 100) + _write(2, 100) + _write(3, 100) + \
-        _write(4, 100, 1, 10_000_000_000) + _write(5, 100, 2, 10_010_000_000) + \
-        _write(6, 100, 3, 10_020_000_000)
+    # write 4's came before the kernel's stamping was on: when it came is not known
+    parsed.ends[(base + 400) & 0xFFFFFFFF] = (None, False)
+    stream = _write(1, 100) + _write(2, 100) + _write(3, 100) + _write(4, 100) + \
+        _write(5, 100, 1, 10_000_000_000) + _write(6, 100, 2, 10_010_000_000) + \
+        _write(7, 100, 3, 10_020_000_000) + _write(8, 100, 4, 10_030_000_000)
     writes.feed(memoryview(stream), 11.0)
     total = path.total()
-    assert total.count == 2 and source.resent == 1
+    assert total.count == 2 and source.resent == 1 and source.unstamped == 1
     assert total.minimum == pytest.approx(0.030) and total.maximum == pytest.approx(0.030)
     assert total.arrival == "capture"
 

@@ -409,18 +409,21 @@ struct row {
 };
 
 union control {
-    char space[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))
+    /* room for SO_TIMESTAMPING's three stamps (the largest stamp), UDP_GRO and SO_RXQ_OVFL */
+    char space[CMSG_SPACE(3 * sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))
                + CMSG_SPACE(sizeof(uint32_t))];
     struct cmsghdr align;
 };
 
 PyDoc_STRVAR(receive_doc,
-"receive(fd, buffer, slot, count, table) -> int\n\n"
+"receive(fd, buffer, slot, count, table, fill=True) -> int\n\n"
 "Read up to `count` messages (at most 64) from the datagram socket `fd` in one recvmmsg,\n"
 "the i-th into buffer[i * slot:(i + 1) * slot], blocking until the first (or the socket's\n"
 "receive timeout: then 0). Row i of the writable `table` (32 bytes each, struct 'qqdq')\n"
 "gets its length, its datagrams' size, its arrival time and the socket's count of drops\n"
-"when it queued it (SO_RXQ_OVFL, else 0). Returns how many were read.");
+"when it queued it (SO_RXQ_OVFL, else 0). The arrival is the kernel's stamp\n"
+"(SO_TIMESTAMPNS, or SO_TIMESTAMPING's software stamp); a message the kernel did not stamp\n"
+"gets the time of the read with `fill`, else NaN. Returns how many were read.");
 
 static PyObject *receive(PyObject *self, PyObject *args)
 {
@@ -428,7 +431,8 @@ static PyObject *receive(PyObject *self, PyObject *args)
     int fd;
     Py_buffer data, table;
     Py_ssize_t slot, count;
-    if (!PyArg_ParseTuple(args, "iw*nnw*", &fd, &data, &slot, &count, &table))
+    int fill = 1;
+    if (!PyArg_ParseTuple(args, "iw*nnw*|p", &fd, &data, &slot, &count, &table, &fill))
         return NULL;
     PyObject *result = NULL;
     if (count < 1 || count > MAX_MESSAGES || slot < 1 || slot > data.len / count
@@ -476,6 +480,13 @@ static PyObject *receive(PyObject *self, PyObject *args)
                 struct timespec stamp;
                 memcpy(&stamp, CMSG_DATA(c), sizeof(stamp));
                 arrival = (double)stamp.tv_sec + (double)stamp.tv_nsec * 1e-9;
+            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPING) {
+                /* three stamps, the software one first; the kernel sends the message only
+                   when one of them is set, and a zero one is not */
+                struct timespec stamp;
+                memcpy(&stamp, CMSG_DATA(c), sizeof(stamp));
+                if (stamp.tv_sec != 0 || stamp.tv_nsec != 0)
+                    arrival = (double)stamp.tv_sec + (double)stamp.tv_nsec * 1e-9;
             } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
                 int size;
                 memcpy(&size, CMSG_DATA(c), sizeof(size));
@@ -488,7 +499,7 @@ static PyObject *receive(PyObject *self, PyObject *args)
             }
         }
         if (arrival < 0)
-            arrival = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+            arrival = fill ? (double)now.tv_sec + (double)now.tv_nsec * 1e-9 : NAN;
         rows[i].length = length;
         rows[i].segment = segment;
         rows[i].arrival = arrival;

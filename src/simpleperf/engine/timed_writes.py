@@ -253,7 +253,8 @@ class CapturedArrivals(ArrivalSource):
     """Each segment's arrival as a capture on this host sees it (segments.Segments): the
     segment that ends with a write's last byte (the sender ends each write's segment there,
     MSG_EOR). A write whose last segment came only when resent is not timed: its first copy
-    was lost, and the sender's departure stamp is the first copy's."""
+    was lost, and the sender's departure stamp is the first copy's. Nor is one whose segment
+    the kernel did not stamp (it came before the kernel's stamping was on)."""
 
     method = "capture"
 
@@ -261,6 +262,7 @@ class CapturedArrivals(ArrivalSource):
         self.segments = segments
         self.base: int | None = None  # the sequence number of the stream's offset 0
         self.resent = 0
+        self.unstamped = 0
 
     def read(self, stamp: float | None) -> tuple[int, float] | None:
         # a segment's first bytes are looked at only until one ties the stream to it; after
@@ -289,6 +291,9 @@ class CapturedArrivals(ArrivalSource):
         arrival, resent = seen
         if resent:
             self.resent += 1
+            return None
+        if arrival is None:
+            self.unstamped += 1
             return None
         return number, arrival
 

@@ -1,6 +1,8 @@
 """When each TCP segment of one connection reached this host, as a capture on it would say:
 a packet socket (AF_PACKET) with a filter for the connection's own packets, each stamped on
-arrival (SO_TIMESTAMPNS), kept to its headers and the first bytes of its data.
+arrival (SO_TIMESTAMPING's software stamp), kept to its headers and the first bytes of its
+data. A packet the kernel did not stamp (one that came before it turned its stamping on) has
+no arrival: SO_TIMESTAMPNS would give it the time of the read, taken for the arrival.
 
 A read of the TCP socket cannot say this: the kernel merges segments that wait in its queues
 (behind a lost one, or for a slow reader) and stamps the merged buffer with its newest
@@ -22,7 +24,13 @@ import struct
 from collections import deque
 
 from . import compiled
-from .tcp import ARRIVAL_CONTROL, SO_TIMESTAMPNS, arrival_stamp
+from .tcp import (
+    SO_TIMESTAMPING,
+    SOF_TIMESTAMPING_RX_SOFTWARE,
+    SOF_TIMESTAMPING_SOFTWARE,
+    TIMESTAMPING_CONTROL,
+    software_stamp,
+)
 
 AF_PACKET = getattr(socket, "AF_PACKET", 17)
 ETH_P_IP = 0x0800
@@ -156,7 +164,8 @@ class Segments:
                 tap.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             with contextlib.suppress(OSError):
                 tap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
-            tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # as tcp.Arrivals's reads
+            tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING,
+                           SOF_TIMESTAMPING_RX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE)
         except BaseException:
             tap.close()
             raise
@@ -169,7 +178,8 @@ class Segments:
         self.batch = bytearray(SNAP * compiled.MESSAGES_PER_RECEIVE) if self.fast else None
         self.table = (bytearray(compiled.RECEIVE_ROW.size * compiled.MESSAGES_PER_RECEIVE)
                       if self.fast else None)
-        self.ends: dict[int, tuple[float, bool]] = {}  # end -> first arrival, resent
+        # end -> first arrival (None: the kernel did not stamp it), resent
+        self.ends: dict[int, tuple[float | None, bool]] = {}
         self.order: deque[int] = deque()
         self.highest: int | None = None  # the highest end seen
         # a write (its header's first two fields: send time and number; any segment's first
@@ -202,12 +212,10 @@ class Segments:
         view = self.view
         while True:
             try:
-                count, ancillary, _, _ = receive([view], ARRIVAL_CONTROL)
+                count, ancillary, _, _ = receive([view], TIMESTAMPING_CONTROL)
             except OSError:  # nothing waiting (BlockingIOError), or the socket is gone
                 return
-            stamp = arrival_stamp(ancillary)
-            if stamp is not None:
-                self._segment(view[:count], stamp, header)
+            self._segment(view[:count], software_stamp(ancillary), header)
 
     def _drain_batches(self, header: struct.Struct | None) -> None:
         """drain() through the compiled path: a system call per MESSAGES_PER_RECEIVE
@@ -219,16 +227,18 @@ class Segments:
         most = compiled.MESSAGES_PER_RECEIVE
         while True:
             try:
-                got = read(fd, batch, SNAP, most, table)
+                got = read(fd, batch, SNAP, most, table, False)  # unstamped: NaN
             except OSError:  # the socket is gone
                 return
             for index in range(got):
                 length, _, stamp, _ = row.unpack_from(table, index * row.size)
-                self._segment(view[index * SNAP:index * SNAP + length], stamp, header)
+                self._segment(view[index * SNAP:index * SNAP + length],
+                              stamp if stamp == stamp else None, header)
             if got < most:
                 return
 
-    def _segment(self, packet: memoryview, stamp: float, header: struct.Struct | None) -> None:
+    def _segment(self, packet: memoryview, stamp: float | None,
+                 header: struct.Struct | None) -> None:
         size = len(packet)
         if self.family == socket.AF_INET:
             if size < 40:
@@ -275,8 +285,8 @@ class Segments:
         if a segment began with it."""
         return self.starts.get(write)
 
-    def arrival(self, end: int) -> tuple[float, bool] | None:
+    def arrival(self, end: int) -> tuple[float | None, bool] | None:
         """(first arrival, whether it was resent) of the segment ending before sequence
-        number `end`, if it was seen."""
+        number `end`, if it was seen; its arrival is None if the kernel did not stamp it."""
         return self.ends.get(end & _MASK)
 

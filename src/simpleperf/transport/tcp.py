@@ -457,14 +457,32 @@ class Arrivals:
 # entered the packet scheduler, queued on the socket's error queue with the byte's number.
 SO_TIMESTAMPING = 37
 SOF_TIMESTAMPING_TX_SCHED = 1 << 8
+SOF_TIMESTAMPING_RX_SOFTWARE = 1 << 3
 SOF_TIMESTAMPING_SOFTWARE = 1 << 4
 SOF_TIMESTAMPING_OPT_ID = 1 << 7
 SOF_TIMESTAMPING_OPT_TSONLY = 1 << 11
 SCM_TSTAMP_SCHED = 1
 _SCM_TIMESTAMPING = struct.Struct("qq")  # the first of three timespecs: software
+# Room for SO_TIMESTAMPING's control message: three stamps, software, (deprecated), hardware
+TIMESTAMPING_CONTROL = socket.CMSG_SPACE(3 * _TIMESPEC.size)
 _EXTENDED_ERROR = struct.Struct("IBBBBII")  # struct sock_extended_err, without the address
 _ERROR_ORIGIN_TIMESTAMPING = 4  # SO_EE_ORIGIN_TIMESTAMPING
 _CONTROL_BYTES = 512
+
+
+def software_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The software stamp (wall clock, seconds) in a recvmsg's SO_TIMESTAMPING message, if
+    the kernel stamped the packet when it came. SO_TIMESTAMPNS cannot say that: for a
+    packet that came before the kernel turned its stamping on (it does so a moment after
+    the first socket asks, from a work queue), a datagram or packet socket is given the
+    time of the read instead, as if it were the arrival."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING \
+                and len(data) >= _SCM_TIMESTAMPING.size:
+            seconds, nanoseconds = _SCM_TIMESTAMPING.unpack_from(data)
+            if seconds or nanoseconds:
+                return seconds + nanoseconds * 1e-9
+    return None
 
 
 class Departures:
