@@ -136,9 +136,10 @@ def run(args: argparse.Namespace, folder: Path, results: Path) -> None:
         rtt = _mean(samples(RTT_SUM, began, end), samples(RTT_COUNT, began, end))
         report(phases, end, goodput, rtt, args.interval, results)
     finally:
-        for process in reversed(started):  # Prometheus, the exporter, then the servers
+        # Prometheus, the exporter, then the servers, each ended before the next: a server
+        # ended under a probe in flight would have the exporter say it could not connect
+        for process in reversed(started):
             process.terminate()
-        for process in started:
             try:
                 process.wait(20)
             except subprocess.TimeoutExpired:

@@ -252,11 +252,15 @@ BAD = {
              r"cannot read .*nowhere/frr.conf"),
     "sysctl": ("sysctls: {kernel.panic: 1}\n", r"node n1: sysctl kernel.panic is not one"),
     # wrong types: one line naming node and field, not a traceback
-    "kind-list": ("kind: [linux]\n", r"node n1: kind must be a string, not list"),
-    "group-list": ("group: [g]\n", r"node n1: group must be a string, not list"),
-    "sysctls-list": ("sysctls: [1, 2]\n", r"node n1: sysctls must be a mapping, not list"),
-    "binds-int": ("binds: 5\n", r"node n1: binds must be a list of strings, not int"),
-    "exec-int": ("exec: 5\n", r"node n1: exec must be a list of strings, not int"),
+    "kind-list": ("kind: [linux]\n", r"node n1: kind must be a string, not a list"),
+    "group-list": ("group: [g]\n", r"node n1: group must be a string, not a list"),
+    "sysctls-list": ("sysctls: [1, 2]\n", r"node n1: sysctls must be a mapping, not a list"),
+    "binds-int": ("binds: 5\n", r"node n1: binds must be a list of strings, not a number"),
+    "exec-int": ("exec: 5\n", r"node n1: exec must be a list of strings, not a number"),
+    # a tc line left unquoted: YAML reads "handle 1: tbf ..." as a mapping
+    "exec-mapping": ("exec: [ip link set eth1 up, tc qdisc add dev eth1 root handle 1: tbf]\n",
+                     r"node n1: exec must be a list of strings; its item 2 is a mapping "
+                     r"\(YAML reads a line that holds ': ' as a mapping: quote it\)"),
     # binds read only regular files inside the topology's folder, and never quote them
     "bind-outside": ("binds: [\"/etc/passwd:/etc/frr/frr.conf\"]\n",
                      r"node n1: bind '/etc/passwd:/etc/frr/frr.conf' reaches outside"),
@@ -279,8 +283,8 @@ for number, (line, operator) in enumerate((
 BAD["exec-extra-word"] = ("exec: [\"ip addr add 10.0.0.1/24 dev eth1 extra\"]\n",
                           r"exec line 'ip addr add 10.0.0.1/24 dev eth1 extra' is not one")
 LINK_BAD = {
-    "vars": ("vars: [1]", r"link 1: vars must be a mapping, not list"),
-    "ipv4": ("ipv4: 5", r"link 1: ipv4 must be a list of strings, not int"),
+    "vars": ("vars: [1]", r"link 1: vars must be a mapping, not a list"),
+    "ipv4": ("ipv4: 5", r"link 1: ipv4 must be a list of strings, not a number"),
 }
 SECRET = "root:$6$s3cret-hash:19000:0:99999:7:::"
 

@@ -20,7 +20,8 @@ def _run_blocks(page: Path, folder: Path) -> list[str]:
 
 
 def test_every_tutorial_is_run_by_a_test():
-    assert {page.stem for page in TUTORIALS.glob("*.md")} == {"bufferbloat", "failover"}
+    assert {page.stem for page in TUTORIALS.glob("*.md")} == {
+        "bufferbloat", "failover", "containerlab", "fleet"}
 
 
 @pytest.mark.slow
@@ -78,3 +79,48 @@ def test_the_failover_tutorial_shows_what_it_says(tmp_path):
     # the failure silences both flows while BGP moves them (a fraction of a second here)
     assert all(outage is not None and 0 < outage < 3 for _, _, outage in outages[:2]), outages
     assert "routes converged" in run
+
+
+@pytest.mark.slow
+def test_the_containerlab_tutorial_shows_what_it_says(tmp_path):
+    """wan as containerlab's files and back: the same 40 ms and about its 50 Mbit/s; a
+    hand-written containerlab file's OSPF neighbours Full, its 10 ms link's 20 ms RTT, and
+    its tc lines read back as the link's rate, delay and queue; the clabernetes export."""
+    exported, wan, ring, k8s = _run_blocks(TUTORIALS / "containerlab.md", tmp_path)
+    assert "wan.clab.yml" in exported and int(exported.split()[-1]) > 10  # tc lines
+    assert 40 <= _ping_avg(wan) < 45, wan
+    rates = [float(rate) for rate in re.findall(r"([\d.]+) Mbps$", wan, re.M)]
+    assert rates and all(40 < rate <= 50 for rate in rates), wan
+    assert re.search(r"^10\.0\.0\.2 .* Full", ring, re.M), ring
+    assert 20 <= _ping_avg(ring) < 24, ring
+    assert re.search(r"r1-r2 .* 20 Mbit/s, delay 10 ms one-way, queue 100 pkt", ring), ring
+    assert "wan.clabernetes.yaml" in k8s
+    assert (tmp_path / "wan-k8s" / "wan.clabernetes.yaml").stat().st_size > 0
+    assert_gone({"h1", "h3", "r1", "r2", "PC1", "PC2", "wan-wire", "ring-wire"})
+
+
+@pytest.mark.slow
+def test_the_fleet_tutorial_shows_what_it_says(tmp_path):
+    """A probe by hand answers in Prometheus' format; the fleet, as Prometheus recorded it
+    and read back, agrees with theory in every phase: site B at its backup's 10 Mbit/s
+    while WB is down, 20 before and after; everything it started is gone after."""
+    (tmp_path / "examples").symlink_to(TUTORIALS.parents[1] / "examples")  # the clone's
+    probe, fleet = _run_blocks(TUTORIALS / "fleet.md", tmp_path)
+    assert re.search(r"^probe_success\{.*\} 1(\.0)?$", probe, re.M), probe
+    assert re.search(r"^simpleperf_tcp_retransmits\{.*\} \d", probe, re.M), probe
+    goodput = re.search(r"^simpleperf_goodput_bits_per_second\{.*\} ([\d.e+]+)$", probe, re.M)
+    assert goodput and float(goodput.group(1)) > 1e8, probe  # loopback: far past 100 Mbit/s
+    rows = {(m.group(1), m.group(2)): (int(m.group(3)), float(m.group(4)), float(m.group(5)),
+                                       m.group(6))
+            for m in re.finditer(r"^(\w)\s+(before|failed|after)\s+(\d+)\s+([\d.]+)\s+"
+                                 r"([\d.]+)\s+\S+\s+\S+\s+(ok|OFF)$", fleet, re.M)}
+    assert len(rows) == 9, fleet
+    assert [rows[("B", phase)][2] for phase in ("before", "failed", "after")] == \
+        [20.0, 10.0, 20.0]
+    assert rows[("A", "failed")][2] == 50.0 and rows[("C", "failed")][2] == 100.0
+    assert all(verdict == "ok" and probes >= 2 for probes, _, _, verdict in rows.values()), \
+        fleet
+    (folder,) = (tmp_path / "fleet-results").iterdir()
+    assert (folder / "series.csv").read_text().count("\n") > 9
+    assert (folder / "goodput.png").stat().st_size > 0
+    assert_gone({"mon", "ha", "hb", "hc", "r0", "ra", "rb", "rc"})

@@ -134,16 +134,31 @@ def _typed(where: str, spec: dict[str, Any], fields: dict[str, type | str]) -> N
         value = spec.get(key)
         if value is None:
             continue
+        if wanted == STRINGS and isinstance(value, list):
+            for number, item in enumerate(value, 1):
+                if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+                    hint = (" (YAML reads a line that holds ': ' as a mapping: quote it)"
+                            if isinstance(item, dict) else "")
+                    raise TopologyError(f"{where}: {key} must be {STRINGS}; its item "
+                                        f"{number} is {_kind(item)}{hint}")
+            continue
         if wanted == STRINGS:
-            right = isinstance(value, list) and all(
-                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value)
+            right = False
         else:
             assert isinstance(wanted, type)
             right = isinstance(value, wanted)
         if not right:
             names: dict[object, str] = {str: "a string", dict: "a mapping", list: "a list"}
             name = wanted if isinstance(wanted, str) else names[wanted]
-            raise TopologyError(f"{where}: {key} must be {name}, not {type(value).__name__}")
+            raise TopologyError(f"{where}: {key} must be {name}, not {_kind(value)}")
+
+
+def _kind(value: object) -> str:
+    """A YAML value's kind in words, for a refusal."""
+    if value is None:
+        return "empty"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "true or false",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def to_table(document: Any, folder: Path, notes: list[str]) -> dict[str, Any]:
