@@ -2,7 +2,8 @@
 site is built (a MkDocs hook: mkdocs.yml names this file), so that a page cannot say what the
 code does not: every flag from the argparse parsers (the man pages' source too), every link
 property from the link property table, every result figure from result_fields.py, the flow
-kinds and queue disciplines from their registries, the exit statuses from errors.py.
+kinds and queue disciplines from their registries, the exit statuses from errors.py, every
+key of the lab's and the exporter's files from the key tables their parsers check.
 
 `python3 scripts/reference_pages.py FOLDER` writes the same pages into FOLDER."""
 
@@ -17,23 +18,33 @@ from pathlib import Path
 from typing import Any
 
 from simpleperf import cli, errors, result_fields
-from simpleperf.exporter import web
+from simpleperf.exporter import modules, web
 from simpleperf.lab import commands
-from simpleperf.lab.model import flows, link_properties, theory, verdicts
+from simpleperf.lab.model import (
+    events,
+    experiment,
+    flows,
+    link_properties,
+    routing,
+    theory,
+    topology,
+    traces,
+    verdicts,
+)
 from simpleperf.lab.net.shaping import aqm
 
 HEADER = ("<!-- Made from the code when the site is built (scripts/reference_pages.py): "
           "edit the table it names, not this page. -->\n\n")
 
 
-def _cell(text: Any) -> str:
+def cell(text: Any) -> str:
     """One Markdown table cell: no line breaks, pipes escaped."""
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -221,7 +232,70 @@ def verdict_page() -> str:
             + _table(["name", "value", "meaning"], _constants(theory)))
 
 
+def _keys(keys: dict[str, str], takers: dict[str, str] | None = None) -> str:
+    head = ["key", "meaning"] + (["flows"] if takers is not None else [])
+    rows = [[f"`{key}`", meaning] + ([takers[key]] if takers is not None else [])
+            for key, meaning in keys.items()]
+    return _table(head, rows)
+
+
+def file_format_page() -> str:
+    properties = "[link properties](link-properties.md)"
+    one = "[link property](link-properties.md)"
+    live = ", ".join(f"`{name}`" for name in events.SET_FIELDS)
+    swept = ", ".join(f"`{name}`" for name in link_properties.SWEPT)
+    kinds = {name: ", ".join(k.name for k in flows.KINDS.values() if name in k.fields)
+             for name in flows.FIELDS}
+    return (HEADER + "# File formats\n\nEvery key the lab's TOML files and the exporter's "
+            "modules file take, from the tables their parsers check (a key that is not "
+            "here is refused in one line naming it and where it was). Values with units "
+            "take them as the command line does: `\"50M\"`, `\"20ms\"`, `\"64K\"`, "
+            "`\"1%\"`.\n\n"
+            "## Topology files\n\n`simpleperf lab up FILE.toml`; the shipped ones are in "
+            "`src/simpleperf/lab/data/topologies/` (`TOPOLOGY_KEYS` and the tables beside it "
+            "in `src/simpleperf/lab/model/topology.py`).\n\n"
+            + _keys(topology.TOPOLOGY_KEYS)
+            + "\n### `[hosts]`: each host's table\n\n" + _keys(topology.HOST_KEYS)
+            + "\n### `[routers]`: each router's table\n\n" + _keys(topology.ROUTER_KEYS)
+            + "\nA switch's table takes no keys.\n\n### `[[links]]`\n\n"
+            + _keys(topology.LINK_KEYS)
+            + f"\nand every {one} by its topology key (`bw = \"50M\"`, `delay = "
+            "\"20ms\"`), for both directions.\n\n### `[timers]`\n\n"
+            + _keys(routing.TIMER_KEYS)
+            + "\n## Experiment files\n\n`simpleperf lab run FILE.toml`; the shipped ones "
+            "are in `src/simpleperf/lab/data/experiments/` (`EXPERIMENT_KEYS` and the tables "
+            "beside it in `src/simpleperf/lab/model/experiment.py`).\n\n"
+            + _keys(experiment.EXPERIMENT_KEYS)
+            + "\n### `[timing]` and `[quick]`\n\n" + _keys(experiment.TIMING_KEYS)
+            + "\n### `[[steps]]`\n\n" + _keys(experiment.STEP_KEYS)
+            + "\n### A step's flows\n\nEvery flow takes these (`COMMON_KEYS` in "
+            "`src/simpleperf/lab/model/flows.py`):\n\n" + _keys(flows.COMMON_KEYS)
+            + "\nand the fields of its kind (`FIELDS`; [flow kinds](flow-kinds.md) says how "
+            "each kind runs):\n\n"
+            + _keys({name: meaning for name, (_, meaning) in flows.FIELDS.items()}, kinds)
+            + "\n### A step's events\n\n" + _keys(events.EVENT_KEYS)
+            + f"\nand, with `action = \"set\"`, the {properties} that change on a running "
+            f"link: {live}.\n\n### `[sweep]`\n\n" + _keys(experiment.SWEEP_KEYS)
+            + f"\nA link's sweeps: {swept}; a TCP flow's: "
+            + ", ".join(f"`{name}`" for name in experiment.FLOW_SWEEPS)
+            + f".\n\n### `[pair]`\n\nThe {properties} of `topology = \"pair\"`'s link, "
+            "by their flags' names without dashes (`rate`, `delay`, `qdisc`): what `simpleperf "
+            "lab up pair --rate 50M ...` takes.\n\n"
+            "## Trace files\n\nMahimahi's format, read as is "
+            "(`src/simpleperf/lab/model/traces.py`): one whole number per line, a "
+            f"millisecond at which the link may deliver {traces.PACKET_BYTES} bytes; the "
+            "numbers never go back, a millisecond given k times is k opportunities, and the "
+            "schedule repeats after the last line's millisecond, for as long as the link "
+            f"runs. At most {traces.MAX_TRACE_BYTES >> 20} MB, and a period of at most "
+            f"{traces.MAX_PERIOD_MS // 3_600_000} hours. A link takes one with `trace = "
+            "\"FILE\"` (or a shipped name) in place of `bw`.\n\n"
+            "## Exporter modules\n\n`simpleperf exporter --config FILE.toml`: a table "
+            "`[modules.NAME]` per module, beside the built-in ones (`MODULE_KEYS` in "
+            "`src/simpleperf/exporter/modules.py`).\n\n" + _keys(modules.MODULE_KEYS))
+
+
 PAGES = {
+    "reference/file-formats.md": file_format_page,
     "reference/command-line.md": command_line,
     "reference/link-properties.md": link_property_page,
     "reference/result-fields.md": result_field_page,

@@ -134,6 +134,27 @@ def test_every_table_the_reference_is_made_from_is_on_its_page():
     assert all(f"`{name}`" in statuses for name in constants)
 
 
+def test_every_key_the_files_take_is_on_the_file_format_page_with_its_meaning():
+    from simpleperf.exporter import modules
+    from simpleperf.lab.model import events, experiment, flows, routing, topology
+
+    page = reference_pages.file_format_page()
+    tables = [topology.TOPOLOGY_KEYS, topology.HOST_KEYS, topology.ROUTER_KEYS,
+              topology.LINK_KEYS, routing.TIMER_KEYS, experiment.EXPERIMENT_KEYS,
+              experiment.TIMING_KEYS, experiment.STEP_KEYS, experiment.SWEEP_KEYS,
+              flows.COMMON_KEYS, {name: meaning for name, (_, meaning) in flows.FIELDS.items()},
+              events.EVENT_KEYS, modules.MODULE_KEYS]
+    for table in tables:
+        for key, meaning in table.items():
+            cell = reference_pages.cell(meaning)
+            assert meaning.strip() and f"| `{key}` | {cell} |" in page, key
+    # the parsers take exactly these: each node kind is a top-level key, and the keys
+    # every flow takes and each kind's own are the flow's whole table
+    assert set(topology.NODE_KINDS) <= set(topology.TOPOLOGY_KEYS)
+    assert set(flows.COMMON_KEYS) | set(flows.FIELDS) == flows.FLOW_FIELDS
+    assert set(modules.MODULE_KEYS) == modules.FIELDS
+
+
 def test_every_constant_of_theory_and_verdicts_says_what_it_is():
     """The verdict page lists them with the comments beside or above them: one without is
     a forgotten row."""

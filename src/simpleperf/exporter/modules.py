@@ -32,8 +32,24 @@ MIN_DURATION = 0.5
 MAX_CONFIG_BYTES = 1 << 20
 MAX_MODULES = 1000
 RTT_INTERVAL = 0.1  # seconds between the rtt prober's probes
-FIELDS = {"prober", "duration", "direction", "parallel", "rate", "length", "congestion",
-          "dscp", "server", "trip_times", "port"}
+# A module's keys in the --config file ([modules.NAME]), with what each says (the
+# file-format reference's source); anything else is refused
+MODULE_KEYS = {
+    "prober": f"what a probe runs: {', '.join(repr(p) for p in PROBERS)} (default 'tcp')",
+    "duration": f"seconds the test runs, {MIN_DURATION:g}..{MAX_DURATION:g} (default 5; "
+                "rpm's time limit)",
+    "direction": f"{', '.join(repr(d) for d in DIRECTIONS)} (default 'forward')",
+    "parallel": "streams at once (default 1)",
+    "rate": "bits/s a UDP test sends, `\"50M\"` (default 10 Mbit/s)",
+    "length": "bytes a write or datagram",
+    "congestion": "the sender's congestion control, e.g. `\"bbr\"`",
+    "dscp": "the DSCP its packets carry: `\"EF\"` or 0..63",
+    "server": f"what the targets run: {', '.join(repr(s) for s in SERVERS)} (default "
+              "'simpleperf')",
+    "trip_times": "`true`: one-way delays too (the two ends' clocks must agree)",
+    "port": "the target's port when the target names none",
+}
+FIELDS = set(MODULE_KEYS)
 
 
 class ConfigError(ValueError):

@@ -16,7 +16,16 @@ from . import datafiles, link_properties
 
 ACTIONS = ("down", "up", "set")
 SET_FIELDS = tuple(p.mininet for p in link_properties.LIVE)
-EVENT_FIELDS = {"at", "link", "node", "action", *SET_FIELDS}
+# An event's keys besides the link properties `set` changes (SET_FIELDS), with what each
+# says (the file-format reference's source)
+EVENT_KEYS = {
+    "at": "when, on the flows' clock: `\"10s\"` after they start",
+    "link": "the link it changes (or `node`)",
+    "node": "the node whose every link it takes down or up (or `link`)",
+    "action": f"{', '.join(repr(a) for a in ACTIONS)}: `set` changes the link's "
+              "properties given beside it (`delay = \"30ms\"`)",
+}
+EVENT_FIELDS = {*EVENT_KEYS, *SET_FIELDS}
 MAX_EVENTS = 100
 MAX_AT_SECONDS = 3600.0
 

@@ -33,7 +33,53 @@ EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 PAIR_FIELDS = link_properties.NAMES
 LINK_SWEEPS = link_properties.SWEPT
 FLOW_SWEEPS = ("window", "length", "parallel")
-TIMING_FIELDS = {"duration", "ping_count", "ping_interval"}
+# Every key of an experiment file and what it says, a table per table of the file: the
+# parser takes these and refuses any other; the file-format reference is made from them.
+EXPERIMENT_KEYS = {
+    "name": "the experiment's name, which names its results folder: 1-40 letters, digits, "
+            "'_', '.' or '-' (default: the file's name)",
+    "description": "a line that `lab list` shows",
+    "topology": "a shipped topology's name or a topology file's path (relative to this "
+                "file's folder)",
+    "congestion": "the TCP flows' congestion control unless a flow names its own, e.g. "
+                  "`\"cubic\"` (and every node's default that names none)",
+    "timing": "`[timing]`: how long steps run (keys below)",
+    "quick": "`[timing]`'s keys for `--quick`; scp and http flows then move the same "
+             "share of their size",
+    "cases": "titles of the cases steps belong to: `cases.1 = \"Link latency\"`",
+    "steps": "the steps, `[[steps]]`, run in order, a table each (keys below)",
+    "pair": "with `topology = \"pair\"`: its link's properties, as `lab up pair` takes "
+            "them (`rate = \"50M\"`)",
+    "sweep": "`[sweep]`: every step at each value of one parameter (keys below)",
+    "capture": "links or NODE:IFACE captured during every step: `[\"L2\", \"h1:h1-eth0\"]`",
+    "capture_limit": "the most each capture file may take, bytes or `\"200M\"` "
+                     f"(default {DEFAULT_CAPTURE_LIMIT / 1e6:g} MB)",
+}
+QUICK_TIMING = Timing(5.0, 5, 0.2)  # --quick's, where the file's [quick] says nothing
+TIMING_KEYS = {
+    "duration": f"seconds a measured flow runs (default {Timing().duration:g}; quick "
+                f"{QUICK_TIMING.duration:g})",
+    "ping_count": f"echo requests a ping flow sends (default {Timing().ping_count}; quick "
+                  f"{QUICK_TIMING.ping_count})",
+    "ping_interval": f"seconds between them (default {Timing().ping_interval:g}; quick "
+                     f"{QUICK_TIMING.ping_interval:g})",
+}
+TIMING_FIELDS = set(TIMING_KEYS)
+STEP_KEYS = {
+    "case": "the case it belongs to (a key of `cases`; default its number)",
+    "name": "its name in the report (default `step N`)",
+    "flows": "its flows, started at one instant: `[{ kind = \"tcp\", from = \"h1\", "
+             "to = \"h4\" }]` (keys below)",
+    "repeat": "times it runs (default 1)",
+    "capture": "links or NODE:IFACE captured while it runs, beside the experiment's",
+    "events": "changes to the network while it runs, on the flows' clock (keys below)",
+}
+SWEEP_KEYS = {
+    "parameter": "a link property that sweeps, or a TCP flow's `window`, `length` or "
+                 "`parallel`",
+    "values": "its values, as the property or field takes them: `[\"5ms\", \"10ms\"]`",
+    "repeat": "rounds at each value, for a mean and its confidence interval (default 1)",
+}
 MAX_SWEEP_VALUES = 100  # a sweep's points (each run `repeat` times, each a whole step)
 MAX_SWEEP_REPEAT = 100
 MAX_STEP_REPEAT = 1000
@@ -105,8 +151,7 @@ def load(name_or_path: str, congestion: str | None = None) -> Experiment:
 def parse(text: str, default_name: str = "experiment", base: Path | None = None,
           origin: Path | None = None, congestion: str | None = None) -> Experiment:
     data = datafiles.parse_toml(text, ExperimentError, origin)
-    _only(data, {"name", "description", "topology", "timing", "quick", "cases", "steps",
-                 "pair", "sweep", "capture", "capture_limit", "congestion"}, "experiment")
+    _only(data, set(EXPERIMENT_KEYS), "experiment")
     topology = data.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ExperimentError("experiment: topology must name a topology, e.g. "
@@ -114,7 +159,7 @@ def parse(text: str, default_name: str = "experiment", base: Path | None = None,
     if base is not None and topology.endswith(".toml") and not Path(topology).is_absolute():
         topology = str(base / topology)
     timing = _timing(data.get("timing", {}), Timing(), "timing")
-    quick = _timing(data.get("quick", {}), Timing(5.0, 5, 0.2), "quick")
+    quick = _timing(data.get("quick", {}), QUICK_TIMING, "quick")
     cases = data.get("cases", {})
     if not isinstance(cases, dict) or not all(isinstance(v, str) for v in cases.values()):
         raise ExperimentError("cases must be a table of titles, e.g. cases.1 = \"...\"")
@@ -189,7 +234,7 @@ def _sweep(raw: Any, topology: str, pair: dict[str, Any] | None, steps: tuple[St
         return None
     if not isinstance(raw, dict):
         raise ExperimentError("[sweep] must be a table with parameter and values")
-    _only(raw, {"parameter", "values", "repeat"}, "sweep")
+    _only(raw, set(SWEEP_KEYS), "sweep")
     parameter = raw.get("parameter")
     if parameter not in LINK_SWEEPS + FLOW_SWEEPS:
         raise ExperimentError(f"sweep: parameter must be one of "
@@ -281,7 +326,7 @@ def _step(raw: Any, index: int, everywhere: tuple[str, ...]) -> Step:
     name = datafiles.text(raw.get("name", f"step {index}"), f"step {index}: name",
                           ExperimentError)
     where = f"step {index} ({name})"
-    _only(raw, {"case", "name", "flows", "repeat", "capture", "events"}, where)
+    _only(raw, set(STEP_KEYS), where)
     capture = tuple(dict.fromkeys(everywhere + _places(raw.get("capture", []),
                                                        f"{where}: capture")))
     raw_flows = raw.get("flows")

@@ -32,7 +32,18 @@ from ...units import parse_rate, parse_size
 from . import datafiles
 from .errors import ExperimentError
 
-COMMON_FIELDS = frozenset({"kind", "from", "to", "address", "label", "duration"})
+# What every flow's table takes, with what each says (the file-format reference's source);
+# each kind's own fields are FIELDS below.
+COMMON_KEYS = {
+    "kind": "what runs: `tcp`, `udp`, `ping`, `scp`, `http` or `command` (the flow "
+            "kinds' reference)",
+    "from": "the node it runs from: its client, the sender unless it measures the other way",
+    "to": "the node it runs to: its server",
+    "address": "the address it reaches `to` at (default: `to`'s first)",
+    "label": "its name in the report (default `FROM-TO`)",
+    "duration": "seconds it runs, an application's longest (default: the timing's)",
+}
+COMMON_FIELDS = frozenset(COMMON_KEYS)
 CONTENTS = ("random", "sparse")
 # tcp and udp flows: whose server measures (simpleperf's client drives each, reading its
 # own JSON: --iperf3 and --iperf2 against iperf3 -s and iperf -s)
@@ -167,7 +178,7 @@ def parse(raw: Any, where: str) -> Flow:
     if "duration" in raw:
         values["duration"] = datafiles.seconds(raw["duration"], f"{where}: duration",
                                                ExperimentError)
-    for name, read in FIELDS.items():
+    for name, (read, _) in FIELDS.items():
         if name in raw:
             values.update(read(raw, kind, name, f"{where}: {name}"))
     values.update(_defaults(raw, kind, where))
@@ -334,11 +345,33 @@ def _command(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict
     return {name: command}
 
 
-# Each field a kind may take, read in this order (frames after rate, which it refuses).
-FIELDS = {"parallel": _count_of(1, MAX_PARALLEL), "rate": _rate, "frames": _frames,
-          "length": _length, "congestion": _congestion, "window": _window, "dscp": _dscp,
-          "count": _count_of(1, MAX_COUNT), "interval": _interval,
-          "rtt_under_load": _rtt_under_load, "l4s": _l4s, "mptcp": _mptcp, "tool": _tool,
-          "size": _size,
-          "content": _content,
-          "objects": _count_of(1, MAX_OBJECTS), "server": _command, "client": _command}
+# Each field a kind may take: how it is read, in this order (frames after rate, which it
+# refuses), and what it says (the file-format reference's source).
+FIELDS: dict[str, tuple[Any, str]] = {
+    "parallel": (_count_of(1, MAX_PARALLEL), f"TCP connections at once, 1..{MAX_PARALLEL} (`-P`)"),
+    "rate": (_rate, "a UDP flow's rate: `\"25M\"`; `\"auto\"` (the default), 90 % of its "
+                    "path's bottleneck; or `\"probe\"`, found by `--probe` before it runs"),
+    "frames": (_frames, "UDP video frames, `\"60:20M,2M\"`: frames a second, their mean "
+                        "rate and its deviation (iperf2's `--isochronous`)"),
+    "length": (_length, "a UDP datagram's bytes, or a TCP write's (`-l`)"),
+    "congestion": (_congestion, "the sender's congestion control, e.g. `\"bbr\"` (`-C`)"),
+    "window": (_window, "TCP's socket buffers at both ends, e.g. `\"64K\"` (`-w`)"),
+    "dscp": (_dscp, "the DSCP its packets carry: `\"EF\"`, `\"AF41\"`, `\"CS1\"` or 0..63"),
+    "count": (_count_of(1, MAX_COUNT), "echo requests a ping sends (default: the timing's)"),
+    "interval": (_interval, "seconds between them (default: the timing's)"),
+    "rtt_under_load": (_rtt_under_load, "`true`: a ping runs beside it, reported with it"),
+    "l4s": (_l4s, "`true`: a scalable (L4S) UDP sender, ECT(1), that answers CE marks"),
+    "mptcp": (_mptcp, "`true`: Multipath TCP, a subflow over each path that shares no "
+                      "link with another"),
+    "tool": (_tool, "whose server measures: `\"simpleperf\"` (the default), `\"iperf3\"` "
+                    "or `\"iperf2\"`"),
+    "size": (_size, f"bytes it moves, `\"100M\"` (default {DEFAULT_TRANSFER_SIZE / 1e6:g} MB)"),
+    "content": (_content, "what the bytes are: `\"random\"` (the default; no compression "
+                          "shrinks them) or `\"sparse\"` (zeros)"),
+    "objects": (_count_of(1, MAX_OBJECTS), "HTTP objects fetched one after another over "
+                                           "one connection (default 1)"),
+    "server": (_command, "a command run in `to` first (`{port}` filled in); with "
+                         "`--allow-commands`"),
+    "client": (_command, "the command run in `from`, timed to its exit (`{address}` and "
+                         "`{port}` filled in)"),
+}

@@ -22,8 +22,18 @@ PROTOCOLS = ("static", "ospf")
 # of its addresses and ports (the kernel's and most routers' default), or packet by packet in
 # turn (what shows what reordering across paths of different delay does to jitter and TCP).
 MULTIPATH_MODES = ("per-flow", "per-packet")
-TIMER_FIELDS = {"ospf_hello", "ospf_dead", "bgp_keepalive", "bgp_hold", "bfd",
-                "bfd_interval"}
+# A topology's [timers], each key with what it sets (the file-format reference's source)
+TIMER_KEYS = {
+    "ospf_hello": "seconds between OSPF hellos (default 1; FRR's own is 10)",
+    "ospf_dead": "seconds without a hello before an OSPF neighbour is down (default 4)",
+    "bgp_keepalive": "seconds between BGP keepalives (default 1)",
+    "bgp_hold": "seconds without a keepalive before a BGP session ends (default 3, at "
+                "least 3 keepalives)",
+    "bfd": "`true`: BFD beside OSPF and BGP, which notices a silent failure in a fraction "
+           "of a second",
+    "bfd_interval": "seconds between BFD packets, down after 3 missed (default 0.1)",
+}
+TIMER_FIELDS = set(TIMER_KEYS)
 MAX_COST = 65535  # OSPF's interface cost is 16 bits
 MAX_ASN = 4294967295  # four-octet AS numbers
 MAX_FRAGMENT = 20_000  # characters of a router's raw FRR configuration

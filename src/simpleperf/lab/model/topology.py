@@ -33,13 +33,62 @@ INTERFACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
 INTERFACE_RULE = "1-15 letters, digits, '_', '.' or '-'"
 LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,9}")
 LINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
-LINK_FIELDS = {"name", "a", "b", "a_address", "b_address", "a_interface", "b_interface",
-               "a_to_b", "b_to_a", "cost", *MININET_NAMES}
+# Every key of a topology file and what it says, a table per table of the file: the parser
+# takes these and refuses any other, and the documentation's file-format reference is made
+# from them.
+TOPOLOGY_KEYS = {
+    "name": "the lab's name: 1-10 lowercase letters, digits or '-', starting with a letter "
+            "(default: the file's name)",
+    "description": "a line that `lab list` shows",
+    "hosts": "the hosts, a table each: `h1 = {}` (keys below)",
+    "routers": "the routers, a table each: `r1 = { asn = 65001 }`; they forward",
+    "switches": "the switches (Linux bridges), a table each: `s1 = {}`",
+    "links": "the links, `[[links]]`, a table each (keys below)",
+    "routing": f"{' or '.join(repr(p) for p in routing.PROTOCOLS)}: routes from the links "
+               "(the default), or FRR's daemons on every router (OSPF; BGP between `asn`s)",
+    "multipath": f"{' or '.join(repr(m) for m in routing.MULTIPATH_MODES)}: how a router "
+                 "spreads packets over equal-cost paths, a flow to a path by a hash (the "
+                 "default) or packet by packet in turn",
+    "timers": "the routing protocols' timers, `[timers]` (keys below); only with routing",
+}
 # A host's or router's TCP: `ecn` (net.ipv4.tcp_ecn: true asks for ECN on the connections
 # it opens, false refuses it; unset, the kernel's default answers ECN only when asked) and
 # `congestion` (net.ipv4.tcp_congestion_control: what its TCP senders run unless told).
-NODE_FIELDS = {"hosts": {"routes", "ecn", "congestion"},
-               "routers": {"routes", "asn", "frr", "ecn", "congestion"}, "switches": set()}
+HOST_KEYS = {
+    "routes": "static routes: `[\"10.0.2.0/24 via 10.0.1.1\", \"default via 10.0.1.1\"]` "
+              "(with static routing the lab adds the rest)",
+    "ecn": "`true`: its TCP asks for ECN on the connections it opens; `false`: refuses it; "
+           "unset, the kernel's default (answers when asked)",
+    "congestion": "its TCP senders' congestion control unless told, e.g. `\"cubic\"` "
+                  "(`net.ipv4.tcp_congestion_control`)",
+}
+ROUTER_KEYS = {
+    **HOST_KEYS,
+    "asn": "its autonomous system, 1..4294967295 (with `routing = \"ospf\"`: OSPF inside "
+           "one, BGP between them)",
+    "frr": "FRR configuration lines of your own, added after the lab's (with routing)",
+}
+NODE_KEYS: dict[str, dict[str, str]] = {"hosts": HOST_KEYS, "routers": ROUTER_KEYS,
+                                        "switches": {}}
+NODE_FIELDS = {kind: set(keys) for kind, keys in NODE_KEYS.items()}
+# A link's own keys; besides them it takes every link property by its Mininet name (bw,
+# delay, ...: link_properties.PROPERTIES), for both directions.
+LINK_KEYS = {
+    "name": "the link's name in `lab link`, events and captures: 1-32 letters, digits, "
+            "'_', '.' or '-' (default: `A-B`)",
+    "a": "the node at one end",
+    "b": "the node at the other end",
+    "a_address": "a's address with its prefix length, `\"10.0.1.1/24\"` (none at a switch)",
+    "b_address": "b's address with its prefix length (none at a switch)",
+    "a_interface": "the interface's name in a (default `A-ethN`, Mininet's way; "
+                   "containerlab's `eth1`)",
+    "b_interface": "the interface's name in b (default `B-ethN`)",
+    "a_to_b": "link properties for the direction from a to b alone, over the link's: "
+              "`a_to_b = { bw = \"10M\" }`",
+    "b_to_a": "link properties for the direction from b to a alone, over the link's",
+    "cost": "its OSPF cost at both ends, 1..65535 (with routing)",
+}
+LINK_FIELDS = {*LINK_KEYS, *MININET_NAMES}
 DATA_DIR = Path(__file__).parents[1] / "data" / "topologies"
 # A lab is namespaces and processes on one machine: `lab up`, `status` and `down` take time
 # in proportion to its size up to these (bench/lab_scale.py times them).
@@ -243,8 +292,7 @@ def parse(text: str, default_name: str = "lab", origin: Path | None = None) -> T
 
 
 def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "") -> Topology:
-    _only(data, {"name", "description", *NODE_KINDS, "links", "routing", "multipath",
-                 "timers"}, "topology")
+    _only(data, set(TOPOLOGY_KEYS), "topology")
     routing_plan = routing.parse(data)
     name = datafiles.name(data.get("name", default_name), LAB_NAME, "topology name",
                           "1-10 lowercase letters, digits or '-', starting with a letter",
