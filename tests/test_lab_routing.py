@@ -67,7 +67,6 @@ def campus():
     assert not frr_processes("campus")
 
 
-@pytest.mark.guest
 def test_ospf_converges_and_fails_over_to_the_backup_link_and_back(campus):
     """Every host reaches every other through r2 (cost 20), the backup r1-r3 (cost 30)
     carries traffic while C2 is down, and r2's path returns when it comes back."""
