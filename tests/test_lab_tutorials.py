@@ -21,7 +21,7 @@ def _run_blocks(page: Path, folder: Path) -> list[str]:
 
 def test_every_tutorial_is_run_by_a_test():
     assert {page.stem for page in TUTORIALS.glob("*.md")} == {
-        "bufferbloat", "failover", "containerlab", "fleet"}
+        "bufferbloat", "failover", "containerlab", "fleet", "portfolio"}
 
 
 @pytest.mark.slow
@@ -124,3 +124,20 @@ def test_the_fleet_tutorial_shows_what_it_says(tmp_path):
     assert (folder / "series.csv").read_text().count("\n") > 9
     assert (folder / "goodput.png").stat().st_size > 0
     assert_gone({"mon", "ha", "hb", "hc", "r0", "ra", "rb", "rc"})
+
+
+@pytest.mark.slow
+def test_the_portfolio_tutorial_shows_what_it_says(tmp_path):
+    """h1 to h9 across all three links at their 80 ms; L1 by hand: 20 ms and about 35 of its
+    40 Mbit/s. The page's last block, all five cases, is Getting started's own, which its
+    test runs and checks (tests/test_lab_run.py): the same text, run once."""
+    *blocks, run = bash_blocks(TUTORIALS / "portfolio.md")
+    started = bash_blocks(TUTORIALS.parent / "getting-started.md")
+    assert run.strip() == started[-1].strip() == "simpleperf lab run portfolio --quick"
+    up, link = run_blocks(blocks, tmp_path)
+    assert re.search(r"L1 .* 40 Mbit/s, delay 10 ms one-way, queue 67 pkt", up), up
+    assert 80 <= _ping_avg(up) < 84, up
+    assert 20 <= _ping_avg(link) < 22, link
+    rates = [float(rate) for rate in re.findall(r"([\d.]+) Mbps$", link, re.M)]
+    assert rates and all(30 < rate <= 40 for rate in rates), link
+    assert_gone({"h1", "h9", "r1", "r2", "r3", "r4", "portfolio-wire"})
