@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from simpleperf.engine.clock import IntervalClock
@@ -77,6 +77,8 @@ def test_jain_index():
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1e12), min_size=1, max_size=50))
+@example([1.4667056381269665e-160] * 2)  # squares subnormal: 1.0000574 before scaling
+@example([5e-324, 1e-320, 0.0])
 def test_jain_index_is_between_1_over_n_and_1(values):
     index = jain_index(values)
     assert 1 / len(values) - 1e-9 <= index <= 1 + 1e-9

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -13,11 +14,14 @@ def jain_index(throughputs: Sequence[float]) -> float:
     """Jain's fairness index: (sum x)^2 / (n * sum x^2); 1.0 is perfectly fair."""
     if not throughputs:
         raise ValueError("fairness of no flows is undefined")
-    total = sum(throughputs)
-    squares = sum(x * x for x in throughputs)
-    if squares == 0:
+    # in units of the largest: squares of tiny rates (1e-160) would fall into the floats'
+    # subnormal range, where they keep a few digits, and the index leave [1/n, 1]
+    largest = max(throughputs)
+    if largest == 0:
         return 1.0
-    return total * total / (len(throughputs) * squares)
+    scaled = [x / largest for x in throughputs]
+    total = math.fsum(scaled)
+    return total * total / (len(scaled) * math.fsum(x * x for x in scaled))
 
 
 def rates_while_all_ran(flows: Sequence[Sequence[tuple[float, float, int]]]
