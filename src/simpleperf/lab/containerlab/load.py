@@ -141,24 +141,21 @@ def _typed(where: str, spec: dict[str, Any], fields: dict[str, type | str]) -> N
                             if isinstance(item, dict) else "")
                     raise TopologyError(f"{where}: {key} must be {STRINGS}; its item "
                                         f"{number} is {_kind(item)}{hint}")
-            continue
-        if wanted == STRINGS:
-            right = False
-        else:
-            assert isinstance(wanted, type)
-            right = isinstance(value, wanted)
-        if not right:
-            names: dict[object, str] = {str: "a string", dict: "a mapping", list: "a list"}
-            name = wanted if isinstance(wanted, str) else names[wanted]
+        elif isinstance(wanted, str) or not isinstance(value, wanted):  # str: STRINGS
+            name = wanted if isinstance(wanted, str) else _WORDS[wanted]
             raise TopologyError(f"{where}: {key} must be {name}, not {_kind(value)}")
+
+
+# A YAML value's type in words, for a refusal
+_WORDS: dict[type, str] = {dict: "a mapping", list: "a list", str: "a string",
+                           bool: "true or false", int: "a number", float: "a number"}
 
 
 def _kind(value: object) -> str:
     """A YAML value's kind in words, for a refusal."""
     if value is None:
         return "empty"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "true or false",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return _WORDS.get(type(value), type(value).__name__)
 
 
 def to_table(document: Any, folder: Path, notes: list[str]) -> dict[str, Any]:
