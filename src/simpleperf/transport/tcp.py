@@ -525,12 +525,11 @@ class Departures:
                 return found
             except OSError:
                 return found
-            stamp = key = None
+            stamp, key = software_stamp(ancillary), None
             for level, kind, data in ancillary:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING:
-                    seconds, nanoseconds = _SCM_TIMESTAMPING.unpack_from(data)
-                    stamp = seconds + nanoseconds * 1e-9
-                elif len(data) >= _EXTENDED_ERROR.size:
+                    continue  # the stamp, read above
+                if len(data) >= _EXTENDED_ERROR.size:
                     _, origin, _, _, _, info, data_ = _EXTENDED_ERROR.unpack_from(data)
                     if origin == _ERROR_ORIGIN_TIMESTAMPING and info == SCM_TSTAMP_SCHED:
                         key = data_
