@@ -152,7 +152,6 @@ def test_every_key_the_files_take_is_on_the_file_format_page_with_its_meaning():
     # every flow takes and each kind's own are the flow's whole table
     assert set(topology.NODE_KINDS) <= set(topology.TOPOLOGY_KEYS)
     assert set(flows.COMMON_KEYS) | set(flows.FIELDS) == flows.FLOW_FIELDS
-    assert set(modules.MODULE_KEYS) == modules.FIELDS
 
 
 def test_every_constant_of_theory_and_verdicts_says_what_it_is():

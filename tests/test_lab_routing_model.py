@@ -187,7 +187,7 @@ _values = st.one_of(st.none(), st.integers(-5, 2**33), st.text(max_size=12),
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["routing", "timers", "asn", "frr", "cost", "timer", "multipath"]),
-       st.sampled_from(sorted(routing.TIMER_FIELDS)), _values)
+       st.sampled_from(sorted(routing.TIMER_KEYS)), _values)
 def test_any_routing_value_is_a_topology_or_a_one_line_error(field, timer, value):
     """Whatever a routing field holds: a topology whose routing makes sense, or one line."""
     data = tomllib.loads(topology.load("wan").source)

@@ -49,7 +49,6 @@ MODULE_KEYS = {
     "trip_times": "`true`: one-way delays too (the two ends' clocks must agree)",
     "port": "the target's port when the target names none",
 }
-FIELDS = set(MODULE_KEYS)
 
 
 class ConfigError(ValueError):
@@ -149,9 +148,10 @@ def parse(name: str, spec: Any) -> Module:
         raise ConfigError(f"{where}: a name is letters, digits, '_' or '-' (at most 64)")
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: must be a table")
-    unknown = sorted(set(spec) - FIELDS)
+    unknown = sorted(set(spec) - set(MODULE_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: '{unknown[0]}' is not a field ({', '.join(sorted(FIELDS))})")
+        raise ConfigError(f"{where}: '{unknown[0]}' is not a field "
+                          f"({', '.join(sorted(MODULE_KEYS))})")
     module = Module(name)
     values: dict[str, Any] = {}
     for key, choices in (("prober", PROBERS), ("direction", DIRECTIONS), ("server", SERVERS)):

@@ -64,7 +64,6 @@ TIMING_KEYS = {
     "ping_interval": f"seconds between them (default {Timing().ping_interval:g}; quick "
                      f"{QUICK_TIMING.ping_interval:g})",
 }
-TIMING_FIELDS = set(TIMING_KEYS)
 STEP_KEYS = {
     "case": "the case it belongs to (a key of `cases`; default its number)",
     "name": "its name in the report (default `step N`)",
@@ -306,7 +305,7 @@ def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
 def _timing(raw: Any, base: Timing, where: str) -> Timing:
     if not isinstance(raw, dict):
         raise ExperimentError(f"{where} must be a table")
-    _only(raw, TIMING_FIELDS, where)
+    _only(raw, set(TIMING_KEYS), where)
     values: dict[str, Any] = {}
     if "duration" in raw:
         values["duration"] = datafiles.seconds(raw["duration"], f"{where}: duration",

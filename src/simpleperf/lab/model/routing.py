@@ -33,7 +33,6 @@ TIMER_KEYS = {
            "of a second",
     "bfd_interval": "seconds between BFD packets, down after 3 missed (default 0.1)",
 }
-TIMER_FIELDS = set(TIMER_KEYS)
 MAX_COST = 65535  # OSPF's interface cost is 16 bits
 MAX_ASN = 4294967295  # four-octet AS numbers
 MAX_FRAGMENT = 20_000  # characters of a router's raw FRR configuration
@@ -85,7 +84,7 @@ def parse(data: dict[str, Any]) -> Routing:
         raise TopologyError("[timers] must be a table, e.g. timers = { ospf_hello = 1 }")
     if raw and protocol == "static":
         raise TopologyError("[timers] are routing timers: they need routing = 'ospf'")
-    datafiles.only(raw, TIMER_FIELDS, "timers", TopologyError)
+    datafiles.only(raw, set(TIMER_KEYS), "timers", TopologyError)
     values: dict[str, Any] = {}
     for name in ("ospf_hello", "ospf_dead", "bgp_keepalive", "bgp_hold"):
         if name in raw:

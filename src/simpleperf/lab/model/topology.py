@@ -70,7 +70,6 @@ ROUTER_KEYS = {
 }
 NODE_KEYS: dict[str, dict[str, str]] = {"hosts": HOST_KEYS, "routers": ROUTER_KEYS,
                                         "switches": {}}
-NODE_FIELDS = {kind: set(keys) for kind, keys in NODE_KEYS.items()}
 # A link's own keys; besides them it takes every link property by its Mininet name (bw,
 # delay, ...: link_properties.PROPERTIES), for both directions.
 LINK_KEYS = {
@@ -311,7 +310,7 @@ def from_dict(data: dict[str, Any], default_name: str = "lab", source: str = "")
             spec = spec if spec is not None else {}
             if not isinstance(spec, dict):
                 raise TopologyError(f"node {node_name}: must be a table")
-            _only(spec, NODE_FIELDS[kind], f"node {node_name}")
+            _only(spec, set(NODE_KEYS[kind]), f"node {node_name}")
             nodes[node_name] = Node(node_name, kind[:-1] if kind != "switches" else "switch",
                                     asn=routing.asn(spec.get("asn"), node_name, routing_plan),
                                     frr=routing.fragment(spec.get("frr"), node_name),
