@@ -239,6 +239,14 @@ def _keys(keys: dict[str, str], takers: dict[str, str] | None = None) -> str:
     return _table(head, rows)
 
 
+def _lab_files(title: str, command: str, folder: str, table: str, module: str) -> str:
+    """The head of a section on one kind of the lab's files: the command that reads them,
+    where the shipped ones are and the table its keys come from."""
+    return (f"## {title}\n\n`simpleperf {command} FILE.toml`; the shipped ones are in "
+            f"`src/simpleperf/lab/data/{folder}/` (`{table}` and the tables beside it in "
+            f"`src/simpleperf/lab/model/{module}.py`).\n\n")
+
+
 def file_format_page() -> str:
     properties = "[link properties](link-properties.md)"
     one = "[link property](link-properties.md)"
@@ -251,9 +259,7 @@ def file_format_page() -> str:
             "here is refused in one line naming it and where it was). Values with units "
             "take them as the command line does: `\"50M\"`, `\"20ms\"`, `\"64K\"`, "
             "`\"1%\"`.\n\n"
-            "## Topology files\n\n`simpleperf lab up FILE.toml`; the shipped ones are in "
-            "`src/simpleperf/lab/data/topologies/` (`TOPOLOGY_KEYS` and the tables beside it "
-            "in `src/simpleperf/lab/model/topology.py`).\n\n"
+            + _lab_files("Topology files", "lab up", "topologies", "TOPOLOGY_KEYS", "topology")
             + _keys(topology.TOPOLOGY_KEYS)
             + "\n### `[hosts]`: each host's table\n\n" + _keys(topology.HOST_KEYS)
             + "\n### `[routers]`: each router's table\n\n" + _keys(topology.ROUTER_KEYS)
@@ -262,9 +268,8 @@ def file_format_page() -> str:
             + f"\nand every {one} by its topology key (`bw = \"50M\"`, `delay = "
             "\"20ms\"`), for both directions.\n\n### `[timers]`\n\n"
             + _keys(routing.TIMER_KEYS)
-            + "\n## Experiment files\n\n`simpleperf lab run FILE.toml`; the shipped ones "
-            "are in `src/simpleperf/lab/data/experiments/` (`EXPERIMENT_KEYS` and the tables "
-            "beside it in `src/simpleperf/lab/model/experiment.py`).\n\n"
+            + "\n" + _lab_files("Experiment files", "lab run", "experiments",
+                                 "EXPERIMENT_KEYS", "experiment")
             + _keys(experiment.EXPERIMENT_KEYS)
             + "\n### `[timing]` and `[quick]`\n\n" + _keys(experiment.TIMING_KEYS)
             + "\n### `[[steps]]`\n\n" + _keys(experiment.STEP_KEYS)
