@@ -308,12 +308,11 @@ def test_stamped_reads_time_a_write_only_when_its_last_segment_was_not_merged():
 
 
 @needs_root
-def test_stamped_reads_say_when_data_arrived_not_when_it_was_read():
+def test_stamped_reads_say_when_data_arrived_not_when_it_was_read(stamping_on):
     sender, receiver = _connected()
     try:
         reader = tcp.Arrivals.start(receiver)
         assert reader is not None
-        time.sleep(0.1)  # the kernel turns its receive stamps on a moment later (a work item)
         sender.send(b"x" * 1000)
         sent = time.time()
         time.sleep(0.3)  # the data waits unread
