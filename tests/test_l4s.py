@@ -72,6 +72,31 @@ def test_a_loss_halves_the_window_as_a_classic_flow_would():
     assert control.window == pytest.approx(5) and control.cuts == 2
 
 
+def sampled_round(control: l4s.ScalableWindow, delay: float) -> None:
+    """Feedback with the round trip `delay`, DELAY_SAMPLES times a round, from a
+    window-limited sender, until a round trip ends."""
+    counted = control.counted
+    step = max(1, int(control.window_end - counted[2]) // l4s.DELAY_SAMPLES + 1)
+    while control.counted == counted:
+        highest = control.acked + step
+        control.feedback(highest, 0, highest, delay, highest + int(control.window), 0.0)
+
+
+@pytest.mark.parametrize("grown,ends", [(0.0039, False), (0.0041, True)])
+def test_the_start_ends_without_a_cut_once_a_round_trips_least_delay_has_grown(grown, ends):
+    """HyStart++ (RFC 9406): a queue that neither marks nor drops yet (a receiver's deep
+    socket buffer) shows as delay; past an eighth of the least, at least 4 ms, the start
+    ends where it is, before the buffer overflows."""
+    control = l4s.ScalableWindow(SIZE, 0)
+    for _ in range(3):
+        sampled_round(control, 0.001)
+    assert control.starting and control.window > 4 * l4s.INITIAL_WINDOW
+    before = control.window
+    sampled_round(control, 0.001 + grown)
+    assert control.starting is not ends and control.cuts == 0
+    assert control.window > 1.5 * before  # the round's growth is kept
+
+
 def test_a_window_the_sender_does_not_fill_does_not_grow():
     control = l4s.ScalableWindow(SIZE, 0)
     control.feedback(10, 0, 10, 0.010, 12, 0.0)  # 2 in flight of a window of 10

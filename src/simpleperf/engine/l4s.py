@@ -6,8 +6,10 @@ CE-marked (protocol/native.py: L4S_FEEDBACK); the sender keeps a window of datag
 flight, paced over the round trip, and moves it as DCTCP and TCP Prague move theirs: once a
 round trip the marked fraction F smooths alpha (gain 1/16); a round trip with marks cuts
 the window by alpha / 2, one without adds a datagram; the start grows it by what arrived
-(doubling each round trip) until the first mark; a loss halves it, as a classic flow's
-would. -b is the ceiling of its rate (none without it).
+(doubling each round trip) until the first mark, or until a round trip's least delay has
+grown past the least seen by HyStart++'s margin (RFC 9406: an eighth of it, 4 to 16 ms), as
+a queue with no AQM (a receiver's socket buffer, say) fills; a loss halves it, as a classic
+flow's would. -b is the ceiling of its rate (none without it).
 
 `ScalableWindow` is the response alone (sans-IO); `send` and `receive` move the datagrams."""
 
@@ -42,6 +44,10 @@ INITIAL_ROUND_TRIP = 0.025
 PACING_GAIN = (2.0, 1.25)  # the pace, as a multiple of window / round trip: start, after
 SILENCE_SECONDS = 0.2  # no feedback for this long or three round trips: a lost window
 FEEDBACK_BYTES = 256
+# HyStart++ (RFC 9406) ends the start once a round's least round trip exceeds the least seen
+# by an eighth of it, kept within these bounds, judged on at least this many samples
+DELAY_MARGIN = (0.004, 0.016)
+DELAY_SAMPLES = 4
 WAIT_SECONDS = 0.005  # the longest a sender waits for feedback before looking again
 
 
@@ -61,6 +67,9 @@ class ScalableWindow:
         self.received = 0  # at the last feedback
         self.heard = 0.0  # when feedback last came
         self.cuts = 0  # round trips that cut the window (marks or loss)
+        self.least_round_trip = float("inf")  # the least sample seen
+        self.round_least = float("inf")  # the least sample of this round trip
+        self.round_samples = 0
 
     @property
     def rate(self) -> float:
@@ -81,6 +90,8 @@ class ScalableWindow:
         if sample is not None and sample >= 0:
             self.round_trip = sample if self.round_trip is None else \
                 self.round_trip * 7 / 8 + sample / 8
+            self.round_least = min(self.round_least, sample)
+            self.round_samples += 1
         self.acked = max(self.acked, highest)
         before_received, before_marked, before_highest = self.counted
         # the start ends at its first mark or loss, at once (as TCP's slow start ends at its
@@ -102,11 +113,22 @@ class ScalableWindow:
             self._cut(0.5)  # a loss
         elif fresh_marks > 0:
             self._cut(1 - self.alpha / 2)
+        elif self.starting and self._delay_grown():
+            self.starting = False  # the window stays: the queue has begun to fill
         elif not self.starting and limited:
             self.window += 1
         self.window = min(self.window, self._largest())
+        self.least_round_trip = min(self.least_round_trip, self.round_least)
+        self.round_least, self.round_samples = float("inf"), 0
         self.counted = (received, marked, highest)
         self.window_end = sent + 1
+
+    def _delay_grown(self) -> bool:
+        """This round trip's least delay exceeds the least before it by HyStart++'s
+        margin."""
+        least = self.least_round_trip
+        margin = min(max(least / 8, DELAY_MARGIN[0]), DELAY_MARGIN[1])
+        return self.round_samples >= DELAY_SAMPLES and self.round_least >= least + margin
 
     def _largest(self) -> float:
         """Twice what the ceiling carries in a round trip: no use growing past it."""

@@ -125,18 +125,36 @@ class Measurement:
             transport_of(s).acknowledged(s) or now - (s.last or self.start) >= limit)
             for s in self.sending)
 
-    def drain_receivers(self, limit: float = DRAIN_LIMIT) -> None:
+    def drain_receivers(self, limit: float = DRAIN_LIMIT,
+                        expected: dict[int, int] | None = None) -> None:
         """After the peer said the test ended (iperf3's TEST_END): what it wrote before
         that belongs to the test. Wait until every receiving stream has nothing unread
-        and nothing new for a moment, at most `limit` seconds."""
+        and nothing new for a moment, at most `limit` seconds. With `expected` (by stream
+        number, the bytes the peer says it wrote over the measured part), a stream that
+        loses nothing waits for all of them instead: a quiet moment on a busy host is not
+        the end of what is on its way."""
         receiving = [s for s in self.receiving if not s.done.is_set()]
+        wanted = expected or {}
         began = time.monotonic()
         while time.monotonic() - began < limit:
             now = time.monotonic()
-            if all(s.done.is_set() or transport_of(s).drained(s, now - (s.last or began))
+            if all(s.done.is_set() or self._all_arrived(s, wanted, now - (s.last or began))
                    for s in receiving):
                 return
             time.sleep(0.005)
+
+    def _all_arrived(self, stream: Stream, expected: dict[int, int], quiet: float) -> bool:
+        transport = transport_of(stream)
+        if stream.number in expected and transport.LOSSLESS:
+            measured = (transport.snapshot(stream).num_bytes
+                        - self._baseline[stream.number].num_bytes)
+            return measured >= expected[stream.number]
+        return bool(transport.drained(stream, quiet))
+
+    def close_senders(self) -> None:
+        """End the sending streams alone (a peer that stopped reading waits for their end);
+        the receivers go on taking in what is still on its way."""
+        self._close([s for s in self.streams if s.sending], self.stop_sending)
 
     def _counted_since_last_interval(self) -> bool:
         return any(transport_of(s).snapshot(s).num_bytes != self._previous[s.number].num_bytes
@@ -206,13 +224,18 @@ class Measurement:
 
     def close(self) -> None:
         self.stop.set()
-        self.stop_sending.set()
-        for stream in self.streams:
+        self._close(self.streams, self.stop_sending)
+
+    def _close(self, streams: list[Stream], stop: threading.Event) -> None:
+        stop.set()
+        for stream in streams:
             with contextlib.suppress(OSError):
                 stream.sock.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(2)
-        for stream in self.streams:
+        ending = {id(stream) for stream in streams}
+        for thread, stream in zip(self._threads, self.streams, strict=False):
+            if id(stream) in ending:
+                thread.join(2)
+        for stream in streams:
             stream.sock.close()
 
     def errors(self) -> list[str]:

@@ -20,6 +20,7 @@ from .unsent import UnsentLimit, bulk_limit
 
 QUIET_SECONDS = 0.02  # a drained receiver: nothing unread, nothing new for this long
 ENDS_WHEN_QUIET = False  # a TCP receiver ends at the sender's end of stream
+LOSSLESS = True  # every byte written arrives (or the connection breaks)
 LOW_WATER = 128 * 1024  # a fast low_water stream's reads wait for this much (SO_RCVLOWAT)
 # ... once a read slice (compiled.SLICE_SECONDS) brings this much: 4 Gbit/s, where
 # LOW_WATER is a quarter of a millisecond's data

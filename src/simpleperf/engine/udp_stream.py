@@ -19,6 +19,7 @@ from .records import IntervalRecord, Snapshot, Stream
 
 QUIET_SECONDS = 0.25  # a drained receiver: nothing new for this long
 ENDS_WHEN_QUIET = True  # UDP has no end of stream: a receiver ends after a quiet time
+LOSSLESS = False  # a datagram lost on the way never arrives
 
 
 def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,

@@ -148,8 +148,8 @@ class Iperf3Service:
             started_wall = time.time()
             streams = self._await_streams(control, test)
             measurement = self._run(control, params, streams)
-            lines = _text_report(peer, params, measurement, self.options.unit)
-            theirs, their_cpu = self._exchange_results(control, params, measurement, lines)
+            theirs, their_cpu, lines = self._exchange_results(control, params, measurement,
+                                                              peer)
             self.say(*lines)
             self.document(server_json.test_document(
                 iperf3.spec_from_parameters(params), peer, measurement,
@@ -236,21 +236,26 @@ class Iperf3Service:
                                 else "the client terminated the test")
         measurement.stop_sending.set()
         _uncount_undelivered(streams)
-        measurement.drain_receivers()
-        measurement.finish(time.monotonic())
-        # As iperf3's server does: close the data connections before EXCHANGE_RESULTS. An
-        # iperf3 client may sit in a blocking read of one; only their end wakes it.
-        measurement.close()
+        # As iperf3's server does: close what we send on before EXCHANGE_RESULTS. An iperf3
+        # client may sit in a blocking read of one; only their end wakes it. What we
+        # receive is read on until the client's results say how much it wrote.
+        measurement.close_senders()
         return measurement
 
     def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
-                          measurement: Measurement, lines: list[str]
-                          ) -> tuple[dict[int, dict[str, Any]], tuple[float, float] | None]:
-        """Both ends' results crossed; the client's by iperf3 stream id, and its CPU."""
+                          measurement: Measurement, peer: str
+                          ) -> tuple[dict[int, dict[str, Any]], tuple[float, float] | None,
+                                     list[str]]:
+        """Both ends' results crossed; the client's by iperf3 stream id, its CPU, and our
+        text report. Ours are fixed once what the client wrote has arrived."""
         conn = control.conn
         conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
         value = control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS)
         theirs = iperf3.parse_results(value)
+        measurement.drain_receivers(expected=_written(params, measurement, theirs))
+        measurement.finish(time.monotonic())
+        measurement.close()
+        lines = _text_report(peer, params, measurement, self.options.unit)
         ours = _results(params, measurement)
         if params.get_server_output:
             ours["server_output_text"] = "\n".join(lines) + "\n"
@@ -261,7 +266,7 @@ class Iperf3Service:
         if len(theirs) != len(measurement.streams):
             raise ProtocolError(f"the client reported {len(theirs)} streams, not "
                                 f"{len(measurement.streams)}")
-        return theirs, iperf3.parse_cpu(value)
+        return theirs, iperf3.parse_cpu(value), lines
 
 
 def _not_allowed(options: ServerOptions, params: iperf3.Parameters
@@ -334,6 +339,16 @@ def _uncount_undelivered(streams: list[Stream]) -> None:
             stream.done.wait(1.0)  # the thread leaves its last write (wake-up timer)
             with contextlib.suppress(OSError):
                 stream.num_bytes -= tcp.unacknowledged_bytes(stream.sock)
+
+
+def _written(params: iperf3.Parameters, measurement: Measurement,
+             theirs: dict[int, dict[str, Any]]) -> dict[int, int] | None:
+    """The bytes the client says it wrote on each stream we receive, when they are what
+    our count must reach: without -O (each end leaves out its own first seconds)."""
+    if params.omit:
+        return None
+    return {s.number: int(theirs[s.number]["bytes"]) for s in measurement.receiving
+            if "bytes" in theirs.get(s.number, {})}
 
 
 def _by_number(measurement: Measurement, theirs: dict[int, dict[str, Any]]
