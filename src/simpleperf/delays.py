@@ -307,6 +307,10 @@ class FrameAccount:
     when any did not. Frames are judged by number: every frame up to the highest seen that
     is not whole counts as lost, so a frame that never arrived at all counts too.
 
+    -O leaves out the first `left_out` frames by number (those due before omitting ends,
+    TestSpec.omitted_frames), as the sender leaves them out of its count: both ends agree
+    frame by frame, whenever each end's clock closes the omitted seconds.
+
     A frame number more than JUMP_LIMIT beyond the highest is not believed (counted bad):
     one forged datagram cannot make millions of frames lost. At most OPEN_LIMIT frames are
     followed at once; the oldest beyond that is given up (lost)."""
@@ -314,14 +318,14 @@ class FrameAccount:
     JUMP_LIMIT = 1000
     OPEN_LIMIT = 64
 
-    def __init__(self, binning: Binning) -> None:
+    def __init__(self, binning: Binning, left_out: int = 0) -> None:
         self.log = DelayLog(binning)
         self.highest = 0
         self.whole = 0
         self.bad = 0
         self._open: dict[int, list[Any]] = {}  # frame -> [datagrams, arrived, sent]
         self._judged: set[int] = set()  # frames whole recently (late duplicates ignored)
-        self.floor = 0  # frames up to this number were left out (-O): not counted whole
+        self.floor = left_out  # frames up to this number are left out (-O): never counted
 
     def feed(self, frame: int, datagrams: int, index: int, sent: float,
              arrival: float, amount: int = 1) -> None:
@@ -359,19 +363,6 @@ class FrameAccount:
         self._open.pop(frame, None)
         self.highest = frame - 1
 
-    def leave_out(self) -> tuple[int, int]:
-        """What -O leaves out, at its end: every frame numbered up to the last before the
-        first still arriving (whole or lost there), as (frames whole, that number). A frame
-        still arriving belongs to the measured part with all of its datagrams; one begun in
-        the left out part that comes whole later is counted in neither. Called by the
-        interval clock while the receiving thread feeds: it reads copies."""
-        highest = self.highest
-        arriving = [f for f in list(self._open) if f + self.OPEN_LIMIT >= highest]
-        floor = min(arriving) - 1 if arriving else highest
-        self.floor = floor
-        whole_beyond = sum(1 for f in tuple(self._judged) if f > floor)
-        return self.whole - whole_beyond, floor
-
     def counts(self) -> tuple[int, int]:
         """(frames whole, the highest frame number seen) now."""
         return self.whole, self.highest
@@ -379,8 +370,9 @@ class FrameAccount:
     @property
     def lost(self) -> int:
         """Frames up to the highest seen that did not arrive whole (those still open at
-        the end included: the sender's last frame left before its deadline)."""
-        return self.highest - self.whole
+        the end included: the sender's last frame left before its deadline), after those
+        left out."""
+        return max(0, self.highest - self.floor) - self.whole
 
 
 def _is_count(value: object) -> bool:

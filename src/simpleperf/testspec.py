@@ -6,6 +6,7 @@ description, several encodings."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .delays import Binning
@@ -83,6 +84,12 @@ class TestSpec:
     @property
     def isochronous(self) -> bool:
         return self.frame_rate > 0
+
+    @property
+    def omitted_frames(self) -> int:
+        """Frames -O leaves out, at both ends: those due before omitting ends (one every
+        1 / frame_rate seconds from the start)."""
+        return math.ceil(self.omit * self.frame_rate - 1e-9) if self.isochronous else 0
 
     @property
     def timed(self) -> bool:

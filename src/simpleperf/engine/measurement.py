@@ -37,7 +37,7 @@ class Measurement:
                 if spec.protocol == "tcp":
                     stream.write_delays = DelayLog(spec.binning)
                 if spec.isochronous:
-                    stream.frames = FrameAccount(spec.binning)
+                    stream.frames = FrameAccount(spec.binning, spec.omitted_frames)
         self.on_interval = on_interval
         self.clock = IntervalClock(step, spec.omit, spec.end)
         self.stop = threading.Event()  # receivers
@@ -45,7 +45,7 @@ class Measurement:
         self.intervals: list[IntervalRecord] = []
         self.start = 0.0
         self.cpu_before = os.times()
-        self._threads: list[threading.Thread] = []
+        self._threads: dict[int, threading.Thread] = {}  # by id() of its stream
         self._previous = {s.number: Snapshot() for s in streams}
         self._baseline = {s.number: Snapshot() for s in streams}
         self._mark_index = 0
@@ -70,7 +70,7 @@ class Measurement:
             thread = threading.Thread(target=_on_cpu,
                                       args=(self.cpu, body, stream, self.spec, start, stop),
                                       name=f"stream {stream.number}", daemon=True)
-            self._threads.append(thread)
+            self._threads[id(stream)] = thread
             thread.start()
 
     def total_bytes(self) -> int:
@@ -138,23 +138,17 @@ class Measurement:
         began = time.monotonic()
         while time.monotonic() - began < limit:
             now = time.monotonic()
-            if all(s.done.is_set() or self._all_arrived(s, wanted, now - (s.last or began))
+            if all(s.done.is_set() or _arrived(s, self._baseline[s.number].num_bytes,
+                                               wanted.get(s.number), now - (s.last or began))
                    for s in receiving):
                 return
             time.sleep(0.005)
 
-    def _all_arrived(self, stream: Stream, expected: dict[int, int], quiet: float) -> bool:
-        transport = transport_of(stream)
-        if stream.number in expected and transport.LOSSLESS:
-            measured = (transport.snapshot(stream).num_bytes
-                        - self._baseline[stream.number].num_bytes)
-            return measured >= expected[stream.number]
-        return bool(transport.drained(stream, quiet))
-
     def close_senders(self) -> None:
         """End the sending streams alone (a peer that stopped reading waits for their end);
         the receivers go on taking in what is still on its way."""
-        self._close([s for s in self.streams if s.sending], self.stop_sending)
+        self.stop_sending.set()
+        _end(self.sending, self._threads)
 
     def _counted_since_last_interval(self) -> bool:
         return any(transport_of(s).snapshot(s).num_bytes != self._previous[s.number].num_bytes
@@ -178,13 +172,11 @@ class Measurement:
                 record.delays = stream.delays.close_interval(keep=not omitted)
             if stream.write_delays is not None:
                 record.write_delays = stream.write_delays.close_interval(keep=not omitted)
-            if stream.frames is not None:
-                stream.frames.log.close_interval(keep=not omitted)
+            if stream.frames is not None:  # its left out frames are never logged
+                stream.frames.log.close_interval()
             self._previous[stream.number] = now
             if omitted and abs(mark - self.spec.omit) < 1e-9:
                 self._baseline[stream.number] = now
-                now.frames = stream.frames.leave_out() if stream.frames is not None else (
-                    stream.frames_sent, 0)
             records.append(record)
         self.intervals.extend(records)
         if self.on_interval is not None:
@@ -210,7 +202,7 @@ class Measurement:
                                  "seconds": round(max(0.0, end - begin), 6),
                                  "sender": stream.sending}
         transport_of(stream).fill_result(stream, entry, final, base)
-        _fill_delays(stream, entry, self.spec, base.frames)
+        _fill_delays(stream, entry, self.spec)
         if stream.error:
             entry["error"] = stream.error
         return entry
@@ -224,40 +216,48 @@ class Measurement:
 
     def close(self) -> None:
         self.stop.set()
-        self._close(self.streams, self.stop_sending)
-
-    def _close(self, streams: list[Stream], stop: threading.Event) -> None:
-        stop.set()
-        for stream in streams:
-            with contextlib.suppress(OSError):
-                stream.sock.shutdown(socket.SHUT_RDWR)
-        ending = {id(stream) for stream in streams}
-        for thread, stream in zip(self._threads, self.streams, strict=False):
-            if id(stream) in ending:
-                thread.join(2)
-        for stream in streams:
-            stream.sock.close()
+        self.stop_sending.set()
+        _end(self.streams, self._threads)
 
     def errors(self) -> list[str]:
         return [s.error for s in self.streams if s.error]
 
 
-def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec,
-                 omitted: tuple[int, int]) -> None:
+def _arrived(stream: Stream, baseline: int, expected: int | None, quiet: float) -> bool:
+    """A receiving stream has all its peer wrote: as many bytes as it says it wrote over
+    the measured part (`expected`, past the `baseline` count), where nothing is lost on
+    the way; else nothing unread and nothing new for a moment (`quiet` seconds so far)."""
+    transport = transport_of(stream)
+    if expected is not None and transport.LOSSLESS:
+        return bool(transport.snapshot(stream).num_bytes - baseline >= expected)
+    return bool(transport.drained(stream, quiet))
+
+
+def _end(streams: list[Stream], threads: dict[int, threading.Thread]) -> None:
+    """Each stream's socket shut down (its thread wakes and leaves), its thread waited
+    for, the socket closed."""
+    for stream in streams:
+        with contextlib.suppress(OSError):
+            stream.sock.shutdown(socket.SHUT_RDWR)
+    for stream in streams:
+        if (thread := threads.get(id(stream))) is not None:
+            thread.join(2)
+    for stream in streams:
+        stream.sock.close()
+
+
+def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec) -> None:
     """One-way delays (a receiver's, --trip-times) and frames (--isochronous), over the
-    measured part: `omitted` holds the frame counts -O left out (whole and up to the
-    highest number, or sent)."""
+    measured part: -O leaves out the first frames by number at both ends."""
     if stream.delays is not None:
         entry["delays"] = stream.delays.total()
     if stream.write_delays is not None:
         entry["write_delays"] = stream.write_delays.total()
     if stream.frames is not None:
-        whole, highest = stream.frames.counts()
-        entry.update(frames=whole - omitted[0],
-                     frames_lost=(highest - omitted[1]) - (whole - omitted[0]),
+        entry.update(frames=stream.frames.whole, frames_lost=stream.frames.lost,
                      frame_delays=stream.frames.log.total())
     elif stream.sending and spec.isochronous:
-        entry.update(frames=stream.frames_sent - omitted[0],
+        entry.update(frames=stream.frames_sent - min(spec.omitted_frames, stream.frames_sent),
                      frames_slipped=stream.frames_slipped)
 
 

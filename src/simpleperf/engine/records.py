@@ -29,7 +29,6 @@ class Snapshot:
     out_of_order: int = 0
     retransmits: int = 0
     dropped: int = 0  # UDP receivers: of `lost`, those the receiving socket dropped
-    frames: tuple[int, int] = (0, 0)  # isochronous: whole and highest (receiver), or sent
 
 
 @dataclass

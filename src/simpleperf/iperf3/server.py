@@ -148,8 +148,8 @@ class Iperf3Service:
             started_wall = time.time()
             streams = self._await_streams(control, test)
             measurement = self._run(control, params, streams)
-            theirs, their_cpu, lines = self._exchange_results(control, params, measurement,
-                                                              peer)
+            theirs, their_cpu, lines = _exchange_results(control, params, measurement, peer,
+                                                         self.options.unit)
             self.say(*lines)
             self.document(server_json.test_document(
                 iperf3.spec_from_parameters(params), peer, measurement,
@@ -242,31 +242,32 @@ class Iperf3Service:
         measurement.close_senders()
         return measurement
 
-    def _exchange_results(self, control: Iperf3Control, params: iperf3.Parameters,
-                          measurement: Measurement, peer: str
-                          ) -> tuple[dict[int, dict[str, Any]], tuple[float, float] | None,
-                                     list[str]]:
-        """Both ends' results crossed; the client's by iperf3 stream id, its CPU, and our
-        text report. Ours are fixed once what the client wrote has arrived."""
-        conn = control.conn
-        conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
-        value = control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS)
-        theirs = iperf3.parse_results(value)
-        measurement.drain_receivers(expected=_written(params, measurement, theirs))
-        measurement.finish(time.monotonic())
-        measurement.close()
-        lines = _text_report(peer, params, measurement, self.options.unit)
-        ours = _results(params, measurement)
-        if params.get_server_output:
-            ours["server_output_text"] = "\n".join(lines) + "\n"
-        conn.sendall(iperf3.encode_json(ours))
-        conn.sendall(iperf3.state(iperf3.DISPLAY_RESULTS))
-        with contextlib.suppress(ProtocolError):
-            control.read_state(RESULTS_SECONDS)  # IPERF_DONE, or the client just closes
-        if len(theirs) != len(measurement.streams):
-            raise ProtocolError(f"the client reported {len(theirs)} streams, not "
-                                f"{len(measurement.streams)}")
-        return theirs, iperf3.parse_cpu(value), lines
+
+def _exchange_results(control: Iperf3Control, params: iperf3.Parameters,
+                      measurement: Measurement, peer: str, unit: str
+                      ) -> tuple[dict[int, dict[str, Any]], tuple[float, float] | None,
+                                 list[str]]:
+    """Both ends' results crossed; the client's by iperf3 stream id, its CPU, and our
+    text report. Ours are fixed once what the client wrote has arrived."""
+    conn = control.conn
+    conn.sendall(iperf3.state(iperf3.EXCHANGE_RESULTS))
+    value = control.read_json(iperf3.MAX_RESULTS, RESULTS_SECONDS)
+    theirs = iperf3.parse_results(value)
+    measurement.drain_receivers(expected=_written(params, measurement, theirs))
+    measurement.finish(time.monotonic())
+    measurement.close()
+    lines = _text_report(peer, params, measurement, unit)
+    ours = _results(params, measurement)
+    if params.get_server_output:
+        ours["server_output_text"] = "\n".join(lines) + "\n"
+    conn.sendall(iperf3.encode_json(ours))
+    conn.sendall(iperf3.state(iperf3.DISPLAY_RESULTS))
+    with contextlib.suppress(ProtocolError):
+        control.read_state(RESULTS_SECONDS)  # IPERF_DONE, or the client just closes
+    if len(theirs) != len(measurement.streams):
+        raise ProtocolError(f"the client reported {len(theirs)} streams, not "
+                            f"{len(measurement.streams)}")
+    return theirs, iperf3.parse_cpu(value), lines
 
 
 def _not_allowed(options: ServerOptions, params: iperf3.Parameters
