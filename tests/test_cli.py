@@ -265,3 +265,22 @@ def test_zerocopy_is_a_client_flag_that_needs_more_than_classic():
     assert isinstance(options, ClientOptions) and options.zerocopy and options.needs_native
     done = run_simpleperf("-s", "-Z")
     assert done.returncode == 2 and "-Z/--zerocopy is a client option" in done.stderr
+
+
+@pytest.mark.parametrize("args,module", [
+    (["-c", "--connect-only"], "connect_times"), (["-c", "--rpm"], "native.responsiveness"),
+    (["-c", "--rtt"], "native.round_trips"), (["-c", "-u", "--probe"], "native.rate_probe"),
+    (["-c", "--bounceback"], "iperf2.bounceback"), (["-c", "--iperf2"], "iperf2.client"),
+    (["-c", "--iperf3"], "iperf3.client"), (["-c", "-u"], "native.client"),
+    (["-c"], "classic.client"),
+])
+def test_each_client_mode_is_chosen_from_the_table_and_its_driver_runs_tests(args, module):
+    import importlib
+
+    from simpleperf.main import CLIENT_MODES
+
+    options = parse_args(args)
+    assert isinstance(options, ClientOptions)
+    chosen = next(name for selects, name in CLIENT_MODES if selects(options))
+    assert chosen == module
+    assert callable(importlib.import_module(f"simpleperf.{chosen}").run)

@@ -211,6 +211,24 @@ def test_our_client_against_an_iperf3_server(iperf3_server, args):
     assert text.returncode == 0 and text.stdout.rstrip().endswith("receiver")
 
 
+def test_our_fq_rate_paces_what_an_iperf3_server_sends():
+    """--fq-rate reaches an iperf3 server as its own client sends it ("fqrate"): with -R
+    the server's socket paces itself (unpaced, loopback carries gigabits). 3.21's server:
+    3.12's does not pace what it sends even for its own client."""
+    from helpers import start_iperf3_server
+
+    process, port = start_iperf3_server("3.21")
+    try:
+        done = run_simpleperf("-c", "-p", str(port), "--iperf3", "-J", "-R", "-t", "2",
+                              "--fq-rate", "40M")
+        assert done.returncode == 0, done.stderr
+        received = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
+        assert 30e6 <= received <= 44e6
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
 def test_an_iperf3_server_is_recognised_by_itself(iperf3_server):
     done = run_simpleperf("-c", "-p", str(iperf3_server), "-J", "-t", "1", "-R")
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import re
@@ -109,43 +110,24 @@ def _sleep_until(when: float) -> None:
         time.sleep(min(left, 1.0))
 
 
+# The client's modes, the first that applies runs the test: what selects it, and the
+# module whose run(options, out) does (imported only when used).
+CLIENT_MODES: tuple[tuple[Callable[[ClientOptions], object], str], ...] = (
+    (lambda options: options.connect_only is not None, "connect_times"),  # --connect-only
+    (lambda options: options.rpm, "native.responsiveness"),
+    (lambda options: options.rtt, "native.round_trips"),
+    (lambda options: options.probe, "native.rate_probe"),
+    (lambda options: options.bounceback, "iperf2.bounceback"),
+    (lambda options: options.iperf2, "iperf2.client"),
+    (lambda options: options.iperf3, "iperf3.client"),
+    (lambda options: options.needs_native, "native.client"),
+    (lambda options: True, "classic.client"),
+)
+
+
 def _run_test(options: ClientOptions) -> None:
-    if options.connect_only is not None:
-        from . import connect_times
-
-        connect_times.run(options, _printer(options))
-    elif options.rpm:
-        from .native import responsiveness
-
-        responsiveness.run(options, _printer(options))
-    elif options.rtt:
-        from .native import round_trips
-
-        round_trips.run(options, _printer(options))
-    elif options.probe:
-        from .native import rate_probe
-
-        rate_probe.run(options, _printer(options))
-    elif options.bounceback:
-        from .iperf2 import bounceback
-
-        bounceback.run(options, _printer(options))
-    elif options.iperf2:
-        from .iperf2 import client as iperf2_client
-
-        iperf2_client.run(options, _printer(options))
-    elif options.iperf3:
-        from .iperf3 import client as iperf3_client
-
-        iperf3_client.run(options, _printer(options))
-    elif options.needs_native:
-        from .native import client as native_client
-
-        native_client.run(options, _printer(options))
-    else:
-        from .classic import client as classic_client
-
-        classic_client.run(options, _printer(options))
+    name = next(module for selects, module in CLIENT_MODES if selects(options))
+    importlib.import_module(f".{name}", __package__).run(options, _printer(options))
 
 
 def _json_error(message: str) -> None:

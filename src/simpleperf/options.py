@@ -116,6 +116,11 @@ def stall_limit(duration: float | None) -> float:
 _CONGESTION_NAME = re.compile(r"[a-z0-9_]{1,15}")
 
 
+def stream_count(parallel: int, direction: str) -> int:
+    """Data streams a test opens: -P, twice over with --bidir (whatever describes it)."""
+    return parallel * (2 if direction == "bidir" else 1)
+
+
 def is_congestion_name(text: object) -> bool:
     """A name Linux could know as a TCP congestion control (TCP_CA_NAME_MAX is 16)."""
     return isinstance(text, str) and _CONGESTION_NAME.fullmatch(text) is not None
@@ -332,5 +337,4 @@ class ClientOptions:
 
     @property
     def stream_count(self) -> int:
-        """Data streams the test opens: -P, twice over with --bidir."""
-        return self.parallel * (2 if self.bidir else 1)
+        return stream_count(self.parallel, self.direction)

@@ -13,9 +13,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from .classic import server as classic_server
+from .classic.server import ClassicService
 from .errors import ProtocolError
 from .iperf2.server import Iperf2Service
 from .iperf3.server import Iperf3Service
@@ -26,18 +27,23 @@ from .protocol import iperf2, iperf3, native
 from .protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, NEEDED, detect
 from .refuser import Refuser
 from .report import classic as table
-from .report import server_json
 from .transport import tcp
 from .udp_port import UdpPort
 from .units import format_rate
 
-CLASSIC_REFUSED_RSA = ("a classic client, and this server requires iperf3's RSA "
-                       "authentication, which the classic protocol cannot carry")
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
-CLASSIC_REFUSED = ("a classic client, and this server has a shared secret the classic "
-                   "protocol cannot prove (--allow-classic serves them)")
-
 CLOSED_EMPTY = "closed"  # what _identify says of a connection closed before its first byte
+
+
+@dataclass
+class _Served:
+    """What a connection turned out to be, as its protocol's server says: kept open (it
+    belongs to a test now) and a test of its own (-1 exits after it)."""
+
+    accepted: float  # monotonic time
+    index: int  # the accept loop's count
+    keep_open: bool = False
+    a_test: bool = False
 
 
 class Server:
@@ -59,8 +65,15 @@ class Server:
         self.native = NativeService(options, self.udp_port, self.say, self._stopping, policy)
         self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping, self.udp_port)
         self.iperf2 = Iperf2Service(options, policy, self.say, self._stopping, self.udp_port)
+        self.classic = ClassicService(options, policy, self.say, self._stopping)
         self.native.document = self.iperf3.document = self.iperf2.document = self.document
+        self.classic.document = self.document
         self._accepted = 0
+        # who serves a connection, by what its first bytes are (protocol/detect.py)
+        self._protocols: dict[str, Callable[[socket.socket, str, bytes, _Served], None]] = {
+            NATIVE: self._serve_native, IPERF2: self._serve_iperf2,
+            IPERF3: self._serve_iperf3, CLASSIC: self._serve_classic,
+            CLOSED_EMPTY: self._serve_nothing}
 
     def say(self, *lines: str) -> None:
         """Text output: with -J there is none, only documents."""
@@ -166,77 +179,67 @@ class Server:
 
     def _serve_connection(self, conn: socket.socket, address: tuple[Any, ...], index: int) -> None:
         accepted = time.monotonic()
-        keep_open = a_test = False
+        served = _Served(accepted, index)
         try:
             peer = tcp.endpoint(address)
             tcp.set_wake_up(conn)
             protocol, prefix = _identify(conn, accepted, self._stopping, self._idle_limit)
-            if protocol == CLOSED_EMPTY:  # --connect-only, a port scan: no test, one line
-                self.say(_no_test(peer))
-            elif protocol == NATIVE:
-                keep_open, a_test = self._serve_native(conn, peer, prefix)
-            elif protocol == IPERF2:
-                keep_open = self.iperf2.serve_tcp(conn, peer, prefix)
-                a_test = not keep_open  # not one of a -P test's later connections
-            elif protocol == IPERF3:
-                a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
-                keep_open = self.iperf3.serve(conn, peer, prefix, index)
-            elif self.options.rsa_auth is not None or (
-                    self.options.secret is not None and not self.options.allow_classic):
-                self.refuser.note(peer, CLASSIC_REFUSED if self.options.rsa_auth is None
-                                  else CLASSIC_REFUSED_RSA)  # closed below: no words for it
-            elif (refusal := self.policy.admit("tcp", 1, None, 0.0,
-                                                memory=self.options.length)) is not None:
-                # each classic connection is a test to us: its protocol cannot say which
-                # belong together; it has no words for a refusal either: closed below
-                self.refuser.note(peer, f"a classic client: {refusal}")
-            else:
-                a_test = True
-                self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
-                try:
-                    result = classic_server.receive(conn, peer, accepted, prefix,
-                                                    self.options, self._stopping)
-                finally:
-                    self.policy.release(self.options.length)
-                self.say(table.header("Received"),
-                         table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
-                                   self.options.unit,
-                                   f"incomplete: {result.problem}" if result.problem else ""))
-                self.document(server_json.classic_document(
-                    peer, tcp.endpoint(conn.getsockname()), result.seconds,
-                    result.payload_bytes, result.problem))
+            self._protocols[protocol](conn, peer, prefix, served)
         except (OSError, ProtocolError):
             pass  # the peer vanished or spoke nonsense before a test began: nothing to report
         finally:
-            if not keep_open:
+            if not served.keep_open:
                 conn.close()
-            if a_test and self.options.one_off:
+            if served.a_test and self.options.one_off:
                 self.stop()  # -1: the accept loop notices at its next wake-up
             with self._active_lock:
                 self._active.pop(threading.current_thread(), None)
             self.policy.release_connection(_host(tcp.endpoint(address)))
 
-    def _serve_native(self, conn: socket.socket, peer: str, prefix: bytes
-                      ) -> tuple[bool, bool]:
-        """Serve a native connection: (it now belongs to a test and is kept open, it was a
-        test's control connection)."""
+    def _serve_nothing(self, conn: socket.socket, peer: str, prefix: bytes,
+                       served: _Served) -> None:
+        self.say(_no_test(peer))  # --connect-only, a port scan: no test, one line
+
+    def _serve_iperf2(self, conn: socket.socket, peer: str, prefix: bytes,
+                      served: _Served) -> None:
+        served.keep_open = self.iperf2.serve_tcp(conn, peer, prefix)
+        served.a_test = not served.keep_open  # not one of a -P test's later connections
+
+    def _serve_iperf3(self, conn: socket.socket, peer: str, prefix: bytes,
+                      served: _Served) -> None:
+        served.a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
+        served.keep_open = self.iperf3.serve(conn, peer, prefix, served.index)
+
+    def _serve_classic(self, conn: socket.socket, peer: str, prefix: bytes,
+                       served: _Served) -> None:
+        refused = self.classic.admit()
+        if refused is not None:
+            self.refuser.note(peer, refused)  # closed: a classic client has no words for it
+            return
+        served.a_test = True
+        self.classic.serve(conn, peer, prefix, served.accepted)
+
+    def _serve_native(self, conn: socket.socket, peer: str, prefix: bytes,
+                      served: _Served) -> None:
+        """A native connection: a test's control connection, one of its data streams (kept
+        open: it belongs to the test now), an echo or a load connection."""
         while len(prefix) < native.PREFACE_SIZE:
             chunk = conn.recv(native.PREFACE_SIZE - len(prefix))
             if not chunk:
-                return False, False
+                return
             prefix += chunk
         kind = native.parse_preface(prefix)
         rest = prefix[native.PREFACE_SIZE:]
         if kind == native.DATA:
-            return self.native.serve_data(conn, prefix), False
-        if kind == native.ECHO:
+            served.keep_open = self.native.serve_data(conn, prefix)
+        elif kind == native.ECHO:
             self.native.echo.serve(conn, rest)
-            return False, False
-        if kind == native.LOAD:  # a responsiveness run is one test (its end: -1 exits)
-            return False, self.native.load.serve(conn, rest, peer)
-        self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
-        self.native.serve_control(conn, peer, rest)
-        return False, True
+        elif kind == native.LOAD:  # a responsiveness run is one test (its end: -1 exits)
+            served.a_test = self.native.load.serve(conn, rest, peer)
+        else:
+            self.say(table.server_connected(peer, tcp.endpoint(conn.getsockname())))
+            self.native.serve_control(conn, peer, rest)
+            served.a_test = True  # once served: one that broke off leaves -1 waiting
 
 
 def _identify(conn: socket.socket, accepted: float, stopping: threading.Event,

@@ -7,7 +7,9 @@ description, several encodings."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .delays import Binning
 from .options import (
@@ -16,12 +18,71 @@ from .options import (
     DEFAULT_HISTOGRAM_BINS,
     DEFAULT_NATIVE_INTERVAL,
     DEFAULT_UDP_RATE,
+    MAX_CPU,
+    MAX_FRAME_RATE,
+    MAX_HISTOGRAM_BIN_WIDTH,
+    MAX_HISTOGRAM_BINS,
+    MAX_LENGTH,
+    MAX_MSS,
+    MAX_NUM_BYTES,
+    MAX_OMIT,
+    MAX_PARALLEL,
+    MAX_RATE,
     MAX_SERVER_SAMPLE,
+    MAX_TEST_SECONDS,
+    MAX_WINDOW,
+    MIN_HISTOGRAM_BIN_WIDTH,
+    MIN_LENGTH,
+    MIN_MSS,
     MIN_SERVER_SAMPLE,
+    MIN_WINDOW,
     ClientOptions,
+    is_congestion_name,
+    stream_count,
 )
 
 DIRECTIONS = ("forward", "reverse", "bidir")
+PROTOCOLS = ("tcp", "udp")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one field of the test description may hold when a peer sends it: its kind
+    (bool, int, float: any number, str), its bounds (inclusive; `above`: the lower one
+    excluded), a word's choices or test, and whether None (not given) is allowed."""
+
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    above: bool = False
+    choices: tuple[str, ...] = ()
+    word: Callable[[object], bool] | None = None
+    optional: bool = False
+
+    def allows(self, value: object) -> bool:
+        if value is None:
+            return self.optional
+        if self.kind is bool or isinstance(value, bool):
+            return self.kind is bool and isinstance(value, bool)
+        if self.kind is str:
+            return isinstance(value, str) and (
+                value in self.choices if self.choices else bool(self.word and self.word(value)))
+        number = int if self.kind is int else (int, float)
+        if not isinstance(value, number) or value != value:  # NaN is no number
+            return False
+        low_ok = self.low is None or (value > self.low if self.above else value >= self.low)
+        return low_ok and (self.high is None or value <= self.high)
+
+
+def _field(default: Any, rule: Rule, iperf3: tuple[str, ...]) -> Any:
+    """A field of TestSpec: its default, its rule and the iperf3 parameters that carry it
+    (none: an iperf3 peer cannot be asked for it), declared together."""
+    return field(default=default, metadata={"rule": rule, "iperf3": iperf3})
+
+
+NOT_IPERF3: tuple[str, ...] = ()  # no iperf3 parameter carries the field
+FLAG = Rule(bool)
+RATE = Rule(float, 0, MAX_RATE)  # bits/s; 0 is none
 
 
 @dataclass(frozen=True)
@@ -30,33 +91,59 @@ class TestSpec:
 
     __test__ = False  # a test description, not a pytest test class
 
-    protocol: str = "tcp"  # tcp | udp
-    direction: str = "forward"  # forward: client sends; reverse: server sends; bidir: both
-    parallel: int = 1
-    duration: float | None = 10.0  # seconds of measurement after the omitted ones
-    num_bytes: int | None = None  # per stream, instead of a duration
-    length: int = 128 * 1024  # write size (TCP) or datagram size (UDP)
-    rate: float = 0.0  # per stream; 0 is unlimited
-    window: int | None = None
-    congestion: str | None = None
-    mss: int | None = None
-    nodelay: bool = False
-    omit: float = 0.0
-    zerocopy: bool = False  # TCP senders use sendfile
-    tos: int = 0  # the IP TOS byte of every data packet, both ends (-S, --dscp)
-    sample: float = DEFAULT_NATIVE_INTERVAL  # seconds per interval the server keeps
-    repeating_payload: bool = False  # payload '0123456789...' rather than zeros, both ends
-    affinity: int | None = None  # the CPU the server's streams of this test run on (-A n,m)
-    trip_times: bool = False  # receivers time every datagram or write from send to read
-    histogram_bin_width: float = DEFAULT_HISTOGRAM_BIN_WIDTH  # seconds, for those delays
-    histogram_bins: int = DEFAULT_HISTOGRAM_BINS
-    frame_rate: float = 0.0  # --isochronous: frames a second (0: a steady stream)
-    frame_load: float = DEFAULT_FRAME_LOAD  # ... their mean load, bits/s
-    frame_stdev: float = 0.0  # ... its standard deviation (log-normal frame sizes)
-    whole_segments: bool = False  # TCP senders round writes down to whole segments (no -l)
-    fq_rate: float = 0.0  # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
-    l4s: bool = False  # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
-    write_prefetch: int = 0  # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT)
+    # Each field: its default, its rule, the iperf3 parameters that carry it (NOT_IPERF3: none)
+    protocol: str = _field("tcp", Rule(str, choices=PROTOCOLS), ("tcp", "udp"))
+    # forward: the client sends; reverse: the server sends; bidir: both
+    direction: str = _field("forward", Rule(str, choices=DIRECTIONS),
+                            ("reverse", "bidirectional"))
+    parallel: int = _field(1, Rule(int, 1, MAX_PARALLEL), ("parallel",))
+    # seconds of measurement after the omitted ones; None: an amount instead (num_bytes)
+    duration: float | None = _field(
+        10.0, Rule(float, 0, MAX_TEST_SECONDS, above=True, optional=True), ("time",))
+    num_bytes: int | None = _field(  # per stream
+        None, Rule(int, 0, MAX_NUM_BYTES, above=True, optional=True), ("num",))
+    # the write size (TCP) or datagram size (UDP)
+    length: int = _field(128 * 1024, Rule(int, MIN_LENGTH, MAX_LENGTH), ("len",))
+    rate: float = _field(0.0, RATE, ("bandwidth",))  # per stream; 0 is unlimited
+    window: int | None = _field(None, Rule(int, MIN_WINDOW, MAX_WINDOW, optional=True),
+                                ("window",))
+    congestion: str | None = _field(None, Rule(str, word=is_congestion_name, optional=True),
+                                    ("congestion",))
+    mss: int | None = _field(None, Rule(int, MIN_MSS, MAX_MSS, optional=True), ("MSS",))
+    nodelay: bool = _field(False, FLAG, ("nodelay",))
+    omit: float = _field(0.0, Rule(float, 0, MAX_OMIT), ("omit",))
+    zerocopy: bool = _field(False, FLAG, ("zerocopy",))  # TCP senders use sendfile
+    # the IP TOS byte of every data packet, both ends (-S, --dscp)
+    tos: int = _field(0, Rule(int, 0, 255), ("TOS",))
+    # seconds per interval the server keeps
+    sample: float = _field(DEFAULT_NATIVE_INTERVAL,
+                           Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), NOT_IPERF3)
+    # payload '0123456789...' rather than zeros, both ends
+    repeating_payload: bool = _field(False, FLAG, ("repeating_payload",))
+    # the CPU the server's streams of this test run on (-A n,m)
+    affinity: int | None = _field(None, Rule(int, 0, MAX_CPU, optional=True),
+                                  ("server_affinity",))
+    # receivers time every datagram or write from send to read
+    trip_times: bool = _field(False, FLAG, NOT_IPERF3)
+    histogram_bin_width: float = _field(  # seconds, for those delays
+        DEFAULT_HISTOGRAM_BIN_WIDTH,
+        Rule(float, MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH), NOT_IPERF3)
+    histogram_bins: int = _field(DEFAULT_HISTOGRAM_BINS, Rule(int, 1, MAX_HISTOGRAM_BINS),
+                                 NOT_IPERF3)
+    # --isochronous: frames a second (0: a steady stream), their mean load (bits/s) and
+    # its standard deviation (log-normal frame sizes)
+    frame_rate: float = _field(0.0, Rule(float, 0, MAX_FRAME_RATE), NOT_IPERF3)
+    frame_load: float = _field(DEFAULT_FRAME_LOAD, Rule(float, 0, MAX_RATE, above=True),
+                               NOT_IPERF3)
+    frame_stdev: float = _field(0.0, RATE, NOT_IPERF3)
+    # TCP senders round writes down to whole segments (no -l)
+    whole_segments: bool = _field(False, FLAG, NOT_IPERF3)
+    # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
+    fq_rate: float = _field(0.0, RATE, ("fqrate",))
+    # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
+    l4s: bool = _field(False, FLAG, NOT_IPERF3)
+    # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT)
+    write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), NOT_IPERF3)
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> TestSpec:
@@ -108,7 +195,7 @@ class TestSpec:
         return None if self.duration is None else self.omit + self.duration
 
     def stream_count(self) -> int:
-        return self.parallel * (2 if self.direction == "bidir" else 1)
+        return stream_count(self.parallel, self.direction)
 
     def client_sends(self, stream: int) -> bool:
         """Streams 1..P carry the forward direction; with bidir P+1..2P the reverse."""
@@ -117,3 +204,13 @@ class TestSpec:
         if self.direction == "reverse":
             return False
         return stream <= self.parallel
+
+
+def rules() -> dict[str, Rule]:
+    """Every field's rule, by name: what a peer's description is checked against."""
+    return {item.name: item.metadata["rule"] for item in fields(TestSpec)}
+
+
+def iperf3_keys() -> dict[str, tuple[str, ...]]:
+    """The iperf3 parameters that carry each field, by name (empty: none can)."""
+    return {item.name: item.metadata["iperf3"] for item in fields(TestSpec)}

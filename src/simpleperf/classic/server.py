@@ -11,13 +11,56 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ProtocolError
 from ..options import ServerOptions
+from ..policy import ServerPolicy
 from ..protocol.classic import ACK, FINISH, ClassicReceiver
-from ..transport import buffers, compiled
+from ..report import classic as table
+from ..report import server_json
+from ..transport import buffers, compiled, tcp
 
 MIN_PROGRESS_BYTES = 1024  # per idle limit, from a classic client
+REFUSED_RSA = ("a classic client, and this server requires iperf3's RSA authentication, "
+               "which the classic protocol cannot carry")
+REFUSED_SECRET = ("a classic client, and this server has a shared secret the classic "
+                  "protocol cannot prove (--allow-classic serves them)")
+
+
+class ClassicService:
+    """Classic clients on the shared port. Each connection is a test of its own (the
+    protocol cannot say which belong together), and has no words for a refusal: one the
+    server refuses is closed."""
+
+    def __init__(self, options: ServerOptions, policy: ServerPolicy,
+                 say: Callable[..., None], stopping: threading.Event) -> None:
+        self.options, self.policy, self.say, self.stopping = options, policy, say, stopping
+        self.document: Callable[[dict[str, Any]], None] = lambda value: None
+
+    def admit(self) -> str | None:
+        """Take a place for one more classic test, or say why not."""
+        if self.options.rsa_auth is not None:
+            return REFUSED_RSA
+        if self.options.secret is not None and not self.options.allow_classic:
+            return REFUSED_SECRET
+        refusal = self.policy.admit("tcp", 1, None, 0.0, memory=self.options.length)
+        return None if refusal is None else f"a classic client: {refusal}"
+
+    def serve(self, conn: socket.socket, peer: str, prefix: bytes, accepted: float) -> None:
+        """The admitted test: its payload counted until BYE, its row said and documented."""
+        here = tcp.endpoint(conn.getsockname())
+        self.say(table.server_connected(peer, here))
+        try:
+            result = receive(conn, peer, accepted, prefix, self.options, self.stopping)
+        finally:
+            self.policy.release(self.options.length)
+        self.say(table.header("Received"),
+                 table.row(result.peer, 0.0, result.seconds, result.payload_bytes,
+                           self.options.unit,
+                           f"incomplete: {result.problem}" if result.problem else ""))
+        self.document(server_json.classic_document(peer, here, result.seconds,
+                                                   result.payload_bytes, result.problem))
 
 
 @dataclass

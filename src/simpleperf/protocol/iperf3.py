@@ -22,6 +22,7 @@ from ..options import (
     MAX_RATE,
     MAX_TEST_SECONDS,
     is_congestion_name,
+    stream_count,
 )
 from ..testspec import TestSpec
 from .native import decode_object
@@ -173,7 +174,7 @@ class Parameters:
         return "bidir" if self.bidirectional else "reverse" if self.reverse else "forward"
 
     def stream_count(self) -> int:
-        return self.parallel * (2 if self.bidirectional else 1)
+        return stream_count(self.parallel, self.direction)
 
     def client_sends(self, index: int) -> bool:
         """By position (1-based) in the order the client opened them: with --bidir the
@@ -304,6 +305,8 @@ def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:
         value["server_affinity"] = spec.affinity
     if spec.repeating_payload:
         value["repeating_payload"] = 1
+    if spec.fq_rate:
+        value["fqrate"] = int(spec.fq_rate)
     if spec.protocol == "udp":
         value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
     return value

@@ -23,7 +23,6 @@ import hashlib
 import hmac
 import json
 import struct
-from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -32,28 +31,12 @@ from ..delays import DelayAccount
 from ..errors import ProtocolError
 from ..options import (
     AUTH_UDP_LENGTH,
-    MAX_CPU,
-    MAX_FRAME_RATE,
-    MAX_HISTOGRAM_BIN_WIDTH,
-    MAX_HISTOGRAM_BINS,
-    MAX_LENGTH,
-    MAX_NUM_BYTES,
-    MAX_OMIT,
     MAX_PARALLEL,
     MAX_PEER_HISTOGRAM_BINS,
-    MAX_RATE,
-    MAX_SERVER_SAMPLE,
-    MAX_TEST_SECONDS,
     MAX_UDP_LENGTH,
-    MAX_WINDOW,
-    MIN_HISTOGRAM_BIN_WIDTH,
-    MIN_LENGTH,
-    MIN_SERVER_SAMPLE,
     MIN_UDP_LENGTH,
-    MIN_WINDOW,
-    is_congestion_name,
 )
-from ..testspec import DIRECTIONS, TestSpec
+from ..testspec import TestSpec, rules
 
 MAGIC = b"SPRF"
 VERSION = 1
@@ -205,42 +188,12 @@ def spec_message(spec: TestSpec) -> dict[str, Any]:
 
 
 def parse_spec(message: dict[str, Any]) -> TestSpec:
-    """The native encoding back, strictly: every field checked for type and range; unknown
-    fields are ignored so that later versions can add some."""
-    checks: dict[str, Callable[[Any], bool]] = {
-        "protocol": lambda v: v in ("tcp", "udp"),
-        "direction": lambda v: v in DIRECTIONS,
-        "parallel": lambda v: is_int(v) and 1 <= v <= MAX_PARALLEL,
-        "duration": lambda v: v is None or (is_number(v) and 0 < v <= MAX_TEST_SECONDS),
-        "num_bytes": lambda v: v is None or (is_int(v) and 0 < v <= MAX_NUM_BYTES),
-        "length": lambda v: is_int(v) and MIN_LENGTH <= v <= MAX_LENGTH,
-        "rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
-        "window": lambda v: v is None or (is_int(v) and MIN_WINDOW <= v <= MAX_WINDOW),
-        "congestion": lambda v: v is None or is_congestion_name(v),
-        "mss": lambda v: v is None or (is_int(v) and 88 <= v <= 65535),
-        "nodelay": lambda v: isinstance(v, bool),
-        "omit": lambda v: is_number(v) and 0 <= v <= MAX_OMIT,
-        "zerocopy": lambda v: isinstance(v, bool),
-        "tos": lambda v: is_int(v) and 0 <= v <= 255,
-        "sample": lambda v: is_number(v) and MIN_SERVER_SAMPLE <= v <= MAX_SERVER_SAMPLE,
-        "repeating_payload": lambda v: isinstance(v, bool),
-        "affinity": lambda v: v is None or (is_int(v) and 0 <= v <= MAX_CPU),
-        "trip_times": lambda v: isinstance(v, bool),
-        "histogram_bin_width": lambda v: is_number(v) and
-        MIN_HISTOGRAM_BIN_WIDTH <= v <= MAX_HISTOGRAM_BIN_WIDTH,
-        "histogram_bins": lambda v: is_int(v) and 1 <= v <= MAX_HISTOGRAM_BINS,
-        "frame_rate": lambda v: is_number(v) and 0 <= v <= MAX_FRAME_RATE,
-        "frame_load": lambda v: is_number(v) and 0 < v <= MAX_RATE,
-        "frame_stdev": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
-        "whole_segments": lambda v: isinstance(v, bool),
-        "fq_rate": lambda v: is_number(v) and 0 <= v <= MAX_RATE,
-        "l4s": lambda v: isinstance(v, bool),
-        "write_prefetch": lambda v: is_int(v) and 0 <= v <= MAX_LENGTH,
-    }
+    """The native encoding back, strictly: every field checked against its rule in TestSpec;
+    unknown fields are ignored so that later versions can add some."""
     values: dict[str, Any] = {}
-    for name, check in checks.items():
+    for name, rule in rules().items():
         if name in message:
-            if not check(message[name]):
+            if not rule.allows(message[name]):
                 raise ProtocolError(f"test field '{name}' has an invalid value")
             values[name] = message[name]
     spec = TestSpec(**values)

@@ -1,0 +1,128 @@
+"""The test description as one table (testspec.py): every field declares its rule and the
+iperf3 parameters that carry it beside its default, and the native protocol checks a peer's
+description against those rules alone. Descriptions drawn from the rules themselves cross
+the wire and come back equal, so a field added to TestSpec is carried and checked without a
+second list to keep; a field's iperf3 parameters are the ones that move when it does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpleperf.errors import ProtocolError
+from simpleperf.protocol import iperf3, native
+from simpleperf.testspec import Rule, TestSpec, rules
+
+
+def values(rule: Rule) -> st.SearchStrategy[Any]:
+    """Any value the rule allows."""
+    if rule.kind is bool:
+        found: st.SearchStrategy[Any] = st.booleans()
+    elif rule.kind is str:
+        found = (st.sampled_from(rule.choices) if rule.choices
+                 else st.from_regex(re.compile(r"[a-z0-9_]{1,15}"), fullmatch=True))
+    elif rule.kind is int:
+        assert rule.low is not None and rule.high is not None
+        found = st.integers(int(rule.low) + rule.above, int(rule.high))
+    else:
+        found = st.floats(rule.low, rule.high, exclude_min=rule.above, allow_nan=False)
+    return st.none() | found if rule.optional else found
+
+
+def refused(rule: Rule) -> list[Any]:
+    """Values just outside what the rule allows."""
+    wrong: list[Any] = ["text" if rule.kind is not str else 7, [1]]
+    if not rule.optional:
+        wrong.append(None)
+    if rule.kind is not bool:
+        wrong.append(True)
+    if rule.kind is bool:
+        wrong.append(1)
+    if rule.kind in (int, float):
+        wrong += [math.nan, *([rule.low] if rule.above else []),
+                  *([rule.low - 1] if rule.low is not None else []),
+                  *([rule.high * 2 + 1] if rule.high is not None else [])]
+    if rule.kind is int:
+        wrong.append(float(rule.high or 1) - 0.5)
+    if rule.kind is str:
+        wrong.append("Not a word!" if rule.word else "neither")
+    return wrong
+
+
+def consistent(drawn: dict[str, Any]) -> dict[str, Any]:
+    """The fields' own rules say nothing of each other: what parse_spec asks of them
+    together (one of a duration and an amount, a datagram's size, L4S on steady UDP)."""
+    fixed = dict(drawn)
+    if (fixed["duration"] is None) == (fixed["num_bytes"] is None):
+        fixed["num_bytes"] = None if fixed["duration"] is not None else 1000
+    if fixed["protocol"] == "udp":
+        fixed["length"] = min(max(fixed["length"], native.MIN_ISOCHRONOUS_UDP_LENGTH),
+                              native.MAX_UDP_LENGTH)
+    else:
+        fixed["length"] = max(fixed["length"], native.WRITE_HEADER.size)
+        fixed["l4s"] = False
+    if fixed["l4s"]:
+        fixed["frame_rate"] = 0.0
+    return fixed
+
+
+# Every field of the dataclass (not rules(), what parse_spec checks): a field it leaves out
+# is lost on the way and fails the round trip.
+specs = st.fixed_dictionaries({item.name: values(item.metadata["rule"])
+                               for item in dataclasses.fields(TestSpec)}).map(
+    consistent).map(lambda drawn: TestSpec(**drawn))
+
+
+def test_every_field_of_the_test_description_declares_its_rule():
+    for item in dataclasses.fields(TestSpec):
+        assert isinstance(item.metadata.get("rule"), Rule), item.name
+        assert item.metadata["rule"].allows(item.default), item.name
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs)
+def test_any_description_the_rules_allow_crosses_the_native_protocol_unchanged(spec):
+    message = json.loads(native.encode(native.spec_message(spec))[4:])
+    assert native.parse_spec(message) == spec
+
+
+@pytest.mark.parametrize("name", [item.name for item in dataclasses.fields(TestSpec)])
+def test_a_value_outside_a_fields_rule_is_refused_naming_the_field(name):
+    good = native.spec_message(TestSpec())
+    for wrong in refused(rules()[name]):
+        with pytest.raises(ProtocolError, match=f"'{name}'"):
+            native.parse_spec({**good, name: wrong})
+
+
+def other_value(rule: Rule, default: Any) -> Any:
+    """A value the rule allows that is not the default: its highest, another choice."""
+    if rule.kind is bool:
+        return not default
+    if rule.kind is str:
+        return next(word for word in rule.choices or ("reno", "cubic") if word != default)
+    assert rule.high is not None
+    return int(rule.high) if rule.kind is int else float(rule.high)
+
+
+@pytest.mark.parametrize("item", dataclasses.fields(TestSpec), ids=lambda item: item.name)
+def test_a_field_reaches_an_iperf3_peer_exactly_through_the_parameters_it_names(item):
+    """A field that names iperf3 parameters changes one of them and what an iperf3 server
+    reads; one that names none changes nothing an iperf3 peer is sent."""
+    keys = item.metadata["iperf3"]
+    changed = dataclasses.replace(TestSpec(), **{item.name: other_value(
+        item.metadata["rule"], item.default)})
+    before = iperf3.parameters_message(TestSpec(), "3.12")
+    after = iperf3.parameters_message(changed, "3.12")
+    if not keys:
+        assert after == before
+        return
+    moved = {key for key in {*before, *after} if before.get(key) != after.get(key)}
+    assert moved & set(keys), (moved, keys)
+    assert iperf3.parse_parameters(after) != iperf3.parse_parameters(before)
