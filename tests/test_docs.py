@@ -196,3 +196,15 @@ def test_the_front_pages_name_no_flag_the_tool_lacks(page):
                                          capture_output=True, text=True, timeout=60).stdout
         for flag in (w for w in words if w.startswith("-")):
             assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", helps[path]), (line, flag)
+
+
+def test_every_bench_script_has_its_command_on_the_benchmarks_page():
+    """A script in bench/ that prints figures has a row naming its command, what it is
+    measured beside and where its figures are (cpu_meter.py is the others' helper)."""
+    page = (DOCS / "benchmarks" / "index.md").read_text()
+    rows = {match.group(1): match.group(2) for match in re.finditer(
+        r"^\| `bench/([a-z_0-9]+\.py)` \| `([^`]+)` \|", page, re.MULTILINE)}
+    scripts = {path.name for path in (ROOT / "bench").glob("*.py")} - {"cpu_meter.py"}
+    assert set(rows) == scripts
+    for script, command in rows.items():
+        assert f"bench/{script}" in command.split(), (script, command)
