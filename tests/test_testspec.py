@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import iperf3, native
-from simpleperf.testspec import Rule, TestSpec, rules
+from simpleperf.testspec import RULES, Rule, TestSpec
 
 
 def values(rule: Rule) -> st.SearchStrategy[Any]:
@@ -73,7 +73,7 @@ def consistent(drawn: dict[str, Any]) -> dict[str, Any]:
     return fixed
 
 
-# Every field of the dataclass (not rules(), what parse_spec checks): a field it leaves out
+# Every field of the dataclass (not RULES, what parse_spec checks): a field it leaves out
 # is lost on the way and fails the round trip.
 specs = st.fixed_dictionaries({item.name: values(item.metadata["rule"])
                                for item in dataclasses.fields(TestSpec)}).map(
@@ -96,7 +96,7 @@ def test_any_description_the_rules_allow_crosses_the_native_protocol_unchanged(s
 @pytest.mark.parametrize("name", [item.name for item in dataclasses.fields(TestSpec)])
 def test_a_value_outside_a_fields_rule_is_refused_naming_the_field(name):
     good = native.spec_message(TestSpec())
-    for wrong in refused(rules()[name]):
+    for wrong in refused(RULES[name]):
         with pytest.raises(ProtocolError, match=f"'{name}'"):
             native.parse_spec({**good, name: wrong})
 

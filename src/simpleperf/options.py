@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 DEFAULT_PORT = 8088
 DEFAULT_SERVER_IP = "127.0.0.1"
@@ -114,6 +114,14 @@ def stall_limit(duration: float | None) -> float:
     return min(STALL_SECONDS_MAX, max(STALL_SECONDS_MIN, duration))
 
 _CONGESTION_NAME = re.compile(r"[a-z0-9_]{1,15}")
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    return (is_int(value) or isinstance(value, float)) and value == value  # not NaN
 
 
 def stream_count(parallel: int, direction: str) -> int:

@@ -38,6 +38,8 @@ from .options import (
     MIN_WINDOW,
     ClientOptions,
     is_congestion_name,
+    is_int,
+    is_number,
     stream_count,
 )
 
@@ -67,8 +69,7 @@ class Rule:
         if self.kind is str:
             return isinstance(value, str) and (
                 value in self.choices if self.choices else bool(self.word and self.word(value)))
-        number = int if self.kind is int else (int, float)
-        if not isinstance(value, number) or value != value:  # NaN is no number
+        if not is_number(value) or (self.kind is int and not is_int(value)):
             return False
         low_ok = self.low is None or (value > self.low if self.above else value >= self.low)
         return low_ok and (self.high is None or value <= self.high)
@@ -206,11 +207,5 @@ class TestSpec:
         return stream <= self.parallel
 
 
-def rules() -> dict[str, Rule]:
-    """Every field's rule, by name: what a peer's description is checked against."""
-    return {item.name: item.metadata["rule"] for item in fields(TestSpec)}
-
-
-def iperf3_keys() -> dict[str, tuple[str, ...]]:
-    """The iperf3 parameters that carry each field, by name (empty: none can)."""
-    return {item.name: item.metadata["iperf3"] for item in fields(TestSpec)}
+# Every field's rule, by name: what a peer's description is checked against
+RULES: dict[str, Rule] = {item.name: item.metadata["rule"] for item in fields(TestSpec)}

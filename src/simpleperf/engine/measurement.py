@@ -257,7 +257,7 @@ def _fill_delays(stream: Stream, entry: dict[str, Any], spec: TestSpec) -> None:
         entry.update(frames=stream.frames.whole, frames_lost=stream.frames.lost,
                      frame_delays=stream.frames.log.total())
     elif stream.sending and spec.isochronous:
-        entry.update(frames=stream.frames_sent - min(spec.omitted_frames, stream.frames_sent),
+        entry.update(frames=max(0, stream.frames_sent - spec.omitted_frames),
                      frames_slipped=stream.frames_slipped)
 
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ..delays import DelayAccount
 from ..errors import ProtocolError
-from ..options import MAX_PEER_HISTOGRAM_BINS, is_congestion_name
+from ..options import MAX_PEER_HISTOGRAM_BINS, is_congestion_name, is_int, is_number
 from ..testspec import TestSpec
 from .native import (
     DELAY_RESULT_FIELDS,
@@ -22,8 +22,6 @@ from .native import (
     TOKEN_SIZE,
     VERSION,
     IntervalRow,
-    is_int,
-    is_number,
     parse_intervals,
     parse_results,
     parse_spec,

@@ -35,8 +35,10 @@ from ..options import (
     MAX_PEER_HISTOGRAM_BINS,
     MAX_UDP_LENGTH,
     MIN_UDP_LENGTH,
+    is_int,
+    is_number,
 )
-from ..testspec import TestSpec, rules
+from ..testspec import RULES, TestSpec
 
 MAGIC = b"SPRF"
 VERSION = 1
@@ -191,7 +193,7 @@ def parse_spec(message: dict[str, Any]) -> TestSpec:
     """The native encoding back, strictly: every field checked against its rule in TestSpec;
     unknown fields are ignored so that later versions can add some."""
     values: dict[str, Any] = {}
-    for name, rule in rules().items():
+    for name, rule in RULES.items():
         if name in message:
             if not rule.allows(message[name]):
                 raise ProtocolError(f"test field '{name}' has an invalid value")
@@ -212,14 +214,6 @@ def parse_spec(message: dict[str, Any]) -> TestSpec:
         raise ProtocolError("isochronous UDP datagrams need at least "
                             f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")
     return spec
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> bool:
-    return (is_int(value) or isinstance(value, float)) and value == value  # not NaN
 
 
 # Fields of each per-stream result a peer reports at the end (result_fields.py, the one
