@@ -166,7 +166,8 @@ def test_a_queue_for_the_own_discipline_gives_lengths_and_headers(empty_namespac
 def _kernel_applies(held: list[int], messages: list[bytes]) -> dict[int, tuple[bool, int | None]]:
     """What nfnetlink_queue does with verdict messages: one verdict takes its id (which it
     must hold), a batch verdict accepts every held id up to its own. The verdicts given,
-    by id; `held` keeps the rest, in order."""
+    by id, in the order the kernel gave them (accepted packets leave in it); `held` keeps
+    the rest, in order."""
     given: dict[int, tuple[bool, int | None]] = {}
     for message in messages:
         kind = struct.unpack_from("=H", message, 4)[0] & 0xFF
@@ -198,7 +199,9 @@ def test_verdicts_release_exactly_the_packets_given_whatever_their_order(first, 
     """The own discipline releases packets in any order, drops and marks some: the
     verdict messages (batches where the released ids make a prefix of what the kernel
     holds) give exactly those packets their verdicts, never one still waiting, whatever
-    the order, the ids the kernel numbered but never delivered, and the ids' wrap at 2^32."""
+    the order, the ids the kernel numbered but never delivered, and the ids' wrap at 2^32.
+    No packet passes a marked one it was released after, nor falls behind one it was
+    released before (a marked packet sent ahead of its batch reorders its flow)."""
     verdicts = nfqueue.Verdicts(7)
     held: list[int] = []  # in the kernel's queue, in id order
     waiting: list[int] = []  # held, and still in the discipline
@@ -211,13 +214,19 @@ def test_verdicts_release_exactly_the_packets_given_whatever_their_order(first, 
         verdicts.arrived(ids)
         held += ids
         waiting += ids
-        chosen = {waiting[pick % len(waiting)] for pick in picks} if waiting else set()
-        plain = [i for i in chosen if rng.random() < 0.7]
-        single = [(i, accept, nfqueue.CE_MARK if accept else None) for i in chosen
-                  if i not in plain for accept in [rng.random() < 0.5]]
-        given = _kernel_applies(held, verdicts.messages(plain, single))
-        assert set(given) == chosen
-        assert all(given[i] == (True, None) for i in plain)
-        assert all(given[i] == (accept, mark) for i, accept, mark in single)
+        chosen = list(dict.fromkeys(waiting[pick % len(waiting)] for pick in picks)) \
+            if waiting else []
+        dropped = [i for i in chosen if rng.random() < 0.15]
+        released = [(i, nfqueue.CE_MARK if rng.random() < 0.3 else None)
+                    for i in chosen if i not in dropped]
+        given = _kernel_applies(held, verdicts.messages(released, dropped))
+        assert set(given) == set(chosen)
+        assert all(given[i] == (False, None) for i in dropped)
+        assert all(given[i] == (True, mark) for i, mark in released)
+        sent = [i for i in given if i not in dropped]  # the order they left in
+        for place, (packet_id, mark) in enumerate(released):
+            if mark is not None:
+                before = sent[:sent.index(packet_id)]
+                assert set(before) == {i for i, _ in released[:place]}, (released, sent)
         waiting = [i for i in waiting if i not in chosen]
         assert held == [i for i in held if i in waiting] and len(held) == len(waiting)

@@ -145,11 +145,10 @@ class DirectionQueue:
 
     def _bottleneck_due(self, now: float) -> list[bytes]:
         assert self.bottleneck is not None
-        released = self.bottleneck.due(now)
-        single: list[tuple[int, bool, int | None]] = [
-            (packet.id, False, None) for packet in self.bottleneck.take_dropped()]
-        single += [(packet.id, True, nfqueue.CE_MARK) for packet in released if packet.marked]
-        return self.verdicts.messages([p.id for p in released if not p.marked], single)
+        released = [(packet.id, nfqueue.CE_MARK if packet.marked else None)
+                    for packet in self.bottleneck.due(now)]
+        return self.verdicts.messages(
+            released, [packet.id for packet in self.bottleneck.take_dropped()])
 
     def release_all(self) -> list[bytes]:
         """Every packet held, accepted now (the queue leaves the lab's own discipline)."""

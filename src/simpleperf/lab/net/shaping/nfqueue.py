@@ -205,19 +205,37 @@ class Verdicts:
                     self.low = None
             self.next_id = (packet_id + 1) & ID_MASK
 
-    def messages(self, accepted: list[int], single: list[tuple[int, bool, int | None]]
+    def messages(self, released: list[tuple[int, int | None]], dropped: list[int]
                  ) -> list[bytes]:
-        """Verdicts to send, in order: `single` (id, accept, mark) each its own, first, so
-        that no batch covers them; then `accepted` (ids to accept as they are), one batch
-        verdict for those that with every earlier id make a prefix of what is held, the
-        rest their own."""
-        out = [verdict(self.queue, packet_id, accept, mark)
-               for packet_id, accept, mark in single]
-        for packet_id, _, _ in single:
+        """Verdicts to send, in order: `dropped` ids each its own, first (they never reach
+        the wire); then `released` (id, mark or None) in the order they leave, which the
+        verdicts keep: the kernel sends an accepted packet on at once, so a marked packet,
+        which needs its own verdict, goes between the batches of the plain ones before and
+        after it (sent first, it would pass the packets of its flow that left before it:
+        reordering that TCP takes for loss). Plain ids that with every earlier id make a
+        prefix of what is held are one batch verdict, the rest their own."""
+        out = [verdict(self.queue, packet_id, False) for packet_id in dropped]
+        for packet_id in dropped:
             self._done(packet_id)
+        plain: list[int] = []
+        for packet_id, mark in released:
+            if mark is None:
+                plain.append(packet_id)
+                continue
+            out += self._accepted(plain)
+            plain = []
+            out.append(verdict(self.queue, packet_id, True, mark))
+            self._done(packet_id)
+        return out + self._accepted(plain)
+
+    def _accepted(self, accepted: list[int]) -> list[bytes]:
+        """Verdicts accepting `accepted` as they are: one batch for those that with every
+        earlier id make a prefix of what is held, the rest their own."""
+        if not accepted:
+            return []
         low, done = self.low, self.done
         if low is None:
-            return out + [verdict(self.queue, packet_id) for packet_id in accepted]
+            return [verdict(self.queue, packet_id) for packet_id in accepted]
         start = low
         ordered = sorted(accepted, key=lambda packet_id: (packet_id - start) & ID_MASK)
         taken = 0
@@ -230,6 +248,7 @@ class Verdicts:
                 break
             low = (low + 1) & ID_MASK
         self.low = low
+        out = []
         if taken:
             out.append(verdict_up_to(self.queue, ordered[taken - 1]))
         for packet_id in ordered[taken:]:
