@@ -245,7 +245,11 @@ def test_a_write_header_that_lies_ends_the_stream_with_one_line():
     (["--isochronous=60:20M", "-b", "5M"], "leave out -b"),
     (["--isochronous", "-u", "-l", "20"], "at least 32 bytes"),
     (["--trip-times", "-l", "8"], f"at least {WRITE_HEADER.size} bytes"),
-    (["--trip-times", "--iperf3"], "need a simpleperf server"),
+    (["--trip-times", "--iperf3"], "--trip-times needs a simpleperf server: an iperf3 server "
+     "measures no one-way delay"),
+    (["--isochronous", "-R", "--iperf3"], "--trip-times and --isochronous need a simpleperf"),
+    (["--trip-times", "--histograms=1m,500", "--iperf3"],
+     "--trip-times and --histograms need a simpleperf server"),
     (["--trip-times", "-Z"], "cannot be combined with -Z"),
 ])
 def test_latency_flags_refuse_what_cannot_be_done_in_one_line(argv, words):

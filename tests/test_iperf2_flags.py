@@ -20,6 +20,7 @@ from helpers import (
     LiveProcess,
     free_port,
     run_simpleperf,
+    start_iperf3_server,
     start_server,
 )
 
@@ -118,7 +119,9 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["-x", ""], "-x/--reportexclude takes letters of CDMSV"),
     (["--connect-retries=many"], "--connect-retries takes 0 to"),
     (["--no-udp-fin"], "--no-udp-fin is iperf2's"),
-    (["--iperf2", "-u", "-R", "--no-udp-fin"], "(not -R, -d or -r)")])
+    (["--iperf2", "-u", "-R", "--no-udp-fin"], "(not -R, -d or -r)"),
+    (["--iperf3", "--tcp-write-prefetch", "64K", "-R"],
+     "--tcp-write-prefetch needs a simpleperf server: an iperf3 server cannot be asked")])
 def test_bad_iperf2_flags_are_one_line(words, says):
     done = run_simpleperf("-c", "127.0.0.1", *words)
     assert done.returncode == 2
@@ -269,6 +272,25 @@ def test_tcp_write_prefetch_is_each_data_connections_unsent_limit():
     finally:
         listener.close()
 
+
+@pytest.mark.iperf3
+def test_an_iperf3_server_found_out_is_refused_a_write_prefetch_it_would_have_to_keep():
+    """Our sender keeps its own limit against an iperf3 server; with -R the iperf3 server
+    sends, and no parameter of its can carry the limit: one line, before any data."""
+    process, port = start_iperf3_server("3.21")
+    try:
+        kept = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5", "-J",
+                              "--tcp-write-prefetch", "64K")
+        refused = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5",
+                                 "--tcp-write-prefetch", "64K", "-R")
+    finally:
+        process.kill()
+        process.wait()
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["end"]["sum_sent"]["bytes"] > 0
+    assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0
+    assert (f"port {port} is an iperf3 server, which cannot be asked to limit what it leaves "
+            "unsent: --tcp-write-prefetch needs a simpleperf server") in refused.stderr
 
 
 ROW_END = {role: f" {role}\n" for role in ("sender", "receiver")}  # a summary row's end

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import iperf3, native
-from simpleperf.testspec import RULES, Rule, TestSpec
+from simpleperf.testspec import RULES, UNCARRIED, Rule, TestSpec, beyond_iperf3
 
 
 def values(rule: Rule) -> st.SearchStrategy[Any]:
@@ -115,7 +115,7 @@ def other_value(rule: Rule, default: Any) -> Any:
 def test_a_field_reaches_an_iperf3_peer_exactly_through_the_parameters_it_names(item):
     """A field that names iperf3 parameters changes one of them and what an iperf3 server
     reads; one that names none changes nothing an iperf3 peer is sent."""
-    keys = item.metadata["iperf3"]
+    keys = item.metadata["iperf3"] if isinstance(item.metadata["iperf3"], tuple) else ()
     changed = dataclasses.replace(TestSpec(), **{item.name: other_value(
         item.metadata["rule"], item.default)})
     before = iperf3.parameters_message(TestSpec(), "3.12")
@@ -126,3 +126,46 @@ def test_a_field_reaches_an_iperf3_peer_exactly_through_the_parameters_it_names(
     moved = {key for key in {*before, *after} if before.get(key) != after.get(key)}
     assert moved & set(keys), (moved, keys)
     assert iperf3.parse_parameters(after) != iperf3.parse_parameters(before)
+
+
+# The fields an iperf3 peer may ignore: the same test runs without them (our server's rows
+# every `sample` seconds; our sender's whole-segment writes). A new field is added here
+# only with that reason; otherwise it names the iperf3 parameters or an Uncarried.
+IPERF3_MAY_IGNORE = {"sample", "whole_segments"}
+
+
+def test_a_field_no_iperf3_parameter_carries_says_whether_an_iperf3_server_may_ignore_it():
+    ignored = {item.name for item in dataclasses.fields(TestSpec)
+               if item.metadata["iperf3"] == ()}
+    assert ignored == IPERF3_MAY_IGNORE
+    for name, uncarried in UNCARRIED.items():
+        assert uncarried.flag.startswith("--") and uncarried.end in ("sender", "receiver",
+                                                                      "both"), name
+
+
+@pytest.mark.parametrize("item", dataclasses.fields(TestSpec), ids=lambda item: item.name)
+def test_an_iperf3_server_is_refused_a_test_only_for_what_it_would_have_to_honour(item):
+    """A field set alone away from its default refuses an iperf3 server in exactly the
+    directions where it has the end that honours the field, naming the flag."""
+    changed = dataclasses.replace(TestSpec(), **{item.name: other_value(
+        item.metadata["rule"], item.default)})
+    uncarried = UNCARRIED.get(item.name)
+    server_end = {"forward": "receiver", "reverse": "sender"}
+    for direction in ("forward", "reverse", "bidir"):
+        test = dataclasses.replace(changed, direction=direction) \
+            if item.name != "direction" else changed
+        refused = beyond_iperf3(test)
+        honours = uncarried is not None and (
+            uncarried.end in ("both", server_end.get(direction, uncarried.end)))
+        if not honours:
+            assert refused is None, (direction, refused)
+            continue
+        assert refused is not None and uncarried is not None
+        needs, lacks = refused
+        assert needs == f"{uncarried.flag} needs a simpleperf server" and lacks == uncarried.lacks
+
+
+def test_fields_an_iperf3_server_lacks_for_one_reason_are_named_together():
+    test = TestSpec(trip_times=True, frame_rate=60.0)
+    assert beyond_iperf3(test) == ("--trip-times and --isochronous need a simpleperf server",
+                                   "measures no one-way delay")

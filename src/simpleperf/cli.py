@@ -74,6 +74,7 @@ from .options import (
     dscp_code,
     is_congestion_name,
 )
+from .testspec import TestSpec, beyond_iperf3
 from .units import (
     AUTO_UNIT,
     CLASSIC_DEFAULT_UNIT,
@@ -526,6 +527,10 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
     options = _check_rpm(options, args)
     options = iperf3_flags.apply(latency_flags.apply(_with_file(options, args), args), args)
     options = iperf2_flags.apply(options, args)
+    beyond = beyond_iperf3(TestSpec.from_options(options)) if options.iperf3 else None
+    if beyond is not None:
+        needs, lacks = beyond
+        raise UsageError(f"--iperf3: {needs}: an iperf3 server {lacks}")
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "

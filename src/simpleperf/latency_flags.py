@@ -125,9 +125,6 @@ def _check_l4s(options: ClientOptions) -> None:
     if not options.udp:
         raise UsageError("--l4s sets a UDP stream's rate from CE marks: add -u (TCP's "
                          "scalable response is the congestion control's: -C dctcp)")
-    if options.iperf3:
-        raise UsageError("--l4s needs a simpleperf server: an iperf3 server sends no "
-                         "feedback of CE marks")
     if options.frame_rate > 0:
         raise UsageError("--l4s sets the rate itself: it cannot be combined with "
                          "--isochronous")
@@ -144,9 +141,6 @@ def _check(options: ClientOptions) -> None:
                          "--isochronous")
     if not timed:
         return
-    if options.iperf3:
-        raise UsageError("--trip-times and --isochronous need a simpleperf server: an iperf3 "
-                         "server measures no one-way delay")
     for used, flag in ((options.file is not None, "-F/--file"), (options.zerocopy, "-Z"),
                        (options.probe, "--probe"), (options.rtt, "--rtt")):
         if used:

@@ -75,15 +75,32 @@ class Rule:
         return low_ok and (self.high is None or value <= self.high)
 
 
-def _field(default: Any, rule: Rule, iperf3: tuple[str, ...]) -> Any:
+@dataclass(frozen=True)
+class Uncarried:
+    """A field no iperf3 parameter carries that the peer must honour all the same: the flag
+    that sets it, the end of each stream that honours it (sender, receiver or both) and
+    what an iperf3 server lacks, for the line that refuses the test."""
+
+    flag: str
+    end: str
+    lacks: str
+
+
+def _field(default: Any, rule: Rule, iperf3: tuple[str, ...] | Uncarried) -> Any:
     """A field of TestSpec: its default, its rule and the iperf3 parameters that carry it
-    (none: an iperf3 peer cannot be asked for it), declared together."""
+    (IPERF3_IGNORES: none, and an iperf3 peer runs the same test without it; Uncarried:
+    none, and a test that needs it of an iperf3 server is refused), declared together."""
     return field(default=default, metadata={"rule": rule, "iperf3": iperf3})
 
 
-NOT_IPERF3: tuple[str, ...] = ()  # no iperf3 parameter carries the field
+# No iperf3 parameter carries the field, and an iperf3 peer runs the same test without it
+# (only what our end keeps or shows differs)
+IPERF3_IGNORES: tuple[str, ...] = ()
 FLAG = Rule(bool)
 RATE = Rule(float, 0, MAX_RATE)  # bits/s; 0 is none
+ONE_WAY = Uncarried("--trip-times", "both", "measures no one-way delay")
+HISTOGRAMS = Uncarried("--histograms", "receiver", "measures no one-way delay")
+FRAMES = Uncarried("--isochronous", "both", "measures no one-way delay")
 
 
 @dataclass(frozen=True)
@@ -92,7 +109,7 @@ class TestSpec:
 
     __test__ = False  # a test description, not a pytest test class
 
-    # Each field: its default, its rule, the iperf3 parameters that carry it (NOT_IPERF3: none)
+    # Each field: its default, its rule, the iperf3 parameters that carry it (or that none do)
     protocol: str = _field("tcp", Rule(str, choices=PROTOCOLS), ("tcp", "udp"))
     # forward: the client sends; reverse: the server sends; bidir: both
     direction: str = _field("forward", Rule(str, choices=DIRECTIONS),
@@ -118,33 +135,35 @@ class TestSpec:
     tos: int = _field(0, Rule(int, 0, 255), ("TOS",))
     # seconds per interval the server keeps
     sample: float = _field(DEFAULT_NATIVE_INTERVAL,
-                           Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), NOT_IPERF3)
+                           Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), IPERF3_IGNORES)
     # payload '0123456789...' rather than zeros, both ends
     repeating_payload: bool = _field(False, FLAG, ("repeating_payload",))
     # the CPU the server's streams of this test run on (-A n,m)
     affinity: int | None = _field(None, Rule(int, 0, MAX_CPU, optional=True),
                                   ("server_affinity",))
     # receivers time every datagram or write from send to read
-    trip_times: bool = _field(False, FLAG, NOT_IPERF3)
+    trip_times: bool = _field(False, FLAG, ONE_WAY)
     histogram_bin_width: float = _field(  # seconds, for those delays
         DEFAULT_HISTOGRAM_BIN_WIDTH,
-        Rule(float, MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH), NOT_IPERF3)
+        Rule(float, MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH), HISTOGRAMS)
     histogram_bins: int = _field(DEFAULT_HISTOGRAM_BINS, Rule(int, 1, MAX_HISTOGRAM_BINS),
-                                 NOT_IPERF3)
+                                 HISTOGRAMS)
     # --isochronous: frames a second (0: a steady stream), their mean load (bits/s) and
     # its standard deviation (log-normal frame sizes)
-    frame_rate: float = _field(0.0, Rule(float, 0, MAX_FRAME_RATE), NOT_IPERF3)
+    frame_rate: float = _field(0.0, Rule(float, 0, MAX_FRAME_RATE), FRAMES)
     frame_load: float = _field(DEFAULT_FRAME_LOAD, Rule(float, 0, MAX_RATE, above=True),
-                               NOT_IPERF3)
-    frame_stdev: float = _field(0.0, RATE, NOT_IPERF3)
+                               FRAMES)
+    frame_stdev: float = _field(0.0, RATE, FRAMES)
     # TCP senders round writes down to whole segments (no -l)
-    whole_segments: bool = _field(False, FLAG, NOT_IPERF3)
+    whole_segments: bool = _field(False, FLAG, IPERF3_IGNORES)
     # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
     fq_rate: float = _field(0.0, RATE, ("fqrate",))
     # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
-    l4s: bool = _field(False, FLAG, NOT_IPERF3)
+    l4s: bool = _field(False, FLAG, Uncarried(
+        "--l4s", "both", "sends no feedback of CE marks"))
     # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT)
-    write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), NOT_IPERF3)
+    write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), Uncarried(
+        "--tcp-write-prefetch", "sender", "cannot be asked to limit what it leaves unsent"))
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> TestSpec:
@@ -209,3 +228,30 @@ class TestSpec:
 
 # Every field's rule, by name: what a peer's description is checked against
 RULES: dict[str, Rule] = {item.name: item.metadata["rule"] for item in fields(TestSpec)}
+# The fields no iperf3 parameter carries that the peer must honour, by name
+UNCARRIED: dict[str, Uncarried] = {item.name: item.metadata["iperf3"]
+                                   for item in fields(TestSpec)
+                                   if isinstance(item.metadata["iperf3"], Uncarried)}
+
+
+def beyond_iperf3(spec: TestSpec) -> tuple[str, str] | None:
+    """What an iperf3 server would have to honour in this test (at the end its streams
+    have there: it receives forward, sends reverse, both with bidir) and cannot be told:
+    the flags, as "--a and --b need a simpleperf server", and what it lacks; None: an
+    iperf3 server runs this test."""
+    server_ends = {"forward": {"receiver"}, "reverse": {"sender"}}.get(
+        spec.direction, {"sender", "receiver"})
+    defaults = TestSpec()
+    flags: list[str] = []
+    lacks = ""
+    for name, uncarried in UNCARRIED.items():
+        if getattr(spec, name) == getattr(defaults, name) or not (
+                uncarried.end == "both" or uncarried.end in server_ends):
+            continue
+        lacks = lacks or uncarried.lacks
+        if uncarried.lacks == lacks and uncarried.flag not in flags:
+            flags.append(uncarried.flag)
+    if not flags:
+        return None
+    named = flags[0] if len(flags) == 1 else ", ".join(flags[:-1]) + " and " + flags[-1]
+    return f"{named} need{'s' if len(flags) == 1 else ''} a simpleperf server", lacks

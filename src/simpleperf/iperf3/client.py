@@ -18,7 +18,7 @@ from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
 from ..protocol import iperf3
 from ..protocol.exchange import Iperf3Order
 from ..report.client import TestOutput
-from ..testspec import TestSpec
+from ..testspec import TestSpec, beyond_iperf3
 from ..transport import tcp, udp
 from .control import Iperf3Control
 
@@ -72,15 +72,11 @@ class _Iperf3Test:
             control.sendall(self.cookie)
         self.control = Iperf3Control(control, "server")
         try:
-            if options.trip_times or options.frame_rate > 0:
-                raise SimpleperfError(
-                    f"the server at {options.host} port {options.port} is an iperf3 server, "
-                    "which measures no one-way delay: --trip-times and --isochronous need a "
-                    "simpleperf server")
-            if options.l4s:
-                raise SimpleperfError(
-                    f"the server at {options.host} port {options.port} is an iperf3 server, "
-                    "which sends no feedback of CE marks: --l4s needs a simpleperf server")
+            beyond = beyond_iperf3(self.spec)
+            if beyond is not None:
+                needs, lacks = beyond
+                raise SimpleperfError(f"the server at {options.host} port {options.port} is "
+                                      f"an iperf3 server, which {lacks}: {needs}")
             control.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._expect()  # PARAM_EXCHANGE
             parameters = iperf3.parameters_message(self.spec, f"simpleperf-{__version__}")
