@@ -21,6 +21,7 @@ from simpleperf import cli, errors, result_fields
 from simpleperf.exporter import modules, web
 from simpleperf.lab import commands
 from simpleperf.lab.model import (
+    disciplines,
     events,
     experiment,
     flows,
@@ -167,16 +168,19 @@ def flow_kind_page() -> str:
 
 def queue_discipline_page() -> str:
     tuned = {name: [f"`{p.flag}`" for p in link_properties.PROPERTIES if name in p.qdiscs]
-             for name in link_properties.QDISCS}
-    rows = [[f"`{name}`", "yes" if name in aqm.DISCIPLINES else "no",
-             "yes" if name in link_properties.KERNEL_QDISCS else "no",
-             ", ".join(tuned[name]) or "-"] for name in link_properties.QDISCS]
+             for name in disciplines.QDISCS}
+    rows = [[f"`{d.name}`", d.about, "flows in turn" if d.in_turn else "arrival order",
+             "yes" if d.name in aqm.DISCIPLINES else "no", "yes" if d.kernel else "no",
+             ", ".join(tuned[d.name]) or "-"] for d in disciplines.QUEUE_DISCIPLINES]
     return (HEADER + "# Queue disciplines\n\nWhat `--qdisc` (a link's `qdisc`) takes, from "
-            "`QDISCS` in `src/simpleperf/lab/model/link_properties.py`; the lab's own "
+            "`QUEUE_DISCIPLINES` in `src/simpleperf/lab/model/disciplines.py`; the lab's own "
             "implementations are the registry `DISCIPLINES` in "
             "`src/simpleperf/lab/net/shaping/aqm/`, and [how the lab shapes links]"
-            "(../lab-shaping.md) says which runs where.\n\n"
-            + _table(["discipline", "the lab's own", "the kernel's", "tuned by"], rows))
+            "(../lab-shaping.md) says which runs where. A discipline that serves flows in "
+            "turn gives each its max-min share; one queue in arrival order gives a flow that "
+            "does not back off what it sends.\n\n"
+            + _table(["discipline", "what it is", "serves", "the lab's own", "the kernel's",
+                      "tuned by"], rows))
 
 
 def exit_status_page() -> str:

@@ -116,7 +116,7 @@ def test_every_flag_help_prints_is_in_the_command_line_reference():
 
 def test_every_table_the_reference_is_made_from_is_on_its_page():
     from simpleperf import errors, result_fields
-    from simpleperf.lab.model import flows, link_properties
+    from simpleperf.lab.model import disciplines, flows, link_properties
 
     properties = reference_pages.link_property_page()
     assert all(f"`{p.flag}`" in properties and f"`{p.mininet}`" in properties
@@ -125,8 +125,8 @@ def test_every_table_the_reference_is_made_from_is_on_its_page():
     assert all(f"`{f.key}`" in fields for f in result_fields.FIELDS)
     kinds = reference_pages.flow_kind_page()
     assert all(f"`{name}`" in kinds for name in flows.KINDS)
-    disciplines = reference_pages.queue_discipline_page()
-    assert all(f"`{name}`" in disciplines for name in link_properties.QDISCS)
+    qdiscs = reference_pages.queue_discipline_page()
+    assert all(f"`{d.name}` | {d.about} |" in qdiscs for d in disciplines.QUEUE_DISCIPLINES)
     statuses = reference_pages.exit_status_page()
     constants = {name: value for name, value in vars(errors).items()
                  if name.startswith("EXIT_") and isinstance(value, int)}

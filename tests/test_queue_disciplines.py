@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.ecn import CE, ECT0, ECT1, NOT_ECT
-from simpleperf.lab.model import diffserv
+from simpleperf.lab.model import diffserv, disciplines
 from simpleperf.lab.net.shaping import aqm, nfqueue
 from simpleperf.lab.net.shaping.aqm import codel, dualpi2, pie
 from simpleperf.lab.net.shaping.bottleneck import Bottleneck, packet_of
@@ -469,3 +469,31 @@ def test_cake_tin_thresholds_and_cobalt_parameters_follow_sch_cake():
     assert slow.interval == pytest.approx(2 * 1.5 * frame)  # above 100 ms + (target - 5 ms)
     assert [cake.tin_of(d) for d in (0, 8, 1, 46, 44, 48, 56, 34, 10)] == [
         0, 1, 1, 2, 2, 2, 2, 0, 0]
+
+
+def test_the_table_of_disciplines_is_the_own_shapers_and_says_how_each_serves_flows():
+    """Each row of disciplines.QUEUE_DISCIPLINES has its own implementation, and its
+    `in_turn` is what the implementation does: beside a flow sending 1.5 times the link's
+    rate, one sending a quarter of it keeps everything it sends where flows are served in
+    turn, and loses what arrival order gives it (about half) where they are not."""
+    assert set(aqm.DISCIPLINES) == set(disciplines.QDISCS)
+    rng = random.Random(1)
+    for row in disciplines.QUEUE_DISCIPLINES:
+        discipline = aqm.make(row.name, aqm.Settings(rate=2 * 1514 * 8 / 1e-3))
+        sent = served = 0
+        packet_id = 0
+        for tick in range(10_000):  # 1 ms each: two frames leave, 3.5 arrive
+            now = tick * 1e-3
+            arriving = [1, 1, 1] + ([2] if tick % 2 else [])
+            rng.shuffle(arriving)
+            for flow in arriving:
+                packet_id += 1
+                sent += flow == 2
+                discipline.enqueue(aqm.Packet(packet_id, now, 1514, flow=flow), now)
+            for _ in range(2):
+                packet, _ = discipline.dequeue(now)
+                if packet is not None:
+                    served += packet.flow == 2
+                    discipline.sending(packet.size, now + 0.5e-3)
+        kept = served / sent
+        assert (kept > 0.98) if row.in_turn else (kept < 0.8), (row.name, kept)

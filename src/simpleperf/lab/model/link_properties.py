@@ -17,17 +17,13 @@ from typing import Any
 
 from ...units import parse_duration, parse_rate
 from . import datafiles, traces
+from .disciplines import KERNEL_QDISCS, QDISCS
 from .errors import TopologyError
 
 MIN_RATE, MAX_RATE = 1e3, 100e9  # bits/s
 MAX_DELAY = 10.0  # seconds
 TIME_DIGITS = 9  # times are kept to the nanosecond
 MAX_QUEUE = 1_000_000  # packets
-# Queue disciplines a link direction's queue can run: drop-tail (a pfifo), active queue
-# management a kernel may have too (RFC 8289 CoDel, RFC 8290 FQ-CoDel, RFC 8033 PIE, FQ-PIE,
-# CAKE, RFC 9332 DualPI2), and DiffServ classes (the own shaper's, as routers configure them).
-KERNEL_QDISCS = ("codel", "fq_codel", "pie", "fq_pie", "cake", "dualpi2")
-QDISCS = ("droptail", *KERNEL_QDISCS, "classes")
 AQM_TIMES = (1e-6, 10.0)  # seconds: a target, interval or update period
 MAX_FLOWS = 65536  # fq_codel's and fq_pie's flow queues (the kernel's limit)
 MAX_QUANTUM = 1 << 20  # bytes a flow queue may send per round

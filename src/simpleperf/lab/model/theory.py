@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from . import diffserv
+from .disciplines import ARRIVAL_ORDER
 from .topology import Link, Shaping, Topology, TopologyError
 
 if TYPE_CHECKING:  # theory fills outcomes in; `lab up` and `status` need only the paths
@@ -484,13 +485,6 @@ def met_rtt(outcome: FlowOutcome) -> float:
     return max(base, len(seen) / sum(1 / rtt for rtt in seen))
 
 
-# One queue served in arrival order (an AQM drops from it, whoever sent; DualPI2 couples its
-# two queues into one's shares; DiffServ classes are a drop-tail queue each, within the
-# class's part of the link): a flow that does not back off takes what it sends; flow
-# queueing (fq_codel, fq_pie, cake) shares max-min.
-FIFO_QDISCS = ("droptail", "codel", "pie", "dualpi2", "classes")
-
-
 def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str,
             seconds: Sequence[float] | None = None, down: frozenset[str] = frozenset()
             ) -> None:
@@ -535,9 +529,9 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             # a window a trip (an MPTCP connection's window spread over its subflows)
             demand = outcome.window_bound / TCP_GOODPUT / flow.parallel / len(routes)
         # a paced flow through queues that serve in arrival order takes what it sends (an
-        # l4s one backs off: its rate is a ceiling)
+        # l4s one backs off: its rate is a ceiling); flow queueing shares max-min
         unresponsive = flow.spec.paced and not flow.l4s and all(
-            s.qdisc in FIFO_QDISCS for s in forward.shaping())
+            s.qdisc in ARRIVAL_ORDER for s in forward.shaping())
         for _ in range(flow.parallel):
             for route in routes:
                 paths.append(route)
@@ -627,7 +621,7 @@ def _full_queues(way: Path, capacities: dict[tuple[str, str], float],
             continue
         # (a CAKE tin's flows are served in turn: its full queue drains at the link's rate)
         name = resource[1].split(CLASS_MARK)[1] if CLASS_MARK in resource[1] else None
-        if own is not None and shaping.qdisc not in FIFO_QDISCS:
+        if own is not None and shaping.qdisc not in ARRIVAL_ORDER:
             queues += max(shaping.queue * own[0] * 8 / own[1],
                           shaping.queue * FRAME_BYTES * 8 / shaping.rate)
         elif name == diffserv.PRIORITY:
@@ -730,7 +724,7 @@ def _beside_l4s(outcomes: Sequence[FlowOutcome], owners: list[int],
             continue
         link = links[resource[0]]
         shaping = link.a_to_b if resource[1].startswith("a_to_b") else link.b_to_a
-        if shaping.qdisc not in FIFO_QDISCS:
+        if shaping.qdisc not in ARRIVAL_ORDER:
             continue
         others = {owners[i] for i, r in enumerate(binding) if r == resource} - {index}
         if not any(outcomes[other].flow.spec.tcp for other in others):

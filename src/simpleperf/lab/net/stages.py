@@ -20,7 +20,8 @@ from typing import Any
 
 from ...units import parse_duration, parse_rate
 from ..model import diffserv
-from ..model.link_properties import KERNEL_QDISCS, TIME_DIGITS
+from ..model.disciplines import KERNEL_AQM
+from ..model.link_properties import TIME_DIGITS
 from ..model.theory import FRAME_BYTES
 from ..model.topology import Shaping
 from .shaping import aqm
@@ -348,7 +349,6 @@ def ingress_redirect(ingress: str, ifb: str, qdisc: Qdisc | None
 # words egress() and netem() write, read back into Shaping's fields. Anything else is one
 # line naming it.
 
-KERNEL_AQM = tuple(q for q in KERNEL_QDISCS if q != "cake")  # below a tbf, as queue_stage
 _FLAGS = {"ecn": ("ecn", True), "noecn": ("ecn", False), "any_ect": ("any_ect", True),
           "l4s_ect": ("any_ect", False)}
 _TIMES = {"target": "target", "interval": "interval", "tupdate": "tupdate",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...model.link_properties import KERNEL_QDISCS
+from ...model.disciplines import KERNEL_QDISCS
 from ..system import CommandError, run
 from .aqm import OWN_QDISCS
 
