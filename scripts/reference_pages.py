@@ -17,7 +17,8 @@ import tokenize
 from pathlib import Path
 from typing import Any
 
-from simpleperf import cli, errors, result_fields
+from simpleperf import errors, result_fields
+from simpleperf.command_line import cli
 from simpleperf.exporter import modules, web
 from simpleperf.lab import commands
 from simpleperf.lab.model import (

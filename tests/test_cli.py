@@ -7,7 +7,7 @@ import re
 import pytest
 from helpers import run_simpleperf
 
-from simpleperf.cli import ClientOptions, ServerOptions, UsageError, parse_args
+from simpleperf.command_line.cli import ClientOptions, ServerOptions, UsageError, parse_args
 
 BAD_INVOCATIONS = [
     # (arguments, the flag the message must name)
@@ -177,7 +177,7 @@ def test_a_negative_value_gets_its_own_range_error(args, message):
 
 
 def test_parallel_help_and_error_name_the_same_range():
-    from simpleperf.cli import build_parser
+    from simpleperf.command_line.cli import build_parser
     from simpleperf.options import MAX_PARALLEL
 
     help_text = " ".join(build_parser().format_help().split())
@@ -216,7 +216,7 @@ def test_the_package_says_who_and_what_it_is():
 
 
 def test_help_names_the_lab_with_examples():
-    from simpleperf.cli import build_parser
+    from simpleperf.command_line.cli import build_parser
 
     text = build_parser().format_help()
     assert "examples:" in text and "simpleperf lab run portfolio" in text

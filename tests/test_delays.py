@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.cli import parse_args
+from simpleperf.command_line.cli import parse_args
 from simpleperf.delays import Binning, DelayAccount, DelayLog, FrameAccount, pdf_line
 from simpleperf.engine.timed_writes import WriteTimes
 from simpleperf.errors import ProtocolError, SimpleperfError, UsageError

@@ -97,7 +97,7 @@ def test_the_site_builds_strictly(tmp_path):
 
 def test_every_flag_help_prints_is_in_the_command_line_reference():
     page = reference_pages.command_line()
-    from simpleperf import cli
+    from simpleperf.command_line import cli
     from simpleperf.exporter import web
     from simpleperf.lab import commands
 

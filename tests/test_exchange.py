@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.cli import parse_args
+from simpleperf.command_line.cli import parse_args
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import events, iperf3
 from simpleperf.protocol.exchange import (

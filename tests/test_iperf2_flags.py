@@ -24,8 +24,8 @@ from helpers import (
     start_server,
 )
 
-from simpleperf import iperf2_flags
-from simpleperf.cli import build_parser, parse_args
+from simpleperf.command_line import iperf2_flags
+from simpleperf.command_line.cli import build_parser, parse_args
 from simpleperf.errors import UsageError
 from simpleperf.transport import tcp
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from helpers import IPERF3_BINARIES, free_port, run_simpleperf, start_iperf3_server, start_server
 
-from simpleperf.cli import build_parser, parse_args
+from simpleperf.command_line.cli import build_parser, parse_args
 from simpleperf.testspec import TestSpec
 from simpleperf.transport import tcp
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simpleperf import cli
+from simpleperf.command_line import cli
 from simpleperf.lab import commands
 
 ROOT = Path(__file__).resolve().parent.parent

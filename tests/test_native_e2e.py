@@ -9,7 +9,7 @@ import re
 import pytest
 from helpers import run_simpleperf, start_server
 
-from simpleperf.cli import parse_args
+from simpleperf.command_line.cli import parse_args
 
 pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
 

@@ -138,7 +138,7 @@ def test_iperf3_units_scale_as_iperf3_prints_them(num_bytes, seconds, unit, amou
 
 
 def test_classic_units_keep_the_classic_columns_everywhere():
-    from simpleperf.cli import parse_args
+    from simpleperf.command_line.cli import parse_args
     from simpleperf.report import native
 
     line = native.row("x", 0.0, 2.0, {"bytes": 3_000_000}, "KB", "tcp", False)

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from simpleperf.cli import parse_args
+from simpleperf.command_line.cli import parse_args
 from simpleperf.errors import ProtocolError
 from simpleperf.options import DEFAULT_LENGTH
 from simpleperf.protocol.native import parse_spec, spec_message

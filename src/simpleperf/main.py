@@ -14,8 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import service
-from .cli import NO_MODE_MESSAGE, parse_args
+from .command_line.cli import NO_MODE_MESSAGE, parse_args
 from .errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -28,6 +27,7 @@ from .errors import (
     UsageError,
 )
 from .options import ClientOptions, ServerOptions
+from .server import service
 
 
 def _printer(options: ClientOptions | ServerOptions):
@@ -209,7 +209,7 @@ def _run(options: ClientOptions | ServerOptions) -> int:
 def _serve(options: ServerOptions) -> None:
     """Listen (a failure is still said on the terminal), then with -D go on in the
     background, write the pid file, and serve until stopped."""
-    from .server import Server
+    from .server.port import Server
 
     server = Server(options, _printer(options))
     tell = service.detach() if options.daemon else None

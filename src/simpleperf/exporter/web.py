@@ -23,7 +23,7 @@ from contextlib import contextmanager, nullcontext, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from ..cli import OneLineParser
+from ..command_line.cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from . import modules
 from . import probe as probing

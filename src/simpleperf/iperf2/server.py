@@ -32,7 +32,7 @@ from ..report import native as table
 from ..report import server_json
 from ..testspec import TestSpec
 from ..transport import tcp, udp
-from ..udp_port import UdpPort
+from ..transport.udp_port import UdpPort
 from . import bounceback, bursts, datagrams
 
 GATHER_SECONDS = 2.0  # the connections of one -P test arrive within this of the first

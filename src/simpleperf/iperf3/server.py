@@ -22,7 +22,7 @@ from ..protocol import iperf3
 from ..report import native as table
 from ..report import server_json
 from ..transport import tcp, udp
-from ..udp_port import UdpPort
+from ..transport.udp_port import UdpPort
 from .control import Iperf3Control
 
 HANDSHAKE_SECONDS = 10.0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..cli import OneLineParser
+from ..command_line.cli import OneLineParser
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .containerlab import export as clab_export
 from .containerlab import load as clab_load

@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import __version__, cli
+from .. import __version__
+from ..command_line import cli
 from . import commands
 
 # Where each made file is installed, under the installation's data prefix (/usr/local,

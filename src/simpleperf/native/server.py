@@ -43,7 +43,7 @@ from ..report import native as table
 from ..report import server_json
 from ..testspec import TestSpec
 from ..transport import tcp, udp
-from ..udp_port import UdpPort
+from ..transport.udp_port import UdpPort
 from .control import ControlChannel
 from .echo import EchoService
 from .load import LoadService

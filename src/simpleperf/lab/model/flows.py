@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...command_line.latency_flags import parse_isochronous
 from ...errors import UsageError
-from ...latency_flags import parse_isochronous
 from ...options import (
     DSCP_RULE,
     MAX_LENGTH,

@@ -14,9 +14,9 @@ import re
 import socket
 from typing import TypeVar
 
-from . import __version__, flag_values, iperf2_flags, iperf3_flags, latency_flags
-from .errors import UsageError
-from .options import (
+from .. import __version__
+from ..errors import UsageError
+from ..options import (
     AUTH_UDP_LENGTH,
     CLASSIC_MAX_PARALLEL,
     CONNECT_TIMEOUT_SECONDS,
@@ -74,8 +74,8 @@ from .options import (
     dscp_code,
     is_congestion_name,
 )
-from .testspec import TestSpec, beyond_iperf3
-from .units import (
+from ..testspec import TestSpec, beyond_iperf3
+from ..units import (
     AUTO_UNIT,
     CLASSIC_DEFAULT_UNIT,
     DISPLAY_UNITS,
@@ -83,6 +83,7 @@ from .units import (
     parse_rate,
     parse_size,
 )
+from . import flag_values, iperf2_flags, iperf3_flags, latency_flags
 
 NO_MODE_MESSAGE = "Error: you must run either in server or client mode"
 
@@ -128,7 +129,7 @@ class _Version(argparse.Action):
     """-v: the version, then what the kernel offers the tests (iperf3 names its features)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        from .transport import features
+        from ..transport import features
 
         print(f"simpleperf {__version__}\n{features.report()}", flush=True)  # failing:
         parser.exit()  # one line at the top (__main__), or quiet into `| head`

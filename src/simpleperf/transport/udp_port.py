@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .transport import tcp, udp
+from . import tcp, udp
 
 DATAGRAM_BYTES = 2048  # the largest greeting, hello or echo probe a stream socket reads
 LISTENER_BYTES = 65535  # what the listener reads: an iperf2 client's test datagrams whole

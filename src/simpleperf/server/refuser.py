@@ -13,10 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from .protocol import iperf3
-from .protocol.detect import IPERF3, NATIVE, NEEDED, detect
-from .protocol.events import Error
-from .protocol.native import CONTROL, PREFACE_SIZE, encode
+from ..protocol import iperf3
+from ..protocol.detect import IPERF3, NATIVE, NEEDED, detect
+from ..protocol.events import Error
+from ..protocol.native import CONTROL, PREFACE_SIZE, encode
 
 MAX_PENDING = 64
 ANSWER_SECONDS = 1.0

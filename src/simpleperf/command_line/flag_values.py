@@ -3,9 +3,9 @@ cli.py and the flag groups (iperf2_flags, iperf3_flags, latency_flags) share."""
 
 from __future__ import annotations
 
-from .errors import UsageError
-from .options import MAX_RATE
-from .units import parse_rate, parse_size
+from ..errors import UsageError
+from ..options import MAX_RATE
+from ..units import parse_rate, parse_size
 
 
 def integer(flag: str, text: str, low: int, high: int, says: str | None = None) -> int:

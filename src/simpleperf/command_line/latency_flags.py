@@ -7,9 +7,9 @@ import argparse
 import dataclasses
 from typing import Any
 
-from . import ecn
-from .errors import UsageError
-from .options import (
+from .. import ecn
+from ..errors import UsageError
+from ..options import (
     DEFAULT_FRAME_LOAD,
     DEFAULT_FRAME_RATE,
     DEFAULT_HISTOGRAM_BIN_WIDTH,
@@ -23,8 +23,8 @@ from .options import (
     MIN_HISTOGRAM_BIN_WIDTH,
     ClientOptions,
 )
-from .protocol.native import MAX_FRAME_DATAGRAMS, MIN_ISOCHRONOUS_UDP_LENGTH, WRITE_HEADER
-from .units import parse_rate
+from ..protocol.native import MAX_FRAME_DATAGRAMS, MIN_ISOCHRONOUS_UDP_LENGTH, WRITE_HEADER
+from ..units import parse_rate
 
 HISTOGRAMS_SHAPE = "[WIDTH[u|m],BINS[,LOWER,UPPER]] (e.g. 100u,10000 or 1m,1000,5,95)"
 ISOCHRONOUS_SHAPE = "FPS:MEAN[,STDEV] (frames a second, their mean and deviation in bits/s, " \

@@ -12,9 +12,10 @@ import dataclasses
 import socket
 from typing import Any
 
-from . import flag_values, rsa_auth
-from .errors import UsageError
-from .options import MAX_FLOW_LABEL, ClientOptions
+from .. import rsa_auth
+from ..errors import UsageError
+from ..options import MAX_FLOW_LABEL, ClientOptions
+from . import flag_values
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data
 MAX_KEEPALIVE = 32767  # Linux's bound on TCP_KEEPIDLE, TCP_KEEPINTVL and TCP_KEEPCNT

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout, suppress
 
-from .errors import EXIT_FAILURE, EXIT_OK, OutputError, SimpleperfError
+from ..errors import EXIT_FAILURE, EXIT_OK, OutputError, SimpleperfError
 
 READY = b"ready\n"  # what the daemon tells the command that started it; else its error
 

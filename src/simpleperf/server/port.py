@@ -16,20 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .classic.server import ClassicService
-from .errors import ProtocolError
-from .iperf2.server import Iperf2Service
-from .iperf3.server import Iperf3Service
-from .native.server import NativeService
-from .options import ServerOptions
-from .policy import ServerPolicy
-from .protocol import iperf2, iperf3, native
-from .protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, NEEDED, detect
+from ..classic.server import ClassicService
+from ..errors import ProtocolError
+from ..iperf2.server import Iperf2Service
+from ..iperf3.server import Iperf3Service
+from ..native.server import NativeService
+from ..options import ServerOptions
+from ..policy import ServerPolicy
+from ..protocol import iperf2, iperf3, native
+from ..protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, NEEDED, detect
+from ..report import classic as table
+from ..transport import tcp
+from ..transport.udp_port import UdpPort
+from ..units import format_rate
 from .refuser import Refuser
-from .report import classic as table
-from .transport import tcp
-from .udp_port import UdpPort
-from .units import format_rate
 
 UNDECIDED_SECONDS = 2.0  # a prefix that could be more than one protocol: then classic
 CLOSED_EMPTY = "closed"  # what _identify says of a connection closed before its first byte

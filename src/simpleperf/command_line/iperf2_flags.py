@@ -23,10 +23,11 @@ import string
 import time
 from typing import Any
 
-from . import connect_times, flag_values
-from .errors import UsageError
-from .options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
-from .protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
+from .. import connect_times
+from ..errors import UsageError
+from ..options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
+from ..protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
+from . import flag_values
 
 # letter -> (iperf2's long name, what the letter means without --iperf2)
 COLLISIONS: dict[str, tuple[str, str]] = {
