@@ -106,7 +106,7 @@ class Shaping:
     reorder: bool = False  # may jitter reorder packets?
     loss: float = 0.0  # probability, 0..1
     queue: int | None = None  # the queue's limit at the rate limiter, packets
-    qdisc: str = "droptail"  # its discipline (link_properties.QDISCS)
+    qdisc: str = "droptail"  # its discipline (disciplines.QDISCS)
     ecn: bool = False  # the discipline marks ECN-capable packets CE instead of dropping
     target: float | None = None  # AQM target delay, seconds (None: the kernel's default)
     interval: float | None = None  # CoDel's interval, seconds
