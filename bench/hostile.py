@@ -90,7 +90,7 @@ def wait_listening(port: int) -> None:
 
 
 def memory_attack(args: argparse.Namespace) -> bool:
-    from simpleperf.options import DEFAULT_MEMORY_BUDGET
+    from simpleperf.description.options import DEFAULT_MEMORY_BUDGET
 
     server = subprocess.Popen(SIMPLEPERF + ["-s", "-p", str(args.port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -13,7 +13,7 @@ import pytest
 from helpers import LiveProcess, free_port, proc_status, run_simpleperf
 from test_classic_e2e import rows
 
-from simpleperf.options import STALL_SECONDS_MIN
+from simpleperf.description.options import STALL_SECONDS_MIN
 
 pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1
 

@@ -178,7 +178,7 @@ def test_a_negative_value_gets_its_own_range_error(args, message):
 
 def test_parallel_help_and_error_name_the_same_range():
     from simpleperf.command_line.cli import build_parser
-    from simpleperf.options import MAX_PARALLEL
+    from simpleperf.description.options import MAX_PARALLEL
 
     help_text = " ".join(build_parser().format_help().split())
     assert f"parallel connections, 1..{MAX_PARALLEL}" in help_text

@@ -420,9 +420,9 @@ def test_a_fast_stream_ended_by_its_peer_reads_in_larger_wake_ups_and_loses_noth
     every byte is counted, the last ones at the close."""
     import threading
 
+    from simpleperf.description.testspec import TestSpec
     from simpleperf.engine import tcp_stream
     from simpleperf.engine.records import Stream
-    from simpleperf.testspec import TestSpec
 
     if compiled.module() is None:
         pytest.skip("the compiled path is not built here")

@@ -272,8 +272,8 @@ def test_frame_sizes_are_log_normal_with_the_asked_mean_and_deviation():
     import statistics
     import threading
 
+    from simpleperf.description.testspec import TestSpec
     from simpleperf.engine.frames import FrameClock
-    from simpleperf.testspec import TestSpec
 
     spec = TestSpec(protocol="udp", frame_rate=50.0, frame_load=20e6, frame_stdev=4e6)
     clock = FrameClock(spec, start=0.0, seed=7)

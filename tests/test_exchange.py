@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpleperf.command_line.cli import parse_args
+from simpleperf.description.testspec import TestSpec as Spec
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import events, iperf3
 from simpleperf.protocol.exchange import (
@@ -20,7 +21,6 @@ from simpleperf.protocol.exchange import (
     Role,
 )
 from simpleperf.protocol.native import encode, parse_spec, spec_message
-from simpleperf.testspec import TestSpec as Spec
 
 C, S = Role.CLIENT, Role.SERVER
 RESULTS = events.Results(({"stream": 1, "bytes": 10, "seconds": 1.0},), ())

@@ -19,9 +19,9 @@ import time
 import pytest
 from helpers import start_server
 
+from simpleperf.description.testspec import TestSpec
 from simpleperf.protocol import iperf2, iperf3, native
 from simpleperf.protocol.events import Accepted
-from simpleperf.testspec import TestSpec
 
 pytestmark = [pytest.mark.loopback, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="raw sockets need root")]

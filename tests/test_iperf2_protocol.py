@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simpleperf.description.testspec import TestSpec
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import iperf2
 from simpleperf.protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, detect
 from simpleperf.protocol.iperf3 import COOKIE_ALPHABET, COOKIE_SIZE
 from simpleperf.protocol.native import CONTROL, preface
-from simpleperf.testspec import TestSpec
 
 # What iperf 2.1.8's client wrote at the start of a TCP test (-t 1, port 5999), and with -R.
 V1 = "000000010000176f0000000000000000ffffff9c"  # 1 thread, port 5999, 1.00 s

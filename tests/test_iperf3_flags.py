@@ -13,7 +13,7 @@ import pytest
 from helpers import IPERF3_BINARIES, free_port, run_simpleperf, start_iperf3_server, start_server
 
 from simpleperf.command_line.cli import build_parser, parse_args
-from simpleperf.testspec import TestSpec
+from simpleperf.description.testspec import TestSpec
 from simpleperf.transport import tcp
 
 # Not taken yet: SCTP (Debian's 3.12 is built with it).

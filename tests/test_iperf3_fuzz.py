@@ -11,10 +11,15 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simpleperf.description.options import (
+    MAX_LENGTH,
+    MAX_PARALLEL,
+    MAX_TEST_SECONDS,
+    is_congestion_name,
+)
+from simpleperf.description.testspec import TestSpec as Spec
 from simpleperf.errors import ProtocolError
-from simpleperf.options import MAX_LENGTH, MAX_PARALLEL, MAX_TEST_SECONDS, is_congestion_name
 from simpleperf.protocol import iperf3
-from simpleperf.testspec import TestSpec as Spec
 
 PARAMETER_KEYS = ["tcp", "udp", "sctp", "omit", "time", "num", "blockcount", "parallel",
                   "reverse", "bidirectional", "window", "len", "bandwidth", "MSS", "nodelay",

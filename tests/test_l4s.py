@@ -216,9 +216,9 @@ def test_an_iperf3_server_is_told_apart_before_l4s_starts():
 
 
 def test_the_native_protocol_carries_l4s_and_refuses_it_where_it_means_nothing():
+    from simpleperf.description.testspec import TestSpec
     from simpleperf.errors import ProtocolError
     from simpleperf.protocol.native import parse_spec, spec_message
-    from simpleperf.testspec import TestSpec
 
     assert parse_spec(spec_message(TestSpec(protocol="udp", length=1470, l4s=True))).l4s
     for spec in (TestSpec(l4s=True), TestSpec(protocol="udp", length=1470, l4s=True,

@@ -11,7 +11,12 @@ from helpers import IPERF3_BINARIES, SIMPLEPERF, run_simpleperf, start_server
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simpleperf.options import DEFAULT_MEMORY_BUDGET, LARGE_SHARE, SMALL_TEST_BYTES, ServerOptions
+from simpleperf.description.options import (
+    DEFAULT_MEMORY_BUDGET,
+    LARGE_SHARE,
+    SMALL_TEST_BYTES,
+    ServerOptions,
+)
 from simpleperf.policy import Limit, MemoryBudget, ServerPolicy
 
 

@@ -16,10 +16,10 @@ from helpers import proc_status, run_simpleperf, start_server
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from simpleperf.description.testspec import TestSpec
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import detect, events, native
 from simpleperf.protocol.exchange import Exchange, Role
-from simpleperf.testspec import TestSpec
 
 TYPES = ["hello", "welcome", "auth", "test", "accepted", "start", "finished", "results",
          "bye", "error", "authenticated"]

@@ -22,12 +22,12 @@ from helpers import (
     start_server,
 )
 
+from simpleperf.description.testspec import TestSpec
 from simpleperf.engine import udp_stream
 from simpleperf.engine.records import Snapshot, Stream
 from simpleperf.engine.streams import run_stream
 from simpleperf.protocol import native
 from simpleperf.report import native as report_native
-from simpleperf.testspec import TestSpec
 from simpleperf.transport import tcp, udp
 
 pytestmark = pytest.mark.loopback  # real simpleperf processes on 127.0.0.1

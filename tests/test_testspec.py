@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simpleperf.description.testspec import RULES, UNCARRIED, Rule, TestSpec, beyond_iperf3
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import iperf3, native
-from simpleperf.testspec import RULES, UNCARRIED, Rule, TestSpec, beyond_iperf3
 
 
 def values(rule: Rule) -> st.SearchStrategy[Any]:

@@ -8,10 +8,10 @@ import socket
 import pytest
 
 from simpleperf.command_line.cli import parse_args
+from simpleperf.description.options import DEFAULT_LENGTH
+from simpleperf.description.testspec import TestSpec as Spec
 from simpleperf.errors import ProtocolError
-from simpleperf.options import DEFAULT_LENGTH
 from simpleperf.protocol.native import parse_spec, spec_message
-from simpleperf.testspec import TestSpec as Spec
 from simpleperf.transport import tcp
 
 

@@ -8,9 +8,9 @@ import socket
 import pytest
 from helpers import run_simpleperf, start_iperf3_server
 
+from simpleperf.description.testspec import TestSpec as Spec
 from simpleperf.protocol import iperf3
 from simpleperf.protocol.native import parse_spec, spec_message
-from simpleperf.testspec import TestSpec as Spec
 from simpleperf.transport import buffers
 
 

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from .description.options import ClientOptions
 from .errors import Interrupted, SimpleperfError
-from .options import ClientOptions
 from .stats import summarise_rtt
 from .transport import tcp
 

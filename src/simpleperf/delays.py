@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .options import (
+from .description.options import (
     DEFAULT_HISTOGRAM_BIN_WIDTH,
     DEFAULT_HISTOGRAM_BINS,
     DEFAULT_HISTOGRAM_LOWER_CI,
@@ -24,6 +24,7 @@ from .options import (
     MAX_HISTOGRAM_BINS,
     MIN_HISTOGRAM_BIN_WIDTH,
 )
+from .description.testspec import TestSpec
 
 REPORTED_PERCENTILES = (50.0, 90.0, 99.0)
 OUTLIER_STDEVS = 3.0  # a delay further than this from the mean is an outlier (as iperf2)
@@ -44,6 +45,11 @@ class Binning:
                 and 1 <= self.count <= MAX_HISTOGRAM_BINS
                 and 0 <= self.lower_ci < self.upper_ci <= 100):
             raise ValueError("histogram binning out of range")
+
+
+def binning_of(spec: TestSpec) -> Binning:
+    """How a test's receivers bin its delays (--histograms' width and count)."""
+    return Binning(spec.histogram_bin_width, spec.histogram_bins)
 
 
 # How a receiver knew when a TCP write's last byte arrived, for its path delay: the name a

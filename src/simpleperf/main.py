@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from .command_line.cli import NO_MODE_MESSAGE, parse_args
+from .description.options import ClientOptions, ServerOptions
 from .errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -26,7 +27,6 @@ from .errors import (
     SimpleperfError,
     UsageError,
 )
-from .options import ClientOptions, ServerOptions
 from .server import service
 
 

@@ -11,14 +11,14 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from .engine.measurement import cpus
-from .options import (
+from .description.options import (
     LARGE_SHARE,
     MIN_RATE_WINDOW,
     SMALL_TEST_BYTES,
     TRICKLE_BYTES,
     ServerOptions,
 )
+from .engine.measurement import cpus
 from .units import format_rate
 
 

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..description.options import ClientOptions, stall_limit
 from ..engine.clock import IntervalClock
 from ..errors import Interrupted, SimpleperfError
-from ..options import ClientOptions, stall_limit
 from ..protocol import iperf3
 from ..protocol.classic import FINISH, is_acknowledgement
 from ..report import classic as table

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..description.options import ServerOptions
 from ..errors import ProtocolError
-from ..options import ServerOptions
 from ..policy import ServerPolicy
 from ..protocol.classic import ACK, FINISH, ClassicReceiver
 from ..report import classic as table

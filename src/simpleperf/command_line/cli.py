@@ -15,8 +15,7 @@ import socket
 from typing import TypeVar
 
 from .. import __version__
-from ..errors import UsageError
-from ..options import (
+from ..description.options import (
     AUTH_UDP_LENGTH,
     CLASSIC_MAX_PARALLEL,
     CONNECT_TIMEOUT_SECONDS,
@@ -74,7 +73,8 @@ from ..options import (
     dscp_code,
     is_congestion_name,
 )
-from ..testspec import TestSpec, beyond_iperf3
+from ..description.testspec import TestSpec, beyond_iperf3
+from ..errors import UsageError
 from ..units import (
     AUTO_UNIT,
     CLASSIC_DEFAULT_UNIT,

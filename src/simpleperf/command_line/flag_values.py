@@ -3,8 +3,8 @@ cli.py and the flag groups (iperf2_flags, iperf3_flags, latency_flags) share."""
 
 from __future__ import annotations
 
+from ..description.options import MAX_RATE
 from ..errors import UsageError
-from ..options import MAX_RATE
 from ..units import parse_rate, parse_size
 
 

@@ -24,8 +24,14 @@ import time
 from typing import Any
 
 from .. import connect_times
+from ..description.options import (
+    CONNECT_RETRY_SECONDS,
+    MAX_LENGTH,
+    MAX_PORT,
+    MIN_PORT,
+    ClientOptions,
+)
 from ..errors import UsageError
-from ..options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MIN_PORT, ClientOptions
 from ..protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
 from . import flag_values
 

@@ -13,8 +13,8 @@ import socket
 from typing import Any
 
 from .. import rsa_auth
+from ..description.options import MAX_FLOW_LABEL, ClientOptions
 from ..errors import UsageError
-from ..options import MAX_FLOW_LABEL, ClientOptions
 from . import flag_values
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data

@@ -8,8 +8,7 @@ import dataclasses
 from typing import Any
 
 from .. import ecn
-from ..errors import UsageError
-from ..options import (
+from ..description.options import (
     DEFAULT_FRAME_LOAD,
     DEFAULT_FRAME_RATE,
     DEFAULT_HISTOGRAM_BIN_WIDTH,
@@ -23,6 +22,7 @@ from ..options import (
     MIN_HISTOGRAM_BIN_WIDTH,
     ClientOptions,
 )
+from ..errors import UsageError
 from ..protocol.native import MAX_FRAME_DATAGRAMS, MIN_ISOCHRONOUS_UDP_LENGTH, WRITE_HEADER
 from ..units import parse_rate
 

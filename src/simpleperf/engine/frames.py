@@ -12,8 +12,9 @@ import threading
 import time
 from typing import Any
 
+from ..description.options import MAX_LENGTH
+from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..options import MAX_LENGTH
 from ..protocol.native import (
     AUTH_DATAGRAM_HEADER,
     DATAGRAM_HEADER,
@@ -21,7 +22,6 @@ from ..protocol.native import (
     MAX_FRAME_DATAGRAMS,
 )
 from ..stats import UdpReceiveAccount
-from ..testspec import TestSpec
 from ..transport import udp
 from ..transport.buffers import aligned
 from .pacing import wait_until

@@ -23,11 +23,11 @@ import threading
 import time
 
 from .. import ecn
+from ..description.options import MAX_RATE  # the ceiling without -b
+from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..options import MAX_RATE  # the ceiling without -b
 from ..protocol.native import L4S_FEEDBACK, L4S_FEEDBACK_MAGIC, L4S_FEEDBACK_SECONDS
 from ..stats import UdpReceiveAccount
-from ..testspec import TestSpec
 from ..transport import stamping, tcp, udp
 from ..transport.buffers import aligned
 from . import udp_receive

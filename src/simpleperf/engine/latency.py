@@ -10,8 +10,8 @@ import socket
 import threading
 import time
 
+from ..description.options import CONNECT_TIMEOUT_SECONDS
 from ..errors import SimpleperfError
-from ..options import CONNECT_TIMEOUT_SECONDS
 from ..protocol.native import ECHO, ECHO_PROBE, PREFACE_SIZE, UDP_ECHO, echo_probe, preface
 from ..transport import tcp
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..delays import DelayLog, FrameAccount
-from ..testspec import TestSpec
+from ..delays import DelayLog, FrameAccount, binning_of
+from ..description.testspec import TestSpec
 from .clock import IntervalClock
 from .records import IntervalRecord, Snapshot, Stream
 from .streams import run_stream, transport_of
@@ -33,11 +33,11 @@ class Measurement:
         self.streams = streams
         for stream in streams:
             if not stream.sending and spec.timed:
-                stream.delays = DelayLog(spec.binning)
+                stream.delays = DelayLog(binning_of(spec))
                 if spec.protocol == "tcp":
-                    stream.write_delays = DelayLog(spec.binning)
+                    stream.write_delays = DelayLog(binning_of(spec))
                 if spec.isochronous:
-                    stream.frames = FrameAccount(spec.binning, spec.omitted_frames)
+                    stream.frames = FrameAccount(binning_of(spec), spec.omitted_frames)
         self.on_interval = on_interval
         self.clock = IntervalClock(step, spec.omit, spec.end)
         self.stop = threading.Event()  # receivers

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from ..testspec import TestSpec
+from ..description.testspec import TestSpec
 from ..transport import udp
 
 SO_MAX_PACING_RATE = 47

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..testspec import TestSpec
 from ..transport import tcp
 from . import pacing, tcp_stream, udp_stream
 from .records import Stream

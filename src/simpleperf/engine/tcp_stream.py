@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..testspec import TestSpec
 from ..transport import buffers, compiled, tcp, tcpinfo
 from . import timed_writes
 from .pacing import WriteTurns, wait_until

@@ -23,10 +23,10 @@ import time
 from collections import deque
 
 from ..delays import DelayLog, FrameAccount
+from ..description.options import MAX_LENGTH
+from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..options import MAX_LENGTH
 from ..protocol.native import WRITE_HEADER
-from ..testspec import TestSpec
 from ..transport import buffers, tcp
 from ..transport.segments import Segments
 from .frames import FrameClock

@@ -9,8 +9,8 @@ import threading
 import time
 from typing import Any
 
+from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..testspec import TestSpec
 from ..transport import compiled, stamping, udp
 from ..transport.buffers import aligned
 from . import frames, l4s, udp_pace, udp_receive

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..options import UNPROVEN_UDP_FACTOR
-from ..testspec import TestSpec
+from ..description.options import UNPROVEN_UDP_FACTOR
+from ..description.testspec import TestSpec
 
 
 class Unproven:

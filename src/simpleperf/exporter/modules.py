@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..options import MAX_PARALLEL, dscp_code, is_congestion_name
+from ..description.options import MAX_PARALLEL, dscp_code, is_congestion_name
 from ..units import parse_duration, parse_rate
 
 PROBERS = ("tcp", "udp", "rtt", "rpm")

@@ -15,13 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..description.options import ClientOptions
+from ..description.testspec import TestSpec
 from ..engine.records import Stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
-from ..options import ClientOptions
 from ..protocol import iperf2
 from ..report import native as table
 from ..stats import summarise_rtt
-from ..testspec import TestSpec
 from ..transport import tcp
 
 REPLY_SECONDS = 5.0  # a message not back within this long ends the client's test

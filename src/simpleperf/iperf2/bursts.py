@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..delays import DelayLog
+from ..description.testspec import TestSpec
 from ..engine.frames import FrameClock
 from ..engine.pacing import wait_until
 from ..engine.records import Stream
 from ..engine.streams import run_stream
 from ..protocol import iperf2
-from ..testspec import TestSpec
 from ..transport import buffers
 
 

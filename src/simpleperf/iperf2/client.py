@@ -19,16 +19,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..description.options import DEFAULT_NATIVE_INTERVAL, ClientOptions
+from ..description.testspec import TestSpec
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..engine.streams import run_stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
-from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf2
 from ..report.client import TestOutput
 from ..stats import UdpReceiveAccount
-from ..testspec import TestSpec
 from ..transport import tcp, udp
 from . import bursts, datagrams
 

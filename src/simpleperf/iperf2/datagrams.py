@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Any
 
-from ..delays import FrameAccount
+from ..delays import FrameAccount, binning_of
+from ..description.testspec import TestSpec
 from ..engine import udp_receive
 from ..engine.frames import FrameClock, send_datagram
 from ..engine.pacing import wait_until
@@ -21,7 +22,6 @@ from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
 from ..protocol import iperf2
 from ..stats import UdpReceiveAccount
-from ..testspec import TestSpec
 from ..transport import compiled, udp
 from ..transport.buffers import aligned
 
@@ -159,7 +159,7 @@ class UdpReceiver:
             ) -> None:
         account = stream.account = UdpReceiveAccount(stream.delays)
         if self.isochronous:
-            self.frames = stream.frames = FrameAccount(spec.binning)
+            self.frames = stream.frames = FrameAccount(binning_of(spec))
         clock = time.monotonic
         try:
             received = 0

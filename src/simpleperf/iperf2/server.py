@@ -19,18 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..description.options import ServerOptions, test_deadline
+from ..description.testspec import TestSpec
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..engine.streams import run_stream
 from ..engine.unproven import Unproven
 from ..errors import ProtocolError, SimpleperfError
-from ..options import ServerOptions, test_deadline
 from ..policy import ServerPolicy, buffer_bytes
 from ..protocol import iperf2
 from ..report import native as table
 from ..report import server_json
-from ..testspec import TestSpec
 from ..transport import tcp, udp
 from ..transport.udp_port import UdpPort
 from . import bounceback, bursts, datagrams

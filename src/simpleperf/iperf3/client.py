@@ -10,15 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import __version__, rsa_auth
+from ..description.options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
+from ..description.testspec import TestSpec, beyond_iperf3
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import Interrupted, PeerGone, ProtocolError, SimpleperfError
-from ..options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
 from ..protocol import iperf3
 from ..protocol.exchange import Iperf3Order
 from ..report.client import TestOutput
-from ..testspec import TestSpec, beyond_iperf3
 from ..transport import tcp, udp
 from .control import Iperf3Control
 

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..description.options import ServerOptions, test_deadline
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import ProtocolError, SimpleperfError
-from ..options import ServerOptions, test_deadline
 from ..policy import Limit, Refusal, ServerPolicy, TestWatch, buffer_bytes
 from ..protocol import iperf3
 from ..report import native as table

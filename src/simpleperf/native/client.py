@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..description.options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL, ClientOptions
+from ..description.testspec import TestSpec
 from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..errors import Interrupted, PeerEnded, PeerGone, PeerRefused, ProtocolError, SimpleperfError
-from ..options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL, ClientOptions
 from ..protocol import iperf3
 from ..protocol.events import Accepted, Auth, Authenticated, Bye, Error, Hello, Start, Test, Welcome
 from ..protocol.exchange import Role
@@ -34,7 +35,6 @@ from ..protocol.native import (
 )
 from ..report.client import TestOutput
 from ..stats import summarise_rtt
-from ..testspec import TestSpec
 from ..transport import tcp, tcpinfo, udp
 from .control import ControlChannel
 from .session import NativeSession

@@ -8,8 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..description.options import MIN_RTT_INTERVAL
 from ..engine.unproven import ReplyBudget
-from ..options import MIN_RTT_INTERVAL
 from ..protocol.native import ECHO_PROBE, ECHO_TAG_SIZE, echo_probe_is_authentic
 from ..transport import tcp
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..description.options import SERVER_OVERRUN_SECONDS
 from ..engine.responsiveness import LoadUnsentLimit
 from ..engine.tcp_stream import follow_unsent
 from ..errors import ProtocolError, SimpleperfError
-from ..options import SERVER_OVERRUN_SECONDS
 from ..policy import ServerPolicy, TestWatch
 from ..protocol import load
 from ..protocol.native import echo_probe_is_authentic

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..options import ClientOptions
+from ..description.options import ClientOptions
 from .client import measure
 
 START_RATE = 1e6

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..description.options import ClientOptions
 from ..engine.latency import TCP_REPLY_TIMEOUT, EchoProber
 from ..engine.responsiveness import (
     CONNECT,
@@ -35,7 +36,6 @@ from ..engine.responsiveness import (
 )
 from ..engine.tcp_stream import follow_unsent
 from ..errors import Interrupted, ProtocolError, ReportedError, SimpleperfError
-from ..options import ClientOptions
 from ..protocol import load
 from ..protocol.native import ECHO, ECHO_PROBE, LOAD, echo_probe, preface
 from ..report import responsiveness as rpm_report

@@ -7,8 +7,8 @@ import json
 import threading
 from collections.abc import Callable
 
+from ..description.options import ClientOptions
 from ..engine.latency import SECRET_HINT, EchoProber
-from ..options import ClientOptions
 from ..report import native as table
 from ..report.json import rtt_block
 from ..stats import RttSummary, summarise_rtt

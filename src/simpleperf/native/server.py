@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..description.options import ServerOptions
+from ..description.testspec import TestSpec
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
 from ..engine.unproven import same_host
 from ..errors import PeerGone, PeerRefused, ProtocolError, SimpleperfError
-from ..options import ServerOptions
 from ..policy import ServerPolicy, buffer_bytes
 from ..protocol.events import Accepted, Auth, Authenticated, Error, Hello, Start, Test, Welcome
 from ..protocol.exchange import Role
@@ -41,7 +42,6 @@ from ..protocol.native import (
 )
 from ..report import native as table
 from ..report import server_json
-from ..testspec import TestSpec
 from ..transport import tcp, udp
 from ..transport.udp_port import UdpPort
 from .control import ControlChannel

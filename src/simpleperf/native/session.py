@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..description.options import test_deadline
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord
 from ..engine.udp_stream import QUIET_SECONDS as UDP_QUIET_MIN
 from ..errors import PeerEnded, ProtocolError, SimpleperfError
-from ..options import test_deadline
 from ..policy import TestWatch
 from ..protocol.events import Error, Event, Finished, Results
 from ..protocol.native import MAX_PEER_INTERVALS

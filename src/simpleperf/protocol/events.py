@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..delays import DelayAccount
+from ..description.options import MAX_PEER_HISTOGRAM_BINS, is_congestion_name, is_int, is_number
+from ..description.testspec import TestSpec
 from ..errors import ProtocolError
-from ..options import MAX_PEER_HISTOGRAM_BINS, is_congestion_name, is_int, is_number
-from ..testspec import TestSpec
 from .native import (
     DELAY_RESULT_FIELDS,
     MAX_MESSAGE,

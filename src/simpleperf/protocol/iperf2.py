@@ -25,9 +25,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ..description.options import MAX_LENGTH, MAX_PARALLEL, MAX_TEST_SECONDS
+from ..description.testspec import TestSpec
 from ..errors import ProtocolError
-from ..options import MAX_LENGTH, MAX_PARALLEL, MAX_TEST_SECONDS
-from ..testspec import TestSpec
 
 # flags (the first word)
 VERSION1 = 0x80000000  # -r / -d: the server connects back to the client (dual or tradeoff)

@@ -11,8 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ProtocolError
-from ..options import (
+from ..description.options import (
     DEFAULT_UDP_LENGTH,
     DEFAULT_UDP_RATE,
     MAX_CPU,
@@ -24,7 +23,8 @@ from ..options import (
     is_congestion_name,
     stream_count,
 )
-from ..testspec import TestSpec
+from ..description.testspec import TestSpec
+from ..errors import ProtocolError
 from .native import decode_object
 
 COOKIE_SIZE = 37

@@ -31,8 +31,8 @@ import hmac
 import struct
 from dataclasses import dataclass
 
+from ..description.options import is_congestion_name
 from ..errors import ProtocolError
-from ..options import is_congestion_name
 from .native import ECHO_PROBE, ECHO_TAG_SIZE
 
 TOKEN_SIZE = 16

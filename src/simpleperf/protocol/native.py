@@ -28,8 +28,7 @@ from typing import Any
 
 from .. import result_fields
 from ..delays import DelayAccount
-from ..errors import ProtocolError
-from ..options import (
+from ..description.options import (
     AUTH_UDP_LENGTH,
     MAX_PARALLEL,
     MAX_PEER_HISTOGRAM_BINS,
@@ -38,7 +37,8 @@ from ..options import (
     is_int,
     is_number,
 )
-from ..testspec import RULES, TestSpec
+from ..description.testspec import RULES, TestSpec
+from ..errors import ProtocolError
 
 MAGIC = b"SPRF"
 VERSION = 1

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..delays import pdf_line
+from ..description.options import ClientOptions
+from ..description.testspec import TestSpec
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord, Stream
-from ..options import ClientOptions
 from ..stats import RttSummary
-from ..testspec import TestSpec
 from . import classic as classic_table
 from . import csv as csv_report
 from . import json as json_report

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__, result_fields
+from ..description.testspec import TestSpec
 from ..stats import RttSummary, lost_percent
-from ..testspec import TestSpec
 
 
 def identity(started_wall: float) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from ..description.options import ClientOptions
 from ..engine.responsiveness import (
     CONNECT,
     FOREIGN,
@@ -16,7 +17,6 @@ from ..engine.responsiveness import (
     RpmParameters,
     RpmResult,
 )
-from ..options import ClientOptions
 from ..stats import rpm
 from ..units import format_iperf3_rate
 from .json import identity

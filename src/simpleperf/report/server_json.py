@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..description.testspec import TestSpec
 from ..engine.measurement import Measurement
-from ..testspec import TestSpec
 from . import json as json_report
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..classic.server import ClassicService
+from ..description.options import ServerOptions
 from ..errors import ProtocolError
 from ..iperf2.server import Iperf2Service
 from ..iperf3.server import Iperf3Service
 from ..native.server import NativeService
-from ..options import ServerOptions
 from ..policy import ServerPolicy
 from ..protocol import iperf2, iperf3, native
 from ..protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, NEEDED, detect

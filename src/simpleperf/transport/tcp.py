@@ -11,8 +11,8 @@ import struct
 import time
 from typing import Any
 
+from ..description.options import CONNECT_RETRY_SECONDS, CONNECT_TIMEOUT_SECONDS, ClientOptions
 from ..errors import SimpleperfError
-from ..options import CONNECT_RETRY_SECONDS, CONNECT_TIMEOUT_SECONDS, ClientOptions
 from . import tcpinfo
 
 SIOCOUTQ = 0x5411  # bytes in the send queue not yet acknowledged by the peer

@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
+from ..description.options import ClientOptions
 from ..errors import SimpleperfError
-from ..options import ClientOptions
 from . import tcp
 from .buffers import aligned
 

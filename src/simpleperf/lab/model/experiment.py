@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...options import (
+from ...description.options import (
     MAX_LENGTH,
     MAX_PARALLEL,
     MAX_WINDOW,

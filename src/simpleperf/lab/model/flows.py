@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...command_line.latency_flags import parse_isochronous
-from ...errors import UsageError
-from ...options import (
+from ...description.options import (
     DSCP_RULE,
     MAX_LENGTH,
     MAX_PARALLEL,
@@ -27,6 +26,7 @@ from ...options import (
     dscp_code,
     is_congestion_name,
 )
+from ...errors import UsageError
 from ...protocol.native import MIN_ISOCHRONOUS_UDP_LENGTH
 from ...units import parse_rate, parse_size
 from . import datafiles

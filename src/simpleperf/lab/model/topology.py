@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...options import is_congestion_name
+from ...description.options import is_congestion_name
 from . import datafiles, routing, traces
 from .errors import TopologyError
 from .link_properties import MININET_NAMES, PROPERTIES, check_qdisc, parse_mininet, to_mininet

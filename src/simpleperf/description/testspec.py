@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .delays import Binning
 from .options import (
     DEFAULT_FRAME_LOAD,
     DEFAULT_HISTOGRAM_BIN_WIDTH,
@@ -203,10 +202,6 @@ class TestSpec:
         """Receivers time what arrives (--trip-times, or frames), so TCP writes carry
         WRITE_HEADER."""
         return self.trip_times or self.isochronous
-
-    @property
-    def binning(self) -> Binning:
-        return Binning(self.histogram_bin_width, self.histogram_bins)
 
     @property
     def end(self) -> float | None:
