@@ -27,7 +27,7 @@ from helpers import (
 from simpleperf.command_line import iperf2_flags
 from simpleperf.command_line.cli import build_parser, parse_args
 from simpleperf.errors import UsageError
-from simpleperf.transport import tcp
+from simpleperf.transport import socket_options, tcp
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTION = re.compile(r"^\s+(?:(-[\w1]), )?(--[\w-]+)", re.MULTILINE)
@@ -85,9 +85,12 @@ def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
     assert (under.dualtest, under.congestion, under.listen_port) == (True, "reno", 5302)
     assert not under.zerocopy
     assert parse_args(["-c", "h", "--iperf2", "-V", "-t", "1"]).family == socket.AF_INET6
-    # where iperf2's meaning is not taken, ours stays: -I still names the server
-    assert parse_args(["-c", "-I", "10.0.0.2", "--iperf2", "-T", "x"]).host == "10.0.0.2"
-    assert {"-d", "-Z", "-V", "-L", "-C"} == iperf2_flags.IPERF2_LETTERS
+    # where iperf2's meaning is not taken, ours stays: -I still names the server; -T is
+    # iperf2's --ttl after --iperf2, iperf3's --title without it
+    under = parse_args(["-c", "-I", "10.0.0.2", "--iperf2", "-T", "7"])
+    assert (under.host, under.ttl) == ("10.0.0.2", 7)
+    assert parse_args(["-c", "h", "-T", "x"]).ttl == 0
+    assert {"-d", "-Z", "-V", "-L", "-C", "-T"} == iperf2_flags.IPERF2_LETTERS
     assert parse_args(["-c", "h", "--iperf2", "-C"]).compatibility
     assert parse_args(["-c", "h", "-C", "reno"]).congestion == "reno"  # ours without it
 
@@ -120,6 +123,8 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["--connect-retries=many"], "--connect-retries takes 0 to"),
     (["--no-udp-fin"], "--no-udp-fin is iperf2's"),
     (["--iperf2", "-u", "-R", "--no-udp-fin"], "(not -R, -d or -r)"),
+    (["--ttl", "0"], "--ttl takes 1 to 255 hops, not '0'"),
+    (["--ttl", "many"], "--ttl takes 1 to 255 hops"),
     (["--iperf3", "--tcp-write-prefetch", "64K", "-R"],
      "--tcp-write-prefetch needs a simpleperf server: an iperf3 server cannot be asked")])
 def test_bad_iperf2_flags_are_one_line(words, says):
@@ -265,10 +270,10 @@ def test_tcp_write_prefetch_is_each_data_connections_unsent_limit():
                               "--tcp-write-prefetch", "16K"])  # decimal: 16000
         sock = tcp.connect_to_server(options, stream=1)
         with sock:
-            assert sock.getsockopt(socket.IPPROTO_TCP, tcp.TCP_NOTSENT_LOWAT) == 16000
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket_options.TCP_NOTSENT_LOWAT) == 16000
         control = tcp.connect_to_server(options)
         with control:  # the control connection keeps the kernel's (no limit)
-            assert control.getsockopt(socket.IPPROTO_TCP, tcp.TCP_NOTSENT_LOWAT) != 16000
+            assert control.getsockopt(socket.IPPROTO_TCP, socket_options.TCP_NOTSENT_LOWAT) != 16000
     finally:
         listener.close()
 
@@ -291,6 +296,46 @@ def test_an_iperf3_server_found_out_is_refused_a_write_prefetch_it_would_have_to
     assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0
     assert (f"port {port} is an iperf3 server, which cannot be asked to limit what it leaves "
             "unsent: --tcp-write-prefetch needs a simpleperf server") in refused.stderr
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("flags", [[], ["-u"], ["--iperf2", "-u"]],
+                         ids=["tcp", "udp", "iperf2-udp"])
+def test_ttl_and_local_only_are_on_every_data_packet(tmp_path, flags):
+    """--ttl (-T after --iperf2) and --local-only are options of every data socket the
+    client opens, TCP or UDP, whichever server: each data packet leaves with that TTL, and
+    a peer on a directly connected network (lo) is reached with SO_DONTROUTE."""
+    port = free_port()
+    server = subprocess.Popen(["iperf", "-s", "-u", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) if "--iperf2" in flags else None
+    live = None
+    if server is None:
+        live, port = start_server()
+    pcap = tmp_path / "ttl.pcapng"
+    grab = subprocess.Popen(["dumpcap", "-q", "-s", "64", "-i", "lo", "-f", f"dst port {port}",
+                             "-w", str(pcap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert grab.stderr is not None
+        while "Capturing on" not in (line := grab.stderr.readline()):
+            assert line, "the capture did not start"
+        time.sleep(0.3)  # an iperf2 server listens
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5", "--ttl", "9",
+                              "--local-only", *flags)
+    finally:
+        grab.terminate()
+        grab.wait(10)
+        if server is not None:
+            server.kill()
+            server.wait()
+        if live is not None:
+            live.close()
+    assert done.returncode == 0, done.stderr
+    length = "tcp.len" if "-u" not in flags else "udp.length"
+    fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", f"{length} > 100", "-T",
+                             "fields", "-e", "ip.ttl"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert len(fields) > 10 and set(fields) == {"9"}, fields[:20]
 
 
 ROW_END = {role: f" {role}\n" for role in ("sender", "receiver")}  # a summary row's end

@@ -363,13 +363,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "get_server_output": "--get-server-output", "username": "--username",
                 "rsa_public_key_path": "--rsa-public-key-path",
                 "json_stream_full_output": "--json-stream-full-output",
-                "dualtest": "--dualtest", "tradeoff": "-r/--tradeoff",
-                "listenport": "--listenport", "tcp_write_prefetch": "--tcp-write-prefetch",
-                "txstart_time": "--txstart-time", "bounceback": "--bounceback",
-                "bounceback_period": "--bounceback-period",
-                "bounceback_hold": "--bounceback-hold", "peer_detect": "-X/--peer-detect",
-                "full_duplex": "--full-duplex", "reportstyle": "-y/--reportstyle",
-                "connect_only": "--connect-only", "reportexclude": "-x/--reportexclude"}
+                **iperf2_flags.CLIENT_FLAGS}
 
 
 def _negative_values(argv: list[str]) -> list[str]:

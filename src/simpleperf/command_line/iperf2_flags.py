@@ -6,11 +6,11 @@
 - The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
   -X/--peer-detect, --bounceback (-period, -hold), -y C, --listenport,
   --tcp-write-prefetch, --txstart-time, --connect-only, -x, --permit-key(-timeout),
-  --connect-retries, --tcp-rx-window-clamp, -z/--realtime, --sum-only, --hide-ips,
-  --compatibility, --no-udp-fin.
+  --connect-retries, --tcp-rx-window-clamp, --ttl, --local-only, -z/--realtime, --sum-only,
+  --hide-ips, --compatibility, --no-udp-fin.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
   --iperf2 the letter has iperf2's meaning where we have taken it (IPERF2_LETTERS: -d -Z
-  -V -L -C), which its long name always has.
+  -V -L -C -T), which its long name always has.
 - The rest (NOT_YET) are refused in one line saying so, rather than as unknown options.
 """
 
@@ -28,6 +28,7 @@ from ..description.options import (
     CONNECT_RETRY_SECONDS,
     MAX_LENGTH,
     MAX_PORT,
+    MAX_TTL,
     MIN_PORT,
     ClientOptions,
 )
@@ -61,7 +62,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--incr-dstport": ("", "incremented ports (--cport is ours)"),
     "--incr-srcip": ("", "incremented addresses"),
     "--incr-srcport": ("", "incremented ports (--cport is ours)"),
-    "--local-only": ("", "SO_DONTROUTE"),
     "--near-congestion": ("", "RTT-weighted write delays"),
     "--no-connect-sync": ("", "unsynchronised parallel starts"),
     "--tcp-quickack": ("", "TCP_QUICKACK"),
@@ -69,12 +69,21 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--txdelay-time": ("", "a delay before the first write"),
     "--ssm-host": ("-H", "source-specific multicast"),
     "--stdin": ("-I", "sending standard input"),
-    "--ttl": ("-T", "multicast TTL"),
 }
 
 # the colliding letters whose iperf2 meaning is taken: these mean iperf2's after --iperf2
-# (the others keep ours: a script's -I or -T still works, and iperf2's is not done yet)
+# (the others keep ours: a script's -I or -m still works, and iperf2's is not done yet)
 IPERF2_LETTERS = {letter for letter, (name, _) in COLLISIONS.items() if name not in NOT_YET}
+
+# iperf2's flags a client alone takes (dest -> as said): refused with -s
+CLIENT_FLAGS = {"dualtest": "--dualtest", "tradeoff": "-r/--tradeoff",
+                "listenport": "--listenport", "tcp_write_prefetch": "--tcp-write-prefetch",
+                "txstart_time": "--txstart-time", "bounceback": "--bounceback",
+                "bounceback_period": "--bounceback-period",
+                "bounceback_hold": "--bounceback-hold", "peer_detect": "-X/--peer-detect",
+                "full_duplex": "--full-duplex", "reportstyle": "-y/--reportstyle",
+                "connect_only": "--connect-only", "reportexclude": "-x/--reportexclude",
+                "ttl": "--ttl", "local_only": "--local-only"}
 
 MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any)
 DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2's default)
@@ -154,6 +163,12 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--tcp-rx-window-clamp", metavar="SIZE", help="every TCP data "
                        "connection's receive window at most SIZE bytes (TCP_WINDOW_CLAMP), "
                        "as iperf2's: a receiver (-R, --bidir) that advertises no more")
+    group.add_argument("--ttl", metavar="N", help="every data packet's TTL (IPv6: hop "
+                       f"limit), 1 to {MAX_TTL}, as iperf2's -T (which means it after "
+                       "--iperf2)")
+    group.add_argument("--local-only", action="store_true", help="data sockets send only "
+                       "to hosts on a directly connected network (SO_DONTROUTE), as "
+                       "iperf2's: a test that must not leave the link")
     group.add_argument("-z", "--realtime", action="store_true", help="the real-time "
                        "scheduler (round robin, its lowest priority), as iperf2's: a client "
                        "or server a busy machine does not hold back (root or CAP_SYS_NICE; "
@@ -267,8 +282,8 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
 
 
 def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
-    """--connect-retries, --tcp-rx-window-clamp, --sum-only, --hide-ips, --compatibility,
-    --no-udp-fin."""
+    """--connect-retries, --tcp-rx-window-clamp, --ttl, --local-only, --sum-only,
+    --hide-ips, --compatibility, --no-udp-fin."""
     changes: dict[str, Any] = {}
     if args.connect_retries is not None:
         changes["connect_retries"] = flag_values.integer(
@@ -278,6 +293,11 @@ def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str,
         changes["window_clamp"] = flag_values.size(
             "--tcp-rx-window-clamp", args.tcp_rx_window_clamp, MIN_WINDOW_CLAMP, MAX_LENGTH,
             f"from {MIN_WINDOW_CLAMP} bytes to {MAX_LENGTH // 2**20}M (e.g. 64K)")
+    if args.ttl is not None:
+        changes["ttl"] = flag_values.integer("--ttl", args.ttl, 1, MAX_TTL,
+                                             f"--ttl takes 1 to {MAX_TTL} hops")
+    if args.local_only:
+        changes["local_only"] = True
     if args.sum_only:
         changes["sum_only"] = True
     if args.hide_ips:

@@ -42,6 +42,7 @@ DEFAULT_FRAME_LOAD = 20e6  # bits/s
 MAX_FRAME_RATE = 10_000.0
 
 MIN_PORT, MAX_PORT = 1024, 65535
+MAX_TTL = 255  # --ttl: an IPv4 TTL and an IPv6 hop limit are one byte
 MAX_CPU = 4095  # -A/--affinity: a CPU number as Linux counts them (CONFIG_NR_CPUS)
 MIN_LENGTH, MAX_LENGTH = 1, 64 * 1024 * 1024
 MIN_UDP_LENGTH = 16  # a datagram's header: send time and packet number
@@ -312,6 +313,8 @@ class ClientOptions:
     no_udp_fin: bool = False  # --iperf2 -u --no-udp-fin: the last datagram once, no report
     connect_retries: int = 0  # --connect-retries: a failed TCP connect tried this often more
     window_clamp: int = 0  # --tcp-rx-window-clamp: TCP_WINDOW_CLAMP of data sockets (bytes)
+    ttl: int = 0  # --ttl (iperf2's -T): data packets' TTL or hop limit (0: the kernel's)
+    local_only: bool = False  # --local-only (iperf2's): data sockets' SO_DONTROUTE
     sum_only: bool = False  # --sum-only (iperf2's): the text's SUM rows alone
     hide_ips: bool = False  # --hide-ips (iperf2's): IPv4 addresses shown as *.*.*.N
     compatibility: bool = False  # --iperf2 -C/--compatibility: no header, as iperf 2.0's

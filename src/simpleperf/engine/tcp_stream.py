@@ -12,7 +12,7 @@ from typing import Any
 
 from ..description.testspec import TestSpec
 from ..errors import SimpleperfError
-from ..transport import buffers, compiled, tcp, tcpinfo
+from ..transport import buffers, compiled, socket_options, tcp, tcpinfo
 from . import timed_writes
 from .pacing import WriteTurns, wait_until
 from .records import IntervalRecord, Snapshot, Stream
@@ -46,7 +46,7 @@ def send(stream: Stream, spec: TestSpec, start: float, deadline: float | None,
     # --tcp-write-prefetch sets the unsent limit once; else 50 ms of the rate (engine/unsent.py)
     unsent = None if spec.write_prefetch else bulk_limit()
     if unsent is not None:
-        tcp.set_unsent_limit(sock, unsent.limit)
+        socket_options.set_unsent_limit(sock, unsent.limit)
     wait_until(start, stop)
     stream.first = time.monotonic()
     fastpath = compiled.module()
@@ -135,7 +135,7 @@ def follow_unsent(sock: socket.socket, unsent: UnsentLimit, now: float) -> bool:
     if acked is None:
         return False
     if unsent.update(now, acked):
-        tcp.set_unsent_limit(sock, unsent.limit)
+        socket_options.set_unsent_limit(sock, unsent.limit)
     return True
 
 
@@ -326,7 +326,7 @@ def apply_options(sock: socket.socket, spec: TestSpec) -> None:
     if spec.nodelay:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if spec.write_prefetch:
-        tcp.set_unsent_limit(sock, spec.write_prefetch)
+        socket_options.set_unsent_limit(sock, spec.write_prefetch)
     tcp.set_congestion(sock, spec.congestion)
 
 

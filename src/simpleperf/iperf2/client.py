@@ -29,7 +29,7 @@ from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..protocol import iperf2
 from ..report.client import TestOutput
 from ..stats import UdpReceiveAccount
-from ..transport import tcp, udp
+from ..transport import socket_options, tcp, udp
 from . import bursts, datagrams
 
 CLOSE_SECONDS = 5.0  # a TCP server's close after ours, at most this long awaited
@@ -377,6 +377,7 @@ def _open_udp(options: ClientOptions) -> socket.socket:
                               ) from None
     if options.tos:
         tcp.set_tos(sock, options.tos)
+    socket_options.apply(sock, options, "udp")
     return sock
 
 

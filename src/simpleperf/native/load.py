@@ -23,7 +23,7 @@ from ..errors import ProtocolError, SimpleperfError
 from ..policy import ServerPolicy, TestWatch
 from ..protocol import load
 from ..protocol.native import echo_probe_is_authentic
-from ..transport import tcp
+from ..transport import socket_options, tcp
 
 WATCH_SECONDS = 0.1  # how often a connection looks at the run's limits
 REQUEST_SECONDS = 10.0  # for a load connection's request to arrive whole
@@ -167,7 +167,7 @@ class _Connection:
         self.poller = select.poll()
         self.poller.register(conn, select.POLLIN | select.POLLOUT)
         if download:
-            tcp.set_unsent_limit(conn, self.unsent.limit)
+            socket_options.set_unsent_limit(conn, self.unsent.limit)
 
     def serve(self) -> None:
         next_look = 0.0

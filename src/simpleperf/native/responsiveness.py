@@ -39,7 +39,7 @@ from ..errors import Interrupted, ProtocolError, ReportedError, SimpleperfError
 from ..protocol import load
 from ..protocol.native import ECHO, ECHO_PROBE, LOAD, echo_probe, preface
 from ..report import responsiveness as rpm_report
-from ..transport import tcp, tcpinfo
+from ..transport import socket_options, tcp, tcpinfo
 
 READ_SIZE = 256 * 1024
 WAKE_SECONDS = 0.05
@@ -150,7 +150,7 @@ class LoadConnection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not self.download:
             self._acked_at_start = tcpinfo.bytes_acked(self.sock) or 0
-            tcp.set_unsent_limit(self.sock, self.unsent.limit)
+            socket_options.set_unsent_limit(self.sock, self.unsent.limit)
 
 
 class ForeignProbe:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import ipaddress
@@ -13,7 +12,7 @@ from typing import Any
 
 from ..description.options import CONNECT_RETRY_SECONDS, CONNECT_TIMEOUT_SECONDS, ClientOptions
 from ..errors import SimpleperfError
-from . import tcpinfo
+from . import socket_options, tcpinfo
 
 SIOCOUTQ = 0x5411  # bytes in the send queue not yet acknowledged by the peer
 SIOCINQ = 0x541B  # bytes received and not yet read
@@ -244,13 +243,7 @@ def _connect_to_server(options: ClientOptions, stream: int | None) -> socket.soc
                    congestion=options.congestion, family=options.family, local=options.local,
                    mss=options.mss, local_port=stream_port(options, stream), tos=options.tos,
                    mptcp=options.mptcp, device=options.bind_dev, flowlabel=options.flowlabel)
-    if options.write_prefetch:  # --tcp-write-prefetch
-        set_unsent_limit(sock, options.write_prefetch)
-    if options.window_clamp:  # --tcp-rx-window-clamp: the window it advertises, at most
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, options.window_clamp)
-    if options.snd_timeout is not None:  # data unacknowledged this long ends the test
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
-                        int(options.snd_timeout * 1000))
+    socket_options.apply(sock, options, "tcp")
     return sock
 
 
@@ -343,16 +336,6 @@ def bind_local(sock: socket.socket, local: str | None, port: int = 0) -> None:
                                       f"port {port}" if port else ""]))
         raise SimpleperfError(f"cannot bind to local {what}: "
                               f"{(error.strerror or str(error)).lower()}") from None
-
-
-TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-
-
-def set_unsent_limit(sock: socket.socket, limit: int) -> None:
-    """TCP_NOTSENT_LOWAT: the socket takes more only while less than `limit` bytes wait
-    unsent (nothing happens where the option is missing)."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, limit)
 
 
 def set_wake_up(sock: socket.socket, seconds: float = WAKE_UP_SECONDS) -> None:

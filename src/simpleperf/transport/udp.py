@@ -18,7 +18,7 @@ from typing import Any
 
 from ..description.options import ClientOptions
 from ..errors import SimpleperfError
-from . import tcp
+from . import socket_options, tcp
 from .buffers import aligned
 
 SOL_UDP = 17
@@ -139,14 +139,16 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
                  answers: tuple[bytes, ...], receiving: bool, window: int | None,
                  local_port: int = 0, dont_fragment: bool = False,
                  control: socket.socket | None = None, tos: int = 0,
-                 device: str | None = None, flowlabel: int = 0) -> socket.socket:
+                 device: str | None = None, flowlabel: int = 0,
+                 options: ClientOptions | None = None) -> socket.socket:
     """A UDP socket connected to the server's port (from `local_port`, or any), once the
     server answered `greeting` (sent again after GREETING_WAIT, doubling to
     GREETING_WAIT_MAX, for GREETING_SECONDS) with one of `answers`. With the test's
     `control` connection: for as long as it stays open and silent (GREETING_SECONDS_ALIVE
     at most), since a lost answer or a starved server is no reason to give up; and at once
     when it has something to read (the server's next message, or its close, which the
-    caller reads: a server that sends it has every stream it needs)."""
+    caller reads: a server that sends it has every stream it needs). `options`: the
+    client's, whose data socket options it takes before the first greeting."""
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
     except socket.gaierror:
@@ -160,6 +162,8 @@ def open_greeted(host: str, port: int, family: int, local: str | None, greeting:
         raise SimpleperfError(f"cannot open a UDP socket from port {local_port}: "
                               f"{(error.strerror or str(error)).lower()}") from None
     try:
+        if options is not None:
+            socket_options.apply(sock, options, "udp")
         if tos:  # the greeting too: a DiffServ class sees the whole flow
             tcp.set_tos(sock, tos)
         if dont_fragment:
@@ -206,7 +210,7 @@ def greet_server(options: ClientOptions, number: int, greeting: bytes,
                         answers, receiving, options.window,
                         local_port=tcp.stream_port(options, number),
                         dont_fragment=options.dont_fragment, control=control, tos=options.tos,
-                        device=options.bind_dev, flowlabel=options.flowlabel)
+                        device=options.bind_dev, flowlabel=options.flowlabel, options=options)
 
 
 class Pacer:
