@@ -47,8 +47,9 @@ def test_tokens_are_read_back_and_judged(keys, pkcs1):
                                                                  pkcs1))
     assert "not authorized" in check.refusal(rsa_auth.make_token("luigi", "rossi", public,
                                                                  pkcs1))
-    early = rsa_auth.make_token("mario", "rossi", public, pkcs1, now=time.time() - 60)
-    assert "60 s behind" in check.refusal(early)
+    now = time.time()
+    early = rsa_auth.make_token("mario", "rossi", public, pkcs1, now=now - 60)
+    assert "60 s behind" in check.refusal(early, now=now)  # the server's clock, when read
     assert "cannot read" in check.refusal(rsa_auth.make_token("mario", "rossi", public,
                                                               not pkcs1))
     for junk in (None, "", "!!!", "QUJD", "A" * 5000):

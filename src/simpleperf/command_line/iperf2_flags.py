@@ -147,9 +147,6 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--listenport", metavar="PORT", help="--iperf2 with -d or -r: the "
                        "port the server connects back to (-L there; default: any free port, "
                        "which the header tells the server)")
-    group.add_argument("--tcp-write-prefetch", metavar="SIZE", help="TCP senders: at most "
-                       "SIZE bytes wait unsent in the socket (TCP_NOTSENT_LOWAT), so the "
-                       "sender's buffer adds little delay")
     group.add_argument("--connect-only", nargs="?", const=str(connect_times.DEFAULT_CONNECTS),
                        metavar="N", help="TCP connects only, each timed (the three-way "
                        f"handshake), N in all (default {connect_times.DEFAULT_CONNECTS}, "
@@ -160,15 +157,7 @@ def add_arguments(group: Any) -> None:
                        f"more (default {DEFAULT_CONNECT_RETRIES}), "
                        f"{CONNECT_RETRY_SECONDS:g} s apart, as iperf2's: a client "
                        "started with its server")
-    group.add_argument("--tcp-rx-window-clamp", metavar="SIZE", help="every TCP data "
-                       "connection's receive window at most SIZE bytes (TCP_WINDOW_CLAMP), "
-                       "as iperf2's: a receiver (-R, --bidir) that advertises no more")
-    group.add_argument("--ttl", metavar="N", help="every data packet's TTL (IPv6: hop "
-                       f"limit), 1 to {MAX_TTL}, as iperf2's -T (which means it after "
-                       "--iperf2)")
-    group.add_argument("--local-only", action="store_true", help="data sockets send only "
-                       "to hosts on a directly connected network (SO_DONTROUTE), as "
-                       "iperf2's: a test that must not leave the link")
+    _add_socket_arguments(group)
     group.add_argument("-z", "--realtime", action="store_true", help="the real-time "
                        "scheduler (round robin, its lowest priority), as iperf2's: a client "
                        "or server a busy machine does not hold back (root or CAP_SYS_NICE; "
@@ -198,6 +187,22 @@ def add_arguments(group: Any) -> None:
         names = (letter, name) if letter and letter not in COLLISIONS else (name,)
         group.add_argument(*names, dest=_dest(name), nargs="?", const="",
                            help=argparse.SUPPRESS)
+
+
+def _add_socket_arguments(group: Any) -> None:
+    """iperf2's flags that set an option of each data socket (transport/socket_options)."""
+    group.add_argument("--tcp-write-prefetch", metavar="SIZE", help="TCP senders: at most "
+                       "SIZE bytes wait unsent in the socket (TCP_NOTSENT_LOWAT), so the "
+                       "sender's buffer adds little delay")
+    group.add_argument("--tcp-rx-window-clamp", metavar="SIZE", help="every TCP data "
+                       "connection's receive window at most SIZE bytes (TCP_WINDOW_CLAMP), "
+                       "as iperf2's: a receiver (-R, --bidir) that advertises no more")
+    group.add_argument("--ttl", metavar="N", help="every data packet's TTL (IPv6: hop "
+                       f"limit), 1 to {MAX_TTL}, as iperf2's -T (which means it after "
+                       "--iperf2)")
+    group.add_argument("--local-only", action="store_true", help="data sockets send only "
+                       "to hosts on a directly connected network (SO_DONTROUTE), as "
+                       "iperf2's: a test that must not leave the link")
 
 
 def _dest(name: str) -> str:
