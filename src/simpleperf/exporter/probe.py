@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..report.document import BIDIR_REVERSE, receiver_delays, sums
 from .modules import RTT_INTERVAL, Module
 
 IPERF3_PORT = 5201
@@ -189,21 +190,21 @@ def readings(module: Module, document: dict[str, Any]) -> Readings:
 def _transfer(found: Readings, module: Module, end: dict[str, Any]) -> None:
     protocol = module.protocol
     for direction in module.directions():
-        suffix = "_bidir_reverse" if direction == "reverse" and module.direction == "bidir" \
-            else ""
-        received, sent = end["sum_received" + suffix], end["sum_sent" + suffix]
+        totals = sums(end, BIDIR_REVERSE if direction == "reverse"
+                      and module.direction == "bidir" else "")
         labels = {"direction": direction, "protocol": protocol}
-        found.gauge("simpleperf_goodput_bits_per_second", received["bits_per_second"], **labels)
-        found.gauge("simpleperf_received_bytes", received["bytes"], **labels)
-        found.gauge("simpleperf_sent_bytes", sent["bytes"], **labels)
+        found.gauge("simpleperf_goodput_bits_per_second", totals.received_bps, **labels)
+        found.gauge("simpleperf_received_bytes", totals.received_bytes, **labels)
+        found.gauge("simpleperf_sent_bytes", totals.sent_bytes, **labels)
         if protocol == "tcp":
-            found.gauge("simpleperf_tcp_retransmits", sent.get("retransmits"), **labels)
+            found.gauge("simpleperf_tcp_retransmits", totals.retransmits, **labels)
         else:
-            udp = end["sum" + suffix]
-            found.gauge("simpleperf_udp_jitter_seconds", udp["jitter_ms"] / 1e3, **labels)
-            found.gauge("simpleperf_udp_lost_packets", udp["lost_packets"], **labels)
-            found.gauge("simpleperf_udp_packets", udp["packets"], **labels)
-            found.gauge("simpleperf_udp_loss_ratio", udp["lost_percent"] / 100, **labels)
+            if totals.jitter_ms is None or totals.lost_percent is None:
+                raise ProbeFailed("the client's document lacks its datagrams' account")
+            found.gauge("simpleperf_udp_jitter_seconds", totals.jitter_ms / 1e3, **labels)
+            found.gauge("simpleperf_udp_lost_packets", totals.lost, **labels)
+            found.gauge("simpleperf_udp_packets", totals.packets, **labels)
+            found.gauge("simpleperf_udp_loss_ratio", totals.lost_percent / 100, **labels)
         found.histogram("simpleperf_one_way_delay_seconds",
                         _one_way(end, direction, module.direction), **labels)
     congestion = end.get("sender_tcp_congestion")
@@ -228,9 +229,8 @@ def _one_way(end: dict[str, Any], direction: str, asked: str) -> Histogram | Non
         streams = streams[:half] if direction == "forward" else streams[half:]
     at: dict[float, int] = {}  # a bin's upper edge (seconds): how many delays in it
     total, count = 0.0, 0
-    for stream in streams:
-        delays = (stream.get("receiver") or {}).get("one_way_delay")
-        if not isinstance(delays, dict) or "histogram" not in delays:
+    for delays in receiver_delays(streams):
+        if "histogram" not in delays:
             continue
         width = delays["histogram"]["bin_width_ms"] / 1e3
         for index, number in delays["histogram"]["bins"]:

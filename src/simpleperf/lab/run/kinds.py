@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...protocol.native import WRITE_HEADER
+from ...report import document
 from ..model import theory
 from ..model.flows import Flow, Timing
 from ..model.outcomes import OUTPUT_CHARS, FlowOutcome
@@ -341,11 +342,11 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
     """Both ends' view comes back in the client's JSON; the receiver's intervals are the
     server's (ours for a reverse test, which lab flows are not)."""
     end = result["end"]
-    outcome.sender_throughput = end["sum_sent"]["bits_per_second"]
-    outcome.retransmits = end["sum_sent"].get("retransmits")
-    outcome.delivered_ce = end["sum_sent"].get("delivered_ce",
-                                               end["sum_received"].get("ce_marked"))
-    outcome.throughput = end["sum_received"]["bits_per_second"]
+    totals = document.sums(end)
+    outcome.sender_throughput = totals.sent_bps
+    outcome.retransmits = totals.retransmits
+    outcome.delivered_ce = totals.delivered_ce
+    outcome.throughput = totals.received_bps
     outcome.connection_throughputs = [stream["receiver"]["bits_per_second"]
                                       for stream in end["streams"]]
     windows = [stream["sender"]["max_snd_wnd"] for stream in end["streams"]
@@ -360,11 +361,10 @@ def read_result(outcome: FlowOutcome, result: dict[str, Any]) -> None:
         outcome.mptcp_subflows = sum(stream["sender"].get("mptcp_subflows", 0)
                                      for stream in end["streams"])
     if outcome.flow.spec.paced:  # a UDP test: its datagrams' jitter and loss
-        outcome.jitter_ms = end["sum"]["jitter_ms"]
-        outcome.lost, outcome.packets = end["sum"]["lost_packets"], end["sum"]["packets"]
-        outcome.host_dropped = end["sum"].get("receiver_dropped_packets")
+        outcome.jitter_ms, outcome.lost = totals.jitter_ms, totals.lost
+        outcome.packets, outcome.host_dropped = totals.packets, totals.host_dropped
     outcome.one_way_ms = one_way(end["streams"])
-    medians = timed(end["streams"], "one_way_delay")
+    medians = document.receiver_delays(end["streams"])
     if medians:
         outcome.one_way_p50_ms = (sum(d["p50_ms"] * d["count"] for d in medians)
                                   / sum(d["count"] for d in medians))
@@ -392,18 +392,13 @@ def one_way(streams: list[dict[str, Any]], key: str = "one_way_delay"
     """The receivers' one-way delays (`key`: of the path, or write_to_read_delay) over all
     of a flow's connections: the least, the mean (weighted by what each timed) and the
     largest 99th percentile, ms."""
-    delays = timed(streams, key)
+    delays = document.receiver_delays(streams, key)
     if not delays:
         return None
     count = sum(d["count"] for d in delays)
     return (min(d["min_ms"] for d in delays),
             sum(d["mean_ms"] * d["count"] for d in delays) / count,
             max(d["p99_ms"] for d in delays))
-
-
-def timed(streams: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    """The receivers' delay summaries under `key` that timed anything."""
-    return [s["receiver"][key] for s in streams if s["receiver"].get(key, {}).get("count")]
 
 
 def ping_times(text: str) -> list[float]:
