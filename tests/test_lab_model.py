@@ -1073,6 +1073,14 @@ def test_what_theory_cannot_promise_a_transfer_is_not_judged_and_says_why():
                        congestion)
         return outcome
     assert scp("0.5ms").no_theory is None and scp("5ms").no_theory is None
+    # timed start to exit, its goodput includes its start-up: 8 handshakes, then a slow start
+    # from 10 segments to the path's window (10 ms x 100 Mbit/s: 82 frames, 3 rounds more)
+    near = scp("5ms")
+    rate = 100e6 * theory.TCP_GOODPUT
+    assert near.start_up_seconds == pytest.approx(
+        (8 + 1 + math.log2(rate * 0.010 / (theory.FRAME_BYTES * 8) / 10)) * 0.010)
+    assert near.predicted == pytest.approx(800e6 / (near.start_up_seconds + 800e6 / rate))
+    assert 0.98 < near.predicted / rate < 0.99  # 0.12 s of start-up beside 8.4 s
     far = scp("50ms").no_theory
     assert far is not None and "start-up" in far and "8 handshake round trips" in far
     lossy = scp("5ms", "5%", "bbr")

@@ -40,6 +40,9 @@ class FlowOutcome:
     full_queue_rtt: float | None = None  # ms: base plus every forward queue full
     loaded_rtt: float | None = None  # ms: base plus every queue of both ways full
     no_theory: str | None = None  # why theory predicts no throughput for it, in words
+    # a transfer (scp, http): its handshakes and slow start, at least, which its goodput
+    # timed start to exit includes (theory's prediction too)
+    start_up_seconds: float | None = None
     window_bound: float | None = None  # bits/s: window / base RTT, for a fixed window
     # bytes: the window its receivers advertised at most (TCP_INFO's snd_wnd), a mean over
     # its connections: what a fixed `window` (a socket buffer) became in the kernel

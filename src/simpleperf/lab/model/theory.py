@@ -46,8 +46,9 @@ INITIAL_WINDOW = 10  # segments (RFC 6928, Linux's)
 # decrease a round trip that lost any, simulated here at p = 0.1 %: 1.30)
 MATHIS_C = 1.31
 LINUX_MIN_RTO = 0.2  # s: the floor of Linux's retransmission timeout (TCP_RTO_MIN)
-# A transfer timed start to exit is judged where its start-up is at most this part of it:
-# the goodput tolerance's headroom (THROUGHPUT_HIGH - 1), were the start-up to move nothing
+# A transfer timed start to exit is judged where its start-up is at most this part of it
+# (theory adds the start-up to its time; slow start's real length varies with when it ends,
+# and by this much the tolerance's headroom, THROUGHPUT_HIGH - 1, can take it)
 STARTUP_SHARE = 0.05
 
 
@@ -555,7 +556,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
             efficiency = (TCP_GOODPUT if not outcome.flow.spec.paced
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
-            outcome.predicted = min(b for b in bounds if b is not None)
+            outcome.predicted = _with_start_up(outcome, min(b for b in bounds if b is not None))
             _over_its_share(outcome, ways.get(index), min(mine), capacities)
     losses = {index: forward.loss for index, (forward, _) in ways.items()}
     _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds,
@@ -773,12 +774,22 @@ def _predict_flow(outcome: FlowOutcome, forward: Path, backward: Path,
         _start_up(outcome, forward, rtt)
 
 
+def _with_start_up(outcome: FlowOutcome, moving: float) -> float:
+    """A transfer's goodput timed from its program's start to its exit: its bits over its
+    start-up (_start_up's) and its moving at `moving` bits/s; `moving` for other flows."""
+    moved = outcome.flow.spec.bytes_moved(outcome.flow)
+    if not moved or not outcome.start_up_seconds or moving <= 0:
+        return moving
+    return moved * 8 / (outcome.start_up_seconds + moved * 8 / moving)
+
+
 def _start_up(outcome: FlowOutcome, forward: Path, rtt: float) -> None:
     """A transfer of a fixed size (scp, http), timed from its program's start to its exit,
     spends its handshakes and a slow start to the path's window before it moves at its
-    share; theory's share is of the moving. Where that start-up, at least (handshakes + 1 +
-    log2(window / 10 segments)) round trips, is more than STARTUP_SHARE of the whole, the
-    share cannot be judged within the tolerance, and the flow is not, saying why."""
+    share: (handshakes + 1 + log2(window / 10 segments)) round trips, which theory adds to
+    its time (_with_start_up). Slow start's real length varies (it may end early), so where
+    the start-up is more than STARTUP_SHARE of the whole, the goodput cannot be judged within
+    the tolerance, and the flow is not, saying why."""
     flow = outcome.flow
     moved = flow.spec.bytes_moved(flow)
     if not moved or not forward.bottleneck:
@@ -787,6 +798,7 @@ def _start_up(outcome: FlowOutcome, forward: Path, rtt: float) -> None:
     window = rate * rtt / (FRAME_BYTES * 8)
     start_up = (flow.spec.handshakes + 1 + math.log2(max(1.0, window / INITIAL_WINDOW))) * rtt
     whole = start_up + moved * 8 / rate
+    outcome.start_up_seconds = start_up
     if start_up > STARTUP_SHARE * whole:
         outcome.no_theory = (
             f"a transfer of {moved / 1e6:g} MB whose start-up ({flow.spec.handshakes} "
