@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from typing import Any
 
 import pytest
 from helpers import SIMPLEPERF, free_port, start_server
@@ -41,6 +42,27 @@ def pytest_configure(config: pytest.Config) -> None:
 # second turns a right rate into a wrong one. Each gets one more run before it fails (a
 # real fault fails both; the summary line counts the reruns).
 RERUN_MARKERS = ("loopback", "lab", "iperf3", "iperf2", "timing")
+
+
+# Why each rerun test failed its first run (the rerun's pass hides it otherwise): said after
+# the run, so that a flaky fault in CI's log can be found
+RERUN_REASONS: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.outcome == "rerun":
+        errors = [line[1:].strip() for line in report.longreprtext.splitlines()
+                  if line.startswith("E ")]
+        reason = " / ".join(dict.fromkeys([errors[0], errors[-1]])) if errors else \
+            (report.longreprtext.strip().splitlines() or [""])[-1]
+        RERUN_REASONS.append(f"{report.nodeid}: {reason[:500]}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if RERUN_REASONS:
+        terminalreporter.section("why tests were run again")
+        for line in RERUN_REASONS:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
