@@ -129,3 +129,18 @@ def start_iperf3_server(version: str, *args: str) -> tuple[subprocess.Popen, int
             ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout:
         time.sleep(0.05)
     return process, port
+
+
+def dumpcap_while(pcap, capture_filter: str, run, *options: str) -> None:
+    """Capture on lo (root) into `pcap` while `run()` runs."""
+    grab = subprocess.Popen(["dumpcap", "-q", *options, "-i", "lo", "-f", capture_filter,
+                             "-w", str(pcap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert grab.stderr is not None
+        while "Capturing on" not in (line := grab.stderr.readline()):
+            assert line, "the capture did not start"
+        run()
+    finally:
+        grab.terminate()
+        grab.wait(10)

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import SIMPLEPERF, free_port, run_simpleperf, start_iperf3_server
+from helpers import SIMPLEPERF, dumpcap_while, free_port, run_simpleperf, start_iperf3_server
 
 pytestmark = pytest.mark.loopback
 
@@ -78,25 +78,10 @@ def test_title_and_timestamps_begin_every_line_of_text(server):
     assert bad.returncode == 2 and "-T/--title must be one line" in bad.stderr
 
 
-def _dumpcap(pcap, capture_filter: str, run, *options: str) -> None:
-    """Capture on lo (root) into `pcap` while `run()` runs."""
-    grab = subprocess.Popen(["dumpcap", "-q", *options, "-i", "lo", "-f", capture_filter,
-                             "-w", str(pcap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        assert grab.stderr is not None
-        while "Capturing on" not in (line := grab.stderr.readline()):
-            assert line, "the capture did not start"
-        run()
-    finally:
-        grab.terminate()
-        grab.wait(10)
-
-
 def _capture_on_loopback(port: int, pcap, run) -> list[tuple[int, int, int]]:
     """(source port, TOS byte, payload length) of every TCP segment with payload to or from
     `port` while `run()` runs, read back by tshark."""
-    _dumpcap(pcap, f"tcp port {port}", run, "-s", "96")
+    dumpcap_while(pcap, f"tcp port {port}", run, "-s", "96")
     fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", "tcp.len > 0", "-T", "fields",
                              "-e", "tcp.srcport", "-e", "ip.dsfield", "-e", "tcp.len"],
                             capture_output=True, text=True, check=True).stdout
@@ -157,7 +142,7 @@ def _payloads_on_loopback(port: int, pcap, run) -> list[bytes]:
     port carries)."""
     import dpkt
 
-    _dumpcap(pcap, f"port {port}", run, "-P", "-s", "200")
+    dumpcap_while(pcap, f"port {port}", run, "-P", "-s", "200")
     found = []
     with open(pcap, "rb") as capture:
         for _, frame in dpkt.pcap.Reader(capture):
@@ -318,7 +303,7 @@ def test_flowlabel_is_on_every_packet_the_client_sends_over_ipv6(server, tmp_pat
                                "--native")
         assert plain.returncode == 0, plain.stderr
 
-    _dumpcap(pcap, f"port {port}", test, "-s", "96")
+    dumpcap_while(pcap, f"port {port}", test, "-s", "96")
     fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", f"ipv6 && !(tcp.srcport == "
                              f"{port}) && !(udp.srcport == {port})", "-T", "fields", "-e",
                              "ipv6.flow", "-e", "udp.length"], capture_output=True,

@@ -18,6 +18,7 @@ from helpers import (
     IPERF3_BINARIES,
     SIMPLEPERF,
     LiveProcess,
+    dumpcap_while,
     free_port,
     run_simpleperf,
     start_iperf3_server,
@@ -312,24 +313,22 @@ def test_ttl_and_local_only_are_on_every_data_packet(tmp_path, flags):
     if server is None:
         live, port = start_server()
     pcap = tmp_path / "ttl.pcapng"
-    grab = subprocess.Popen(["dumpcap", "-q", "-s", "64", "-i", "lo", "-f", f"dst port {port}",
-                             "-w", str(pcap)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        assert grab.stderr is not None
-        while "Capturing on" not in (line := grab.stderr.readline()):
-            assert line, "the capture did not start"
+    ran: list[subprocess.CompletedProcess] = []
+
+    def test() -> None:
         time.sleep(0.3)  # an iperf2 server listens
-        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5", "--ttl", "9",
-                              "--local-only", *flags)
+        ran.append(run_simpleperf("-c", "127.0.0.1", "-p", str(port), "-t", "0.5", "--ttl",
+                                  "9", "--local-only", *flags))
+
+    try:
+        dumpcap_while(pcap, f"dst port {port}", test, "-s", "64")
     finally:
-        grab.terminate()
-        grab.wait(10)
         if server is not None:
             server.kill()
             server.wait()
         if live is not None:
             live.close()
+    done = ran[0]
     assert done.returncode == 0, done.stderr
     length = "tcp.len" if "-u" not in flags else "udp.length"
     fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", f"{length} > 100", "-T",

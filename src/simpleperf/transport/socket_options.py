@@ -68,6 +68,5 @@ def apply(sock: socket.socket, options: ClientOptions, transport: str) -> None:
     """Every row that `options` asks for and that applies to `transport`."""
     for option in DATA_SOCKET_OPTIONS:
         value = getattr(options, option.field)
-        if value is not None and value is not False and value != 0 \
-                and transport in option.transports:
+        if value and transport in option.transports:  # unset: None, 0 or False
             option.set(sock, value)
