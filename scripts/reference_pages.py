@@ -170,18 +170,23 @@ def flow_kind_page() -> str:
 def queue_discipline_page() -> str:
     tuned = {name: [f"`{p.flag}`" for p in link_properties.PROPERTIES if name in p.qdiscs]
              for name in disciplines.QDISCS}
+    full = {True: "drops from the longest flow's queue", False: "drops what arrives"}
     rows = [[f"`{d.name}`", d.about, "flows in turn" if d.in_turn else "arrival order",
-             "yes" if d.name in aqm.DISCIPLINES else "no", "yes" if d.kernel else "no",
-             ", ".join(tuned[d.name]) or "-"] for d in disciplines.QUEUE_DISCIPLINES]
+             full[d.sheds_longest], "yes" if d.name in aqm.DISCIPLINES else "no",
+             "yes" if d.kernel else "no", ", ".join(tuned[d.name]) or "-"]
+            for d in disciplines.QUEUE_DISCIPLINES]
     return (HEADER + "# Queue disciplines\n\nWhat `--qdisc` (a link's `qdisc`) takes, from "
             "`QUEUE_DISCIPLINES` in `src/simpleperf/lab/model/disciplines.py`; the lab's own "
             "implementations are the registry `DISCIPLINES` in "
             "`src/simpleperf/lab/net/shaping/aqm/`, and [how the lab shapes links]"
             "(../lab-shaping.md) says which runs where. A discipline that serves flows in "
             "turn gives each its max-min share; one queue in arrival order gives a flow that "
-            "does not back off what it sends.\n\n"
-            + _table(["discipline", "what it is", "serves", "the lab's own", "the kernel's",
-                      "tuned by"], rows))
+            "does not back off what it sends. When full, one that drops from its longest "
+            "flow's queue makes a flow above its share lose its own packets; one that drops "
+            "whatever arrives (fq_pie, as Linux's) makes every flow sharing it lose some "
+            "until its AQM catches up, and theory then judges none of them.\n\n"
+            + _table(["discipline", "what it is", "serves", "when full", "the lab's own",
+                      "the kernel's", "tuned by"], rows))
 
 
 def exit_status_page() -> str:

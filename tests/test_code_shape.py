@@ -56,3 +56,24 @@ def test_the_protocols_and_the_lab_model_touch_no_socket_and_run_nothing():
             continue
         forbidden = _imports(tree, path) & {"socket", "subprocess", "select", "os"}
         assert forbidden == set(), path
+
+
+def _names_a_transport(node: ast.expr) -> bool:
+    """A literal "tcp" or "udp", or a tuple, list or set that holds one."""
+    if isinstance(node, ast.Constant):
+        return node.value in ("tcp", "udp")
+    return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(
+        _names_a_transport(item) for item in node.elts)
+
+
+def test_no_code_compares_a_name_with_tcp_or_udp_it_asks_the_transport():
+    """What differs between TCP and UDP is a column of description/transports.py (or of a
+    lab flow kind, an exporter prober): a comparison with the word is a branch that a new
+    difference would have to find."""
+    found = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(
+                    _names_a_transport(side) for side in (node.left, *node.comparators)):
+                found.append(f"{path.relative_to(SOURCE)}:{node.lineno}")
+    assert found == []

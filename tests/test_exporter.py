@@ -75,6 +75,13 @@ def test_modules_from_a_file_add_to_and_replace_the_built_in_ones(tmp_path):
     assert "--rtt" in probe.command(known["rtt"], "h", 9)
 
 
+def test_every_prober_has_its_client_flags_and_its_reader_and_nothing_else_does():
+    assert set(probe.RUNS) == set(modules.PROBERS)
+    for name, (flags, _) in probe.RUNS.items():
+        line = flags(modules.Module("m", prober=name))
+        assert ("-u" in line) == modules.PROBER_OF[name].transport.datagrams, (name, line)
+
+
 @pytest.mark.parametrize("text, said", [
     ("[modules.x]\nprober = 'icmp'\n", "module x: prober must be one of tcp, udp, rtt, rpm"),
     ("[modules.x]\nduration = '600s'\n", "module x: duration: must be from 0.5 s to 300 s"),

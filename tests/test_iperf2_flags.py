@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -127,7 +128,9 @@ def test_iperf2_long_names_mean_what_ours_do(iperf2_name, ours):
     (["--ttl", "0"], "--ttl takes 1 to 255 hops, not '0'"),
     (["--ttl", "many"], "--ttl takes 1 to 255 hops"),
     (["--iperf3", "--tcp-write-prefetch", "64K", "-R"],
-     "--tcp-write-prefetch needs a simpleperf server: an iperf3 server cannot be asked")])
+     "--tcp-write-prefetch needs a simpleperf server: an iperf3 server cannot be asked"),
+    (["--iperf3", "--tcp-quickack"], "--iperf3: --tcp-quickack needs a simpleperf server: "
+                                     "an iperf3 server cannot be asked to acknowledge at once")])
 def test_bad_iperf2_flags_are_one_line(words, says):
     done = run_simpleperf("-c", "127.0.0.1", *words)
     assert done.returncode == 2
@@ -370,3 +373,55 @@ def test_reportexclude_leaves_out_each_kind_of_report():
         assert classic.stdout.splitlines() == [f"Client connected with 127.0.0.1 port {port}"]
     finally:
         server.close()
+
+
+def test_a_server_refuses_the_test_descriptions_own_client_flags():
+    done = run_simpleperf("-s", "--tcp-quickack")
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    assert "--tcp-quickack is a client option and cannot be used with -s" in done.stderr
+
+
+def _quickacks(trace: Path) -> int:
+    """TCP_QUICKACK settings in an strace -f log (one per read of a receiver that asks)."""
+    return sum("TCP_QUICKACK" in line for line in trace.read_text().splitlines())
+
+
+def _traced(trace: Path, *command: str) -> list[str]:
+    return ["strace", "-f", "-qq", "-e", "trace=setsockopt", "-o", str(trace), *command]
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize("peer", ["simpleperf", "simpleperf -R", "iperf 2.1.8"])
+def test_tcp_quickack_is_set_before_every_read_by_the_receiver_of_each_test(tmp_path, peer):
+    """--tcp-quickack (iperf2's): the receiving end sets TCP_QUICKACK before every read. A
+    simpleperf server is told by the test description, iperf 2.1.8's by its header's flag
+    (both traced: their setsockopt calls); with -R our client receives and sets it. Without
+    the flag no end sets it."""
+    port = free_port()
+    receiver_trace = tmp_path / "receiver.txt"
+    reverse = peer.endswith("-R")
+    iperf2 = peer.startswith("iperf")
+    served = subprocess.Popen(
+        _traced(receiver_trace if not reverse else tmp_path / "server.txt",
+                *(["iperf", "-s", "-p", str(port)] if iperf2 else
+                  [*SIMPLEPERF, "-s", "-p", str(port)])),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        counts = []
+        for flags in ([], ["--tcp-quickack"]):
+            time.sleep(1.0)  # the server listens (under strace)
+            before = 0 if reverse else _quickacks(receiver_trace)
+            client_trace = tmp_path / "client.txt"
+            done = subprocess.run(
+                _traced(client_trace, *SIMPLEPERF, "-c", "127.0.0.1", "-p", str(port), "-t",
+                        "1", "-l", "1000", "-b", "2M", "--no-latency", *flags,
+                        *(["-R"] if reverse else []), *(["--iperf2"] if iperf2 else [])),
+                capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            time.sleep(0.5)  # the server's log is written
+            counts.append(_quickacks(client_trace if reverse else receiver_trace) - before)
+    finally:
+        os.killpg(served.pid, signal.SIGKILL)  # strace and the server it runs: its group
+        served.wait(10)
+    plain, quick = counts
+    assert plain == 0 and quick > 100, counts  # 1 s of 1,000-byte writes at 2 Mbit/s: 250

@@ -1019,6 +1019,25 @@ def test_a_paced_flow_above_its_share_in_fair_queueing_waits_for_its_own_queue()
     assert slow.full_queue_rtt == pytest.approx(20.0 + fifo)
 
 
+@pytest.mark.parametrize("qdisc", ["fq_codel", "cake", "fq_pie"])
+def test_beside_fq_pie_a_flow_sharing_its_limit_with_one_above_its_share_is_not_judged(qdisc):
+    """fq_codel and CAKE drop from the longest queue when full: video above its share loses
+    its own packets and TCP keeps its share. fq_pie (as Linux's) drops whatever arrives:
+    until PIE's probability for video catches up, TCP's arrivals are dropped too, so theory
+    gives its goodput no verdict, and says so; below its share, video crowds no one."""
+    model = topology.pair(rate="10M", delay="10ms", queue=100, qdisc=qdisc)
+    for rate, crowded in (("6M", qdisc == "fq_pie"), ("2M", False)):
+        video = FlowOutcome(flows.parse({"kind": "udp", "from": "h1", "to": "h2",
+                                         "rate": rate, "label": "video"}, "t"), "10.0.0.2")
+        bulk = FlowOutcome(flows.parse({"kind": "tcp", "from": "h1", "to": "h2"}, "t"),
+                           "10.0.0.2")
+        theory.predict(model, [video, bulk], "cubic")
+        assert bulk.predicted is not None and video.no_theory is None
+        assert (bulk.no_theory is not None) == crowded, (rate, bulk.no_theory)
+        if crowded:
+            assert "(fq_pie, as Linux's) with video" in bulk.no_theory
+
+
 @pytest.mark.parametrize("qdisc, grouped", [("droptail", True), ("dualpi2", True),
                                             ("fq_codel", False)])
 def test_an_l4s_flow_and_classic_tcp_in_one_queue_are_judged_on_their_total(qdisc, grouped):

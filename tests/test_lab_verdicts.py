@@ -161,6 +161,24 @@ def test_a_lone_flow_is_judged_after_its_start_up_or_not_at_all():
     assert not low.within
 
 
+def test_the_drain_after_the_senders_stopped_is_not_the_steady_goodput():
+    """Ten connections of a 3 s quick run (wan): the receiver's last interval ran 2.2 s,
+    stretched by the connections finishing one by one after the senders stopped, at 0.86 x
+    the link. Its goodput is not the steady one: left out, what is left after the start-up
+    is too short to judge, and the report says so. A last interval of the usual length,
+    or a longer run, is judged as before, without the drain."""
+    drained = [[0.79, 1.79, 44.9e6], [1.79, 2.79, 46.8e6], [2.79, 4.98, 41.3e6]]
+    assert verdicts.steady_goodput(drained, 1.54) is None
+    quick = _case([_flow("TCP 10 x 256K", 44.0e6, 47.82e6, epoch_seconds=1.54,
+                         intervals=drained)])
+    assert quick.judged == 0 and "the drain after its senders stopped left out" in \
+        quick.notes[0]
+    whole = [[0, 1, 40e6], *[[t, t + 1, 47.5e6] for t in range(1, 9)], [9, 11.5, 30e6]]
+    assert verdicts.steady_goodput(whole, 1.54) == pytest.approx(47.5e6)
+    even = [[0, 1, 40e6], [1, 2, 47e6], [2, 3, 47e6], [3, 4.2, 46e6]]
+    assert verdicts.steady_goodput(even, 1.0) == pytest.approx((47e6 * 2 + 46e6 * 1.2) / 3.2)
+
+
 def test_a_loss_limited_flow_is_within_from_pftks_timeouts_to_mathiss_none():
     """At 5 % loss CUBIC on 10 ms carried 3.4-3.5 Mbit/s, half Mathis et al.'s bound (6.79):
     inside Padhye et al.'s 1.785 (with Reno's timeouts) to Mathis et al.'s (without)."""

@@ -17,6 +17,7 @@ from simpleperf.description.options import (
     SMALL_TEST_BYTES,
     ServerOptions,
 )
+from simpleperf.description.transports import TCP
 from simpleperf.policy import Limit, MemoryBudget, ServerPolicy
 
 
@@ -28,17 +29,17 @@ def _policy(budget: int) -> ServerPolicy:
 def test_tests_together_cannot_pass_the_budget_and_release_gives_it_back():
     policy = _policy(100_000_000)
     large = SMALL_TEST_BYTES + 8_000_000  # 40 MB
-    assert policy.admit("tcp", 1, 10, 0, memory=large) is None
-    refusal = policy.admit("tcp", 1, 10, 0, memory=large)  # large ones share 75 MB
+    assert policy.admit(TCP, 1, 10, 0, memory=large) is None
+    refusal = policy.admit(TCP, 1, 10, 0, memory=large)  # large ones share 75 MB
     assert refusal is not None and refusal.limit is Limit.MEMORY and "busy" in str(refusal)
     assert "75%" in str(refusal)
-    assert policy.admit("tcp", 1, 10, 0, memory=30_000_000) is None  # ordinary: the rest
-    assert policy.admit("tcp", 1, 10, 0, memory=30_000_000) is None
-    assert policy.admit("tcp", 1, 10, 0, memory=1) is not None  # 100 MB held
+    assert policy.admit(TCP, 1, 10, 0, memory=30_000_000) is None  # ordinary: the rest
+    assert policy.admit(TCP, 1, 10, 0, memory=30_000_000) is None
+    assert policy.admit(TCP, 1, 10, 0, memory=1) is not None  # 100 MB held
     policy.release(large)
     assert policy.memory.held == 60_000_000 and policy.slots.running == 2
-    assert policy.admit("tcp", 1, 10, 0, memory=large) is None
-    whole = policy.admit("tcp", 1, 10, 0, memory=100_000_001)
+    assert policy.admit(TCP, 1, 10, 0, memory=large) is None
+    whole = policy.admit(TCP, 1, 10, 0, memory=100_000_001)
     assert whole is not None and "more than this server's 100.0 MB" in str(whole)
     assert policy.slots.running == 3  # a refusal keeps no slot
 

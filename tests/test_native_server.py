@@ -23,6 +23,7 @@ from helpers import (
 )
 
 from simpleperf.description.testspec import TestSpec
+from simpleperf.description.transports import UDP
 from simpleperf.engine import udp_stream
 from simpleperf.engine.records import Snapshot, Stream
 from simpleperf.engine.streams import run_stream
@@ -513,7 +514,7 @@ def test_with_a_secret_udp_data_without_the_tests_key_is_not_counted():
     entry: dict = {}
     udp_stream.fill_result(stream, entry, udp_stream.snapshot(stream), Snapshot(0))
     assert (entry["lost"], entry["forged"], entry["dropped"]) == (1, 3, 0)
-    row = report_native.row("[1]", 0, 1, entry | {"bytes": stream.num_bytes}, "M", "udp",
+    row = report_native.row("[1]", 0, 1, entry | {"bytes": stream.num_bytes}, "M", UDP,
                             False)  # reported beside the loss, which was not this host's
     assert "1/30 (3.3%: 1 in the network, 0 by the receiving host), 3 forged (not counted)" \
         in row

@@ -497,3 +497,30 @@ def test_the_table_of_disciplines_is_the_own_shapers_and_says_how_each_serves_fl
                     discipline.sending(packet.size, now + 0.5e-3)
         kept = served / sent
         assert (kept > 0.98) if row.in_turn else (kept < 0.8), (row.name, kept)
+
+
+def test_a_full_queue_drops_from_the_longest_flow_exactly_where_the_table_says_so():
+    """`sheds_longest` is what the implementation does when its limit is reached: beside a
+    flow sending three times the link's rate into a 50-packet limit, a light flow (a tenth
+    of the link) loses nothing in fq_codel and CAKE, which drop from the longest queue, and
+    loses arrivals in fq_pie, which drops whatever arrives while full (as Linux's does)
+    until PIE's probability for the heavy flow catches up."""
+    for row in disciplines.QUEUE_DISCIPLINES:
+        if not row.in_turn:
+            continue
+        discipline = aqm.make(row.name, aqm.Settings(limit=50, rate=1514 * 8 / 1e-3))
+        light_sent = light_dropped = 0
+        packet_id = 0
+        for tick in range(1000):  # 1 ms each: one frame leaves, three heavy ones arrive
+            now = tick * 1e-3
+            for flow in [1, 1, 1] + ([2] if tick % 10 == 0 else []):
+                packet_id += 1
+                dropped = discipline.enqueue(aqm.Packet(packet_id, now, 1514, flow=flow), now)
+                light_sent += flow == 2
+                light_dropped += sum(1 for p in dropped if p.flow == 2)
+            packet, gone = discipline.dequeue(now)
+            light_dropped += sum(1 for p in gone if p.flow == 2)
+            if packet is not None:
+                discipline.sending(packet.size, now + 1e-3)
+        assert light_sent == 100
+        assert (light_dropped == 0) == row.sheds_longest, (row.name, light_dropped)

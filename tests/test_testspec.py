@@ -16,7 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.description.testspec import RULES, UNCARRIED, Rule, TestSpec, beyond_iperf3
+from simpleperf.command_line.cli import build_parser, parse_args
+from simpleperf.description.testspec import (
+    FLAGS,
+    RULES,
+    UNCARRIED,
+    Rule,
+    TestSpec,
+    beyond_iperf3,
+)
+from simpleperf.description.transports import UDP
 from simpleperf.errors import ProtocolError
 from simpleperf.protocol import iperf3, native
 
@@ -62,9 +71,9 @@ def consistent(drawn: dict[str, Any]) -> dict[str, Any]:
     fixed = dict(drawn)
     if (fixed["duration"] is None) == (fixed["num_bytes"] is None):
         fixed["num_bytes"] = None if fixed["duration"] is not None else 1000
-    if fixed["protocol"] == "udp":
+    if fixed["protocol"] == UDP.name:
         fixed["length"] = min(max(fixed["length"], native.MIN_ISOCHRONOUS_UDP_LENGTH),
-                              native.MAX_UDP_LENGTH)
+                              UDP.max_length)
     else:
         fixed["length"] = max(fixed["length"], native.WRITE_HEADER.size)
         fixed["l4s"] = False
@@ -169,3 +178,22 @@ def test_fields_an_iperf3_server_lacks_for_one_reason_are_named_together():
     test = TestSpec(trip_times=True, frame_rate=60.0)
     assert beyond_iperf3(test) == ("--trip-times and --isochronous need a simpleperf server",
                                    "measures no one-way delay")
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_a_field_that_declares_its_flag_is_set_by_it_alone_and_on_a_client_only(name):
+    """A field's own flag (testspec.Flag) is a switch in --help's section of its family,
+    sets the field through from_options and nothing else, and is refused on a server."""
+    flag = FLAGS[name]
+    assert RULES[name].kind is bool and getattr(TestSpec(), name) is False
+    parser = build_parser()
+    section = next(group for group in parser._action_groups
+                   if any(flag.name in action.option_strings for action in group._group_actions))
+    assert section.title is not None and (flag.family in section.title or (
+        flag.family == "native" and "native" in section.title))
+    plain = TestSpec.from_options(parse_args(["-c", "h"]))
+    asked = TestSpec.from_options(parse_args(["-c", "h", flag.name]))
+    assert getattr(asked, name) is True
+    assert dataclasses.replace(asked, **{name: False}) == plain
+    with pytest.raises(Exception, match=f"{re.escape(flag.name)} is a client option"):
+        parse_args(["-s", flag.name])

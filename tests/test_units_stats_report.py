@@ -6,6 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from simpleperf.description.transports import TCP, UDP
 from simpleperf.engine.clock import IntervalClock
 from simpleperf.report import classic as table
 from simpleperf.stats import (
@@ -98,11 +99,11 @@ def test_native_udp_row_shows_loss_and_reordering():
     line = native.row("10.0.0.1:5000", 0.0, 1.0, {"bytes": 1_000_000, "packets": 1000,
                                                   "lost": 5, "jitter_ms": 0.25,
                                                   "out_of_order": 3},
-                      "MB", "udp", False, "receiver")
+                      "MB", UDP, False, "receiver")
     assert "0.250 ms" in line and "5/1000 (0.5%), 3 out of order" in line
     assert line.endswith("receiver")
     assert "out of order" not in native.row("x", 0.0, 1.0, {"bytes": 1, "packets": 1,
-                                                            "lost": 0}, "MB", "udp", False)
+                                                            "lost": 0}, "MB", UDP, False)
 
 
 def test_rates_while_all_ran_count_only_the_common_time():
@@ -133,7 +134,7 @@ def test_iperf3_units_scale_as_iperf3_prints_them(num_bytes, seconds, unit, amou
 
     assert format_iperf3_amount(num_bytes) == amount
     assert format_iperf3_rate(num_bytes, seconds, unit) == rate
-    line = native.row("x", 0.0, seconds, {"bytes": num_bytes}, unit, "tcp", False)
+    line = native.row("x", 0.0, seconds, {"bytes": num_bytes}, unit, TCP, False)
     assert amount in line and rate in line
 
 
@@ -141,7 +142,7 @@ def test_classic_units_keep_the_classic_columns_everywhere():
     from simpleperf.command_line.cli import parse_args
     from simpleperf.report import native
 
-    line = native.row("x", 0.0, 2.0, {"bytes": 3_000_000}, "KB", "tcp", False)
+    line = native.row("x", 0.0, 2.0, {"bytes": 3_000_000}, "KB", TCP, False)
     assert "3000 KB" in line and "12.00 Mbps" in line
     assert table.row("x", 0.0, 2.0, 3_000_000, "g") == table.row("x", 0.0, 2.0, 3_000_000, "MB")
     assert parse_args(["-c", "-f", "kb"]).unit == "KB"

@@ -18,6 +18,7 @@ from .description.options import (
     TRICKLE_BYTES,
     ServerOptions,
 )
+from .description.transports import Transport
 from .engine.measurement import cpus
 from .units import format_rate
 
@@ -171,7 +172,7 @@ class ServerPolicy:
         return TestWatch(options.rate_limit, options.rate_window, options.idle_timeout,
                          trickle)
 
-    def refusal(self, protocol: str, parallel: int, duration: float | None,
+    def refusal(self, transport: Transport, parallel: int, duration: float | None,
                 omit: float, total_rate: float = 0.0, cpu: int | None = None
                 ) -> Refusal | None:
         """Why a test of this shape is refused; None if it is allowed. `duration`: None for
@@ -192,16 +193,16 @@ class ServerPolicy:
                 and duration + omit > options.max_duration):
             return Refusal(Limit.DURATION, f"a {duration + omit:g} s test asked, this server "
                            f"allows at most {options.max_duration:g} s (--max-duration)")
-        if protocol == "udp" and not self.udp_available:
+        if transport.datagrams and not self.udp_available:
             return Refusal(Limit.UDP, "this server could not open its UDP port")
         return None
 
-    def admit(self, protocol: str, parallel: int, duration: float | None,
+    def admit(self, transport: Transport, parallel: int, duration: float | None,
               omit: float, total_rate: float = 0.0, cpu: int | None = None,
               memory: int = 0) -> Refusal | None:
         """refusal(), and if allowed, a slot taken and `memory` bytes of the budget (give
         both back with release(memory))."""
-        refusal = self.refusal(protocol, parallel, duration, omit, total_rate, cpu)
+        refusal = self.refusal(transport, parallel, duration, omit, total_rate, cpu)
         if refusal is not None:
             return refusal
         budget = self.memory.budget

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..description.options import ServerOptions
+from ..description.transports import TCP
 from ..errors import ProtocolError
 from ..policy import ServerPolicy
 from ..protocol.classic import ACK, FINISH, ClassicReceiver
@@ -44,7 +45,7 @@ class ClassicService:
             return REFUSED_RSA
         if self.options.secret is not None and not self.options.allow_classic:
             return REFUSED_SECRET
-        refusal = self.policy.admit("tcp", 1, None, 0.0, memory=self.options.length)
+        refusal = self.policy.admit(TCP, 1, None, 0.0, memory=self.options.length)
         return None if refusal is None else f"a classic client: {refusal}"
 
     def serve(self, conn: socket.socket, peer: str, prefix: bytes, accepted: float) -> None:

@@ -73,7 +73,7 @@ from ..description.options import (
     dscp_code,
     is_congestion_name,
 )
-from ..description.testspec import TestSpec, beyond_iperf3
+from ..description.testspec import FLAGS, TestSpec, beyond_iperf3
 from ..errors import UsageError
 from ..units import (
     AUTO_UNIT,
@@ -206,15 +206,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "or UDP (stream n from PORT + n - 1; default: any)")
     client.add_argument("-P", "--parallel", help=f"parallel connections, 1..{MAX_PARALLEL} "
                         f"(a classic server takes at most {CLASSIC_MAX_PARALLEL})")
-    _add_native_options(parser.add_argument_group(
-        "client, native protocol (needs a simpleperf server)"))
-    iperf3_flags.add_arguments(parser.add_argument_group("iperf3's flags, for its scripts"))
-    iperf2_flags.add_arguments(parser.add_argument_group(
-        "iperf2's flags, for its scripts (after --iperf2, -d -Z -V -L mean what iperf2 means "
-        "by them: --dualtest --tcp-congestion --ipv6_domain --listenport)"))
+    _add_families(parser)
     parser.add_argument("-v", "--version", action=_Version, nargs=0,
                         help="the version and the kernel features the tests use")
     return parser
+
+
+def _add_families(parser: argparse.ArgumentParser) -> None:
+    """The client's flags by family: ours beyond classic, iperf3's, iperf2's; each with the
+    flags the test description's fields declare for it (testspec.FLAGS)."""
+    families = {
+        "native": parser.add_argument_group(
+            "client, native protocol (needs a simpleperf server)"),
+        "iperf3": parser.add_argument_group("iperf3's flags, for its scripts"),
+        "iperf2": parser.add_argument_group(
+            "iperf2's flags, for its scripts (after --iperf2, -d -Z -V -L mean what iperf2 "
+            "means by them: --dualtest --tcp-congestion --ipv6_domain --listenport)")}
+    _add_native_options(families["native"])
+    iperf3_flags.add_arguments(families["iperf3"])
+    iperf2_flags.add_arguments(families["iperf2"])
+    for name, flag in FLAGS.items():
+        families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name,
+                                           action="store_true", help=flag.help)
 
 
 def _add_server_options(server) -> None:
@@ -341,6 +354,7 @@ _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "
                 "authorized_users_path": "--authorized-users-path",
                 "time_skew_threshold": "--time-skew-threshold",
                 "permit_key_timeout": "--permit-key-timeout"}
+_DESCRIBED = "described_"  # the argparse destination of a field's own flag: + its name
 _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": "--snd-timeout",
                 "time": "-t/--time", "num": "-n/--num",
                 "connect_timeout": "--connect-timeout",
@@ -363,7 +377,13 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "get_server_output": "--get-server-output", "username": "--username",
                 "rsa_public_key_path": "--rsa-public-key-path",
                 "json_stream_full_output": "--json-stream-full-output",
-                **iperf2_flags.CLIENT_FLAGS}
+                **iperf2_flags.CLIENT_FLAGS,
+                **{_DESCRIBED + name: flag.name for name, flag in FLAGS.items()}}
+
+
+def _described(args: argparse.Namespace) -> tuple[tuple[str, bool], ...]:
+    """What the flags of the test description's own (testspec.FLAGS) gave: switches on."""
+    return tuple((name, True) for name in FLAGS if getattr(args, _DESCRIBED + name))
 
 
 def _negative_values(argv: list[str]) -> list[str]:
@@ -517,7 +537,8 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         verbose=args.verbose, file=_path("-F/--file", args.file),
         snd_timeout=None if args.snd_timeout is None else _int_in_range(
             "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,
-        length_given=args.len is not None, duration_given=args.time is not None)
+        length_given=args.len is not None, duration_given=args.time is not None,
+        described=_described(args))
     _check_client_combinations(options, args)
     options = _check_rpm(options, args)
     options = iperf3_flags.apply(latency_flags.apply(_with_file(options, args), args), args)

@@ -7,7 +7,8 @@
   -X/--peer-detect, --bounceback (-period, -hold), -y C, --listenport,
   --tcp-write-prefetch, --txstart-time, --connect-only, -x, --permit-key(-timeout),
   --connect-retries, --tcp-rx-window-clamp, --ttl, --local-only, -z/--realtime, --sum-only,
-  --hide-ips, --compatibility, --no-udp-fin.
+  --hide-ips, --compatibility, --no-udp-fin; --tcp-quickack is declared by its field of the
+  test description (description/testspec.py) and added with it.
 - Where iperf2 and iperf3 give one letter two meanings (COLLISIONS), iperf3's wins; after
   --iperf2 the letter has iperf2's meaning where we have taken it (IPERF2_LETTERS: -d -Z
   -V -L -C -T), which its long name always has.
@@ -64,7 +65,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--incr-srcport": ("", "incremented ports (--cport is ours)"),
     "--near-congestion": ("", "RTT-weighted write delays"),
     "--no-connect-sync": ("", "unsynchronised parallel starts"),
-    "--tcp-quickack": ("", "TCP_QUICKACK"),
     "--tcp-write-times": ("", "write times"),
     "--txdelay-time": ("", "a delay before the first write"),
     "--ssm-host": ("-H", "source-specific multicast"),

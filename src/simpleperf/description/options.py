@@ -321,6 +321,9 @@ class ClientOptions:
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
     # rows), M (multicast: none here), S (settings: the banner), V (the server's reports)
     report_exclude: frozenset[str] = frozenset()
+    # The test description's fields that declare their own flag (testspec.FLAGS), by field
+    # name: what their flags gave, for TestSpec.from_options as it is
+    described: tuple[tuple[str, Any], ...] = ()
 
     @property
     def rows_every(self) -> float | None:
@@ -340,7 +343,7 @@ class ClientOptions:
                     self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None, self.l4s, self.rpm, self.fq_rate > 0,
                     self.extra_data is not None, self.rsa_username is not None,
-                    self.tradeoff, self.csv, self.sum_only))
+                    self.tradeoff, self.csv, self.sum_only, self.described))
 
     @property
     def direction(self) -> str:

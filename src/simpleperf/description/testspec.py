@@ -41,9 +41,10 @@ from .options import (
     is_number,
     stream_count,
 )
+from .transports import NAMES, TCP, UDP, Transport, transport_of
 
 DIRECTIONS = ("forward", "reverse", "bidir")
-PROTOCOLS = ("tcp", "udp")
+PROTOCOLS = NAMES
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,25 @@ class Uncarried:
     lacks: str
 
 
-def _field(default: Any, rule: Rule, iperf3: tuple[str, ...] | Uncarried) -> Any:
+@dataclass(frozen=True)
+class Flag:
+    """The client's flag that sets a field, declared with the field: a switch (the field is
+    a bool) named `name`, shown with `help` in --help, the man page and the reference, in
+    the section of its `family`'s flags ("native": ours, "iperf2", "iperf3"). The command
+    line adds it, refuses it on a server and hands its value to from_options by itself."""
+
+    name: str
+    help: str
+    family: str = "native"
+
+
+def _field(default: Any, rule: Rule, iperf3: tuple[str, ...] | Uncarried,
+           flag: Flag | None = None) -> Any:
     """A field of TestSpec: its default, its rule and the iperf3 parameters that carry it
     (IPERF3_IGNORES: none, and an iperf3 peer runs the same test without it; Uncarried:
-    none, and a test that needs it of an iperf3 server is refused), declared together."""
-    return field(default=default, metadata={"rule": rule, "iperf3": iperf3})
+    none, and a test that needs it of an iperf3 server is refused), and the flag that sets
+    it where the field declares its own (Flag), declared together."""
+    return field(default=default, metadata={"rule": rule, "iperf3": iperf3, "flag": flag})
 
 
 # No iperf3 parameter carries the field, and an iperf3 peer runs the same test without it
@@ -163,6 +178,11 @@ class TestSpec:
     # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT)
     write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), Uncarried(
         "--tcp-write-prefetch", "sender", "cannot be asked to limit what it leaves unsent"))
+    # TCP receivers acknowledge at once: TCP_QUICKACK before every read, as iperf2's
+    quickack: bool = _field(False, FLAG, Uncarried(
+        "--tcp-quickack", "receiver", "cannot be asked to acknowledge at once"), Flag(
+        "--tcp-quickack", "TCP receivers, ours and the server's: TCP_QUICKACK before every "
+        "read, so no ACK waits for the delayed-ACK timer (iperf2's)", "iperf2"))
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> TestSpec:
@@ -170,7 +190,7 @@ class TestSpec:
         rate = options.rate if options.rate is not None else (
             DEFAULT_UDP_RATE if options.udp and not options.l4s else 0.0)
         return cls(
-            protocol="udp" if options.udp else "tcp", direction=options.direction,
+            protocol=(UDP if options.udp else TCP).name, direction=options.direction,
             parallel=options.parallel,
             duration=None if options.num_bytes is not None else options.duration,
             num_bytes=options.num_bytes, length=options.length, rate=rate,
@@ -185,7 +205,13 @@ class TestSpec:
             frame_rate=options.frame_rate, frame_load=options.frame_load,
             frame_stdev=options.frame_stdev,
             whole_segments=not options.udp and not options.length_given, l4s=options.l4s,
-            fq_rate=options.fq_rate, write_prefetch=options.write_prefetch)
+            fq_rate=options.fq_rate, write_prefetch=options.write_prefetch,
+            **dict(options.described))
+
+    @property
+    def transport(self) -> Transport:
+        """TCP or UDP: what differs between them (transports.py)."""
+        return transport_of(self.protocol)
 
     @property
     def isochronous(self) -> bool:
@@ -223,6 +249,9 @@ class TestSpec:
 
 # Every field's rule, by name: what a peer's description is checked against
 RULES: dict[str, Rule] = {item.name: item.metadata["rule"] for item in fields(TestSpec)}
+# The fields that declare the flag that sets them, by name
+FLAGS: dict[str, Flag] = {item.name: item.metadata["flag"] for item in fields(TestSpec)
+                          if item.metadata["flag"] is not None}
 # The fields no iperf3 parameter carries that the peer must honour, by name
 UNCARRIED: dict[str, Uncarried] = {item.name: item.metadata["iperf3"]
                                    for item in fields(TestSpec)

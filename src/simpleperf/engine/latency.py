@@ -11,6 +11,7 @@ import threading
 import time
 
 from ..description.options import CONNECT_TIMEOUT_SECONDS
+from ..description.transports import TCP, Transport
 from ..errors import SimpleperfError
 from ..protocol.native import ECHO, ECHO_PROBE, PREFACE_SIZE, UDP_ECHO, echo_probe, preface
 from ..transport import tcp
@@ -23,17 +24,17 @@ SECRET_HINT = (" (a server that requires authentication answers only probes made
 
 
 class EchoProber:
-    def __init__(self, host: str, port: int, protocol: str = "tcp",
+    def __init__(self, host: str, port: int, transport: Transport = TCP,
                  family: int = socket.AF_UNSPEC, secret: bytes | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT_SECONDS, tos: int = 0,
                  local: str | None = None, flowlabel: int = 0) -> None:
-        self.protocol = protocol
+        self.transport = transport
         self.secret = secret
         self.sent = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples_ms: list[float] = []
-        if protocol == "tcp":
+        if not transport.datagrams:
             self.sock = tcp.connect(host, port, connect_timeout, family=family, local=local,
                                     tos=tos, flowlabel=flowlabel)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -52,7 +53,7 @@ class EchoProber:
         try:
             return self._round_trip(message, number, began)
         except ConnectionRefusedError:  # UDP: ICMP port unreachable
-            if self.protocol == "tcp":
+            if not self.transport.datagrams:
                 raise SimpleperfError(CLOSED + ("" if self.secret else SECRET_HINT)) from None
             return None
         except (ConnectionResetError, BrokenPipeError):
@@ -60,13 +61,13 @@ class EchoProber:
 
     def _round_trip(self, message: bytes, number: int, began: int) -> float | None:
         self.sock.send(message)
-        timeout = UDP_REPLY_TIMEOUT if self.protocol == "udp" else TCP_REPLY_TIMEOUT
+        timeout = UDP_REPLY_TIMEOUT if self.transport.datagrams else TCP_REPLY_TIMEOUT
         deadline = time.monotonic() + timeout
         received = b""
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                if self.protocol == "tcp":
+                if not self.transport.datagrams:
                     raise SimpleperfError(f"no echo from the server within {timeout:g} s"
                                           + ("" if self.secret else SECRET_HINT))
                 return None
@@ -76,7 +77,7 @@ class EchoProber:
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise SimpleperfError(CLOSED + ("" if self.secret else SECRET_HINT))
-            if self.protocol == "udp":
+            if self.transport.datagrams:
                 if len(chunk) == len(message) and ECHO_PROBE.unpack_from(
                         chunk, PREFACE_SIZE)[0] == number:
                     break

@@ -34,7 +34,7 @@ class Measurement:
         for stream in streams:
             if not stream.sending and spec.timed:
                 stream.delays = DelayLog(binning_of(spec))
-                if spec.protocol == "tcp":
+                if not spec.transport.datagrams:
                     stream.write_delays = DelayLog(binning_of(spec))
                 if spec.isochronous:
                     stream.frames = FrameAccount(binning_of(spec), spec.omitted_frames)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..delays import DelayAccount, DelayLog, FrameAccount
+from ..description.transports import Transport, transport_of
 from ..protocol.native import DATAGRAM_HEADER
 from ..stats import UdpReceiveAccount
 from ..transport import tcpinfo
@@ -99,3 +100,7 @@ class Stream:
     @property
     def role(self) -> str:
         return "sender" if self.sending else "receiver"
+
+    @property
+    def transport(self) -> Transport:
+        return transport_of(self.protocol)

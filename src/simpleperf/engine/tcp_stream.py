@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..description.testspec import TestSpec
+from ..description.transports import Transport
 from ..errors import SimpleperfError
 from ..transport import buffers, compiled, socket_options, tcp, tcpinfo
 from . import timed_writes
@@ -144,7 +146,8 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
     writes = stream.write_times or (
         timed_writes.WriteTimes(stream.write_delays, stream.frames, stream.delays)
         if stream.write_delays is not None and spec.timed else None)
-    fastpath = compiled.module()
+    # --tcp-quickack: a setsockopt before every read, as iperf2's, in _receive's loop
+    fastpath = None if spec.quickack else compiled.module()
     if fastpath is not None and stream.file is None and writes is None:
         _receive_compiled(stream, buffer, stop, fastpath)
         return
@@ -157,16 +160,19 @@ def receive(stream: Stream, spec: TestSpec, stop: threading.Event) -> None:
                 timed is not None and isinstance(timed.source, timed_writes.StampedReads)):
             _receive_reads_compiled(stream, buffer, stop, writes, fastpath)
         else:
-            _receive(stream, buffer, stop, writes)
+            _receive(stream, buffer, stop, writes, spec.quickack)
     finally:
         if timed is not None:
             timed.source.close()
 
 
-def _receive(stream: Stream, buffer: memoryview, stop: threading.Event, writes: Any) -> None:
+def _receive(stream: Stream, buffer: memoryview, stop: threading.Event, writes: Any,
+             quickack: bool = False) -> None:
     """The read loop; `writes`: what follows the timed writes in the stream (WriteTimes, or
-    iperf2's bursts), if any."""
+    iperf2's bursts), if any; `quickack`: TCP_QUICKACK before every read."""
     recv_into = stream.sock.recv_into
+    acknowledge = functools.partial(stream.sock.setsockopt, socket.IPPROTO_TCP,
+                                    socket.TCP_QUICKACK, 1) if quickack else None
     clock = time.monotonic
     received = stream.num_bytes  # what a server read to tell the protocol counts too
     keep = stream.file.write if stream.file is not None else None  # -F: what arrives
@@ -176,6 +182,8 @@ def _receive(stream: Stream, buffer: memoryview, stop: threading.Event, writes: 
     whole = len(buffer)
     stamp: float | None = None
     while not stop.is_set():
+        if acknowledge is not None:
+            acknowledge()
         try:
             if stamped is None:
                 count = recv_into(buffer)
@@ -349,11 +357,11 @@ _server_files: dict[str, int] = {}  # path -> id() of the test's open file
 _server_files_lock = threading.Lock()
 
 
-def attach_server_file(path: str | None, protocol: str, streams: list[Stream]) -> None:
+def attach_server_file(path: str | None, transport: Transport, streams: list[Stream]) -> None:
     """A server's -F: a one-stream TCP test's stream sends the file, or fills it (as
     iperf3's server does); tests of more streams, or UDP, run as without it. A test that
     finds another using the file is refused."""
-    if path is None or protocol != "tcp" or len(streams) != 1:
+    if path is None or transport.datagrams or len(streams) != 1:
         return
     with _server_files_lock:
         if path in _server_files:

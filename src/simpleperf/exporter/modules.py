@@ -21,12 +21,32 @@ from pathlib import Path
 from typing import Any
 
 from ..description.options import MAX_PARALLEL, dscp_code, is_congestion_name
+from ..description.transports import TCP, UDP, Transport
 from ..units import parse_duration, parse_rate
 
-PROBERS = ("tcp", "udp", "rtt", "rpm")
+
+@dataclass(frozen=True)
+class Prober:
+    """What a module's probe runs: a transfer over a transport (tcp, udp), round trips
+    (rtt) or responsiveness (rpm)."""
+
+    name: str
+    transport: Transport  # its transfer's, or what its round trips go over
+    transfer: bool  # a test of our client's (-t, -P, -R, --bidir, -b, -l, -C, --dscp)
+    loads_path: bool  # one at a time per server: it would disturb another's figures
+    rate: float | None = None  # bits/s when the module names none
+
+
+PROBER_ROWS = (
+    Prober("tcp", TCP, transfer=True, loads_path=True),
+    Prober("udp", UDP, transfer=True, loads_path=True, rate=10e6),
+    Prober("rtt", TCP, transfer=False, loads_path=False),
+    Prober("rpm", TCP, transfer=False, loads_path=True),
+)
+PROBER_OF = {prober.name: prober for prober in PROBER_ROWS}
+PROBERS = tuple(PROBER_OF)
 DIRECTIONS = ("forward", "reverse", "bidir")
 SERVERS = ("simpleperf", "iperf3")  # what the targets are
-THROUGHPUT = ("tcp", "udp", "rpm")  # probers that load the path: one at a time per server
 MAX_DURATION = 300.0  # seconds: a probe must fit a scrape, and Prometheus' are minutes at most
 MIN_DURATION = 0.5
 MAX_CONFIG_BYTES = 1 << 20
@@ -72,16 +92,20 @@ class Module:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
-    def loads_the_path(self) -> bool:
-        return self.prober in THROUGHPUT
+    def probes(self) -> Prober:
+        return PROBER_OF[self.prober]
 
     @property
-    def protocol(self) -> str:
-        return "udp" if self.prober == "udp" else "tcp"
+    def loads_the_path(self) -> bool:
+        return self.probes.loads_path
+
+    @property
+    def transport(self) -> Transport:
+        return self.probes.transport
 
     def directions(self) -> tuple[str, ...]:
         """The directions its results come in (bidir: both)."""
-        if self.prober in ("rtt", "rpm"):
+        if not self.probes.transfer:
             return ("forward",)
         return ("forward", "reverse") if self.direction == "bidir" else (self.direction,)
 
@@ -189,9 +213,9 @@ def parse(name: str, spec: Any) -> Module:
             raise ConfigError(f"{where}: trip_times must be true or false")
         values["trip_times"] = spec["trip_times"]
     module = replace(module, **values)
-    if module.prober == "udp" and module.rate is None:
-        module = replace(module, rate=10e6)
-    if module.server == "iperf3" and module.prober not in ("tcp", "udp"):
+    if module.rate is None and module.probes.rate is not None:
+        module = replace(module, rate=module.probes.rate)
+    if module.server == "iperf3" and not module.probes.transfer:
         raise ConfigError(f"{where}: an iperf3 server runs tcp and udp tests only")
     if module.server == "iperf3" and module.trip_times:
         raise ConfigError(f"{where}: trip_times needs a simpleperf server (iperf3 has none)")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,14 +76,21 @@ def command(module: Module, host: str, port: int | None) -> list[str]:
     line = [sys.executable, "-m", "simpleperf", "-c", host, "-J"]
     if port is not None:
         line += ["-p", str(port)]
-    if module.prober == "rtt":
-        count = max(1, round(module.duration / RTT_INTERVAL))
-        return line + ["--rtt", "--count", str(count), "--rtt-interval", str(RTT_INTERVAL)]
-    line += ["-t", f"{module.duration:g}"]
-    if module.prober == "rpm":
-        return line + ["--rpm"] + (["-R"] if module.direction == "reverse" else [])
-    if module.prober == "udp":
-        line += ["-u"]
+    return line + RUNS[module.prober][0](module)
+
+
+def _rtt_flags(module: Module) -> list[str]:
+    count = max(1, round(module.duration / RTT_INTERVAL))
+    return ["--rtt", "--count", str(count), "--rtt-interval", str(RTT_INTERVAL)]
+
+
+def _rpm_flags(module: Module) -> list[str]:
+    return ["-t", f"{module.duration:g}", "--rpm"] + (
+        ["-R"] if module.direction == "reverse" else [])
+
+
+def _transfer_flags(module: Module) -> list[str]:
+    line = ["-t", f"{module.duration:g}"] + (["-u"] if module.transport.datagrams else [])
     if module.rate is not None:
         line += ["-b", f"{module.rate:.0f}"]
     if module.parallel > 1:
@@ -176,19 +184,14 @@ def readings(module: Module, document: dict[str, Any]) -> Readings:
     if not isinstance(end, dict):
         raise ProbeFailed("the client's document has no end")
     try:
-        if module.prober == "rtt":
-            _rtt(found, end)
-        elif module.prober == "rpm":
-            _rpm(found, end)
-        else:
-            _transfer(found, module, end)
+        RUNS[module.prober][1](found, module, end)
     except (KeyError, TypeError, ValueError) as error:
         raise ProbeFailed(f"the client's document lacks {error}") from None
     return found
 
 
 def _transfer(found: Readings, module: Module, end: dict[str, Any]) -> None:
-    protocol = module.protocol
+    protocol = module.transport.name
     for direction in module.directions():
         totals = sums(end, BIDIR_REVERSE if direction == "reverse"
                       and module.direction == "bidir" else "")
@@ -196,7 +199,7 @@ def _transfer(found: Readings, module: Module, end: dict[str, Any]) -> None:
         found.gauge("simpleperf_goodput_bits_per_second", totals.received_bps, **labels)
         found.gauge("simpleperf_received_bytes", totals.received_bytes, **labels)
         found.gauge("simpleperf_sent_bytes", totals.sent_bytes, **labels)
-        if protocol == "tcp":
+        if not module.transport.datagrams:
             found.gauge("simpleperf_tcp_retransmits", totals.retransmits, **labels)
         else:
             if totals.jitter_ms is None or totals.lost_percent is None:
@@ -208,7 +211,7 @@ def _transfer(found: Readings, module: Module, end: dict[str, Any]) -> None:
         found.histogram("simpleperf_one_way_delay_seconds",
                         _one_way(end, direction, module.direction), **labels)
     congestion = end.get("sender_tcp_congestion")
-    if protocol == "tcp" and isinstance(congestion, str):
+    if not module.transport.datagrams and isinstance(congestion, str):
         found.gauge("simpleperf_tcp_congestion_info", 1, congestion=congestion)
     latency = end.get("latency") or {}
     for load in ("idle", "loaded"):
@@ -247,7 +250,7 @@ def _samples(block: dict[str, Any]) -> Histogram:
     return Histogram.of([value / 1e3 for value in block.get("samples_ms", [])])
 
 
-def _rtt(found: Readings, end: dict[str, Any]) -> None:
+def _rtt(found: Readings, module: Module, end: dict[str, Any]) -> None:
     found.gauge("simpleperf_rtt_probes_sent", end["sent"])
     found.gauge("simpleperf_rtt_probes_answered", end["answered"])
     block = end.get("rtt")
@@ -257,10 +260,21 @@ def _rtt(found: Readings, end: dict[str, Any]) -> None:
     found.gauge("simpleperf_rpm", block.get("rpm"), load="idle")
 
 
-def _rpm(found: Readings, end: dict[str, Any]) -> None:
+def _rpm(found: Readings, module: Module, end: dict[str, Any]) -> None:
     result = end["responsiveness"]
     found.gauge("simpleperf_responsiveness_rpm", result["rpm"])
     for load, key in (("idle", "foreign_rpm"), ("loaded", "loaded_rpm")):
         found.gauge("simpleperf_rpm", result.get(key), load=load)
     found.gauge("simpleperf_goodput_bits_per_second", result["goodput"],
                 direction="forward", protocol="tcp")
+
+
+# Each prober's flags for the client and its reader of the client's document, by name
+# (modules.PROBER_ROWS says what each is)
+RUNS: dict[str, tuple[Callable[[Module], list[str]],
+                       Callable[[Readings, Module, dict[str, Any]], None]]] = {
+    "tcp": (_transfer_flags, _transfer),
+    "udp": (_transfer_flags, _transfer),
+    "rtt": (_rtt_flags, _rtt),
+    "rpm": (_rpm_flags, _rpm),
+}

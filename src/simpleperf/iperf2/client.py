@@ -111,7 +111,7 @@ class _Iperf2Test:
         streams: list[Stream] = []
         deadline = time.monotonic() + CONNECT_BACK_SECONDS
         first = len(self.streams) + 1 if self.back == "dual" else 1
-        if self.spec.protocol == "udp":  # its datagrams to our port: one stream
+        if self.spec.transport.datagrams:  # its datagrams to our port: one stream
             return [self._udp_back(first)]
         while len(streams) < self.spec.parallel:
             readable, _, _ = select.select([self.listener], [], [],
@@ -142,7 +142,7 @@ class _Iperf2Test:
 
     def _open_streams(self) -> None:
         options, spec = self.options, self.spec
-        udp_test = spec.protocol == "udp"
+        udp_test = spec.transport.datagrams
         first = b"" if options.compatibility else iperf2.encode_header(self.header, udp_test)
         if options.permit_key is not None:  # TCP only (the flag says so)
             first = iperf2.with_permit_key(first, options.permit_key)
@@ -188,13 +188,13 @@ class _Iperf2Test:
                                   options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                   output.interval)
         output.start()
-        if spec.protocol == "udp" and (self.receivers or spec.isochronous or
-                                       self.header.no_udp_fin):
+        if spec.transport.datagrams and (self.receivers or spec.isochronous or
+                                         self.header.no_udp_fin):
             self.body = self._body
         measurement.begin(time.monotonic(), *([self.body] if self.body else []))
         congestion = options.congestion or tcp.system_congestion()
         try:
-            ours = spec.protocol == "udp" and self.body is not None  # _body sends
+            ours = spec.transport.datagrams and self.body is not None  # _body sends
             while not all(s.done.is_set() and (s.number in self.ended or not s.sending
                                                or not ours) for s in self.streams):
                 measurement.tick(time.monotonic())
@@ -237,7 +237,7 @@ class _Iperf2Test:
 
     def _end(self, measurement: Measurement) -> dict[int, dict[str, Any]]:
         """The test's end as iperf2 has it: the server's view, by stream number (UDP)."""
-        if self.spec.protocol == "tcp":
+        if not self.spec.transport.datagrams:
             closed = _await_close([s.sock for s in self.streams if s.sending])
             return _told_by_close(self.streams, closed)
         return _udp_end(self.streams, self.receivers, not self.header.no_udp_fin)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..description.options import ServerOptions, test_deadline
 from ..description.testspec import TestSpec
+from ..description.transports import TCP, UDP
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
@@ -118,7 +119,7 @@ class Iperf2Service:
 
     def _run_tcp(self, peer: str, header: iperf2.ClientHeader,
                  conns: list[tuple[socket.socket, bytes]]) -> None:
-        spec = iperf2.spec_from_header(header, "tcp", self.options.length)
+        spec = iperf2.spec_from_header(header, TCP, self.options.length)
         spec = dataclasses.replace(spec, parallel=len(conns))
         iperf2_bytes = 0 if header.bare else (iperf2.tcp_header_length(header.flags) or
                                               iperf2.CLIENT_V1.size)
@@ -198,7 +199,7 @@ class Iperf2Service:
         """Why this test is not run (and if it is, its slot and memory are taken)."""
         if self.options.rsa_auth is not None or self.options.secret is not None:
             return "this server requires authentication, which iperf2's protocol cannot carry"
-        refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, 0.0,
+        refusal = self.policy.admit(spec.transport, spec.parallel, spec.duration, 0.0,
                                     spec.rate * spec.parallel, None,
                                     buffer_bytes(spec.stream_count(), spec.length))
         return None if refusal is None else str(refusal)
@@ -212,8 +213,8 @@ class Iperf2Service:
         started_wall = time.time()
         every = self.options.interval  # -i: rows as each interval closes
         measurement = Measurement(spec, streams, every or STEP_SECONDS, table.interval_printer(
-            every, streams, spec.protocol, self.options.unit, self.say))
-        if spec.protocol == "tcp" and not header.reverse:
+            every, streams, spec.transport, self.options.unit, self.say))
+        if not spec.transport.datagrams and not header.reverse:
             tcp_stream.apply_options(streams[0].sock, spec)
         measurement.begin(time.monotonic(), *([body] if body is not None else []))
         limit = test_deadline(spec.duration, 0.0, self.policy.time_limit) + 1.0
@@ -237,7 +238,7 @@ class Iperf2Service:
             name = f"iperf2 {version}" if version else "iperf2"
             title = (f"Test from {peer} ({name}): {spec.protocol.upper()}, {spec.direction}, "
                      f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
-            self.say(*table.test_report(title, spec.protocol, streams, results,
+            self.say(*table.test_report(title, spec.transport, streams, results,
                                         self.options.unit))
             self.document(server_json.test_document(spec, peer, measurement, {},
                                                     started_wall, name))
@@ -279,7 +280,7 @@ class _UdpTests:
     def _serve_udp(self, sock: socket.socket, peer: tuple[Any, ...], label: str,
                    header: iperf2.ClientHeader) -> None:
         first = self.peers.take(peer)
-        spec = iperf2.spec_from_header(header, "udp", len(first[0][0]))
+        spec = iperf2.spec_from_header(header, UDP, len(first[0][0]))
         options = self.service.options
         # nothing proves where the datagrams came from: what we send it is bounded
         unproven = Unproven(options.unproven_rate, options.unproven_seconds, time.monotonic())

@@ -12,6 +12,7 @@ from typing import Any
 from .. import __version__, rsa_auth
 from ..description.options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
 from ..description.testspec import TestSpec, beyond_iperf3
+from ..description.transports import Transport
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
@@ -138,7 +139,7 @@ class _Iperf3Test:
         header = iperf3.HEADER_64
         for number in range(1, self.spec.stream_count() + 1):
             sending = self.spec.client_sends(number)
-            if self.spec.protocol == "tcp":
+            if not self.spec.transport.datagrams:
                 sock = tcp.connect_to_server(options, stream=number)
                 self.streams.append(Stream(number, sending, "tcp", sock,
                                            tcp.endpoint(sock.getsockname())))
@@ -168,7 +169,7 @@ class _Iperf3Test:
         try:
             self._run_until_done(measurement)
             measurement.stop_sending.set()
-            _settle_senders(self.streams, self.spec.protocol)
+            _settle_senders(self.streams, self.spec.transport)
             self.control.conn.sendall(iperf3.state(iperf3.TEST_END))
             measurement.drain_receivers()
             measurement.finish(time.monotonic())
@@ -235,19 +236,19 @@ class _Iperf3Test:
             view = theirs.get(stream_id)
             if view is None:
                 continue
-            remote[number] = iperf3.result_view(view, number, self.spec.protocol,
+            remote[number] = iperf3.result_view(view, number, self.spec.transport,
                                                 self.spec.client_sends(number))
         return remote
 
 
-def _settle_senders(streams: list[Stream], protocol: str) -> None:
+def _settle_senders(streams: list[Stream], transport: Transport) -> None:
     """An iperf3 server counts what it has read when TEST_END arrives: let what we wrote
     be acknowledged, then read (at most SETTLE_LIMIT), so both ends report the same."""
     sending = [s for s in streams if s.sending]
     deadline = time.monotonic() + SETTLE_LIMIT
     for stream in sending:
         stream.done.wait(max(0.0, deadline - time.monotonic()))
-    if protocol != "tcp" or not sending:
+    if transport.datagrams or not sending:
         return
     try:
         while time.monotonic() < deadline:

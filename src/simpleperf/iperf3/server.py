@@ -86,7 +86,7 @@ class Iperf3Service:
             test = self._tests.get(cookie)
         if test is not None:
             with test.lock:
-                if not test.accepting or test.params is None or test.params.protocol != "tcp":
+                if not test.accepting or test.params is None or test.params.transport.datagrams:
                     conn.sendall(iperf3.state(iperf3.ACCESS_DENIED))
                     return False
                 test.tcp_arrivals.append((accept_index, conn))
@@ -115,7 +115,7 @@ class Iperf3Service:
                         return
         for test in candidates:
             with test.lock:
-                if test.accepting and test.params is not None and test.params.protocol == "udp":
+                if test.accepting and test.params is not None and test.params.transport.datagrams:
                     sock = self.port.socket_for(peer, data, reply)
                     test.udp_arrivals.append((peer, sock))
                     sock.send(reply)
@@ -185,7 +185,7 @@ class Iperf3Service:
         early = _not_allowed(self.options, params)
         if early is not None:
             return early
-        refusal = self.policy.admit(params.protocol, params.parallel, params.timed_duration,
+        refusal = self.policy.admit(params.transport, params.parallel, params.timed_duration,
                                     params.omit, params.rate * params.stream_count(),
                                     params.server_affinity,
                                     buffer_bytes(params.stream_count(), params.length))
@@ -202,7 +202,7 @@ class Iperf3Service:
             if control.readable(0.05):
                 raise ProtocolError("unexpected control message before the streams")
         with test.lock:
-            if params.protocol == "tcp":
+            if not params.transport.datagrams:
                 ordered = [sock for _, sock in sorted(test.tcp_arrivals, key=lambda a: a[0])]
             else:
                 ordered = [sock for _, sock in test.udp_arrivals]
@@ -211,10 +211,10 @@ class Iperf3Service:
     def _run(self, control: Iperf3Control, params: iperf3.Parameters,
              streams: list[Stream]) -> Measurement:
         spec = iperf3.spec_from_parameters(params)
-        tcp_stream.attach_server_file(self.options.file, spec.protocol, streams)
+        tcp_stream.attach_server_file(self.options.file, spec.transport, streams)
         every = self.options.interval  # -i: rows as each interval closes
         measurement = Measurement(spec, streams, every or SERVER_STEP_SECONDS,
-                                  table.interval_printer(every, streams, spec.protocol,
+                                  table.interval_printer(every, streams, spec.transport,
                                                          self.options.unit, self.say),
                                   cpu=params.server_affinity)
         self.port.settled([stream.sock for stream in streams])
@@ -309,7 +309,7 @@ def _text_report(peer: str, params: iperf3.Parameters, measurement: Measurement,
     title = (f"Test from {peer} (iperf3 {params.client_version or 'client'}): "
              f"{params.protocol.upper()}, {params.direction}, {params.parallel} stream"
              f"{'s' if params.parallel > 1 else ''}")
-    return table.test_report(title, params.protocol, measurement.streams,
+    return table.test_report(title, params.transport, measurement.streams,
                              measurement.finish(time.monotonic()), unit)
 
 
@@ -321,7 +321,7 @@ def _streams(params: iperf3.Parameters, ordered: list[socket.socket]) -> list[St
         sending = not params.client_sends(position)
         label = tcp.endpoint(sock.getpeername())
         stream = Stream(number, sending, params.protocol, sock, label, header=params.header())
-        if params.protocol == "tcp":
+        if not params.transport.datagrams:
             tcp.set_window(sock, params.window)
             tcp_stream.apply_options(sock, iperf3.spec_from_parameters(params))
         elif not sending:
@@ -336,7 +336,7 @@ def _uncount_undelivered(streams: list[Stream]) -> None:
     send buffers (up to the 16 MB Linux allows) never reaches it: count as sent only what
     the client's kernel acknowledged, so that both ends report the same bytes."""
     for stream in streams:
-        if stream.sending and stream.protocol == "tcp":
+        if stream.sending and not stream.transport.datagrams:
             stream.done.wait(1.0)  # the thread leaves its last write (wake-up timer)
             with contextlib.suppress(OSError):
                 stream.num_bytes -= tcp.unacknowledged_bytes(stream.sock)
@@ -356,7 +356,7 @@ def _by_number(measurement: Measurement, theirs: dict[int, dict[str, Any]]
                ) -> dict[int, dict[str, Any]]:
     """The client's results in our terms (our streams carry iperf3's ids): it received
     what we sent."""
-    return {s.number: iperf3.result_view(theirs[s.number], s.number, s.protocol, s.sending)
+    return {s.number: iperf3.result_view(theirs[s.number], s.number, s.transport, s.sending)
             for s in measurement.streams if s.number in theirs}
 
 
@@ -365,7 +365,7 @@ def _results(params: iperf3.Parameters, measurement: Measurement) -> dict[str, A
     any_sender = any(s.sending for s in measurement.streams)
     result = iperf3.results_message(
         entries, [entry["stream"] for entry in entries], measurement.cpu_percent(),
-        (1 if params.protocol == "tcp" else 0) if any_sender else -1)
-    if params.protocol == "tcp":
+        int(not params.transport.datagrams) if any_sender else -1)
+    if not params.transport.datagrams:
         result["congestion_used"] = params.congestion or tcp.system_congestion() or "unknown"
     return result

@@ -236,14 +236,12 @@ class _NativeTest:
     def _open_streams(self, token: bytes) -> None:
         for number in range(1, self.spec.stream_count() + 1):
             sending = self.spec.client_sends(number)
-            if self.spec.protocol == "tcp":
-                sock = self._open_tcp(token, number)
-            else:
-                sock = self._open_udp(token, number, sending)
+            datagrams = self.spec.transport.datagrams
+            sock = self._open_udp(token, number, sending) if datagrams else \
+                self._open_tcp(token, number)
             self.streams.append(Stream(number, sending, self.spec.protocol, sock,
                                        tcp.endpoint(sock.getsockname()),
-                                       key=self.udp_key if self.spec.protocol == "udp"
-                                       else None, native=True))
+                                       key=self.udp_key if datagrams else None, native=True))
 
     def _open_tcp(self, token: bytes, number: int) -> socket.socket:
         options = self.options

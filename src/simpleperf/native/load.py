@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..description.options import SERVER_OVERRUN_SECONDS
+from ..description.transports import TCP
 from ..engine.responsiveness import LoadUnsentLimit
 from ..engine.tcp_stream import follow_unsent
 from ..errors import ProtocolError, SimpleperfError
@@ -104,7 +105,7 @@ class LoadService:
         with self._lock:
             run = self._runs.get(asked.token)
             if run is None:
-                refusal = self.policy.admit("tcp", asked.connections, float(asked.seconds), 0)
+                refusal = self.policy.admit(TCP, asked.connections, float(asked.seconds), 0)
                 if refusal is not None:
                     return None, str(refusal), None
                 run = Run(asked, time.monotonic(), self.policy.test_watch(asked.seconds))

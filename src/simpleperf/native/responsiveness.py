@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from ..description.options import ClientOptions
+from ..description.transports import TCP
 from ..engine.latency import TCP_REPLY_TIMEOUT, EchoProber
 from ..engine.responsiveness import (
     CONNECT,
@@ -361,7 +362,7 @@ def idle_probe(options: ClientOptions) -> tuple[tuple[float, float], tuple, int]
     server answers (or one line says why not), its idle times, and the address every later
     probe connects to."""
     began = time.monotonic_ns()
-    prober = EchoProber(options.host, options.port, "tcp", options.family, options.secret,
+    prober = EchoProber(options.host, options.port, TCP, options.family, options.secret,
                         options.connect_timeout, options.tos, options.local)
     connected = time.monotonic_ns()
     try:

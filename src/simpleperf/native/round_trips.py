@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 from ..description.options import ClientOptions
+from ..description.transports import TCP, UDP
 from ..engine.latency import SECRET_HINT, EchoProber
 from ..report import native as table
 from ..report.json import rtt_block
@@ -15,11 +16,11 @@ from ..stats import RttSummary, summarise_rtt
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
-    protocol = "udp" if options.udp else "tcp"
-    prober = EchoProber(options.host, options.port, protocol, options.family, options.secret)
+    transport = UDP if options.udp else TCP
+    prober = EchoProber(options.host, options.port, transport, options.family, options.secret)
     count = options.count or max(1, round(options.duration / options.rtt_interval))
     if not options.json:
-        out(f"RTT to {options.host} port {options.port} over {protocol.upper()} echo, "
+        out(f"RTT to {options.host} port {options.port} over {transport.name.upper()} echo, "
             f"{count} probes every {options.rtt_interval:g} s")
 
     def show(number: int, rtt: float | None) -> None:
@@ -35,7 +36,7 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
         prober.close()
     summary = summarise_rtt(prober.samples_ms)
     if options.json:
-        out(json.dumps(_document(options, prober, count, protocol, summary, interrupted),
+        out(json.dumps(_document(options, prober, count, transport.name, summary, interrupted),
                        indent=4))
         return
     for line in table.rtt_summary_lines(options.host, prober.sent, summary):

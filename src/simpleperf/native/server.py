@@ -108,7 +108,7 @@ class NativeService:
         except ProtocolError:
             return
         pending = self._tests.get(token)
-        if pending is None or pending.spec.protocol != "udp" or \
+        if pending is None or not pending.spec.transport.datagrams or \
                 not 1 <= number <= pending.spec.stream_count():
             return
         if not same_host(tcp.endpoint(peer), pending.peer_host):
@@ -143,7 +143,7 @@ class NativeService:
                                              HANDSHAKE_SECONDS)
         token, number = parse_data_preface(preface[:DATA_PREFACE_SIZE])
         pending = self._tests.get(token)
-        if pending is None or pending.spec.protocol != "tcp" or \
+        if pending is None or pending.spec.transport.datagrams or \
                 not 1 <= number <= pending.spec.stream_count():
             return False
         stream = Stream(number, not pending.spec.client_sends(number), "tcp", conn,
@@ -211,11 +211,11 @@ class NativeService:
             channel.send(Authenticated())
         spec = channel.expect(remaining(), Test).spec
         udp_key = udp_data_key(secret, challenge) if secret and challenge else None
-        if udp_key is not None and spec.protocol == "udp" and \
+        if udp_key is not None and spec.transport.datagrams and \
                 spec.length < AUTH_DATAGRAM_HEADER.size:
             raise _Refusal(f"with a shared secret, UDP datagrams need at least "
                            f"{AUTH_DATAGRAM_HEADER.size} bytes")
-        refusal = self.policy.admit(spec.protocol, spec.parallel, spec.duration, spec.omit,
+        refusal = self.policy.admit(spec.transport, spec.parallel, spec.duration, spec.omit,
                                     spec.rate * spec.stream_count(), spec.affinity,
                                     _memory(spec))
         if refusal is not None:
@@ -226,10 +226,10 @@ class NativeService:
         _await_streams(channel, pending)
         streams = _ready(pending)
         self.port.settled([stream.sock for stream in streams])
-        tcp_stream.attach_server_file(self.options.file, pending.spec.protocol, streams)
+        tcp_stream.attach_server_file(self.options.file, pending.spec.transport, streams)
         try:
             rows = table.interval_printer(self.options.interval, streams,
-                                          pending.spec.protocol, self.options.unit, self.say)
+                                          pending.spec.transport, self.options.unit, self.say)
             measurement = Measurement(pending.spec, streams, pending.spec.sample, rows,
                                       cpu=pending.spec.affinity)
             session = NativeSession(measurement, channel, self.policy.time_limit,
@@ -266,7 +266,7 @@ def _ready(pending: PendingTest) -> list[Stream]:
     """A test's streams in order, TCP ones with the test's socket options."""
     streams = [pending.streams[n] for n in sorted(pending.streams)]
     for stream in streams:
-        if stream.protocol == "tcp":
+        if not stream.transport.datagrams:
             tcp_stream.apply_options(stream.sock, pending.spec)
             tcp.set_wake_up(stream.sock)
     return streams
@@ -275,7 +275,7 @@ def _ready(pending: PendingTest) -> list[Stream]:
 def _text_report(spec: TestSpec, peer: str, measurement: Measurement, unit: str) -> list[str]:
     title = (f"Test from {peer}: {spec.protocol.upper()}, {spec.direction}, "
              f"{spec.parallel} stream{'s' if spec.parallel > 1 else ''}")
-    return table.test_report(title, spec.protocol, measurement.streams,
+    return table.test_report(title, spec.transport, measurement.streams,
                              measurement.local_results(), unit)
 
 

@@ -120,7 +120,7 @@ class NativeSession:
             final = measurement.finish(now)
             rows = tuple((r.stream, round(r.start, 6), round(r.end, 6), r.num_bytes, r.packets,
                           r.lost, r.jitter_ms) for r in measurement.intervals if not r.omitted)
-            tcp_socks = [s.sock for s in measurement.streams if s.protocol == "tcp"]
+            tcp_socks = [s.sock for s in measurement.streams if not s.transport.datagrams]
             self.channel.send(Results(tuple(final),
                                       rows if len(rows) <= MAX_PEER_INTERVALS else None,
                                       measurement.cpu_percent(),

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..description.options import MAX_LENGTH, MAX_PARALLEL, MAX_TEST_SECONDS
 from ..description.testspec import TestSpec
+from ..description.transports import Transport
 from ..errors import ProtocolError
 
 # flags (the first word)
@@ -51,6 +52,7 @@ UPPER_REVERSE = 0x0400
 UPPER_FULL_DUPLEX = 0x0800
 UPPER_EPOCH_START = 0x1000
 UPPER_PERIODIC_BURST = 0x2000
+UPPER_TCP_QUICKACK = 0x8000  # --tcp-quickack: the receiving server acknowledges at once
 
 CLIENT_V1 = struct.Struct("!iiiiii")
 CLIENT_EXTEND = struct.Struct("!iiHHIIHHIII")
@@ -115,6 +117,10 @@ class ClientHeader:
     @property
     def trip_times(self) -> bool:
         return bool(self.upper & UPPER_TRIP_TIMES)
+
+    @property
+    def quickack(self) -> bool:
+        return bool(self.upper & UPPER_TCP_QUICKACK)
 
     @property
     def isochronous(self) -> bool:
@@ -370,8 +376,11 @@ def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
     full_duplex = spec.direction == "bidir" and not back
     upper = (UPPER_REVERSE if spec.direction == "reverse" else 0) | (
         UPPER_FULL_DUPLEX if full_duplex else 0) | (
-        UPPER_NO_UDP_FIN if (full_duplex or no_udp_fin) and spec.protocol == "udp" else 0) | (
+        UPPER_NO_UDP_FIN if (full_duplex or no_udp_fin) and spec.transport.datagrams else 0) | (
         UPPER_TRIP_TIMES if spec.trip_times else 0) | (
+        # as 2.1.8's: where the server receives (a reverse test's receiver is ours)
+        UPPER_TCP_QUICKACK if spec.quickack and spec.direction != "reverse" and
+        not spec.transport.datagrams else 0) | (
         UPPER_ISOCH if spec.isochronous else 0)  # (2.1.8 never sets BW_SET: its rate says)
     amount = -round(spec.duration * HUNDREDTHS) if spec.duration is not None else \
         min(spec.num_bytes or 0, 0x7FFFFFFF)
@@ -382,23 +391,24 @@ def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
                         buffer_length=spec.length if length_given else 0,
                         window=spec.window or 0, amount=amount,
                         upper=upper, version=VERSION, tos=spec.tos,
-                        rate=int(spec.rate) if spec.protocol == "udp" else 0, start=start)
+                        rate=int(spec.rate) if spec.transport.datagrams else 0, start=start)
 
 
-def spec_from_header(header: ClientHeader, protocol: str, length: int) -> TestSpec:
+def spec_from_header(header: ClientHeader, transport: Transport, length: int) -> TestSpec:
     """The test an iperf2 client asked for, as our server runs it (`length`: what we read
     or write at a time)."""
     direction = "reverse" if header.reverse else (
         "bidir" if header.connects_back == "dual" or header.full_duplex else "forward")
-    return TestSpec(protocol=protocol, direction=direction,
+    return TestSpec(protocol=transport.name, direction=direction,
                     parallel=1, duration=header.duration, num_bytes=header.num_bytes,
                     length=length,
                     rate=float(header.rate) if header.reverse or header.connects_back or
                     header.full_duplex else 0.0,
                     window=header.window or None, tos=header.tos,
                     # TCP: the client's bursts are timed, and ours timed as iperf2's
-                    trip_times=header.trip_times and (protocol == "udp" or direction in (
+                    trip_times=header.trip_times and (transport.datagrams or direction in (
                         "forward", "reverse")),
+                    quickack=header.quickack and not transport.datagrams,
                     repeating_payload=True)
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..description.options import (
-    DEFAULT_UDP_LENGTH,
-    DEFAULT_UDP_RATE,
     MAX_CPU,
     MAX_LENGTH,
     MAX_OMIT,
@@ -24,6 +22,7 @@ from ..description.options import (
     stream_count,
 )
 from ..description.testspec import TestSpec
+from ..description.transports import TCP, UDP, Transport, transport_of
 from ..errors import ProtocolError
 from .native import decode_object
 
@@ -68,7 +67,6 @@ ERROR_TEXTS = {
     121: "the server is busy running a test. try again later",
 }
 
-DEFAULT_TCP_LENGTH = 128 * 1024  # iperf3's own default for TCP, not ours
 MAX_PARAMS = 8192  # as iperf3's server: a parameter message is 1..8192 bytes
 MAX_RESULTS = 512 * 1024
 UDP_CONNECT_MSG = b"9876"  # what the client's UDP socket sends first (little-endian int)
@@ -151,7 +149,7 @@ class Parameters:
     reverse: bool = False
     bidirectional: bool = False
     window: int | None = None
-    length: int = DEFAULT_TCP_LENGTH
+    length: int = TCP.iperf3_length
     rate: float = 0.0
     mss: int | None = None
     nodelay: bool = False
@@ -168,6 +166,10 @@ class Parameters:
     refused: int | None = None  # an iperf3 error number when an option is unsupported
     refused_option: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def transport(self) -> Transport:
+        return transport_of(self.protocol)
 
     @property
     def direction(self) -> str:
@@ -218,12 +220,8 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
             return bool(item)
         raise ProtocolError(f"parameter '{key}' is not a flag")
 
-    if value.get("udp"):
-        protocol = "udp"
-    elif value.get("tcp") or "sctp" not in value:
-        protocol = "tcp"
-    else:
-        protocol = "sctp"
+    transport = UDP if value.get("udp") else TCP
+    sctp = not value.get("udp") and not value.get("tcp") and "sctp" in value
     congestion = value.get("congestion")
     if congestion is not None and not is_congestion_name(congestion):
         raise ProtocolError("parameter 'congestion' is not a name")
@@ -233,13 +231,13 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
         if value.get(key):
             refused, option = code, key
             break
-    if protocol == "sctp":
+    if sctp:
         refused, option = IENOSCTP, "sctp"
     window = integer("window", 0, 0, 2**31 - 1)
     mss = integer("MSS", 0, 0, 65535)
     length = integer("len", 0, 0, MAX_LENGTH)
     return Parameters(
-        protocol=protocol,
+        protocol="sctp" if sctp else transport.name,
         omit=number("omit", 0, 0, MAX_OMIT),
         duration=number("time", 10, 0, MAX_TEST_SECONDS),
         num_bytes=integer("num", 0, 0, 2**62),
@@ -247,8 +245,8 @@ def parse_parameters(value: dict[str, Any]) -> Parameters:
         parallel=integer("parallel", 1, 1, MAX_PARALLEL),
         reverse=flag("reverse"), bidirectional=flag("bidirectional"),
         window=window or None,
-        length=length or (DEFAULT_UDP_LENGTH if protocol == "udp" else DEFAULT_TCP_LENGTH),
-        rate=number("bandwidth", DEFAULT_UDP_RATE if protocol == "udp" else 0, 0, MAX_RATE),
+        length=length or transport.iperf3_length,
+        rate=number("bandwidth", transport.iperf3_rate, 0, MAX_RATE),
         mss=mss or None, nodelay=flag("nodelay"), congestion=congestion,
         zerocopy=flag("zerocopy"), tos=integer("TOS", 0, 0, 255),
         get_server_output=flag("get_server_output"),
@@ -307,7 +305,7 @@ def parameters_message(spec: TestSpec, client_version: str) -> dict[str, Any]:
         value["repeating_payload"] = 1
     if spec.fq_rate:
         value["fqrate"] = int(spec.fq_rate)
-    if spec.protocol == "udp":
+    if spec.transport.datagrams:
         value["udp_counters_64bit"] = 1  # our header has 64-bit packet numbers
     return value
 
@@ -336,14 +334,14 @@ RESULT_NUMBERS = ("bytes", "retransmits", "jitter", "errors", "omitted_errors", 
                   "omitted_packets", "start_time", "end_time")
 
 
-def result_view(view: dict[str, Any], number: int, protocol: str, received: bool
+def result_view(view: dict[str, Any], number: int, transport: Transport, received: bool
                 ) -> dict[str, Any]:
     """One stream's result from an iperf3 peer in our measurement's terms; `received`: the
     peer was that stream's receiver (UDP loss and jitter are then its to tell; a sender's
     are TCP retransmits)."""
     entry = {"stream": number, "bytes": int(view.get("bytes", 0)),
              "seconds": float(view.get("end_time", 0.0))}
-    if protocol == "udp":
+    if transport.datagrams:
         entry["packets"] = int(view.get("packets", 0))
         if received:
             entry["lost"] = int(view.get("errors", 0))

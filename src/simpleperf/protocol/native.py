@@ -32,7 +32,6 @@ from ..description.options import (
     AUTH_UDP_LENGTH,
     MAX_PARALLEL,
     MAX_PEER_HISTOGRAM_BINS,
-    MAX_UDP_LENGTH,
     MIN_UDP_LENGTH,
     is_int,
     is_number,
@@ -201,15 +200,16 @@ def parse_spec(message: dict[str, Any]) -> TestSpec:
     spec = TestSpec(**values)
     if (spec.duration is None) == (spec.num_bytes is None):
         raise ProtocolError("a test needs exactly one of 'duration' and 'num_bytes'")
-    if spec.protocol == "udp" and spec.length < MIN_UDP_LENGTH:
-        raise ProtocolError(f"UDP datagrams need at least {MIN_UDP_LENGTH} bytes")
-    if spec.protocol == "udp" and spec.length > MAX_UDP_LENGTH:
-        raise ProtocolError(f"UDP datagrams hold at most {MAX_UDP_LENGTH} bytes")
-    if spec.protocol == "tcp" and spec.timed and spec.length < WRITE_HEADER.size:
+    transport = spec.transport
+    if transport.datagrams and spec.length < transport.min_length:
+        raise ProtocolError(f"UDP datagrams need at least {transport.min_length} bytes")
+    if transport.datagrams and spec.length > transport.max_length:
+        raise ProtocolError(f"UDP datagrams hold at most {transport.max_length} bytes")
+    if not transport.datagrams and spec.timed and spec.length < WRITE_HEADER.size:
         raise ProtocolError(f"timed TCP writes need at least {WRITE_HEADER.size} bytes")
-    if spec.l4s and (spec.protocol != "udp" or spec.isochronous):
+    if spec.l4s and (not transport.datagrams or spec.isochronous):
         raise ProtocolError("l4s applies to a steady UDP stream")
-    if spec.isochronous and spec.protocol == "udp" and \
+    if spec.isochronous and transport.datagrams and \
             spec.length < MIN_ISOCHRONOUS_UDP_LENGTH:
         raise ProtocolError("isochronous UDP datagrams need at least "
                             f"{MIN_ISOCHRONOUS_UDP_LENGTH} bytes")

@@ -33,7 +33,7 @@ class TestOutput:
         self.out = out
         self.protocol_name = protocol_name
         # -y C: iperf2's rows instead of text
-        self.csv = csv_report.CsvRows(streams, options.host, options.port, spec.protocol,
+        self.csv = csv_report.CsvRows(streams, options.host, options.port, spec.transport,
                                       spec.parallel, out) if options.csv else None
         self.text = not (options.json or options.json_stream or options.csv)
         self.json_intervals: list[dict[str, Any]] = []
@@ -52,7 +52,7 @@ class TestOutput:
                     self.out(f"Client {stream.label} connected with {options.host} port "
                              f"{options.port} ({stream.protocol.upper()}, {stream.role})")
             if options.rows_every is not None and "D" not in left_out:
-                self.out(table.header(self.spec.protocol, options.extended))
+                self.out(table.header(self.spec.transport, options.extended))
         elif options.json_stream:
             start = self._start_section()
             if options.extra_data is not None:
@@ -60,7 +60,7 @@ class TestOutput:
             self.out(json.dumps({"event": "start", "data": start}))
 
     def interval(self, records: list[IntervalRecord]) -> None:
-        entry = json_report.interval_entry(records, self.spec.protocol,
+        entry = json_report.interval_entry(records, self.spec.transport,
                                            self.spec.client_sends, True)
         self.json_intervals.append(entry)
         if self.options.json_stream:
@@ -83,7 +83,7 @@ class TestOutput:
             notes = [n for n in ("omitted" if record.omitted else "",
                                  ("TX" if stream.sending else "RX") if bidir else "") if n]
             self.out(table.row(stream.label, max(0.0, record.start), record.end, values,
-                               self.options.unit, self.spec.protocol, self.options.extended,
+                               self.options.unit, self.spec.transport, self.options.extended,
                                " ".join(notes)))
             if self.options.histograms and record.delays is not None and record.delays.count:
                 self.out(f"{stream.label:<{table.COLUMN}}"
@@ -92,7 +92,7 @@ class TestOutput:
             if name in entry and (self.spec.parallel > 1 or sum_only):
                 total = entry[name]
                 self.out(table.row(table.SUM_LABEL, max(0.0, total["start"]), total["end"],
-                                   _sum_values(total), self.options.unit, self.spec.protocol,
+                                   _sum_values(total), self.options.unit, self.spec.transport,
                                    False))
 
     def end(self, measurement: Measurement, remote: dict[int, dict[str, Any]],
@@ -106,12 +106,12 @@ class TestOutput:
         congestion control, when it said."""
         local = {entry["stream"]: entry for entry in measurement.local_results()}
         numbers = [s.number for s in self.streams]
-        end = json_report.end_section(self.spec.protocol, numbers, self.spec.client_sends,
+        end = json_report.end_section(self.spec.transport, numbers, self.spec.client_sends,
                                       local, remote)
         end["latency"] = json_report.latency_section(idle, loaded)
         end["cpu_utilization_percent"] = json_report.cpu_section(measurement.cpu_percent(),
                                                                  remote_cpu)
-        if self.spec.protocol == "tcp":
+        if not self.spec.transport.datagrams:
             ours_send = self.spec.direction != "reverse"
             end["sender_tcp_congestion"] = congestion if ours_send else peer_congestion
             end["receiver_tcp_congestion"] = peer_congestion if ours_send else congestion
@@ -168,13 +168,13 @@ class TestOutput:
 
     def _peer_interval_entries(self, peer_intervals: Sequence[IntervalRecord]
                                ) -> list[dict[str, Any]]:
-        return json_report.interval_entries(peer_intervals, self.spec.protocol,
+        return json_report.interval_entries(peer_intervals, self.spec.transport,
                                             self.spec.client_sends, False)
 
     def _summary(self, local: dict[int, dict[str, Any]], remote: dict[int, dict[str, Any]],
                  end: dict[str, Any]) -> None:
         options = self.options
-        tcp = self.spec.protocol == "tcp"
+        tcp = not self.spec.transport.datagrams
         left_out = options.report_exclude  # -x: D our rows, V the server's
 
         def out(text: str, ours: bool = True) -> None:
@@ -184,19 +184,19 @@ class TestOutput:
         if left_out >= {"D", "V"}:
             return
         self.out(table.rule())
-        self.out(table.header(self.spec.protocol, options.extended or tcp))
+        self.out(table.header(self.spec.transport, options.extended or tcp))
         for stream in self.streams if not options.sum_only else []:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             sender_view, receiver_view = (ours, theirs) if stream.sending else (theirs, ours)
             for view, role in ((sender_view, "sender"), (receiver_view, "receiver")):
                 mine = (role == "sender") == stream.sending
                 if view is None:
-                    out(table.row(stream.label, 0.0, 0.0, {}, options.unit, self.spec.protocol,
+                    out(table.row(stream.label, 0.0, 0.0, {}, options.unit, self.spec.transport,
                                   False, f"{role} (no report)"), mine)
                     continue
                 paced = view.get("paced") if role == "sender" else None
                 out(table.row(stream.label, 0.0, view.get("seconds", 0.0),
-                              _role_values(view, role), options.unit, self.spec.protocol,
+                              _role_values(view, role), options.unit, self.spec.transport,
                               options.extended or tcp, role + (
                                   f", slowed {paced}x to what the receiver read" if paced
                                   else "")), mine)
@@ -204,7 +204,7 @@ class TestOutput:
             ours, theirs = local.get(stream.number, {}), remote.get(stream.number)
             for view, role in ((ours, stream.role), (theirs or {}, "receiver" if stream.sending
                                                       else "sender")):
-                for line in table.delay_lines(stream.label, role, view, self.spec.protocol,
+                for line in table.delay_lines(stream.label, role, view, self.spec.transport,
                                               options.histogram_ci if options.histograms
                                               else None):
                     out(line, view is ours)
@@ -217,7 +217,7 @@ class TestOutput:
                 total = end.get(key)
                 if total and total.get("seconds"):  # none: no stream of it was reported
                     out(table.row(table.SUM_LABEL, 0.0, total["seconds"], _sum_values(total),
-                                  options.unit, self.spec.protocol, False, role), mine)
+                                  options.unit, self.spec.transport, False, role), mine)
 
 
 def _role_values(view: dict[str, Any], role: str) -> dict[str, Any]:

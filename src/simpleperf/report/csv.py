@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..description.transports import Transport
 from ..engine.records import IntervalRecord, Stream
 
 SUM_ID = -1
@@ -40,12 +41,12 @@ class CsvRows:
     """A test's rows: per interval (-i) and at the end, each stream's and, with -P, the
     sum's."""
 
-    def __init__(self, streams: list[Stream], host: str, port: int, protocol: str,
+    def __init__(self, streams: list[Stream], host: str, port: int, transport: Transport,
                  parallel: int, out: Callable[[str], None]) -> None:
         self.labels = {s.number: s.label for s in streams}
         self.numbers = [s.number for s in streams]
         self.remote, self.host = f"{host}:{port}", host
-        self.udp, self.parallel, self.out = protocol == "udp", parallel, out
+        self.udp, self.parallel, self.out = transport.datagrams, parallel, out
 
     def interval(self, records: Sequence[IntervalRecord], entry: dict[str, Any]) -> None:
         self._rows([(r.stream, r.start, r.end, r.num_bytes, self._udp(vars(r), r.lost))

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import __version__, result_fields
 from ..description.testspec import TestSpec
+from ..description.transports import Transport
 from ..stats import RttSummary, lost_percent
 
 
@@ -57,13 +58,13 @@ def socket_section(sock: socket.socket | None, window: int | None) -> dict[str, 
     return section
 
 
-def interval_entries(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
+def interval_entries(records: Sequence, transport: Transport, client_sends: Callable[[int], bool],
                      we_are_client: bool) -> list[dict[str, Any]]:
     """Interval objects from records of several intervals, in time order."""
     by_end: dict[float, list] = {}
     for record in records:
         by_end.setdefault(record.end, []).append(record)
-    return [interval_entry(group, protocol, client_sends, we_are_client)
+    return [interval_entry(group, transport, client_sends, we_are_client)
             for _, group in sorted(by_end.items())]
 
 
@@ -78,27 +79,27 @@ def cpu_section(ours: tuple[float, float], theirs: tuple[float, float] | None = 
     return section
 
 
-def interval_entry(records: Sequence, protocol: str, client_sends: Callable[[int], bool],
+def interval_entry(records: Sequence, transport: Transport, client_sends: Callable[[int], bool],
                    we_are_client: bool) -> dict[str, Any]:
     """One iperf3 interval object from the records of one interval (all streams)."""
-    streams = [_interval_stream(r, protocol) for r in records]
+    streams = [_interval_stream(r, transport) for r in records]
     forward = [s for s, r in zip(streams, records, strict=False)
                if client_sends(r.stream) == we_are_client] or streams
     reverse = [s for s, r in zip(streams, records, strict=False)
                if client_sends(r.stream) != we_are_client]
-    entry = {"streams": streams, "sum": _sum(forward, protocol)}
+    entry = {"streams": streams, "sum": _sum(forward, transport)}
     if reverse and forward is not streams:
-        entry["sum_bidir_reverse"] = _sum(reverse, protocol)
+        entry["sum_bidir_reverse"] = _sum(reverse, transport)
     return entry
 
 
-def _interval_stream(record, protocol: str) -> dict[str, Any]:
+def _interval_stream(record, transport: Transport) -> dict[str, Any]:
     seconds = record.end - record.start
     entry = {"socket": record.stream, "start": _round(record.start), "end": _round(record.end),
              "seconds": _round(seconds), "bytes": record.num_bytes,
              "bits_per_second": _rate(record.num_bytes, seconds), "omitted": record.omitted,
              "sender": record.sending}
-    if protocol == "udp":
+    if transport.datagrams:
         entry["packets"] = record.packets or 0
         if record.lost is not None:
             entry.update(jitter_ms=record.jitter_ms, lost_packets=record.lost,
@@ -115,7 +116,7 @@ def _interval_stream(record, protocol: str) -> dict[str, Any]:
     return entry
 
 
-def _sum(streams: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
+def _sum(streams: list[dict[str, Any]], transport: Transport) -> dict[str, Any]:
     if not streams:
         return {}
     total = sum(s["bytes"] for s in streams)
@@ -123,7 +124,7 @@ def _sum(streams: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
     entry = {"start": min(s["start"] for s in streams), "end": max(s["end"] for s in streams),
              "seconds": seconds, "bytes": total, "bits_per_second": _rate(total, seconds),
              "omitted": streams[0].get("omitted", False), "sender": streams[0]["sender"]}
-    if protocol == "udp":
+    if transport.datagrams:
         entry["packets"] = sum(s.get("packets", 0) for s in streams)
         if any("lost_packets" in s for s in streams):
             lost = sum(s.get("lost_packets", 0) for s in streams)
@@ -133,14 +134,14 @@ def _sum(streams: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
         elif entry["sender"]:  # as iperf3's sender reports its side: it sees no loss
             entry.update(jitter_ms=0.0, lost_packets=0, lost_percent=0.0)
     for field in result_fields.FIELDS:  # what the table says each sum adds up or takes most of
-        if field.protocol == protocol and field.summed and field.json not in entry:
+        if field.protocol == transport.name and field.summed and field.json not in entry:
             values = [s[field.json] for s in streams if s.get(field.json) is not None]
             if values:
                 entry[field.json] = sum(values) if field.summed == "sum" else max(values)
     return entry
 
 
-def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[int], bool],
+def end_section(transport: Transport, numbers: Sequence[int], client_sends: Callable[[int], bool],
                 client_view: dict[int, dict[str, Any]],
                 server_view: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Per-stream sender and receiver views and their sums. `client_view`/`server_view`:
@@ -156,9 +157,9 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
             sender_view, receiver_view = client_view.get(number), server_view.get(number)
         else:
             sender_view, receiver_view = server_view.get(number), client_view.get(number)
-        sender = _end_stream(number, sender_view, True, protocol)
-        receiver = _end_stream(number, receiver_view, False, protocol)
-        if protocol == "udp":
+        sender = _end_stream(number, sender_view, True, transport)
+        receiver = _end_stream(number, receiver_view, False, transport)
+        if transport.datagrams:
             merged = dict(sender)
             for key in _receivers_udp_keys():
                 if key in receiver:
@@ -171,14 +172,14 @@ def end_section(protocol: str, numbers: Sequence[int], client_sends: Callable[[i
         reverse = bidir and not client_sends(number)
         (sent_reverse if reverse else sent).append(sender)
         (received_reverse if reverse else received).append(receiver)
-    end: dict[str, Any] = {"streams": streams, "sum_sent": _sum(sent, protocol),
-           "sum_received": _sum(received, protocol)}
-    if protocol == "udp":
+    end: dict[str, Any] = {"streams": streams, "sum_sent": _sum(sent, transport),
+           "sum_received": _sum(received, transport)}
+    if transport.datagrams:
         end["sum"] = _udp_sum(end["sum_sent"], end["sum_received"])
     if bidir:
-        end["sum_sent_bidir_reverse"] = _sum(sent_reverse, protocol)
-        end["sum_received_bidir_reverse"] = _sum(received_reverse, protocol)
-        if protocol == "udp":
+        end["sum_sent_bidir_reverse"] = _sum(sent_reverse, transport)
+        end["sum_received_bidir_reverse"] = _sum(received_reverse, transport)
+        if transport.datagrams:
             end["sum_bidir_reverse"] = _udp_sum(end["sum_sent_bidir_reverse"],
                                                 end["sum_received_bidir_reverse"])
     return end
@@ -201,7 +202,7 @@ def _udp_sum(sent: dict[str, Any], received: dict[str, Any]) -> dict[str, Any]:
 
 
 def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
-                protocol: str) -> dict[str, Any]:
+                transport: Transport) -> dict[str, Any]:
     view = view or {}
     seconds = view.get("seconds", 0.0)
     num_bytes = view.get("bytes", 0)
@@ -211,7 +212,7 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
     if "error" in view:
         entry["error"] = view["error"]
     entry.update(delay_entries(view))
-    if protocol == "udp":
+    if transport.datagrams:
         entry["packets"] = view.get("packets", 0)
         if "lost" in view:
             entry.update(jitter_ms=view.get("jitter_ms", 0.0), lost_packets=view["lost"],
@@ -219,7 +220,7 @@ def _end_stream(number: int, view: dict[str, Any] | None, sender: bool,
                          out_of_order=view.get("out_of_order", 0))
         if "queue_growth_ms" in view:
             entry["queue_growth_ms"] = view["queue_growth_ms"]
-    for field in result_fields.shown(protocol, sender):
+    for field in result_fields.shown(transport.name, sender):
         if field.key in view and field.json not in entry:
             entry[field.json] = view[field.key]
     return entry

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..delays import ARRIVALS, REPORTED_PERCENTILES, DelayAccount, pdf_line
+from ..description.transports import Transport
 from ..stats import RttSummary, lost_percent
 from ..units import (
     DISPLAY_UNITS,
@@ -20,9 +21,9 @@ from .classic import COLUMN, INTERVAL_RULE
 SUM_LABEL = "SUM"
 
 
-def header(protocol: str, extended: bool) -> str:
+def header(transport: Transport, extended: bool) -> str:
     cells = ["ID", "Interval", "Transfer", "Bandwidth"]
-    if protocol == "udp":
+    if transport.datagrams:
         cells += ["Jitter", "Lost/Total", "Datagrams"]
     elif extended:
         cells += ["Retr", "Cwnd", "RTT"]
@@ -38,14 +39,14 @@ def _where_lost(lost: int, dropped: int | None) -> str:
     return f": {lost - dropped} in the network, {dropped} by the receiving host"
 
 
-def row(label: str, start: float, end: float, values: dict[str, Any], unit: str, protocol: str,
-        extended: bool, note: str = "") -> str:
+def row(label: str, start: float, end: float, values: dict[str, Any], unit: str,
+        transport: Transport, extended: bool, note: str = "") -> str:
     """One line for one stream (or the sum) over [start, end]. `values` holds the keys of a
     result entry: bytes, and where known packets, lost, jitter_ms, retransmits, snd_cwnd or
     max_snd_cwnd, rtt_us or mean_rtt_us."""
     num_bytes = values.get("bytes", 0)
     cells = [label, f"{start:.1f} - {end:.1f}", *_amount_and_rate(num_bytes, end - start, unit)]
-    if protocol == "udp":
+    if transport.datagrams:
         if values.get("lost") is not None and values.get("packets") is not None:
             lost, packets = values["lost"], values["packets"]
             reordered = values.get("out_of_order") or 0
@@ -88,7 +89,7 @@ def _line(cells: list[str]) -> str:
     return "".join(padded) + cells[-1]
 
 
-def interval_printer(every: float | None, streams, protocol: str, unit: str,
+def interval_printer(every: float | None, streams, transport: Transport, unit: str,
                      say: Callable[..., None]) -> Callable[[list[Any]], None] | None:
     """A server's -i (`every`, None without): each interval's rows as it closes (the header
     before the first)."""
@@ -98,7 +99,7 @@ def interval_printer(every: float | None, streams, protocol: str, unit: str,
     printed: list[bool] = []
 
     def rows(records: list[Any]) -> None:
-        lines = [] if printed else [header(protocol, False)]
+        lines = [] if printed else [header(transport, False)]
         printed.append(True)
         for record in records:
             stream = by_number[record.stream]
@@ -106,23 +107,23 @@ def interval_printer(every: float | None, streams, protocol: str, unit: str,
                       "lost": record.lost, "jitter_ms": record.jitter_ms,
                       "out_of_order": record.out_of_order, "delays": None}
             lines.append(row(stream.label, max(0.0, record.start), record.end, values, unit,
-                             protocol, False, stream.role))
+                             transport, False, stream.role))
         say(*lines)
 
     return rows
 
 
-def test_report(title: str, protocol: str, streams, results: list[dict[str, Any]],
+def test_report(title: str, transport: Transport, streams, results: list[dict[str, Any]],
                 unit: str) -> list[str]:
     """What a server prints when a test ends: its own view of every stream."""
     by_number = {s.number: s for s in streams}
-    tcp = protocol == "tcp"
-    lines = [title, header(protocol, tcp)]
+    tcp = not transport.datagrams
+    lines = [title, header(transport, tcp)]
     for entry in results:
         stream = by_number[entry["stream"]]
         lines.append(row(stream.label, 0.0, entry["seconds"], {**entry, "delays": None}, unit,
-                         protocol, tcp, stream.role))
-        lines += delay_lines(stream.label, stream.role, entry, protocol, None)
+                         transport, tcp, stream.role))
+        lines += delay_lines(stream.label, stream.role, entry, transport, None)
     return lines
 
 
@@ -163,14 +164,14 @@ def delay_cell(account: DelayAccount | None) -> str:
             f"{account.maximum * 1e3:.3f}/{account.stdev * 1e3:.3f} ms")
 
 
-def delay_lines(label: str, role: str, view: dict[str, Any], protocol: str,
+def delay_lines(label: str, role: str, view: dict[str, Any], transport: Transport,
                 histograms: tuple[float, float] | None) -> list[str]:
     """A receiver's one-way delays and frames at the end of a test (iperf2's --trip-times,
     --isochronous), with iperf2's PDF lines (confidence bins at `histograms`' percentiles)
     when --histograms asked for them."""
     lines = []
     path = view.get("delays")
-    what = "datagrams" if protocol == "udp" else \
+    what = "datagrams" if transport.datagrams else \
         f"writes, path: {ARRIVALS[getattr(path, 'arrival', None) or 'read']}"
     for name, kind, title in (("delays", "T8(f)", f"one-way delay of {what}"),
                               ("write_delays", "T8(f)", "write-to-read delay (application: "

@@ -21,7 +21,7 @@ def test_document(spec: TestSpec, peer: str, measurement: Measurement,
     numbers = [stream.number for stream in measurement.streams]
     # By what each stream does here: an iperf3 client's streams carry its ids (1, 3, 4, ...).
     client_sends = {s.number: not s.sending for s in measurement.streams}.__getitem__
-    end = json_report.end_section(spec.protocol, numbers, client_sends, client_view, ours)
+    end = json_report.end_section(spec.transport, numbers, client_sends, client_view, ours)
     end["cpu_utilization_percent"] = json_report.cpu_section(measurement.cpu_percent(),
                                                              client_cpu)
     return {
@@ -32,7 +32,7 @@ def test_document(spec: TestSpec, peer: str, measurement: Measurement,
                                 for s in measurement.streams],
                   "test_start": json_report.test_start(spec), "protocol": protocol_name},
         "intervals": json_report.interval_entries(
-            [r for r in measurement.intervals if not r.omitted], spec.protocol,
+            [r for r in measurement.intervals if not r.omitted], spec.transport,
             client_sends, False),
         "end": end,
     }

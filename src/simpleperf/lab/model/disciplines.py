@@ -16,13 +16,19 @@ class QueueDiscipline:
     module, the probe asks); `in_turn`: it serves flows in turn, each its max-min share,
     rather than one queue in arrival order, where a flow that does not back off takes what
     it sends; `own_rate`: it holds the link's rate itself (CAKE's shaper, the classes' htb
-    tree) instead of sitting below the lab's rate limiter; `about`: one line, its source."""
+    tree) instead of sitting below the lab's rate limiter; `about`: one line, its source;
+    `sheds_longest`: a full queue drops from its longest flow's queue (a flow above its
+    share loses its own packets), where the others drop whatever packet arrives, of any
+    flow (fq_pie, as Linux's: beside a flow that does not back off, the shared limit fills
+    with its packets until PIE's drop probability for it catches up, and every flow's
+    arrivals are dropped meanwhile)."""
 
     name: str
     kernel: bool
     in_turn: bool
     own_rate: bool
     about: str
+    sheds_longest: bool = False
 
 
 QUEUE_DISCIPLINES: tuple[QueueDiscipline, ...] = (
@@ -30,11 +36,12 @@ QUEUE_DISCIPLINES: tuple[QueueDiscipline, ...] = (
                     "first in, first out; a packet that finds the queue full is dropped "
                     "(the kernel's pfifo)"),
     QueueDiscipline("codel", True, False, False, "CoDel, RFC 8289"),
-    QueueDiscipline("fq_codel", True, True, False, "FQ-CoDel, RFC 8290"),
+    QueueDiscipline("fq_codel", True, True, False, "FQ-CoDel, RFC 8290", sheds_longest=True),
     QueueDiscipline("pie", True, False, False, "PIE, RFC 8033"),
     QueueDiscipline("fq_pie", True, True, False, "flow queueing over PIE (Linux's fq_pie)"),
     QueueDiscipline("cake", True, True, True,
-                    "CAKE: tins by DSCP, host and flow isolation, COBALT (Linux's sch_cake)"),
+                    "CAKE: tins by DSCP, host and flow isolation, COBALT (Linux's sch_cake)",
+                    sheds_longest=True),
     QueueDiscipline("dualpi2", True, False, False,
                     "the DualQ Coupled AQM for L4S, RFC 9332 (its two queues coupled into "
                     "one's shares)"),
@@ -47,5 +54,7 @@ QDISCS = tuple(BY_NAME)
 KERNEL_QDISCS = tuple(d.name for d in QUEUE_DISCIPLINES if d.kernel)
 # Served in arrival order (within a class's part of the link, for classes)
 ARRIVAL_ORDER = tuple(d.name for d in QUEUE_DISCIPLINES if not d.in_turn)
+# Serve flows in turn, but a full queue drops whatever arrives, of any flow
+SHARED_TAIL_DROP = tuple(d.name for d in QUEUE_DISCIPLINES if d.in_turn and not d.sheds_longest)
 # The kernel's active queue management below the lab's rate limiter
 KERNEL_AQM = tuple(d.name for d in QUEUE_DISCIPLINES if d.kernel and not d.own_rate)

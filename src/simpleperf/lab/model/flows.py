@@ -76,6 +76,7 @@ class FlowKind:
     application: bool = False  # a real program's client (and server), timed start to exit
     tcp: bool = False  # its bytes ride TCP connections, which a congestion control drives
     paced: bool = False  # it sends at a rate it is given
+    datagrams: bool = False  # UDP: its receiver counts what was lost, reordered, jittered
     loads_path: bool = True  # theory knows what it asks of its path (not ping, a command)
     share_judged: bool = False  # its goodput is judged against its share of a bottleneck
     window_cap: int | None = None  # bytes a connection may have in flight, whatever TCP's
@@ -105,7 +106,7 @@ KINDS: dict[str, FlowKind] = {kind.name: kind for kind in (
                                "rtt_under_load", "tool", "mptcp"}), tcp=True, share_judged=True,
              measured=True),
     FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load", "l4s",
-                               "tool"}), paced=True, measured=True),
+                               "tool"}), paced=True, datagrams=True, measured=True),
     FlowKind("ping", frozenset({"count", "interval", "dscp"}), ends="count",
              loads_path=False),
     FlowKind("scp", frozenset({"size", "content"}), ends="exit", application=True, tcp=True,

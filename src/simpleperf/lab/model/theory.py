@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from . import diffserv
-from .disciplines import ARRIVAL_ORDER
+from .disciplines import ARRIVAL_ORDER, SHARED_TAIL_DROP
 from .topology import Link, Shaping, Topology, TopologyError
 
 if TYPE_CHECKING:  # theory fills outcomes in; `lab up` and `status` need only the paths
@@ -550,6 +550,7 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
         capacities = acked
         shares = max_min_shares(paths, demands, capacities, inelastic=inelastic)
     binding = _binding(paths, shares, capacities, inelastic)
+    above: list[int] = []  # paced flows above their share
     for index, outcome in enumerate(outcomes):
         mine = [share for owner, share in zip(owners, shares, strict=True) if owner == index]
         if mine and all(math.isfinite(s) for s in mine):
@@ -557,7 +558,9 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
                           else udp_goodput_share(datagram_bytes(outcome.flow.length)))
             bounds = [sum(mine) * efficiency, outcome.window_bound, outcome.mathis_bound]
             outcome.predicted = _with_start_up(outcome, min(b for b in bounds if b is not None))
-            _over_its_share(outcome, ways.get(index), min(mine), capacities)
+            if _over_its_share(outcome, ways.get(index), min(mine), capacities):
+                above.append(index)
+    _beside_a_full_shared_queue(outcomes, above, ways)
     losses = {index: forward.loss for index, (forward, _) in ways.items()}
     _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds,
             losses)
@@ -592,20 +595,46 @@ def _queued_rtts(outcome: FlowOutcome, forward: Path, backward: Path,
 
 
 def _over_its_share(outcome: FlowOutcome, ways: tuple[Path, Path] | None, share: float,
-                    capacities: dict[tuple[str, str], float]) -> None:
+                    capacities: dict[tuple[str, str], float]) -> bool:
     """A paced flow that sends more than its share (bits/s on the wire) through a queue
     that serves flows in turn (fq_codel, fq_pie, cake) is not drained at the link's rate:
     its own packets fill the queue (its overflow drops the longest flow's, its own), each
     served at its share, so its bound is the whole queue of its datagrams at its share
     (video at three times its share waits three times a FIFO's full queue, and loses two
-    thirds of what it sends)."""
+    thirds of what it sends). Whether it is above its share."""
     flow = outcome.flow
     if ways is None or not flow.spec.paced or flow.l4s or outcome.rate is None or share <= 0:
-        return
+        return False
     frame = datagram_bytes(flow.length) + UDP_FRAMING_BYTES
     if outcome.rate / udp_goodput_share(datagram_bytes(flow.length)) <= share * 1.001:
-        return  # within its share: it waits a round, as a FIFO's full queue bounds
+        return False  # within its share: it waits a round, as a FIFO's full queue bounds
     _queued_rtts(outcome, *ways, capacities, (frame, share))
+    return True
+
+
+def _beside_a_full_shared_queue(outcomes: Sequence[FlowOutcome], above: list[int],
+                                ways: dict[int, tuple[Path, Path]]) -> None:
+    """Flows that share a queue which serves flows in turn but drops whatever arrives when
+    full (fq_pie) with a paced flow above its share: that flow's packets fill the shared
+    limit until PIE's drop probability for it catches up (seconds: it grows a step each
+    15 ms update), and the others' arrivals are dropped meanwhile, so their goodput is not
+    their share; theory gives them none, saying why."""
+    for index in above:
+        queues = [(shaping.qdisc, resource) for shaping, resource in zip(
+            ways[index][0].shaping(), ways[index][0].resources(), strict=True)
+            if shaping.qdisc in SHARED_TAIL_DROP]
+        crowded = {resource for _, resource in queues}
+        names = ", ".join(sorted({qdisc for qdisc, _ in queues}))
+        for other, (forward, _) in ways.items():
+            outcome = outcomes[other]
+            if other == index or outcome.no_theory or not crowded & set(forward.resources()):
+                continue
+            outcome.no_theory = (
+                f"it shares a queue that drops whatever arrives when full ({names}, as "
+                f"Linux's) with {outcomes[index].flow.label}, paced above its share: its "
+                "packets fill the shared limit until PIE's drop probability for it catches "
+                "up, and this flow's arrivals are dropped meanwhile, so its goodput is not "
+                "the share theory gives")
 
 
 def _full_queues(way: Path, capacities: dict[tuple[str, str], float],

@@ -168,7 +168,7 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
                            f"({startup:.1f} s){why}")
     ratio = measured / predicted
     asked = flow.get("rate")
-    if (flow["kind"] == "udp" and asked and predicted < asked * (1 - 1e-3)
+    if (KINDS[flow["kind"]].paced and asked and predicted < asked * (1 - 1e-3)
             and not flow.get("parameters", {}).get("l4s")):
         # a paced flow above its share: a scheduler that serves flows in turn gives it at
         # least that share, and what the others leave unused (it is backlogged, they may not
@@ -269,6 +269,10 @@ def delay_verdict(flow: dict[str, Any]) -> FlowVerdict | None:
 
 
 STEADY_MIN_SECONDS = 2.0  # a receiver's second can hold what a loss held back from the last
+# A last interval longer than this many of the others holds the drain after the senders
+# stopped (parallel connections finishing one by one, one waiting out a retransmission
+# timeout): its goodput is of a link no longer full, so the steady goodput leaves it out
+DRAIN_INTERVALS = 1.5
 
 
 def steady_goodput(intervals: list[list[float]], startup: float) -> float | None:
@@ -281,11 +285,16 @@ def steady_goodput(intervals: list[list[float]], startup: float) -> float | None
 
 
 def steady_span(intervals: list[list[float]], startup: float) -> tuple[float, float] | None:
-    """steady_goodput's goodput and the seconds it was measured over."""
+    """steady_goodput's goodput and the seconds it was measured over (a last interval that
+    holds the drain after the senders stopped left out: DRAIN_INTERVALS)."""
     if not intervals:
         return None
     begin = intervals[0][0] + startup - 1e-6
-    steady = [(end - start, rate) for start, end, rate in intervals if start >= begin]
+    lengths = sorted(end - start for start, end, _ in intervals[:-1])
+    *running, (last_start, last_end, _) = intervals
+    if not lengths or last_end - last_start <= DRAIN_INTERVALS * lengths[len(lengths) // 2]:
+        running = intervals
+    steady = [(end - start, rate) for start, end, rate in running if start >= begin]
     seconds = sum(length for length, _ in steady)
     if seconds < STEADY_MIN_SECONDS - 1e-6:
         return None
@@ -381,8 +390,10 @@ def sharing_notes(step: dict[str, Any]) -> list[str]:
                 and steady_goodput(flow["intervals"], startup) is None):
             notes.append(f"{step['name']}: {flow['label']} ({flow.get('congestion')}) not "
                          f"judged: the run ended inside its start-up (one congestion epoch "
-                         f"on its path, {startup:.1f} s), of which theory promises no "
-                         "goodput; a longer run is judged after it")
+                         f"on its path, {startup:.1f} s) or less than "
+                         f"{STEADY_MIN_SECONDS:g} s after it (the drain after its senders "
+                         "stopped left out), of which theory promises no goodput; a longer "
+                         "run is judged after it")
         elif flow.get("throughput") is not None and loss_range(flow) is None:
             epochs = loss_epochs(flow) or 0.0
             notes.append(f"{step['name']}: {flow['label']} ({flow.get('congestion')}) not "

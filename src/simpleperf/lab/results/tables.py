@@ -7,6 +7,7 @@ from collections import Counter, OrderedDict
 from typing import Any
 
 from ...stats import mean_confidence
+from ..model.flows import KINDS
 
 
 def _mbps(value: float | None) -> str:
@@ -58,7 +59,7 @@ def _pair_table(steps: list[dict[str, Any]]) -> list[str]:
             row["ping"] = flow
         else:
             row["transfer"] = flow
-            udp |= flow["kind"] == "udp"
+            udp |= KINDS[flow["kind"]].datagrams
     header = ["pair", "RTT avg ms", "theory ms"]
     header += (["asked Mbit/s", "got Mbit/s", "theory", "jitter ms", "loss"] if udp
                else ["throughput Mbit/s", "theory", "ratio"]) + [ONE_WAY_HEADER, WRITE_HEADER]
@@ -115,7 +116,7 @@ def _one_way(flow: dict[str, Any]) -> list[str]:
 
 
 def _udp_quality(flow: dict[str, Any]) -> str:
-    if flow["kind"] != "udp" or flow["loss_percent"] is None:
+    if not KINDS[flow["kind"]].datagrams or flow["loss_percent"] is None:
         return "-"
     frames = "" if flow.get("frames") is None else (
         f"; frames {flow['frames']} whole, {flow['frames_lost']} lost, latency "
@@ -133,7 +134,7 @@ def _host_dropped(flow: dict[str, Any]) -> str:
 
 def _step_block(step: dict[str, Any]) -> list[str]:
     lines = [f"  {step['name']}" + (" (interrupted)" if step["interrupted"] else "")]
-    with_udp = any(flow["kind"] == "udp" for flow in step["flows"])
+    with_udp = any(KINDS[flow["kind"]].datagrams for flow in step["flows"])
     table = []
     for flow in step["flows"]:
         if not flow["ok"]:
@@ -336,7 +337,7 @@ def udp_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any] | 
     them (sequence gaps; RFC 3550 jitter from capture and send timestamps)."""
     rows = [row for taken in step.get("captures", []) for row in taken["udp"]
             if row["flow_id"] == flow["id"] and row["datagrams"] > 1]
-    if flow["kind"] != "udp" or not rows:
+    if not KINDS[flow["kind"]].datagrams or not rows:
         return None
     row = max(rows, key=lambda r: r["datagrams"])
     expected = row["datagrams"] - row["duplicates"] + row["gaps"]

@@ -276,14 +276,15 @@ def _take_probe(outcome: FlowOutcome, out: str, err: str, code: int, say) -> Non
 def _trace(model: Topology, outcome: FlowOutcome) -> None:
     """Which nodes each connection of a flow crossed, and which theory assumed: where
     routing spreads flows over equal-cost paths, they can differ."""
-    protocol = outcome.flow.kind
+    kind = outcome.flow.spec
+    protocol = "udp" if kind.datagrams else "tcp"
     # A connection spread packet by packet over several paths, or an MPTCP connection's
     # subflows (those it had, to the addresses steered along further paths): "A + B".
     further = outcome.subflow_addresses[:max(0, (outcome.mptcp_subflows or 0)
                                              // max(1, len(outcome.sockets)) - 1)]
     outcome.paths = []
     for local, port, remote, remote_port in outcome.sockets:
-        if protocol not in ("tcp", "udp"):
+        if not kind.measured:
             break
         ends = [(local, port, remote), *[(local, 0, address) for address in further]]
         outcome.paths.append(" + ".join(
