@@ -881,34 +881,6 @@ def test_rpm_finds_a_drop_tail_links_full_buffer_and_fq_codel_takes_it_away(pair
     assert managed["rpm"] >= 5 * bloated["rpm"]
 
 
-@pytest.mark.guest
-def test_beside_a_flow_far_above_its_share_fq_pie_drops_a_light_flows_packets_fq_codel_not(
-        pair_lab):
-    """What theory assumes of a full queue (disciplines: sheds_longest), of the discipline
-    that runs: the kernel's with netem, the own one otherwise. Beside UDP at twice the
-    link's rate into a 50-packet limit, a light UDP flow (a twentieth of the link) loses
-    datagrams in fq_pie, which drops whatever arrives while its shared limit is full (until
-    PIE's probability for the heavy flow catches up), and none in fq_codel, which drops
-    from the longest queue."""
-    pair_lab("--rate", "10M", "--delay", "5ms", "--queue", "50")
-    lost = {}
-    with server_in_h2() as port:
-        for qdisc in ("fq_pie", "fq_codel"):
-            lab("link", "h1-h2", "set", "--qdisc", qdisc)
-            heavy = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c",
-                                      "10.0.0.2", "-p", port, "-u", "-b", "20M", "-t", "5",
-                                      "--no-latency"], stdout=subprocess.DEVNULL)
-            time.sleep(1.0)  # its queue is full (the emulated guest starts slowly)
-            light = in_node("h1", *SIMPLEPERF, "-c", "10.0.0.2", "-p", port, "-u", "-b",
-                            "500K", "-l", "1000", "-t", "2", "-J", "--no-latency",
-                            timeout=60)
-            assert heavy.wait(60) == 0 and light.returncode == 0, light.stderr
-            total = json.loads(light.stdout)["end"]["sum"]
-            assert total["packets"] >= 100, total
-            lost[qdisc] = total["lost_packets"]
-    assert lost["fq_codel"] == 0 and lost["fq_pie"] > 0, lost
-
-
 def _await_backlog(namespace: str, device: str, class_id: str, packets: int,
                    seconds: float) -> None:
     """Wait until htb class `class_id` holds at least `packets` packets."""
