@@ -89,11 +89,17 @@ def test_native_client_falls_back_on_a_classic_server(classic_server):
     assert [line.split()[4] for line in rows] == ["1000000", "1000000"]
 
 
-def test_features_a_classic_server_lacks_fail_clearly(classic_server):
-    done = run_simpleperf("-c", "-p", str(classic_server.port), "-R", "-t", "1", timeout=30)
+@pytest.mark.parametrize("flags,named", [(["-R"], "-R"), (["--tcp-quickack"], "--tcp-quickack"),
+                                         (["--fq-rate", "50M"], "--fq-rate")])
+def test_features_a_classic_server_lacks_fail_clearly(classic_server, flags, named):
+    """A test a classic server cannot run is refused in one line naming what it lacks, the
+    flags the test description's fields declare too (never dropped)."""
+    done = run_simpleperf("-c", "-p", str(classic_server.port), *flags, "-t", "1",
+                          timeout=30)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "speaks only classic simpleperf" in lines[0] and "-R" in lines[0]
+    assert len(lines) == 1 and "speaks only classic simpleperf" in lines[0]
+    assert f"cannot do {named}:" in lines[0], lines
 
 
 @pytest.mark.parametrize("limit,args,message", [

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpleperf.command_line.cli import build_parser, parse_args
+from simpleperf.command_line.cli import READERS, build_parser, parse_args
 from simpleperf.description.testspec import (
     FLAGS,
     RULES,
@@ -26,7 +26,7 @@ from simpleperf.description.testspec import (
     beyond_iperf3,
 )
 from simpleperf.description.transports import UDP
-from simpleperf.errors import ProtocolError
+from simpleperf.errors import ProtocolError, UsageError
 from simpleperf.protocol import iperf3, native
 
 
@@ -180,20 +180,33 @@ def test_fields_an_iperf3_server_lacks_for_one_reason_are_named_together():
                                    "measures no one-way delay")
 
 
+# A text each reader of a declared flag takes, and the value it reads (cli.READERS)
+SAMPLES = {"rate": ("50M", 50e6)}
+
+
 @pytest.mark.parametrize("name", sorted(FLAGS))
 def test_a_field_that_declares_its_flag_is_set_by_it_alone_and_on_a_client_only(name):
-    """A field's own flag (testspec.Flag) is a switch in --help's section of its family,
-    sets the field through from_options and nothing else, and is refused on a server."""
+    """A field's own flag (testspec.Flag) is in --help's section of its family, sets the
+    field through from_options and nothing else, and is refused on a server: a switch for
+    a bool field, else a value its reader checks (a bad one is one line naming the flag)."""
     flag = FLAGS[name]
-    assert RULES[name].kind is bool and getattr(TestSpec(), name) is False
+    assert set(SAMPLES) == set(READERS)
+    if flag.value is None:
+        assert RULES[name].kind is bool and getattr(TestSpec(), name) is False
+        words, value = [flag.name], True
+    else:
+        text, value = SAMPLES[flag.value]
+        words = [flag.name, text]
+        with pytest.raises(UsageError, match=f"^{re.escape(flag.name)} must be"):
+            parse_args(["-c", "h", flag.name, "x"])
     parser = build_parser()
     section = next(group for group in parser._action_groups
                    if any(flag.name in action.option_strings for action in group._group_actions))
     assert section.title is not None and (flag.family in section.title or (
         flag.family == "native" and "native" in section.title))
     plain = TestSpec.from_options(parse_args(["-c", "h"]))
-    asked = TestSpec.from_options(parse_args(["-c", "h", flag.name]))
-    assert getattr(asked, name) is True
-    assert dataclasses.replace(asked, **{name: False}) == plain
-    with pytest.raises(Exception, match=f"{re.escape(flag.name)} is a client option"):
-        parse_args(["-s", flag.name])
+    asked = TestSpec.from_options(parse_args(["-c", "h", *words]))
+    assert getattr(asked, name) == value and getattr(plain, name) != value
+    assert dataclasses.replace(asked, **{name: getattr(plain, name)}) == plain
+    with pytest.raises(UsageError, match=f"{re.escape(flag.name)} is a client option"):
+        parse_args(["-s", *words])

@@ -12,7 +12,8 @@ import ipaddress
 import os
 import re
 import socket
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .. import __version__
 from ..description.options import (
@@ -226,8 +227,12 @@ def _add_families(parser: argparse.ArgumentParser) -> None:
     iperf3_flags.add_arguments(families["iperf3"])
     iperf2_flags.add_arguments(families["iperf2"])
     for name, flag in FLAGS.items():
-        families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name,
-                                           action="store_true", help=flag.help)
+        if flag.value is None:
+            families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name,
+                                               action="store_true", help=flag.help)
+        else:
+            families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name,
+                                               metavar=flag.metavar, help=flag.help)
 
 
 def _add_server_options(server) -> None:
@@ -372,7 +377,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "rpm": "--rpm", "rpm_interval": "--rpm-interval",
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
                 "trip_times": "--trip-times", "histograms": "--histograms",
-                "isochronous": "--isochronous", "l4s": "--l4s", "fq_rate": "--fq-rate",
+                "isochronous": "--isochronous", "l4s": "--l4s",
                 "extra_data": "--extra-data", "cntl_ka": "--cntl-ka",
                 "get_server_output": "--get-server-output", "username": "--username",
                 "rsa_public_key_path": "--rsa-public-key-path",
@@ -381,9 +386,21 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 **{_DESCRIBED + name: flag.name for name, flag in FLAGS.items()}}
 
 
-def _described(args: argparse.Namespace) -> tuple[tuple[str, bool], ...]:
-    """What the flags of the test description's own (testspec.FLAGS) gave: switches on."""
-    return tuple((name, True) for name in FLAGS if getattr(args, _DESCRIBED + name))
+# The readers of a declared flag's text (testspec.Flag.value), by name
+READERS: dict[str, Callable[[str, str], Any]] = {"rate": flag_values.rate}
+
+
+def _described(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
+    """What the flags of the test description's own (testspec.FLAGS) gave: switches that
+    are on, values read (a bad one: one line naming the flag)."""
+    given = []
+    for name, flag in FLAGS.items():
+        text = getattr(args, _DESCRIBED + name)
+        if flag.value is None and text:
+            given.append((name, True))
+        elif flag.value is not None and text is not None:
+            given.append((name, READERS[flag.value](flag.name, text)))
+    return tuple(given)
 
 
 def _negative_values(argv: list[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """iperf3 3.21's client flags that a script may type and that have no other home here: the
-ones with a meaning for us (--fq-rate, --extra-data, --json-stream-full-output), and the
+ones with a meaning for us (--extra-data, --json-stream-full-output; --fq-rate is declared
+by its field of the test description and added with it), and the
 ones that change nothing because we always do what they ask or have nothing to tune,
 accepted so that the script runs, each saying so under -V. The long names iperf3 gives our
 existing flags (--length, --bytes, --set-mss, --version4, --version6,
@@ -15,7 +16,6 @@ from typing import Any
 from .. import rsa_auth
 from ..description.options import MAX_FLOW_LABEL, ClientOptions
 from ..errors import UsageError
-from . import flag_values
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data
 MAX_KEEPALIVE = 32767  # Linux's bound on TCP_KEEPIDLE, TCP_KEEPINTVL and TCP_KEEPCNT
@@ -37,9 +37,6 @@ ACCEPTED_ONLY: dict[str, tuple[tuple[str, ...], bool | None, str]] = {
 
 
 def add_arguments(group: Any) -> None:
-    group.add_argument("--fq-rate", metavar="RATE", help="every sending socket paces itself "
-                       "to RATE (SO_MAX_PACING_RATE, as iperf3's: TCP on any qdisc, UDP under "
-                       "fq); against a simpleperf or iperf3 server its senders too")
     group.add_argument("-L", "--flowlabel", metavar="N", help="IPv6: every packet of the "
                        "test carries flow label N (1 to 0xFFFFF, decimal or 0x hex), as "
                        "iperf3's")
@@ -90,8 +87,6 @@ def add_arguments(group: Any) -> None:
 def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     """The client options with these flags' values."""
     changes: dict[str, Any] = {}
-    if args.fq_rate is not None:
-        changes["fq_rate"] = flag_values.rate("--fq-rate", args.fq_rate)
     if args.extra_data is not None:
         if len(args.extra_data) > MAX_EXTRA_DATA or not args.extra_data.isprintable():
             raise UsageError(f"--extra-data: at most {MAX_EXTRA_DATA} printable characters")

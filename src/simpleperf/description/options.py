@@ -286,7 +286,6 @@ class ClientOptions:
     frame_load: float = DEFAULT_FRAME_LOAD  # bits/s, the frames' mean
     frame_stdev: float = 0.0  # bits/s
     l4s: bool = False  # --l4s: UDP marked ECT(1), its rate set by the receiver's CE counts
-    fq_rate: float = 0.0  # --fq-rate: bits/s every sending socket paces itself to
     extra_data: str | None = None  # --extra-data: in the JSON document, as iperf3's
     json_stream_full: bool = False  # --json-stream-full-output: the whole document at the end
     accepted_only: tuple[str, ...] = ()  # iperf3 flags given that change nothing: why, for -V
@@ -341,7 +340,7 @@ class ClientOptions:
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
                     self.tos, self.server_affinity is not None, self.repeating_payload,
                     self.file is not None, self.trip_times, self.frame_rate > 0,
-                    self.secret is not None, self.l4s, self.rpm, self.fq_rate > 0,
+                    self.secret is not None, self.l4s, self.rpm,
                     self.extra_data is not None, self.rsa_username is not None,
                     self.tradeoff, self.csv, self.sum_only, self.described))
 

@@ -88,14 +88,18 @@ class Uncarried:
 
 @dataclass(frozen=True)
 class Flag:
-    """The client's flag that sets a field, declared with the field: a switch (the field is
-    a bool) named `name`, shown with `help` in --help, the man page and the reference, in
-    the section of its `family`'s flags ("native": ours, "iperf2", "iperf3"). The command
-    line adds it, refuses it on a server and hands its value to from_options by itself."""
+    """The client's flag that sets a field, declared with the field: named `name`, shown
+    with `help` in --help, the man page and the reference, in the section of its `family`'s
+    flags ("native": ours, "iperf2", "iperf3"). A switch where the field is a bool; else
+    `value` names the command line's reader of its text (command_line/flag_values.py: a
+    key of cli.READERS, such as "rate"), shown as `metavar`. The command line adds it,
+    refuses it on a server and hands its value to from_options by itself."""
 
     name: str
     help: str
     family: str = "native"
+    value: str | None = None
+    metavar: str | None = None
 
 
 def _field(default: Any, rule: Rule, iperf3: tuple[str, ...] | Uncarried,
@@ -171,7 +175,10 @@ class TestSpec:
     # TCP senders round writes down to whole segments (no -l)
     whole_segments: bool = _field(False, FLAG, IPERF3_IGNORES)
     # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
-    fq_rate: float = _field(0.0, RATE, ("fqrate",))
+    fq_rate: float = _field(0.0, RATE, ("fqrate",), Flag(
+        "--fq-rate", "every sending socket paces itself to RATE (SO_MAX_PACING_RATE, as "
+        "iperf3's: TCP on any qdisc, UDP under fq); against a simpleperf or iperf3 server "
+        "its senders too", "iperf3", value="rate", metavar="RATE"))
     # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
     l4s: bool = _field(False, FLAG, Uncarried(
         "--l4s", "both", "sends no feedback of CE marks"))
@@ -205,8 +212,7 @@ class TestSpec:
             frame_rate=options.frame_rate, frame_load=options.frame_load,
             frame_stdev=options.frame_stdev,
             whole_segments=not options.udp and not options.length_given, l4s=options.l4s,
-            fq_rate=options.fq_rate, write_prefetch=options.write_prefetch,
-            **dict(options.described))
+            write_prefetch=options.write_prefetch, **dict(options.described))
 
     @property
     def transport(self) -> Transport:

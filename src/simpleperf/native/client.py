@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..description.options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL, ClientOptions
-from ..description.testspec import TestSpec
+from ..description.testspec import FLAGS, TestSpec
 from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
@@ -147,7 +147,9 @@ def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None,
         ("--repeating-payload", options.repeating_payload), ("-F", options.file is not None),
         ("--rtt", options.rtt), ("--probe", options.probe),
         ("--trip-times", options.trip_times), ("--isochronous", options.frame_rate > 0),
-        ("--l4s", options.l4s)
+        ("--l4s", options.l4s),
+        # the test description's fields that declare their own flags: none is classic's
+        *((FLAGS[name].name, True) for name, _ in options.described)
     ) if used]
     if unsupported:
         control.close()
