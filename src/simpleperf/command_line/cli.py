@@ -305,8 +305,6 @@ def _add_native_options(native) -> None:
     native.add_argument("-Z", "--zerocopy", action="store_true",
                         help="TCP senders use sendfile: the kernel sends without copying "
                              "our buffer (both ends, with -R or --bidir)")
-    native.add_argument("--repeating-payload", action="store_true", help="payload "
-                        "'0123456789...' (as iperf3's) instead of zeros, both ends")
     native.add_argument("-F", "--file", "--fileinput", metavar="FILE",
                         help="TCP, one stream: send FILE's "
                         "bytes (all of it unless -t or -n says less); with -R, write what "
@@ -369,7 +367,6 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "extended": "-e/--extended", "verbose": "-V/--verbose",
                 "json_stream": "--json-stream", "mss": "-M/--mss", "no_delay": "-N/--no-delay",
                 "zerocopy": "-Z/--zerocopy", "omit": "-O/--omit",
-                "repeating_payload": "--repeating-payload",
                 "dont_fragment": "--dont-fragment",
                 "native": "--native", "iperf3": "--iperf3", "iperf2": "--iperf2",
                 "rtt": "--rtt", "count": "--count",
@@ -550,7 +547,7 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         cport=_optional_int("--cport", args.cport, 1, 65535),
         affinity=_affinity(args.affinity)[0], server_affinity=_affinity(args.affinity)[1],
         realtime=args.realtime,
-        repeating_payload=args.repeating_payload, dont_fragment=args.dont_fragment,
+        dont_fragment=args.dont_fragment,
         verbose=args.verbose, file=_path("-F/--file", args.file),
         snd_timeout=None if args.snd_timeout is None else _int_in_range(
             "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,

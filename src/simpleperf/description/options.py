@@ -272,7 +272,6 @@ class ClientOptions:
     affinity: int | None = None  # -A n: the CPU this client runs on
     realtime: bool = False  # -z/--realtime (iperf2's): the round-robin real-time scheduler
     server_affinity: int | None = None  # -A n,m: the CPU the server runs the test's streams on
-    repeating_payload: bool = False  # --repeating-payload: '0123456789...' instead of zeros
     dont_fragment: bool = False  # UDP: a datagram beyond the path's MTU is an error
     snd_timeout: float | None = None  # --snd-timeout: TCP data unacknowledged this long fails
     verbose: bool = False  # -V: also both ends' CPU, as iperf3 prints it
@@ -338,7 +337,7 @@ class ClientOptions:
                     self.json, self.json_stream, self.omit > 0, self.native, self.iperf3,
                     self.iperf2,
                     self.rtt, self.probe, self.parallel > CLASSIC_MAX_PARALLEL, self.zerocopy,
-                    self.tos, self.server_affinity is not None, self.repeating_payload,
+                    self.tos, self.server_affinity is not None,
                     self.file is not None, self.trip_times, self.frame_rate > 0,
                     self.secret is not None, self.l4s, self.rpm,
                     self.extra_data is not None, self.rsa_username is not None,

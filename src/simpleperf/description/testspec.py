@@ -155,7 +155,9 @@ class TestSpec:
     sample: float = _field(DEFAULT_NATIVE_INTERVAL,
                            Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), IPERF3_IGNORES)
     # payload '0123456789...' rather than zeros, both ends
-    repeating_payload: bool = _field(False, FLAG, ("repeating_payload",))
+    repeating_payload: bool = _field(False, FLAG, ("repeating_payload",), Flag(
+        "--repeating-payload", "payload '0123456789...' (as iperf3's) instead of zeros, "
+        "both ends"))
     # the CPU the server's streams of this test run on (-A n,m)
     affinity: int | None = _field(None, Rule(int, 0, MAX_CPU, optional=True),
                                   ("server_affinity",))
@@ -205,7 +207,7 @@ class TestSpec:
             nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
             tos=options.tos, sample=min(max(options.rows_every or DEFAULT_NATIVE_INTERVAL,
                                             MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE),
-            repeating_payload=options.repeating_payload, affinity=options.server_affinity,
+            affinity=options.server_affinity,
             trip_times=options.trip_times or options.frame_rate > 0,
             histogram_bin_width=options.histogram_bin_width,
             histogram_bins=options.histogram_bins,
