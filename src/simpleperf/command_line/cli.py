@@ -227,12 +227,9 @@ def _add_families(parser: argparse.ArgumentParser) -> None:
     iperf3_flags.add_arguments(families["iperf3"])
     iperf2_flags.add_arguments(families["iperf2"])
     for name, flag in FLAGS.items():
-        if flag.value is None:
-            families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name,
-                                               action="store_true", help=flag.help)
-        else:
-            families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name,
-                                               metavar=flag.metavar, help=flag.help)
+        taken = {"action": "store_true"} if flag.value is None else {"metavar": flag.metavar}
+        families[flag.family].add_argument(flag.name, dest=_DESCRIBED + name, help=flag.help,
+                                           **taken)
 
 
 def _add_server_options(server) -> None:
