@@ -125,8 +125,8 @@ def test_defaults():
     assert server == ServerOptions(bind=None, port=8088, unit="MB", length=256 * 1024)
     client = parse_args(["-c"])
     assert isinstance(client, ClientOptions)
-    assert (client.host, client.port, client.unit, client.duration, client.num_bytes,
-            client.interval, client.parallel) == ("127.0.0.1", 8088, "", 25.0, None, None, 1)
+    assert (client.host, client.port, client.unit, client.test.duration, client.test.num_bytes,
+            client.interval, client.test.parallel) == ("127.0.0.1", 8088, "", 25.0, None, None, 1)
     # No -f: classic tables in MB (classic_unit), other tests scaled as iperf3 scales them.
 
 
@@ -136,9 +136,9 @@ def test_long_flags_and_units():
                          "--parallel", "5", "--len", "64K"])
     assert isinstance(client, ClientOptions)
     assert client.host == "10.0.5.2" and client.port == 9000 and client.unit == "KB"
-    assert client.num_bytes == 10_000_000 and client.interval == 0.5
-    assert client.parallel == 5 and client.length == 64_000
-    assert parse_args(["-c", "-w", "64K"]).window == 64_000
+    assert client.test.num_bytes == 10_000_000 and client.interval == 0.5
+    assert client.test.parallel == 5 and client.test.length == 64_000
+    assert parse_args(["-c", "-w", "64K"]).test.window == 64_000
     assert parse_args(["-s", "--window", "1MB"]).window == 1_000_000
 
 
@@ -262,7 +262,7 @@ def test_v_is_the_version_with_the_kernel_features_and_V_is_verbose():
 
 def test_zerocopy_is_a_client_flag_that_needs_more_than_classic():
     options = parse_args(["-c", "-Z"])
-    assert isinstance(options, ClientOptions) and options.zerocopy and options.needs_native
+    assert isinstance(options, ClientOptions) and options.test.zerocopy and options.needs_native
     done = run_simpleperf("-s", "-Z")
     assert done.returncode == 2 and "-Z/--zerocopy is a client option" in done.stderr
 

@@ -259,11 +259,12 @@ def test_latency_flags_refuse_what_cannot_be_done_in_one_line(argv, words):
 
 def test_latency_flags_take_iperf2s_forms():
     options = parse_args(["-c", "127.0.0.1", "--isochronous=30:10M,1M", "--histograms=1m,500"])
-    assert (options.frame_rate, options.frame_load, options.frame_stdev) == (30, 10e6, 1e6)
-    assert (options.histogram_bin_width, options.histogram_bins) == (1e-3, 500)
+    test = options.test
+    assert (test.frame_rate, test.frame_load, test.frame_stdev) == (30, 10e6, 1e6)
+    assert (test.histogram_bin_width, test.histogram_bins) == (1e-3, 500)
     assert options.needs_native
     default = parse_args(["-c", "127.0.0.1", "--isochronous"])
-    assert (default.frame_rate, default.frame_load) == (60, 20e6)
+    assert (default.test.frame_rate, default.test.frame_load) == (60, 20e6)
     with pytest.raises(UsageError, match="is a client option"):
         parse_args(["-s", "--trip-times"])
 

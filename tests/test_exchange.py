@@ -137,9 +137,9 @@ def test_an_iperf3_server_out_of_order_is_a_protocol_error(states):
 def test_the_server_keeps_intervals_at_the_clients_sample_within_bounds():
     """`sample` asks the server for its intervals at the client's -i (0.05 to 60 s); an
     older client that sends none gets seconds."""
-    fine = Spec.from_options(parse_args(["-c", "-i", "0.1", "--native"]))
+    fine = parse_args(["-c", "-i", "0.1", "--native"]).test
     assert fine.sample == 0.1 and parse_spec(spec_message(fine)).sample == 0.1
-    finest = Spec.from_options(parse_args(["-c", "-i", "0.01", "--native"]))
+    finest = parse_args(["-c", "-i", "0.01", "--native"]).test
     assert finest.sample == 0.05
     old = {k: v for k, v in spec_message(Spec()).items() if k != "sample"}
     assert parse_spec(old).sample == 1.0

@@ -82,10 +82,10 @@ def test_the_collisions_are_exactly_the_letters_both_tools_use_differently():
 
 def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
     plain = parse_args(["-c", "127.0.0.1", "-d", "-Z"])
-    assert plain.zerocopy and not plain.dualtest and plain.accepted_only  # iperf3's
+    assert plain.test.zerocopy and not plain.dualtest and plain.accepted_only  # iperf3's
     under = parse_args(["-c", "127.0.0.1", "--iperf2", "-d", "-Zreno", "-L", "5302"])
-    assert (under.dualtest, under.congestion, under.listen_port) == (True, "reno", 5302)
-    assert not under.zerocopy
+    assert (under.dualtest, under.test.congestion, under.listen_port) == (True, "reno", 5302)
+    assert not under.test.zerocopy
     assert parse_args(["-c", "h", "--iperf2", "-V", "-t", "1"]).family == socket.AF_INET6
     # where iperf2's meaning is not taken, ours stays: -I still names the server; -T is
     # iperf2's --ttl after --iperf2, iperf3's --title without it
@@ -94,7 +94,7 @@ def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
     assert parse_args(["-c", "h", "-T", "x"]).ttl == 0
     assert {"-d", "-Z", "-V", "-L", "-C", "-T"} == iperf2_flags.IPERF2_LETTERS
     assert parse_args(["-c", "h", "--iperf2", "-C"]).compatibility
-    assert parse_args(["-c", "h", "-C", "reno"]).congestion == "reno"  # ours without it
+    assert parse_args(["-c", "h", "-C", "reno"]).test.congestion == "reno"  # ours without it
 
 
 @pytest.mark.parametrize(("iperf2_name", "ours"), [

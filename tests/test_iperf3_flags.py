@@ -13,7 +13,6 @@ import pytest
 from helpers import IPERF3_BINARIES, free_port, run_simpleperf, start_iperf3_server, start_server
 
 from simpleperf.command_line.cli import build_parser, parse_args
-from simpleperf.description.testspec import TestSpec
 from simpleperf.transport import tcp
 
 # Not taken yet: SCTP (Debian's 3.12 is built with it).
@@ -52,7 +51,7 @@ def test_server_max_duration_is_the_servers_time_limit():
 
 def test_fq_rate_paces_every_sender_of_the_test():
     options = parse_args(["-c", "127.0.0.1", "--fq-rate", "50M", "-R"])
-    assert options.needs_native and TestSpec.from_options(options).fq_rate == 50e6
+    assert options.needs_native and options.test.fq_rate == 50e6
     done = run_simpleperf("-c", "127.0.0.1", "--fq-rate", "1x")
     assert done.returncode == 2 and "--fq-rate" in done.stderr
 

@@ -29,7 +29,8 @@ def views(document: dict) -> list[tuple[dict, dict]]:
 def test_b_is_the_bind_address_for_a_server_and_the_rate_for_a_client():
     assert parse_args(["-s", "-b", "10.0.0.1"]).bind == "10.0.0.1"
     client = parse_args(["-c", "-u", "-b", "25M"])
-    assert client.rate == 25e6 and client.udp and client.length == 1460
+    assert client.test.rate == 25e6 and client.test.transport.datagrams
+    assert client.test.length == 1460
     assert client.needs_native
 
 

@@ -187,7 +187,7 @@ SAMPLES = {"rate": ("50M", 50e6)}
 @pytest.mark.parametrize("name", sorted(FLAGS))
 def test_a_field_that_declares_its_flag_is_set_by_it_alone_and_on_a_client_only(name):
     """A field's own flag (testspec.Flag) is in --help's section of its family, sets the
-    field through from_options and nothing else, and is refused on a server: a switch for
+    field of the client's test and nothing else, and is refused on a server: a switch for
     a bool field, else a value its reader checks (a bad one is one line naming the flag)."""
     flag = FLAGS[name]
     assert set(SAMPLES) == set(READERS)
@@ -204,8 +204,8 @@ def test_a_field_that_declares_its_flag_is_set_by_it_alone_and_on_a_client_only(
                    if any(flag.name in action.option_strings for action in group._group_actions))
     assert section.title is not None and (flag.family in section.title or (
         flag.family == "native" and "native" in section.title))
-    plain = TestSpec.from_options(parse_args(["-c", "h"]))
-    asked = TestSpec.from_options(parse_args(["-c", "h", *words]))
+    plain = parse_args(["-c", "h"]).test
+    asked = parse_args(["-c", "h", *words]).test
     assert getattr(asked, name) == value and getattr(plain, name) != value
     assert dataclasses.replace(asked, **{name: getattr(plain, name)}) == plain
     with pytest.raises(UsageError, match=f"{re.escape(flag.name)} is a client option"):

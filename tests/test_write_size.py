@@ -55,10 +55,9 @@ def test_a_length_below_one_segment_or_asked_for_is_kept():
 
 
 def test_only_a_tcp_test_without_len_asks_for_whole_segments():
-    assert Spec.from_options(parse_args(["-c", "--native"])).whole_segments
-    assert not Spec.from_options(parse_args(["-c", "--native", "-l", "128K"])
-                                     ).whole_segments
-    assert not Spec.from_options(parse_args(["-c", "--native", "-u"])).whole_segments
+    assert parse_args(["-c", "--native"]).test.whole_segments
+    assert not parse_args(["-c", "--native", "-l", "128K"]).test.whole_segments
+    assert not parse_args(["-c", "--native", "-u"]).test.whole_segments
 
 
 def test_whole_segments_travels_in_the_test_message_and_is_checked():

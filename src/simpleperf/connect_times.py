@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .description.options import ClientOptions
+from .description.client_options import ClientOptions
 from .errors import Interrupted, SimpleperfError
 from .stats import summarise_rtt
 from .transport import tcp
@@ -36,7 +36,7 @@ class _Connect:
         try:
             sock = tcp.connect(host, options.port, options.connect_timeout,
                                family=options.family, local=options.local,
-                               tos=options.tos, mptcp=options.mptcp,
+                               tos=options.test.tos, mptcp=options.mptcp,
                                device=options.bind_dev, flowlabel=options.flowlabel)
         except SimpleperfError as error:
             self.error = str(error)
@@ -72,17 +72,17 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     assert total is not None
     host = _numeric(options)
     if not options.json:
-        many = f"{total} connects" if total else f"connects for {options.duration:g} s"
+        many = f"{total} connects" if total else f"connects for {options.seconds:g} s"
         out(f"Connecting to {options.host}, TCP port {options.port}: {many} (the TCP "
             "three-way handshake only)")
     done: list[_Connect] = []
     began = time.monotonic()
-    deadline = began + options.duration
+    deadline = began + options.seconds
     every = options.interval or 0.0
     try:
         while (total == 0 or len(done) < total) and time.monotonic() < deadline:
             burst_began = time.monotonic()
-            size = options.parallel if total == 0 else min(options.parallel,
+            size = options.test.parallel if total == 0 else min(options.test.parallel,
                                                            total - len(done))
             burst = [_Connect(len(done) + i + 1) for i in range(size)]
             _burst(burst, options, host)

@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 from .command_line.cli import NO_MODE_MESSAGE, parse_args
-from .description.options import ClientOptions, ServerOptions
+from .description.client_options import ClientOptions
+from .description.options import ServerOptions
 from .errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -99,7 +100,7 @@ def _run_client(options: ClientOptions) -> None:
         _sleep_until(options.start_at)
     if options.tradeoff and not options.iperf2:  # -r: the test, then reversed (iperf2's)
         _run_test(dataclasses.replace(options, tradeoff=False))
-        _run_test(dataclasses.replace(options, tradeoff=False, reverse=True))
+        _run_test(options.asking(tradeoff=False, direction="reverse"))
         return
     _run_test(options)
 

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..description.options import ClientOptions, stall_limit
+from ..description.client_options import ClientOptions
+from ..description.options import stall_limit
 from ..engine.clock import IntervalClock
 from ..errors import Interrupted, SimpleperfError
 from ..protocol import iperf3
@@ -82,7 +83,7 @@ def run(options: ClientOptions, out: Callable[[str], None],
         for stream in streams:
             if "C" not in left_out:
                 out(table.client_connected(options.host, options.port,
-                                           stream.local if options.parallel > 1 else None))
+                                           stream.local if options.test.parallel > 1 else None))
         _measure(streams, options, (lambda _: None) if "D" in left_out else out, probed_at)
     finally:
         for stream in streams:
@@ -94,7 +95,7 @@ def _probe(sock: socket.socket, options: ClientOptions) -> tuple[bool, float | N
     cookie: an iperf3 server answers it with a state byte within a round trip, a classic
     one says nothing and counts it as payload. (Whether the server answered, when the
     probe was written: None when the test is too small to hold it.)"""
-    if options.num_bytes is not None and options.num_bytes < len(PROBE):
+    if options.test.num_bytes is not None and options.test.num_bytes < len(PROBE):
         return False, None
     rtt = tcpinfo.rtt_seconds(sock)
     sock.sendall(PROBE)
@@ -117,7 +118,7 @@ def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
         streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname()), already_sent,
                                      started=probed_at))
     try:
-        for _ in range(options.parallel - len(streams)):
+        for _ in range(options.test.parallel - len(streams)):
             sock = tcp.connect_to_server(options, stream=len(streams) + 1)
             streams.append(SendingStream(sock, tcp.endpoint(sock.getsockname())))
     except BaseException:
@@ -130,7 +131,7 @@ def _connect_all(options: ClientOptions, first: tuple[socket.socket, int] | None
 def _measure(streams: list[SendingStream], options: ClientOptions,
              out: Callable[[str], None], probed_at: float | None = None) -> None:
     stop = threading.Event()
-    deadline_offset = None if options.num_bytes is not None else options.duration
+    deadline_offset = None if options.test.num_bytes is not None else options.seconds
     start = probed_at if probed_at is not None else time.monotonic()  # the first write
     workers = [threading.Thread(target=_send, args=(stream, options, start, stop),
                                 name=f"send {stream.local}", daemon=True)
@@ -168,15 +169,15 @@ def _send(stream: SendingStream, options: ClientOptions, start: float,
     sock = stream.sock
     try:
         tcp.set_wake_up(sock)
-        payload = buffers.aligned(options.length)
+        payload = buffers.aligned(options.test.length)
         if stream.started is None:  # the probe may have been its first write
             stream.started = time.monotonic()
-        limit = stall_limit(options.duration if options.num_bytes is None else None)
-        if options.num_bytes is None:
-            _send_for(sock, payload, start + options.duration, stream, stop,
-                      whole_segments=not options.length_given)
+        limit = stall_limit(options.seconds if options.test.num_bytes is None else None)
+        if options.test.num_bytes is None:
+            _send_for(sock, payload, start + options.seconds, stream, stop,
+                      whole_segments="length" not in options.given)
         else:
-            _send_amount(sock, payload, options.num_bytes, stream, stop, limit)
+            _send_amount(sock, payload, options.test.num_bytes, stream, stop, limit)
         stream.sending_ended = time.monotonic()
         if stop.is_set():
             return

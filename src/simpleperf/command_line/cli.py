@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .. import __version__
+from ..description.client_options import ClientOptions
 from ..description.options import (
     AUTH_UDP_LENGTH,
     CLASSIC_MAX_PARALLEL,
@@ -69,12 +70,12 @@ from ..description.options import (
     MIN_UDP_LENGTH,
     MIN_WINDOW,
     UNPROVEN_UDP_FACTOR,
-    ClientOptions,
     ServerOptions,
     dscp_code,
     is_congestion_name,
 )
 from ..description.testspec import FLAGS, TestSpec, beyond_iperf3
+from ..description.transports import TCP, UDP
 from ..errors import UsageError
 from ..units import (
     AUTO_UNIT,
@@ -496,36 +497,58 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
                                        high=MAX_TEST_SECONDS))
 
 
-def _client_options(args: argparse.Namespace) -> ClientOptions:
+def _test_fields(args: argparse.Namespace) -> dict[str, tuple[Any, bool]]:
+    """The test description's fields the command line sets (TestSpec's names): each
+    value, and whether a flag gave it (else it is the command line's default)."""
     if args.b is not None and args.bitrate is not None:
         raise UsageError("-b and --bitrate both give the rate: use one")
+    if args.reverse and args.bidir:
+        raise UsageError("-R/--reverse and --bidir cannot be used together: --bidir already "
+                         "runs both directions")
     rate_text = args.b if args.b is not None else args.bitrate
-    rate = _rate(rate_text) if rate_text is not None else None
-    port = _port(args.port)
     length = _length(args.len, DEFAULT_UDP_LENGTH if args.udp else DEFAULT_LENGTH)
+    num_bytes = _num_bytes(args.num, args.time, args.blockcount, length)
+    server_affinity = _affinity(args.affinity)[1]
+    return {
+        "protocol": ((UDP if args.udp else TCP).name, args.udp),
+        "direction": ("bidir" if args.bidir else "reverse" if args.reverse else "forward",
+                      args.bidir or args.reverse),
+        "duration": (_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
+                                       high=MAX_TEST_SECONDS), args.time is not None),
+        "num_bytes": (num_bytes, num_bytes is not None),
+        "parallel": (_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
+                     args.parallel is not None),
+        "length": (length, args.len is not None),
+        "rate": (_rate(rate_text) if rate_text is not None else 0.0, rate_text is not None),
+        "window": (_window(args.window), args.window is not None),
+        "congestion": (_congestion(args.congestion), args.congestion is not None),
+        "mss": (_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), args.mss is not None),
+        "nodelay": (args.no_delay, args.no_delay),
+        "zerocopy": (args.zerocopy, args.zerocopy),
+        "tos": (_tos(args.tos, args.dscp), args.tos is not None or args.dscp is not None),
+        "omit": (_omit(args.omit), args.omit is not None),
+        "affinity": (server_affinity, server_affinity is not None),
+        **{name: (value, True) for name, value in _described(args)}}
+
+
+def _client_options(args: argparse.Namespace) -> ClientOptions:
+    port = _port(args.port)
+    test = _test_fields(args)
     options = ClientOptions(
         host=_server_host(args.client, args.serverip),
         port=port,
         unit=_unit(args.format, AUTO_UNIT),
-        duration=_positive_seconds("-t/--time", args.time, DEFAULT_DURATION,
-                                   high=MAX_TEST_SECONDS),
-        num_bytes=_num_bytes(args.num, args.time, args.blockcount, length),
         interval=0.0 if _is_zero(args.interval) else _positive_seconds(
             "-i/--interval", args.interval, None, low=MIN_REPORT_INTERVAL),
-        parallel=_int_in_range("-P/--parallel", args.parallel, 1, 1, MAX_PARALLEL),
-        length=length,
-        window=_window(args.window),
-        congestion=_congestion(args.congestion),
-        udp=args.udp, rate=rate, reverse=args.reverse, bidir=args.bidir,
+        test=TestSpec(**{name: value for name, (value, _) in test.items()}),
+        given=frozenset(name for name, (_, given) in test.items() if given),
         extended=args.extended or args.verbose, json=args.json, json_stream=args.json_stream,
-        mss=_optional_int("-M/--mss", args.mss, MIN_MSS, MAX_MSS), nodelay=args.no_delay,
-        zerocopy=args.zerocopy, title=_free_text("-T/--title", args.title),
-        tos=_tos(args.tos, args.dscp),
+        title=_free_text("-T/--title", args.title),
         timestamps=_free_text("--timestamps", args.timestamps),
         connect_timeout=_int_in_range("--connect-timeout", args.connect_timeout,
                                       int(CONNECT_TIMEOUT_SECONDS * 1000), 1,
                                       int(MAX_TEST_SECONDS * 1000)) / 1000,
-        omit=_omit(args.omit), native=args.native, iperf3=args.iperf3, iperf2=args.iperf2,
+        native=args.native, iperf3=args.iperf3, iperf2=args.iperf2,
         rtt=args.rtt,
         probe=args.probe,
         loss_threshold=_percent("--loss-threshold", args.loss_threshold,
@@ -542,19 +565,18 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
         family=_family(args), secret=_secret(args.auth_secret_file),
         logfile=_path("--logfile", args.logfile),
         cport=_optional_int("--cport", args.cport, 1, 65535),
-        affinity=_affinity(args.affinity)[0], server_affinity=_affinity(args.affinity)[1],
+        affinity=_affinity(args.affinity)[0],
         realtime=args.realtime,
         dont_fragment=args.dont_fragment,
         verbose=args.verbose, file=_path("-F/--file", args.file),
         snd_timeout=None if args.snd_timeout is None else _int_in_range(
-            "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000,
-        length_given=args.len is not None, duration_given=args.time is not None,
-        described=_described(args))
+            "--snd-timeout", args.snd_timeout, 0, 1, int(MAX_TEST_SECONDS * 1000)) / 1000)
     _check_client_combinations(options, args)
     options = _check_rpm(options, args)
     options = iperf3_flags.apply(latency_flags.apply(_with_file(options, args), args), args)
     options = iperf2_flags.apply(options, args)
-    beyond = beyond_iperf3(TestSpec.from_options(options)) if options.iperf3 else None
+    options = options.settled()
+    beyond = beyond_iperf3(options.test) if options.iperf3 else None
     if beyond is not None:
         needs, lacks = beyond
         raise UsageError(f"--iperf3: {needs}: an iperf3 server {lacks}")
@@ -573,23 +595,24 @@ def _check_rpm(options: ClientOptions, args: argparse.Namespace) -> ClientOption
             raise UsageError("--rpm-interval is an --rpm option")
         return options
     used = [flag for given, flag in (
-        (options.udp, "-u"), (options.rtt, "--rtt"),
+        (options.test.transport.datagrams, "-u"), (options.rtt, "--rtt"),
         (options.probe, "--probe"), (options.iperf3, "--iperf3"),
-        (options.iperf2, "--iperf2"), (options.parallel > 1, "-P"),
-        (options.rate is not None, "-b"),
-        (options.num_bytes is not None and args.time is None, "-n/-k"),
-        (args.file is not None, "-F"), (options.zerocopy, "-Z"), (options.omit > 0, "-O"),
+        (options.iperf2, "--iperf2"), (options.test.parallel > 1, "-P"),
+        ("rate" in options.given, "-b"),
+        (options.test.num_bytes is not None and args.time is None, "-n/-k"),
+        (args.file is not None, "-F"), (options.test.zerocopy, "-Z"), (options.test.omit > 0, "-O"),
         (args.trip_times or args.isochronous is not None, "--trip-times/--isochronous"),
-        (options.l4s, "--l4s"), (options.json_stream, "--json-stream"))
+        (options.test.l4s, "--l4s"), (options.json_stream, "--json-stream"))
         if given]
     if used:
         raise UsageError(f"--rpm runs the draft's own TCP load and probes: it cannot be "
                          f"combined with {', '.join(used)}")
-    if options.rpm_interval * 2 > options.duration and args.time is not None:
+    if options.rpm_interval * 2 > options.seconds and args.time is not None:
         raise UsageError(f"--rpm needs at least two intervals: -t {args.time} is shorter "
                          f"than twice --rpm-interval {options.rpm_interval:g}")
     if args.time is None:
-        return dataclasses.replace(options, duration=DEFAULT_RPM_SECONDS)
+        return dataclasses.replace(options, test=dataclasses.replace(
+            options.test, duration=DEFAULT_RPM_SECONDS))
     return options
 
 
@@ -597,10 +620,11 @@ def _with_file(options: ClientOptions, args: argparse.Namespace) -> ClientOption
     """-F: one TCP stream; a file to send is read whole unless -t or -n says less."""
     if options.file is None:
         return options
-    if options.udp or options.parallel > 1 or options.bidir:
+    test = options.test
+    if test.transport.datagrams or test.parallel > 1 or test.direction == "bidir":
         raise UsageError("-F/--file sends or keeps one TCP stream: it cannot be used with -u, "
                          "-P above 1 or --bidir")
-    if options.reverse:
+    if test.direction == "reverse":
         return options  # written when the test starts (created, or emptied)
     try:
         size = os.stat(options.file).st_size if os.access(options.file, os.R_OK) else -1
@@ -608,8 +632,8 @@ def _with_file(options: ClientOptions, args: argparse.Namespace) -> ClientOption
         size = -1
     if size <= 0:
         raise UsageError(f"-F/--file {options.file}: not a readable file with bytes in it")
-    if options.num_bytes is None and args.time is None:
-        return dataclasses.replace(options, num_bytes=size)
+    if test.num_bytes is None and args.time is None:
+        return options.asking(num_bytes=size)
     return options
 
 
@@ -621,30 +645,28 @@ def _is_zero(text: str | None) -> bool:
         return False
 
 
-
-
 def _check_client_combinations(options: ClientOptions, args) -> None:
-    if options.reverse and options.bidir:
-        raise UsageError("-R/--reverse and --bidir cannot be used together: --bidir already "
-                         "runs both directions")
+    test = options.test
+    udp = test.transport.datagrams
     if options.json and options.json_stream:
         raise UsageError("-J/--json and --json-stream cannot be used together")
-    if options.udp and options.length > MAX_UDP_LENGTH:
+    if udp and test.length > MAX_UDP_LENGTH:
         raise UsageError(f"-l/--len must be at most {MAX_UDP_LENGTH} bytes for UDP, "
                          f"not '{args.len}'")
-    if options.udp and options.secret is not None and options.length < AUTH_UDP_LENGTH:
+    if udp and options.secret is not None and test.length < AUTH_UDP_LENGTH:
         raise UsageError(f"-l/--len must be at least {AUTH_UDP_LENGTH} bytes for UDP with a "
                          f"shared secret (the header and the test's key), not '{args.len}'")
-    if options.udp and options.length < MIN_UDP_LENGTH:
+    if udp and test.length < MIN_UDP_LENGTH:
         raise UsageError(f"-l/--len must be at least {MIN_UDP_LENGTH} bytes for UDP (the "
                          "datagram header), "
                          f"not '{args.len}'")
-    if options.rtt and (options.reverse or options.bidir or options.probe):
+    if options.rtt and (test.direction != "forward" or options.probe):
         raise UsageError("--rtt measures round trips only; it cannot be combined with -R, "
                          "--bidir or --probe")
-    if options.probe and not options.udp:
+    if options.probe and not udp:
         raise UsageError("--probe searches a UDP rate: add -u")
-    if options.probe and (options.bidir or options.reverse and options.rate is not None):
+    if options.probe and (test.direction == "bidir" or
+                          test.direction == "reverse" and "rate" in options.given):
         raise UsageError("--probe searches the rate itself; it cannot be combined with "
                          "--bidir or -b")
     if options.iperf3 and (options.rtt or options.secret is not None):
@@ -660,11 +682,11 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
                          "no simpleperf authentication (--rtt, --probe, --auth-secret-file)")
     if args.count is not None and not options.rtt:
         raise UsageError("--count is an --rtt option")
-    if options.dont_fragment and not options.udp:
+    if options.dont_fragment and not udp:
         raise UsageError("--dont-fragment is for UDP (-u): TCP sizes its segments to the path")
-    if options.cport and options.cport + options.stream_count - 1 > 65535:
+    if options.cport and options.cport + test.stream_count() - 1 > 65535:
         raise UsageError(f"--cport {options.cport} leaves no port for stream "
-                         f"{options.stream_count} (ports go up to 65535)")
+                         f"{test.stream_count()} (ports go up to 65535)")
     if options.local is not None and options.family:
         local_family = 6 if ":" in options.local else 4
         if (local_family == 6) != (options.family == socket.AF_INET6):

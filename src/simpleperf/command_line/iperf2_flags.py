@@ -18,21 +18,14 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import secrets
 import string
 import time
 from typing import Any
 
 from .. import connect_times
-from ..description.options import (
-    CONNECT_RETRY_SECONDS,
-    MAX_LENGTH,
-    MAX_PORT,
-    MAX_TTL,
-    MIN_PORT,
-    ClientOptions,
-)
+from ..description.client_options import ClientOptions
+from ..description.options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MAX_TTL, MIN_PORT
 from ..errors import UsageError
 from ..protocol.iperf2 import MAX_PERMIT_KEY, MIN_PERMIT_KEY
 from . import flag_values
@@ -222,14 +215,14 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
         if not options.iperf2:
             raise UsageError("--full-duplex (both ways on one connection) is iperf2's: with "
                              "--iperf2; --bidir runs both ways against any other server")
-        if options.reverse or args.dualtest or args.tradeoff:
+        if options.test.direction == "reverse" or args.dualtest or args.tradeoff:
             raise UsageError("--full-duplex runs both directions itself: not with -R, -d "
                              "or -r")
-        changes["bidir"] = True
+        changes["direction"] = "bidir"
     if args.dualtest and args.tradeoff:
         raise UsageError("--dualtest and -r/--tradeoff cannot be used together (both at "
                          "once, or one after the other)")
-    if (args.dualtest or args.tradeoff) and (options.reverse or options.bidir):
+    if (args.dualtest or args.tradeoff) and options.test.direction != "forward":
         raise UsageError(f"{'--dualtest' if args.dualtest else '-r/--tradeoff'} runs both "
                          "directions itself: not with -R or --bidir")
     if args.tradeoff and options.json:
@@ -238,17 +231,17 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     if options.iperf2:
         changes.update(dualtest=args.dualtest, tradeoff=args.tradeoff)
     elif args.dualtest:
-        changes["bidir"] = True
+        changes["direction"] = "bidir"
     elif args.tradeoff:
         changes["tradeoff"] = True
     if args.peer_detect:
-        if not options.iperf2 or options.udp:
+        if not options.iperf2 or options.test.transport.datagrams:
             raise UsageError("-X/--peer-detect asks an iperf2 server its version over TCP: "
                              "with --iperf2, without -u")
         changes["peer_detect"] = True
     changes.update(_bounceback(options, args))
     if args.permit_key is not None:
-        if not options.iperf2 or options.udp:
+        if not options.iperf2 or options.test.transport.datagrams:
             raise UsageError("--permit-key is iperf2's, over TCP: a client needs --iperf2 "
                              "and no -u")
         changes["permit_key"] = permit_key(args.permit_key, server=False)
@@ -283,7 +276,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
                              "connection, D data, M multicast, S settings, V server), not "
                              f"'{args.reportexclude}'")
         changes["report_exclude"] = frozenset(letters)
-    return dataclasses.replace(options, **changes) if changes else options
+    return options.asking(**changes)
 
 
 def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
@@ -313,8 +306,8 @@ def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str,
                              "without iperf2's header, with --iperf2")
         changes["compatibility"] = True
     if args.no_udp_fin:
-        if not (options.iperf2 and options.udp) or options.reverse or args.dualtest or \
-                args.tradeoff:
+        if not (options.iperf2 and options.test.transport.datagrams) or \
+                options.test.direction == "reverse" or args.dualtest or args.tradeoff:
             raise UsageError("--no-udp-fin is iperf2's: a UDP test to an iperf2 server "
                              "(--iperf2 -u), ours sent (not -R, -d or -r)")
         changes["no_udp_fin"] = True
@@ -328,8 +321,9 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
                              "options")
         return {}
     _not_with("--bounceback is one TCP connection of round trips", (
-        (options.udp, "-u"), (options.reverse or options.bidir, "-R/--bidir"),
-        (options.parallel > 1, "-P"), (args.dualtest or args.tradeoff, "-d/-r"),
+        (options.test.transport.datagrams, "-u"),
+        (options.test.direction != "forward", "-R/--bidir"),
+        (options.test.parallel > 1, "-P"), (args.dualtest or args.tradeoff, "-d/-r"),
         (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
         (options.iperf3, "--iperf3")))
     burst = flag_values.integer("--bounceback", args.bounceback, 1, MAX_BURST,
@@ -343,11 +337,12 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
 
 def _connect_only(options: ClientOptions, args: argparse.Namespace) -> int:
     _not_with("--connect-only makes TCP connections and sends nothing", (
-        (options.udp, "-u"), (options.reverse or options.bidir, "-R/--bidir"),
+        (options.test.transport.datagrams, "-u"),
+        (options.test.direction != "forward", "-R/--bidir"),
         (args.dualtest or args.tradeoff, "-d/-r"), (args.bounceback is not None,
                                                     "--bounceback"),
         (options.rtt or options.rpm or options.probe, "--rtt/--rpm/--probe"),
-        (options.num_bytes is not None, "-n"), (options.csv, "-y C"),
+        (options.test.num_bytes is not None, "-n"), (options.csv, "-y C"),
         (options.json_stream, "--json-stream")))
     return flag_values.integer(
         "--connect-only", args.connect_only, 0, MAX_CONNECTS,

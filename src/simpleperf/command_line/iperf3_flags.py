@@ -9,12 +9,12 @@ existing flags (--length, --bytes, --set-mss, --version4, --version6,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import socket
 from typing import Any
 
 from .. import rsa_auth
-from ..description.options import MAX_FLOW_LABEL, ClientOptions
+from ..description.client_options import ClientOptions
+from ..description.options import MAX_FLOW_LABEL
 from ..errors import UsageError
 
 MAX_EXTRA_DATA = 4096  # characters of --extra-data
@@ -109,7 +109,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
                        rsa_public_key=args.rsa_public_key_path,
                        rsa_pkcs1=args.use_pkcs1_padding)
     if args.mptcp:
-        if options.udp:
+        if options.test.transport.datagrams:
             raise UsageError("-m/--mptcp is Multipath TCP: not with -u")
         changes["mptcp"] = True
     if args.flowlabel is not None:
@@ -123,7 +123,7 @@ def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
              for dest in ACCEPTED_ONLY if getattr(args, dest) not in (None, False)]
     if notes:
         changes["accepted_only"] = tuple(notes)
-    return dataclasses.replace(options, **changes) if changes else options
+    return options.asking(**changes)
 
 
 def _flow_label(text: str, options: ClientOptions) -> int:

@@ -4,10 +4,10 @@ UDP's --l4s, their parsing and the combinations they refuse (each a one-line Usa
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 from .. import ecn
+from ..description.client_options import ClientOptions
 from ..description.options import (
     DEFAULT_FRAME_LOAD,
     DEFAULT_FRAME_RATE,
@@ -20,7 +20,6 @@ from ..description.options import (
     MAX_HISTOGRAM_BINS,
     MAX_RATE,
     MIN_HISTOGRAM_BIN_WIDTH,
-    ClientOptions,
 )
 from ..errors import UsageError
 from ..protocol.native import MAX_FRAME_DATAGRAMS, MIN_ISOCHRONOUS_UDP_LENGTH, WRITE_HEADER
@@ -55,12 +54,13 @@ def add_arguments(group: Any) -> None:
 
 def apply(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:
     """The client options with these flags' values, checked against the rest."""
-    changes: dict[str, Any] = {"trip_times": bool(args.trip_times), "l4s": bool(args.l4s)}
+    changes: dict[str, Any] = {name: True for name, given in (
+        ("trip_times", args.trip_times), ("l4s", args.l4s)) if given}
     if args.histograms is not None:
         changes.update(histograms=True, **_histograms(args.histograms))
     if args.isochronous is not None:
         changes.update(parse_isochronous(args.isochronous))
-    options = dataclasses.replace(options, **changes)
+    options = options.asking(**changes)
     _check(options)
     return options
 
@@ -120,47 +120,47 @@ def parse_isochronous(text: str) -> dict[str, float]:
 
 
 def _check_l4s(options: ClientOptions) -> None:
-    if not options.l4s:
+    if not options.test.l4s:
         return
-    if not options.udp:
+    if not options.test.transport.datagrams:
         raise UsageError("--l4s sets a UDP stream's rate from CE marks: add -u (TCP's "
                          "scalable response is the congestion control's: -C dctcp)")
-    if options.frame_rate > 0:
+    if options.test.frame_rate > 0:
         raise UsageError("--l4s sets the rate itself: it cannot be combined with "
                          "--isochronous")
-    if ecn.of(options.tos):
-        raise UsageError(f"--l4s sets the ECN field (ECT(1)): -S/--tos {options.tos} must "
+    if ecn.of(options.test.tos):
+        raise UsageError(f"--l4s sets the ECN field (ECT(1)): -S/--tos {options.test.tos} must "
                          "leave its two low bits 0")
 
 
 def _check(options: ClientOptions) -> None:
     _check_l4s(options)
-    timed = options.trip_times or options.frame_rate > 0
+    timed = options.test.trip_times or options.test.frame_rate > 0
     if options.histograms and not timed:
         raise UsageError("--histograms shows one-way delays: add --trip-times or "
                          "--isochronous")
     if not timed:
         return
-    for used, flag in ((options.file is not None, "-F/--file"), (options.zerocopy, "-Z"),
+    for used, flag in ((options.file is not None, "-F/--file"), (options.test.zerocopy, "-Z"),
                        (options.probe, "--probe"), (options.rtt, "--rtt")):
         if used:
             raise UsageError(f"--trip-times and --isochronous time each write or datagram "
                              f"themselves: they cannot be combined with {flag}")
-    if options.frame_rate > 0 and options.rate is not None:
+    if options.test.frame_rate > 0 and "rate" in options.given:
         raise UsageError("--isochronous sets the rate itself (FPS:MEAN): leave out -b")
-    if options.udp:
-        if options.frame_rate > 0:
-            if options.length < MIN_ISOCHRONOUS_UDP_LENGTH:
+    if options.test.transport.datagrams:
+        if options.test.frame_rate > 0:
+            if options.test.length < MIN_ISOCHRONOUS_UDP_LENGTH:
                 raise UsageError(f"-l/--len must be at least {MIN_ISOCHRONOUS_UDP_LENGTH} "
                                  "bytes for isochronous "
                                  f"UDP (the header, a key and the frame's fields)")
-            per_frame = options.frame_load / 8 / options.frame_rate
-            if per_frame / options.length > MAX_FRAME_DATAGRAMS:
+            per_frame = options.test.frame_load / 8 / options.test.frame_rate
+            if per_frame / options.test.length > MAX_FRAME_DATAGRAMS:
                 raise UsageError(f"--isochronous: a frame of {per_frame:.0f} bytes would take "
                                  f"more than {MAX_FRAME_DATAGRAMS} datagrams of -l bytes")
-    elif options.length < WRITE_HEADER.size:
+    elif options.test.length < WRITE_HEADER.size:
         raise UsageError(f"-l/--len must be at least {WRITE_HEADER.size} bytes for timed TCP "
                          "writes (each opens with its send time)")
-    elif options.num_bytes is not None and options.num_bytes < WRITE_HEADER.size:
+    elif options.test.num_bytes is not None and options.test.num_bytes < WRITE_HEADER.size:
         raise UsageError(f"-n/--num must be at least {WRITE_HEADER.size} bytes for timed TCP "
                          "writes")

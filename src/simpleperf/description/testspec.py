@@ -1,17 +1,20 @@
 """The test description: what both ends of a test run, whatever protocol carried it. The
-native protocol encodes it field by field (protocol/native.py: spec_message, parse_spec),
-iperf3's as its parameter JSON (protocol/iperf3.py: parameters_message,
-spec_from_parameters); the engine runs it. As iperf3's one `struct iperf_test`: one
-description, several encodings."""
+command line builds it (command_line/cli.py, into ClientOptions.test); the native protocol
+encodes it field by field (protocol/native.py: spec_message, parse_spec), iperf3's as its
+parameter JSON (protocol/iperf3.py: parameters_message, spec_from_parameters), iperf2's as
+its header (protocol/iperf2.py); the engine runs it. As iperf3's one `struct iperf_test`:
+one description, several encodings. Each field says once its default, its rule, what
+iperf3 and a classic peer make of it and, where it declares it, its flag."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .options import (
+    CLASSIC_MAX_PARALLEL,
     DEFAULT_FRAME_LOAD,
     DEFAULT_HISTOGRAM_BIN_WIDTH,
     DEFAULT_HISTOGRAM_BINS,
@@ -35,13 +38,12 @@ from .options import (
     MIN_MSS,
     MIN_SERVER_SAMPLE,
     MIN_WINDOW,
-    ClientOptions,
     is_congestion_name,
     is_int,
     is_number,
     stream_count,
 )
-from .transports import NAMES, TCP, UDP, Transport, transport_of
+from .transports import NAMES, Transport, transport_of
 
 DIRECTIONS = ("forward", "reverse", "bidir")
 PROTOCOLS = NAMES
@@ -102,13 +104,22 @@ class Flag:
     metavar: str | None = None
 
 
+# What a classic Simpleperf peer makes of a field (`classic` of _field): True, it runs the
+# test with any value (its own -t, -n, -l, or what the client's sockets alone do); a Rule,
+# within it; else only the default, and a test that asks more is refused naming the flag
+# given here (a str, or one per value), or the field's own Flag.
+Classic = bool | Rule | str | dict[str, str] | None
+
+
 def _field(default: Any, rule: Rule, iperf3: tuple[str, ...] | Uncarried,
-           flag: Flag | None = None) -> Any:
+           flag: Flag | None = None, *, classic: Classic = None) -> Any:
     """A field of TestSpec: its default, its rule and the iperf3 parameters that carry it
     (IPERF3_IGNORES: none, and an iperf3 peer runs the same test without it; Uncarried:
-    none, and a test that needs it of an iperf3 server is refused), and the flag that sets
-    it where the field declares its own (Flag), declared together."""
-    return field(default=default, metadata={"rule": rule, "iperf3": iperf3, "flag": flag})
+    none, and a test that needs it of an iperf3 server is refused), the flag that sets it
+    where the field declares its own (Flag), and what a classic peer makes of it (Classic),
+    declared together."""
+    return field(default=default, metadata={"rule": rule, "iperf3": iperf3, "flag": flag,
+                                            "classic": classic})
 
 
 # No iperf3 parameter carries the field, and an iperf3 peer runs the same test without it
@@ -127,55 +138,66 @@ class TestSpec:
 
     __test__ = False  # a test description, not a pytest test class
 
-    # Each field: its default, its rule, the iperf3 parameters that carry it (or that none do)
-    protocol: str = _field("tcp", Rule(str, choices=PROTOCOLS), ("tcp", "udp"))
+    # Each field: its default, its rule, the iperf3 parameters that carry it (or that none
+    # do), and what a classic peer makes of it
+    protocol: str = _field("tcp", Rule(str, choices=PROTOCOLS), ("tcp", "udp"),
+                           classic="-u")
     # forward: the client sends; reverse: the server sends; bidir: both
     direction: str = _field("forward", Rule(str, choices=DIRECTIONS),
-                            ("reverse", "bidirectional"))
-    parallel: int = _field(1, Rule(int, 1, MAX_PARALLEL), ("parallel",))
+                            ("reverse", "bidirectional"),
+                            classic={"reverse": "-R", "bidir": "--bidir"})
+    parallel: int = _field(1, Rule(int, 1, MAX_PARALLEL), ("parallel",),
+                           classic=Rule(int, 1, CLASSIC_MAX_PARALLEL))
     # seconds of measurement after the omitted ones; None: an amount instead (num_bytes)
     duration: float | None = _field(
-        10.0, Rule(float, 0, MAX_TEST_SECONDS, above=True, optional=True), ("time",))
+        10.0, Rule(float, 0, MAX_TEST_SECONDS, above=True, optional=True), ("time",),
+        classic=True)
     num_bytes: int | None = _field(  # per stream
-        None, Rule(int, 0, MAX_NUM_BYTES, above=True, optional=True), ("num",))
+        None, Rule(int, 0, MAX_NUM_BYTES, above=True, optional=True), ("num",), classic=True)
     # the write size (TCP) or datagram size (UDP)
-    length: int = _field(128 * 1024, Rule(int, MIN_LENGTH, MAX_LENGTH), ("len",))
-    rate: float = _field(0.0, RATE, ("bandwidth",))  # per stream; 0 is unlimited
+    length: int = _field(128 * 1024, Rule(int, MIN_LENGTH, MAX_LENGTH), ("len",),
+                         classic=True)
+    rate: float = _field(0.0, RATE, ("bandwidth",), classic="-b")  # per stream; 0: unlimited
+    # the client's sockets alone: a classic test runs with them too
     window: int | None = _field(None, Rule(int, MIN_WINDOW, MAX_WINDOW, optional=True),
-                                ("window",))
+                                ("window",), classic=True)
     congestion: str | None = _field(None, Rule(str, word=is_congestion_name, optional=True),
-                                    ("congestion",))
-    mss: int | None = _field(None, Rule(int, MIN_MSS, MAX_MSS, optional=True), ("MSS",))
-    nodelay: bool = _field(False, FLAG, ("nodelay",))
-    omit: float = _field(0.0, Rule(float, 0, MAX_OMIT), ("omit",))
-    zerocopy: bool = _field(False, FLAG, ("zerocopy",))  # TCP senders use sendfile
+                                    ("congestion",), classic=True)
+    mss: int | None = _field(None, Rule(int, MIN_MSS, MAX_MSS, optional=True), ("MSS",),
+                             classic=True)
+    nodelay: bool = _field(False, FLAG, ("nodelay",), classic=True)
+    omit: float = _field(0.0, Rule(float, 0, MAX_OMIT), ("omit",), classic="-O")
+    zerocopy: bool = _field(False, FLAG, ("zerocopy",), classic="-Z")  # senders: sendfile
     # the IP TOS byte of every data packet, both ends (-S, --dscp)
-    tos: int = _field(0, Rule(int, 0, 255), ("TOS",))
-    # seconds per interval the server keeps
+    tos: int = _field(0, Rule(int, 0, 255), ("TOS",), classic="-S/--dscp")
+    # seconds per interval the server keeps (from the client's -i)
     sample: float = _field(DEFAULT_NATIVE_INTERVAL,
-                           Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), IPERF3_IGNORES)
+                           Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), IPERF3_IGNORES,
+                           classic=True)
     # payload '0123456789...' rather than zeros, both ends
     repeating_payload: bool = _field(False, FLAG, ("repeating_payload",), Flag(
         "--repeating-payload", "payload '0123456789...' (as iperf3's) instead of zeros, "
         "both ends"))
     # the CPU the server's streams of this test run on (-A n,m)
     affinity: int | None = _field(None, Rule(int, 0, MAX_CPU, optional=True),
-                                  ("server_affinity",))
-    # receivers time every datagram or write from send to read
-    trip_times: bool = _field(False, FLAG, ONE_WAY)
+                                  ("server_affinity",), classic="-A N,M")
+    # receivers time every datagram or write from send to read (with frames too)
+    trip_times: bool = _field(False, FLAG, ONE_WAY, classic="--trip-times")
     histogram_bin_width: float = _field(  # seconds, for those delays
         DEFAULT_HISTOGRAM_BIN_WIDTH,
-        Rule(float, MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH), HISTOGRAMS)
+        Rule(float, MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH), HISTOGRAMS,
+        classic=True)
     histogram_bins: int = _field(DEFAULT_HISTOGRAM_BINS, Rule(int, 1, MAX_HISTOGRAM_BINS),
-                                 HISTOGRAMS)
+                                 HISTOGRAMS, classic=True)
     # --isochronous: frames a second (0: a steady stream), their mean load (bits/s) and
     # its standard deviation (log-normal frame sizes)
-    frame_rate: float = _field(0.0, Rule(float, 0, MAX_FRAME_RATE), FRAMES)
+    frame_rate: float = _field(0.0, Rule(float, 0, MAX_FRAME_RATE), FRAMES,
+                               classic="--isochronous")
     frame_load: float = _field(DEFAULT_FRAME_LOAD, Rule(float, 0, MAX_RATE, above=True),
-                               FRAMES)
-    frame_stdev: float = _field(0.0, RATE, FRAMES)
+                               FRAMES, classic=True)
+    frame_stdev: float = _field(0.0, RATE, FRAMES, classic=True)
     # TCP senders round writes down to whole segments (no -l)
-    whole_segments: bool = _field(False, FLAG, IPERF3_IGNORES)
+    whole_segments: bool = _field(False, FLAG, IPERF3_IGNORES, classic=True)
     # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
     fq_rate: float = _field(0.0, RATE, ("fqrate",), Flag(
         "--fq-rate", "every sending socket paces itself to RATE (SO_MAX_PACING_RATE, as "
@@ -183,38 +205,31 @@ class TestSpec:
         "its senders too", "iperf3", value="rate", metavar="RATE"))
     # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
     l4s: bool = _field(False, FLAG, Uncarried(
-        "--l4s", "both", "sends no feedback of CE marks"))
-    # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT)
+        "--l4s", "both", "sends no feedback of CE marks"), classic="--l4s")
+    # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT); a classic client's own
     write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), Uncarried(
-        "--tcp-write-prefetch", "sender", "cannot be asked to limit what it leaves unsent"))
+        "--tcp-write-prefetch", "sender", "cannot be asked to limit what it leaves unsent"),
+        classic=True)
     # TCP receivers acknowledge at once: TCP_QUICKACK before every read, as iperf2's
     quickack: bool = _field(False, FLAG, Uncarried(
         "--tcp-quickack", "receiver", "cannot be asked to acknowledge at once"), Flag(
         "--tcp-quickack", "TCP receivers, ours and the server's: TCP_QUICKACK before every "
         "read, so no ACK waits for the delayed-ACK timer (iperf2's)", "iperf2"))
 
-    @classmethod
-    def from_options(cls, options: ClientOptions) -> TestSpec:
-        """What a client's command line asks for (--l4s: -b is a ceiling, none by default)."""
-        rate = options.rate if options.rate is not None else (
-            DEFAULT_UDP_RATE if options.udp and not options.l4s else 0.0)
-        return cls(
-            protocol=(UDP if options.udp else TCP).name, direction=options.direction,
-            parallel=options.parallel,
-            duration=None if options.num_bytes is not None else options.duration,
-            num_bytes=options.num_bytes, length=options.length, rate=rate,
-            window=options.window, congestion=options.congestion, mss=options.mss,
-            nodelay=options.nodelay, omit=options.omit, zerocopy=options.zerocopy,
-            tos=options.tos, sample=min(max(options.rows_every or DEFAULT_NATIVE_INTERVAL,
-                                            MIN_SERVER_SAMPLE), MAX_SERVER_SAMPLE),
-            affinity=options.server_affinity,
-            trip_times=options.trip_times or options.frame_rate > 0,
-            histogram_bin_width=options.histogram_bin_width,
-            histogram_bins=options.histogram_bins,
-            frame_rate=options.frame_rate, frame_load=options.frame_load,
-            frame_stdev=options.frame_stdev,
-            whole_segments=not options.udp and not options.length_given, l4s=options.l4s,
-            write_prefetch=options.write_prefetch, **dict(options.described))
+    def settled(self, given: frozenset[str], rows_every: float | None) -> TestSpec:
+        """What the command line's values make of the fields no flag gave (`given`: those
+        a flag did): -b's default (iperf3's 1 Mbit/s for UDP; none for TCP and --l4s,
+        whose -b is a ceiling), the server's sample step from -i, whole TCP segments
+        without -l, a test of an amount without a time, frames timed."""
+        rate = self.rate if "rate" in given else (
+            DEFAULT_UDP_RATE if self.transport.datagrams and not self.l4s else 0.0)
+        return replace(
+            self, rate=rate,
+            duration=None if self.num_bytes is not None else self.duration,
+            sample=min(max(rows_every or DEFAULT_NATIVE_INTERVAL, MIN_SERVER_SAMPLE),
+                       MAX_SERVER_SAMPLE),
+            whole_segments=not self.transport.datagrams and "length" not in given,
+            trip_times=self.trip_times or self.frame_rate > 0)
 
     @property
     def transport(self) -> Transport:
@@ -255,6 +270,7 @@ class TestSpec:
         return stream <= self.parallel
 
 
+_DEFAULTS = TestSpec()
 # Every field's rule, by name: what a peer's description is checked against
 RULES: dict[str, Rule] = {item.name: item.metadata["rule"] for item in fields(TestSpec)}
 # The fields that declare the flag that sets them, by name
@@ -264,6 +280,39 @@ FLAGS: dict[str, Flag] = {item.name: item.metadata["flag"] for item in fields(Te
 UNCARRIED: dict[str, Uncarried] = {item.name: item.metadata["iperf3"]
                                    for item in fields(TestSpec)
                                    if isinstance(item.metadata["iperf3"], Uncarried)}
+
+# What a classic peer makes of each field, by name (Classic)
+CLASSIC: dict[str, Classic] = {item.name: item.metadata["classic"] for item in fields(TestSpec)}
+
+
+def _classic_allows(name: str, value: object) -> bool:
+    classic = CLASSIC[name]
+    if isinstance(classic, Rule):
+        return classic.allows(value)
+    return classic is True or value == getattr(_DEFAULTS, name)
+
+
+def needs_more_than_classic(spec: TestSpec, given: frozenset[str]) -> bool:
+    """Whether the fields a flag gave (`given`) ask what a classic test cannot run."""
+    return any(not _classic_allows(name, getattr(spec, name)) for name in given)
+
+
+def beyond_classic(spec: TestSpec, given: frozenset[str]) -> list[str]:
+    """The flags of what a classic peer cannot run in this test, as a refusal names them
+    (in the fields' order; those a Rule bounds are not named)."""
+    named = []
+    for name in RULES:
+        value = getattr(spec, name)
+        if name not in given or _classic_allows(name, value):
+            continue
+        classic = CLASSIC[name]
+        if isinstance(classic, str):
+            named.append(classic)
+        elif isinstance(classic, dict):
+            named.append(classic[value])
+        elif classic is None:
+            named.append(FLAGS[name].name)
+    return named
 
 
 def beyond_iperf3(spec: TestSpec) -> tuple[str, str] | None:

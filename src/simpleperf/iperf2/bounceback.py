@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from ..description.testspec import TestSpec
 from ..engine.records import Stream
 from ..errors import Interrupted, ProtocolError, SimpleperfError
@@ -120,7 +120,7 @@ def first_message(conn: socket.socket, prefix: bytes, stop: threading.Event,
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
-    size = options.length if options.length_given else iperf2.DEFAULT_BOUNCE_SIZE
+    size = options.test.length if "length" in options.given else iperf2.DEFAULT_BOUNCE_SIZE
     if not iperf2.BOUNCE_MIN <= size <= iperf2.BOUNCE_MAX:
         raise SimpleperfError(f"--bounceback messages are {iperf2.BOUNCE_MIN} to "
                               f"{iperf2.BOUNCE_MAX} bytes (-l), not {size}")
@@ -132,7 +132,7 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
             pace = (f"{options.bounceback} every {options.bounce_period:g} s"
                     if options.bounce_period else "back to back")
             out(f"Bounceback to {options.host} port {options.port}: {size}-byte messages, "
-                f"{pace}, for {options.duration:g} s")
+                f"{pace}, for {options.seconds:g} s")
         samples, held = _bounce(sock, options, size, out)
     except KeyboardInterrupt:
         raise Interrupted() from None
@@ -157,14 +157,14 @@ def _bounce(sock: socket.socket, options: ClientOptions, size: int,
     samples: list[float] = []
     held: list[float] = []
     began = time.monotonic()
-    end = began + options.duration
+    end = began + options.seconds
     every = options.rows_every or 0.0
     next_row = began + every if every else None
     row_from, row_samples = 0.0, list[float]()
     number = 0
     stop = threading.Event()
     message = iperf2.encode_bounce(iperf2.Bounce(
-        size, 0, 0, options.tos, int(options.bounce_hold * 1e6), time.time()))
+        size, 0, 0, options.test.tos, int(options.bounce_hold * 1e6), time.time()))
     reply = memoryview(bytearray(size))
     burst_began = began
     while time.monotonic() < end:

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..description.options import DEFAULT_NATIVE_INTERVAL, ClientOptions
+from ..description.client_options import ClientOptions
+from ..description.options import DEFAULT_NATIVE_INTERVAL
 from ..description.testspec import TestSpec
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
@@ -42,16 +43,16 @@ def refusal(options: ClientOptions) -> str | None:
     """What this test asks that an iperf2 server cannot do (or that we do not yet ask of
     one), as the line to print; None when it can run."""
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
-    if options.l4s:
+    if options.test.l4s:
         return f"{where}, which has no --l4s of ours"
-    if options.compatibility and (options.direction != "forward" or options.dualtest or
-                                  options.tradeoff or options.trip_times or
-                                  options.frame_rate > 0 or options.peer_detect
+    if options.compatibility and (options.test.direction != "forward" or options.dualtest or
+                                  options.tradeoff or options.test.trip_times or
+                                  options.test.frame_rate > 0 or options.peer_detect
                                   or options.permit_key is not None or options.no_udp_fin):
         return (f"{where}: -R, --bidir/--full-duplex, -d, -r, --trip-times, --isochronous, -X,"
                 " --permit-key and --no-udp-fin are told in iperf2's header, which "
                 "--compatibility leaves out")
-    if options.omit:
+    if options.test.omit:
         return f"{where}, which counts from the first byte: -O needs a simpleperf server"
     return None
 
@@ -67,7 +68,7 @@ class _Iperf2Test:
     def __init__(self, options: ClientOptions, out: Callable[[str], None]) -> None:
         self.options = options
         self.out = out
-        self.spec = TestSpec.from_options(options)
+        self.spec = options.test
         if options.compatibility:  # iperf2's digits after each datagram's number and time
             self.spec = dataclasses.replace(self.spec, repeating_payload=True)
         self.back = "dual" if options.dualtest else "tradeoff" if options.tradeoff else None
@@ -77,8 +78,8 @@ class _Iperf2Test:
         wall = time.time()
         self.header = iperf2.header_from_spec(
             self.spec, port, (int(wall), int((wall - int(wall)) * 1e6)),
-            options.length_given or options.udp, self.back, options.peer_detect,
-            options.no_udp_fin)
+            "length" in options.given or options.test.transport.datagrams, self.back,
+            options.peer_detect, options.no_udp_fin)
         self.server_version = ""  # -X: what the server said it is
         self.streams: list[Stream] = []
         self.receivers: dict[int, datagrams.UdpReceiver] = {}  # UDP -R: by stream number
@@ -192,7 +193,7 @@ class _Iperf2Test:
                                          self.header.no_udp_fin):
             self.body = self._body
         measurement.begin(time.monotonic(), *([self.body] if self.body else []))
-        congestion = options.congestion or tcp.system_congestion()
+        congestion = options.test.congestion or tcp.system_congestion()
         try:
             ours = spec.transport.datagrams and self.body is not None  # _body sends
             while not all(s.done.is_set() and (s.number in self.ended or not s.sending
@@ -346,12 +347,13 @@ def _listen_back(options: ClientOptions) -> socket.socket:
     come to."""
     family = socket.AF_INET6 if options.family == socket.AF_INET6 or (
         options.local and ":" in options.local) else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_DGRAM if options.udp else socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_DGRAM if options.test.transport.datagrams
+                         else socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((options.local or "", options.listen_port or 0))
-        if not options.udp:
-            sock.listen(options.parallel)
+        if not options.test.transport.datagrams:
+            sock.listen(options.test.parallel)
     except OSError as error:
         sock.close()
         raise SimpleperfError(f"cannot listen on port {options.listen_port or 0} for the "
@@ -375,8 +377,8 @@ def _open_udp(options: ClientOptions) -> socket.socket:
         raise SimpleperfError(f"cannot open a UDP socket to {options.host} port "
                               f"{options.port}: {(error.strerror or str(error)).lower()}"
                               ) from None
-    if options.tos:
-        tcp.set_tos(sock, options.tos)
+    if options.test.tos:
+        tcp.set_tos(sock, options.test.tos)
     socket_options.apply(sock, options, "udp")
     return sock
 

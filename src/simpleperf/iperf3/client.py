@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import __version__, rsa_auth
-from ..description.options import DEFAULT_NATIVE_INTERVAL, ClientOptions, is_congestion_name
+from ..description.client_options import ClientOptions
+from ..description.options import DEFAULT_NATIVE_INTERVAL, is_congestion_name
 from ..description.testspec import TestSpec, beyond_iperf3
 from ..description.transports import Transport
 from ..engine import tcp_stream
@@ -56,7 +57,7 @@ class _Iperf3Test:
                  control: tuple[socket.socket, bytes] | None = None) -> None:
         self.options = options
         self.out = out
-        self.spec = TestSpec.from_options(options)  # -n: all streams together
+        self.spec = options.test  # -n: all streams together
         self.handed = control[0] if control is not None else None
         self.cookie = control[1] if control is not None else iperf3.make_cookie()
         self.order = Iperf3Order()
@@ -165,7 +166,7 @@ class _Iperf3Test:
                                   output.interval)
         output.start()
         measurement.begin(time.monotonic())
-        congestion = options.congestion or tcp.system_congestion()
+        congestion = options.test.congestion or tcp.system_congestion()
         try:
             self._run_until_done(measurement)
             measurement.stop_sending.set()

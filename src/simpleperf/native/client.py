@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..description.options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL, ClientOptions
-from ..description.testspec import FLAGS, TestSpec
+from ..description.client_options import ClientOptions
+from ..description.options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL
+from ..description.testspec import beyond_classic
 from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
@@ -138,25 +139,16 @@ def _authenticate(channel: ControlChannel, welcome: Welcome,
 def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None, sent: int,
                           out: Callable[[str], None]) -> None:
     assert control is not None
-    unsupported = [flag for flag, used in (
-        ("-u", options.udp), ("-b", options.rate is not None), ("-R", options.reverse),
-        ("--bidir", options.bidir), ("-e", options.extended), ("-J", options.json),
-        ("--json-stream", options.json_stream), ("-O", options.omit > 0),
-        ("-Z", options.zerocopy), ("-S/--dscp", options.tos),
-        ("-A N,M", options.server_affinity is not None),
-        ("-F", options.file is not None),
-        ("--rtt", options.rtt), ("--probe", options.probe),
-        ("--trip-times", options.trip_times), ("--isochronous", options.frame_rate > 0),
-        ("--l4s", options.l4s),
-        # the test description's fields that declare their own flags: none is classic's
-        *((FLAGS[name].name, True) for name, _ in options.described)
-    ) if used]
+    unsupported = beyond_classic(options.test, options.given) + [flag for flag, used in (
+        ("-e", options.extended), ("-J", options.json),
+        ("--json-stream", options.json_stream), ("-F", options.file is not None),
+        ("--rtt", options.rtt), ("--probe", options.probe)) if used]
     if unsupported:
         control.close()
         raise SimpleperfError(
             f"the server at {options.host} port {options.port} speaks only classic "
             f"simpleperf, which cannot do {', '.join(unsupported)}: run a simpleperf server")
-    if options.num_bytes is not None and options.num_bytes < sent:
+    if options.test.num_bytes is not None and options.test.num_bytes < sent:
         control.close()
         control = None
     from ..classic import client as classic_client
@@ -175,7 +167,7 @@ class _NativeTest:
         self.udp_key = udp_key
         self.channel = channel
         self.out = out
-        self.spec = TestSpec.from_options(options)
+        self.spec = options.test
         self.streams: list[Stream] = []
         self.prober: EchoProber | None = None
 
@@ -210,7 +202,7 @@ class _NativeTest:
             if self.prober is not None:
                 self.prober.start_background(options.rtt_interval)
             session.begin(time.monotonic())
-            congestion = options.congestion or tcp.system_congestion()
+            congestion = options.test.congestion or tcp.system_congestion()
             try:
                 session.run()
             except KeyboardInterrupt:

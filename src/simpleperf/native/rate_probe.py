@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from .client import measure
 
 START_RATE = 1e6
@@ -94,16 +94,17 @@ def best(trials: list[Trial]) -> Trial | None:
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
-    seconds = options.duration if options.duration_given else TRIAL_SECONDS
-    trial_options = dataclasses.replace(options, probe=False, latency=False, duration=seconds,
-                                        num_bytes=None, interval=0.0)  # trials: no rows
+    seconds = options.seconds if "duration" in options.given else TRIAL_SECONDS
+    trial_options = dataclasses.replace(  # trials: no rows
+        options, probe=False, latency=False, interval=0.0).asking(duration=seconds,
+                                                                  num_bytes=None)
     if not options.json:
         out(f"UDP rate search to {options.host} port {options.port}: loss under "
-            f"{options.loss_threshold:g}%, {seconds:g} s per trial, {options.length}-byte "
+            f"{options.loss_threshold:g}%, {seconds:g} s per trial, {options.test.length}-byte "
             f"datagrams")
 
     def run_trial(rate: float) -> tuple[float, float, float | None]:
-        document = measure(dataclasses.replace(trial_options, rate=rate))
+        document = measure(trial_options.asking(rate=rate).settled())
         total = document["end"]["sum"]
         received = document["end"]["sum_received"]
         result = (received.get("bits_per_second", 0.0), total.get("lost_percent", 0.0),
@@ -114,12 +115,13 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
                 f"loss {result[1]:6.2f}%{growth}")
         return result
 
-    trials = search(run_trial, options.loss_threshold, options.rate or START_RATE)
+    asked = options.test.rate if "rate" in options.given else 0.0
+    trials = search(run_trial, options.loss_threshold, asked or START_RATE)
     found = best(trials)
     if options.json:
         out(json.dumps({"probe": {
             "loss_threshold_percent": options.loss_threshold, "trial_seconds": seconds,
-            "datagram_bytes": options.length,
+            "datagram_bytes": options.test.length,
             "trials": [dataclasses.asdict(t) for t in trials],
             "result": dataclasses.asdict(found) if found else None}}, indent=2))
     elif found is None:

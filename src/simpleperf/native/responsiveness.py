@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from ..description.transports import TCP
 from ..engine.latency import TCP_REPLY_TIMEOUT, EchoProber
 from ..engine.responsiveness import (
@@ -52,7 +52,7 @@ def _connecting(address: tuple, family: int, options: ClientOptions,
     """A non-blocking socket whose handshake to `address` has begun (writable once done)."""
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        tcp.prepare(sock, window, congestion, tos=options.tos, local=options.local)
+        tcp.prepare(sock, window, congestion, tos=options.test.tos, local=options.local)
         sock.setblocking(False)
         sock.connect_ex(address)
     except BaseException:
@@ -76,7 +76,8 @@ class LoadConnection:
                  download: bool) -> None:
         self.download = download
         self.secret = options.secret
-        self.sock = _connecting(address, family, options, options.window, options.congestion)
+        self.sock = _connecting(address, family, options, options.test.window,
+                                options.test.congestion)
         self.deadline = time.monotonic() + options.connect_timeout
         self.request = preface(LOAD) + request
         self.accepted = False
@@ -197,7 +198,8 @@ class ProbeLoop:
         self.options = options
         self.address, self.family = address, family
         # which ways the load runs (download: the server sends); --bidir both at once
-        self.directions = (False, True) if options.bidir else (options.reverse,)
+        self.directions = (False, True) if options.test.direction == "bidir" else (
+            options.test.direction == "reverse",)
         self.token = os.urandom(load.TOKEN_SIZE)
         self.seconds = seconds
         self.max_connections = connections * len(self.directions)
@@ -224,7 +226,7 @@ class ProbeLoop:
                 for download in self.directions:
                     request = load.request(self.token, download, self.seconds,
                                            self.max_connections, self.options.secret,
-                                           self.options.congestion)
+                                           self.options.test.congestion)
                     connection = LoadConnection(self.options, self.address, self.family,
                                                 request, download)
                     self.connections.append(connection)
@@ -363,7 +365,7 @@ def idle_probe(options: ClientOptions) -> tuple[tuple[float, float], tuple, int]
     probe connects to."""
     began = time.monotonic_ns()
     prober = EchoProber(options.host, options.port, TCP, options.family, options.secret,
-                        options.connect_timeout, options.tos, options.local)
+                        options.connect_timeout, options.test.tos, options.local)
     connected = time.monotonic_ns()
     try:
         address, family = prober.sock.getpeername(), prober.sock.family
@@ -379,7 +381,7 @@ def idle_probe(options: ClientOptions) -> tuple[tuple[float, float], tuple, int]
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     parameters = RpmParameters(interval=options.rpm_interval)
-    limit = options.duration
+    limit = options.seconds
     ramp = ResponsivenessRun(parameters)
     idle, address, family = idle_probe(options)
     probes = ProbeLoop(options, address, family, math.ceil(limit), parameters.max_connections)

@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Callable
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from ..description.transports import TCP, UDP
 from ..engine.latency import SECRET_HINT, EchoProber
 from ..report import native as table
@@ -16,9 +16,9 @@ from ..stats import RttSummary, summarise_rtt
 
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
-    transport = UDP if options.udp else TCP
+    transport = UDP if options.test.transport.datagrams else TCP
     prober = EchoProber(options.host, options.port, transport, options.family, options.secret)
-    count = options.count or max(1, round(options.duration / options.rtt_interval))
+    count = options.count or max(1, round(options.seconds / options.rtt_interval))
     if not options.json:
         out(f"RTT to {options.host} port {options.port} over {transport.name.upper()} echo, "
             f"{count} probes every {options.rtt_interval:g} s")

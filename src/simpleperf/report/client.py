@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..delays import pdf_line
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from ..description.testspec import TestSpec
 from ..engine.measurement import Measurement
 from ..engine.records import IntervalRecord, Stream
@@ -27,7 +27,7 @@ class TestOutput:
         self.cookie = cookie  # what names the test on the server (iperf3's cookie)
         # Read now: by the end of the test, when -J writes it, the sockets are closed.
         self.sockets = json_report.socket_section(streams[0].sock if streams else None,
-                                                  options.window)
+                                                  options.test.window)
         self.spec = spec
         self.streams = streams
         self.out = out

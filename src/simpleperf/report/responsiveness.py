@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from ..engine.responsiveness import (
     CONNECT,
     FOREIGN,
@@ -23,11 +23,12 @@ from .json import identity
 
 
 def _direction(options: ClientOptions) -> str:
-    return "both" if options.bidir else "download" if options.reverse else "upload"
+    return {"bidir": "both", "reverse": "download"}.get(options.test.direction, "upload")
 
 
 def _direction_text(options: ClientOptions) -> str:
-    return "upload and download at once" if options.bidir else _direction(options)
+    return ("upload and download at once" if options.test.direction == "bidir"
+            else _direction(options))
 
 
 def header(options: ClientOptions, parameters: RpmParameters, limit: float) -> str:
@@ -77,7 +78,7 @@ def document(options: ClientOptions, parameters: RpmParameters, limit: float,
     """One JSON document: start (what ran), intervals, end (the result)."""
     end: dict[str, Any] = result.as_dict()
     intervals = end.pop("intervals")
-    if not options.bidir:  # one direction: its goodput is the goodput
+    if options.test.direction != "bidir":  # one direction: its goodput is the goodput
         for item in (end, *intervals):
             for key in ("uplink", "downlink", "uplink_goodput", "downlink_goodput"):
                 item.pop(key, None)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # <linux/tcp.h>
 
@@ -45,7 +45,7 @@ def _dont_route(sock: socket.socket, on: bool) -> None:
 
 @dataclass(frozen=True)
 class SocketOption:
-    field: str  # ClientOptions' field; unset (None, 0, False) leaves the kernel's
+    field: str  # a field of ClientOptions or of its test; unset (None, 0, False) leaves the kernel's
     transports: tuple[str, ...]  # "tcp", "udp"
     set: Callable[[socket.socket, Any], None]
 
@@ -67,6 +67,6 @@ DATA_SOCKET_OPTIONS: tuple[SocketOption, ...] = (
 def apply(sock: socket.socket, options: ClientOptions, transport: str) -> None:
     """Every row that `options` asks for and that applies to `transport`."""
     for option in DATA_SOCKET_OPTIONS:
-        value = getattr(options, option.field)
+        value = options.value(option.field)
         if value and transport in option.transports:  # unset: None, 0 or False
             option.set(sock, value)

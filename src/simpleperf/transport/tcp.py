@@ -10,7 +10,8 @@ import struct
 import time
 from typing import Any
 
-from ..description.options import CONNECT_RETRY_SECONDS, CONNECT_TIMEOUT_SECONDS, ClientOptions
+from ..description.client_options import ClientOptions
+from ..description.options import CONNECT_RETRY_SECONDS, CONNECT_TIMEOUT_SECONDS
 from ..errors import SimpleperfError
 from . import socket_options, tcpinfo
 
@@ -239,9 +240,10 @@ def _connect_to_server(options: ClientOptions, stream: int | None) -> socket.soc
         if options.control_keepalive is not None:
             keep_alive(control, options.control_keepalive)
         return control
-    sock = connect(options.host, options.port, options.connect_timeout, window=options.window,
-                   congestion=options.congestion, family=options.family, local=options.local,
-                   mss=options.mss, local_port=stream_port(options, stream), tos=options.tos,
+    test = options.test
+    sock = connect(options.host, options.port, options.connect_timeout, window=test.window,
+                   congestion=test.congestion, family=options.family, local=options.local,
+                   mss=test.mss, local_port=stream_port(options, stream), tos=test.tos,
                    mptcp=options.mptcp, device=options.bind_dev, flowlabel=options.flowlabel)
     socket_options.apply(sock, options, "tcp")
     return sock

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from ..description.options import ClientOptions
+from ..description.client_options import ClientOptions
 from ..errors import SimpleperfError
 from . import socket_options, tcp
 from .buffers import aligned
@@ -207,9 +207,9 @@ def greet_server(options: ClientOptions, number: int, greeting: bytes,
     """Stream `number`'s socket to the server of a client's options, once greeted
     (open_greeted, watching the test's control connection)."""
     return open_greeted(options.host, options.port, options.family, options.local, greeting,
-                        answers, receiving, options.window,
+                        answers, receiving, options.test.window,
                         local_port=tcp.stream_port(options, number),
-                        dont_fragment=options.dont_fragment, control=control, tos=options.tos,
+                        dont_fragment=options.dont_fragment, control=control, tos=options.test.tos,
                         device=options.bind_dev, flowlabel=options.flowlabel, options=options)
 
 
