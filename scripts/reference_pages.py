@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import io
 import sys
 import tokenize
@@ -19,6 +20,7 @@ from typing import Any
 
 from simpleperf import errors, result_fields
 from simpleperf.command_line import cli
+from simpleperf.description import testspec
 from simpleperf.exporter import modules, web
 from simpleperf.lab import commands
 from simpleperf.lab.model import (
@@ -189,6 +191,64 @@ def queue_discipline_page() -> str:
                       "the kernel's", "tuned by"], rows))
 
 
+def _rule(rule: testspec.Rule) -> str:
+    if rule.kind is bool:
+        return "on or off"
+    if rule.choices:
+        return " or ".join(f"`{choice}`" for choice in rule.choices)
+    if rule.kind is str:
+        return "a name"
+    def number(value: float) -> str:
+        return f"{int(value):,}" if rule.kind is int else f"{value:g}"
+
+    low = "" if rule.low is None else f"{'above' if rule.above else 'from'} {number(rule.low)}"
+    high = "" if rule.high is None else f"to {number(rule.high)}"
+    whole = "whole number " if rule.kind is int else ""
+    return (whole + " ".join(part for part in (low, high) if part)
+            + (", or none" if rule.optional else "")).strip()
+
+
+def _carried(carried: testspec.Carried) -> str:
+    if isinstance(carried, testspec.Uncarried):
+        where = {"both": "always", "sender": "where it sends",
+                 "receiver": "where it receives"}[carried.end]
+        return f"refused {where}: it {carried.lacks}"
+    return ", ".join(f"`{part}`" for part in carried) or "not needed"
+
+
+def _classic(name: str) -> str:
+    classic = testspec.CLASSIC[name]
+    if classic is True:
+        return "any value"
+    if isinstance(classic, testspec.Rule):
+        return _rule(classic) + " (more: a simpleperf server)"
+    named = (classic if isinstance(classic, str) else
+             ", ".join(classic.values()) if isinstance(classic, dict)
+             else testspec.FLAGS[name].name)
+    return f"refused, naming {named}"
+
+
+def test_description_page() -> str:
+    rows = [[f"`{item.name}`", f"`{item.default!r}`", _rule(testspec.RULES[item.name]),
+             f"`{testspec.FLAGS[item.name].name}`" if item.name in testspec.FLAGS else "",
+             _carried(item.metadata["iperf3"]), _carried(item.metadata["iperf2"]),
+             _classic(item.name)]
+            for item in dataclasses.fields(testspec.TestSpec)]
+    return (HEADER + "# The test description\n\nWhat a client asks a server to run, one "
+            "row per field of `TestSpec` (`src/simpleperf/description/testspec.py`): its "
+            "default and the rule a peer's value is checked against (sizes in bytes, rates "
+            "in bits/s, times in seconds), the flag it declares itself where it does (the "
+            "others' are in the [command line](command-line.md)), and what carries it to "
+            "each kind of server. A simpleperf server is sent every field by name. An "
+            "iperf3 server is sent the parameters named, an iperf2 server the header "
+            "fields named (`transport`: the socket's kind); 'not needed': it runs the "
+            "same test without it; 'refused': a test that would need it of that server is "
+            "refused in one line before it starts, naming the flag. A classic Simpleperf "
+            "server runs a test only with the values in its column.\n\n"
+            + _table(["field", "default", "a peer may send", "its own flag",
+                      "iperf3 server", "iperf2 server", "classic server"], rows))
+
+
 def exit_status_page() -> str:
     rows = [[f"`{status}`", f"`{name}`", meaning]
             for status, (name, meaning) in sorted(errors.EXIT_STATUSES.items())]
@@ -317,6 +377,7 @@ PAGES = {
     "reference/flow-kinds.md": flow_kind_page,
     "reference/queue-disciplines.md": queue_discipline_page,
     "reference/exit-statuses.md": exit_status_page,
+    "reference/test-description.md": test_description_page,
     "reference/verdicts.md": verdict_page,
 }
 

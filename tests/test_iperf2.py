@@ -384,6 +384,15 @@ def _stop(process: subprocess.Popen) -> str:
     return output
 
 
+def test_an_iperf2_server_sending_tcp_keeps_to_our_b():
+    """-R -b over TCP: 2.1.8's server reads the rate from our header and paces to it (it
+    was not told, and sent as fast as loopback goes)."""
+    done, _ = _at_iperf2_server((), "-t", "2", "-J", "-R", "-b", "20M")
+    assert done.returncode == 0, done.stderr
+    received = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
+    assert 15e6 < received < 25e6, received
+
+
 @pytest.mark.parametrize("extra", [(), ("-P", "2"), ("-R",)], ids=["tcp", "parallel", "reverse"])
 def test_our_client_at_an_iperf2_tcp_server(extra):
     done, output = _at_iperf2_server((), "-t", "1", "-J", *extra)

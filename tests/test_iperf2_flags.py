@@ -92,7 +92,7 @@ def test_after_iperf2_a_colliding_letter_means_what_iperf2_means():
     under = parse_args(["-c", "-I", "10.0.0.2", "--iperf2", "-T", "7"])
     assert (under.host, under.ttl) == ("10.0.0.2", 7)
     assert parse_args(["-c", "h", "-T", "x"]).ttl == 0
-    assert {"-d", "-Z", "-V", "-L", "-C", "-T"} == iperf2_flags.IPERF2_LETTERS
+    assert {"-d", "-Z", "-V", "-L", "-C", "-T", "-m"} == iperf2_flags.IPERF2_LETTERS
     assert parse_args(["-c", "h", "--iperf2", "-C"]).compatibility
     assert parse_args(["-c", "h", "-C", "reno"]).test.congestion == "reno"  # ours without it
 
@@ -425,3 +425,37 @@ def test_tcp_quickack_is_set_before_every_read_by_the_receiver_of_each_test(tmp_
         served.wait(10)
     plain, quick = counts
     assert plain == 0 and quick > 100, counts  # 1 s of 1,000-byte writes at 2 Mbit/s: 250
+
+
+def test_print_mss_is_iperf2s_line_after_the_banner():
+    """-m after --iperf2 (--print_mss anywhere): iperf2's line with the first
+    connection's MSS once connected (iperf 2.1.8's own is its socket's 536 before it
+    connects), or with -M the size asked; at an iperf2 server and at ours alike."""
+    port = free_port()
+    server = subprocess.Popen(["iperf", "-s", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    live, ours = start_server()
+    try:
+        time.sleep(0.3)  # the iperf2 server listens
+        at_iperf2 = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", "-m",
+                                   "-t", "0.5")
+        asked = run_simpleperf("-c", "127.0.0.1", "-p", str(ours), "--print_mss", "-M",
+                               "1000", "-t", "0.5")
+        plain = run_simpleperf("-c", "127.0.0.1", "-p", str(ours), "-t", "0.5", "-P", "6")
+    finally:
+        server.kill()
+        server.wait()
+        live.close()
+    assert at_iperf2.returncode == 0, at_iperf2.stderr
+    lines = at_iperf2.stdout.splitlines()
+    said = [int(found[1]) for line in lines if (found := re.fullmatch(r"MSS size (\d+) bytes",
+                                                                       line))]
+    # loopback's MTU is 65536: a segment far beyond Ethernet's, as TCP_MAXSEG says it
+    assert len(said) == 1 and 16_000 < said[0] <= 65_536, lines[:6]
+    assert lines.index(f"MSS size {said[0]} bytes") < next(
+        n for n, line in enumerate(lines) if line.startswith("Client "))
+    assert asked.returncode == 0, asked.stderr
+    assert "MSS req size 1000 bytes (per TCP_MAXSEG)" in asked.stdout.splitlines()
+    assert plain.returncode == 0 and "MSS" not in plain.stdout
+    with pytest.raises(UsageError, match="--print_mss is a client option"):
+        parse_args(["-s", "--print_mss"])

@@ -73,7 +73,8 @@ def test_headers_we_write_read_back(udp, direction, trip_times, parallel, num_by
         parallel, written.duration, num_bytes, direction == "reverse", tos)
     assert read.trip_times == trip_times and read.start == (
         (1_700_000_000, 123456) if trip_times else (0, 0))
-    assert read.rate == (rate if udp else 0)
+    # -b: for UDP, and for a sending server (TCP -R) as 2.1.8's client states it
+    assert read.rate == (rate if udp or direction == "reverse" else 0)
     stated = (struct.unpack_from("!I", data, iperf2.DATAGRAM.size if udp else 0)[0]
               & iperf2.LEN_MASK) >> 1
     # the length the flags state is what was written (over UDP, up to the start)

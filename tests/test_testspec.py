@@ -2,7 +2,9 @@
 iperf3 parameters that carry it beside its default, and the native protocol checks a peer's
 description against those rules alone. Descriptions drawn from the rules themselves cross
 the wire and come back equal, so a field added to TestSpec is carried and checked without a
-second list to keep; a field's iperf3 parameters are the ones that move when it does."""
+second list to keep; a field's iperf3 parameters and iperf2 header fields are the ones that
+move when it does, and a field neither can carry refuses that peer's server in one line
+where it would have to honour it."""
 
 from __future__ import annotations
 
@@ -21,13 +23,15 @@ from simpleperf.description.testspec import (
     FLAGS,
     RULES,
     UNCARRIED,
+    UNCARRIED_IPERF2,
     Rule,
     TestSpec,
+    beyond_iperf2,
     beyond_iperf3,
 )
-from simpleperf.description.transports import UDP
+from simpleperf.description.transports import TCP, UDP
 from simpleperf.errors import ProtocolError, UsageError
-from simpleperf.protocol import iperf3, native
+from simpleperf.protocol import iperf2, iperf3, native
 
 
 def values(rule: Rule) -> st.SearchStrategy[Any]:
@@ -152,26 +156,103 @@ def test_a_field_no_iperf3_parameter_carries_says_whether_an_iperf3_server_may_i
                                                                       "both"), name
 
 
+def changed_alone(item: dataclasses.Field, base: TestSpec) -> TestSpec:
+    """`base` with this field alone away from its default (an amount replaces the time)."""
+    value = other_value(item.metadata["rule"], item.default)
+    extra = {"duration": None} if item.name == "num_bytes" else {}
+    return dataclasses.replace(base, **{item.name: value}, **extra)
+
+
 @pytest.mark.parametrize("item", dataclasses.fields(TestSpec), ids=lambda item: item.name)
-def test_an_iperf3_server_is_refused_a_test_only_for_what_it_would_have_to_honour(item):
-    """A field set alone away from its default refuses an iperf3 server in exactly the
-    directions where it has the end that honours the field, naming the flag."""
-    changed = dataclasses.replace(TestSpec(), **{item.name: other_value(
-        item.metadata["rule"], item.default)})
-    uncarried = UNCARRIED.get(item.name)
+@pytest.mark.parametrize("peer,beyond,uncarried", [("iperf3", beyond_iperf3, UNCARRIED),
+                                                   ("iperf2", beyond_iperf2, UNCARRIED_IPERF2)])
+def test_a_server_of_another_tool_is_refused_a_test_only_for_what_it_would_have_to_honour(
+        item, peer, beyond, uncarried):
+    """A field set alone away from its default refuses an iperf3 (iperf2) server in
+    exactly the directions where it has the end that honours the field, naming the flag."""
+    changed = changed_alone(item, TestSpec())
+    field_uncarried = uncarried.get(item.name)
     server_end = {"forward": "receiver", "reverse": "sender"}
     for direction in ("forward", "reverse", "bidir"):
         test = dataclasses.replace(changed, direction=direction) \
             if item.name != "direction" else changed
-        refused = beyond_iperf3(test)
-        honours = uncarried is not None and (
-            uncarried.end in ("both", server_end.get(direction, uncarried.end)))
+        refused = beyond(test)
+        honours = field_uncarried is not None and (
+            field_uncarried.end in ("both", server_end.get(direction, field_uncarried.end)))
         if not honours:
             assert refused is None, (direction, refused)
             continue
-        assert refused is not None and uncarried is not None
+        assert refused is not None and field_uncarried is not None
         needs, lacks = refused
-        assert needs == f"{uncarried.flag} needs a simpleperf server" and lacks == uncarried.lacks
+        assert needs == f"{field_uncarried.flag} needs a simpleperf server"
+        assert lacks == field_uncarried.lacks
+
+
+def iperf2_parts(spec: TestSpec) -> dict[str, Any]:
+    """What our client tells an iperf2 server of `spec`: the header's fields, and the
+    socket's kind ("transport")."""
+    header = iperf2.header_from_spec(spec, 5001, (1, 2))
+    return {**dataclasses.asdict(header), "transport": spec.transport}
+
+
+@pytest.mark.parametrize("item", dataclasses.fields(TestSpec), ids=lambda item: item.name)
+def test_a_field_reaches_an_iperf2_peer_exactly_through_the_header_fields_it_names(item):
+    """A field that names iperf2 header fields moves only those, in some test (TCP or UDP,
+    either direction), and what an iperf2 server parses moves with them; a field that
+    names none moves none of them. (One an iperf2 server is refused for where it would
+    honour it may tell a receiving server something, as --isochronous's flag does: the
+    refusal is the test above.)"""
+    parts = item.metadata["iperf2"]
+    if not isinstance(parts, tuple):
+        assert item.name in UNCARRIED_IPERF2
+        return
+    moved_somewhere = False
+    for protocol in (TCP.name, UDP.name):
+        for direction in ("forward", "reverse"):
+            base = dataclasses.replace(TestSpec(), protocol=protocol, direction=direction,
+                                       length=1400)
+            changed = changed_alone(item, base)
+            before, after = iperf2_parts(base), iperf2_parts(changed)
+            moved = {key for key in before if before[key] != after[key]}
+            if not parts:
+                assert not moved, (protocol, direction, moved)
+                continue
+            assert moved <= set(parts), (protocol, direction, moved, parts)
+            if moved - {"transport"}:
+                udp = changed.transport.datagrams
+                assert iperf2.parse_header(iperf2.encode_header(
+                    iperf2.header_from_spec(changed, 5001, (1, 2)), udp)) != \
+                    iperf2.parse_header(iperf2.encode_header(
+                        iperf2.header_from_spec(base, 5001, (1, 2)), udp))
+            moved_somewhere = moved_somewhere or bool(moved)
+    assert moved_somewhere or not parts, parts
+
+
+def test_a_sending_iperf2_server_is_told_the_rate_over_tcp_too():
+    """-R -b: an iperf2 server sending TCP reads its rate from the header (it was 0, and
+    the server sent unlimited)."""
+    spec = TestSpec(direction="reverse", rate=20e6)
+    header = iperf2.parse_header(iperf2.encode_header(
+        iperf2.header_from_spec(spec, 5001, (1, 2)), False))
+    assert iperf2.spec_from_header(header, TCP, 1400).rate == 20e6
+    forward = iperf2.header_from_spec(dataclasses.replace(spec, direction="forward"), 5001,
+                                      (1, 2))
+    assert forward.rate == 0  # our own sending: the bytes stay what they were
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--iperf2", "-R", "--tcp-congestion", "reno"],
+     "--iperf2: -C/--congestion needs a simpleperf server: an iperf2 server is not told a "
+     "congestion control"),
+    (["--iperf2", "-A", "0,1"], "--iperf2: -A N,M needs a simpleperf server"),
+    (["--iperf2", "-R", "-u", "--isochronous"], "--iperf2: --isochronous needs"),
+    (["--iperf2", "-R", "--fq-rate", "10M"], "--iperf2: --fq-rate needs")])
+def test_the_command_line_refuses_what_an_iperf2_server_would_drop(argv, words):
+    with pytest.raises(UsageError, match="^" + re.escape(words)):
+        parse_args(["-c", "h", *argv])
+    forward = [word for word in argv if word != "-R"]
+    if "-A" not in argv:  # where our end does it, the test runs
+        assert parse_args(["-c", "h", *forward]).iperf2
 
 
 def test_fields_an_iperf3_server_lacks_for_one_reason_are_named_together():

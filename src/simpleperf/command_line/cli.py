@@ -74,7 +74,7 @@ from ..description.options import (
     dscp_code,
     is_congestion_name,
 )
-from ..description.testspec import FLAGS, TestSpec, beyond_iperf3
+from ..description.testspec import FLAGS, TestSpec, beyond_iperf2, beyond_iperf3
 from ..description.transports import TCP, UDP
 from ..errors import UsageError
 from ..units import (
@@ -576,10 +576,11 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
     options = iperf3_flags.apply(latency_flags.apply(_with_file(options, args), args), args)
     options = iperf2_flags.apply(options, args)
     options = options.settled()
-    beyond = beyond_iperf3(options.test) if options.iperf3 else None
-    if beyond is not None:
-        needs, lacks = beyond
-        raise UsageError(f"--iperf3: {needs}: an iperf3 server {lacks}")
+    for peer, beyond in (("iperf3", beyond_iperf3), ("iperf2", beyond_iperf2)):
+        refused = beyond(options.test) if getattr(options, peer) else None
+        if refused is not None:
+            needs, lacks = refused
+            raise UsageError(f"--{peer}: {needs}: an {peer} server {lacks}")
     if options.interval == 0 and not options.needs_native:
         raise UsageError(f"-i/--interval must be a number of seconds at least "
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "

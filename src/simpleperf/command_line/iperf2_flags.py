@@ -44,7 +44,6 @@ COLLISIONS: dict[str, tuple[str, str]] = {
 
 # iperf2's options not taken yet: long name -> (its letter or "", what it does)
 NOT_YET: dict[str, tuple[str, str]] = {
-    "--print_mss": ("-m", "printing the MSS (-e and -V print each stream's)"),
     "--tap-dev": ("", "reading from a TAP device"),
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
     "--single_udp": ("-U", "the single-threaded UDP server"),
@@ -76,7 +75,7 @@ CLIENT_FLAGS = {"dualtest": "--dualtest", "tradeoff": "-r/--tradeoff",
                 "bounceback_hold": "--bounceback-hold", "peer_detect": "-X/--peer-detect",
                 "full_duplex": "--full-duplex", "reportstyle": "-y/--reportstyle",
                 "connect_only": "--connect-only", "reportexclude": "-x/--reportexclude",
-                "ttl": "--ttl", "local_only": "--local-only"}
+                "ttl": "--ttl", "local_only": "--local-only", "print_mss": "--print_mss"}
 
 MAX_START_AHEAD = 86400.0  # --txstart-time: at most this far ahead (iperf2: any)
 DEFAULT_BURST, MAX_BURST = 10, 10_000  # --bounceback: messages a burst (iperf2's default)
@@ -161,6 +160,9 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--hide-ips", action="store_true", help="every IPv4 address in the "
                        "output as *.*.*.N and the server's name as (**hidden**), as "
                        "iperf2's: results to publish")
+    group.add_argument("--print_mss", "--print-mss", action="store_true", help="TCP: the "
+                       "connection's MSS (TCP_MAXSEG once connected; with -M what was asked) "
+                       "after the banner, as iperf2's -m (which means it after --iperf2)")
     group.add_argument("--sum-only", action="store_true", help="the text's SUM rows alone "
                        "(each interval's and the summary's, one stream too), as iperf2's: "
                        "for a large -P")
@@ -296,6 +298,8 @@ def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str,
                                              f"--ttl takes 1 to {MAX_TTL} hops")
     if args.local_only:
         changes["local_only"] = True
+    if args.print_mss:
+        changes["print_mss"] = True
     if args.sum_only:
         changes["sum_only"] = True
     if args.hide_ips:

@@ -19,9 +19,18 @@ from .options import (
     DEFAULT_RPM_INTERVAL,
     DEFAULT_RTT_INTERVAL,
 )
-from .testspec import TestSpec, needs_more_than_classic
+from .testspec import TestSpec, beyond_classic, needs_more_than_classic
 
 _TEST_FIELDS = frozenset(item.name for item in fields(TestSpec))
+# The client's own options that need more than a classic test (its field, and the flag a
+# native client names when it meets a classic server: None for those that choose the
+# peer or prove who we are, and so never fall back to classic)
+BEYOND_CLASSIC: tuple[tuple[str, str | None], ...] = (
+    ("extended", "-e"), ("json", "-J"), ("json_stream", "--json-stream"), ("file", "-F"),
+    ("rtt", "--rtt"), ("probe", "--probe"), ("rpm", "--rpm"), ("extra_data", "--extra-data"),
+    ("tradeoff", "-r"), ("csv", "-y C"), ("sum_only", "--sum-only"),
+    ("print_mss", "-m/--print_mss"), ("native", None), ("iperf3", None), ("iperf2", None),
+    ("secret", None), ("rsa_username", None))
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class ClientOptions:
     ttl: int = 0  # --ttl (iperf2's -T): data packets' TTL or hop limit (0: the kernel's)
     local_only: bool = False  # --local-only (iperf2's): data sockets' SO_DONTROUTE
     sum_only: bool = False  # --sum-only (iperf2's): the text's SUM rows alone
+    print_mss: bool = False  # -m/--print_mss (iperf2's): the connection's MSS in the text
     hide_ips: bool = False  # --hide-ips (iperf2's): IPv4 addresses shown as *.*.*.N
     compatibility: bool = False  # --iperf2 -C/--compatibility: no header, as iperf 2.0's
     # -x/--reportexclude (iperf2's): text left out, of C (connection lines), D (our data
@@ -136,9 +146,17 @@ class ClientOptions:
     @property
     def needs_native(self) -> bool:
         """Whether the test asks more than a classic peer runs: of its fields (each
-        field's `classic`: testspec.py) or of the client's own."""
-        return needs_more_than_classic(self.test, self.given) or any((
-            self.extended, self.json, self.json_stream, self.native, self.iperf3,
-            self.iperf2, self.rtt, self.probe, self.file is not None,
-            self.secret is not None, self.rpm, self.extra_data is not None,
-            self.rsa_username is not None, self.tradeoff, self.csv, self.sum_only))
+        field's `classic`: testspec.py) or of the client's own (BEYOND_CLASSIC)."""
+        return needs_more_than_classic(self.test, self.given) or any(
+            _set(getattr(self, name)) for name, _ in BEYOND_CLASSIC)
+
+    def beyond_classic(self) -> list[str]:
+        """The flags a classic server cannot honour in this run, as a refusal names them:
+        the test's, then the client's own."""
+        return beyond_classic(self.test, self.given) + [
+            flag for name, flag in BEYOND_CLASSIC if flag and _set(getattr(self, name))]
+
+
+def _set(value: object) -> bool:
+    """An option given: on, or a value (unset: False and None)."""
+    return value is not None and value is not False

@@ -109,27 +109,37 @@ class Flag:
 # within it; else only the default, and a test that asks more is refused naming the flag
 # given here (a str, or one per value), or the field's own Flag.
 Classic = bool | Rule | str | dict[str, str] | None
+# What carries a field to a peer of another tool: the parts of its message that do (iperf3:
+# its parameters' keys; iperf2: ClientHeader's fields, "transport" for the socket's kind);
+# () none, and that peer runs the same test without it; Uncarried: none, and a test that
+# needs it of that peer's server is refused.
+Carried = tuple[str, ...] | Uncarried
 
 
-def _field(default: Any, rule: Rule, iperf3: tuple[str, ...] | Uncarried,
-           flag: Flag | None = None, *, classic: Classic = None) -> Any:
-    """A field of TestSpec: its default, its rule and the iperf3 parameters that carry it
-    (IPERF3_IGNORES: none, and an iperf3 peer runs the same test without it; Uncarried:
-    none, and a test that needs it of an iperf3 server is refused), the flag that sets it
-    where the field declares its own (Flag), and what a classic peer makes of it (Classic),
-    declared together."""
-    return field(default=default, metadata={"rule": rule, "iperf3": iperf3, "flag": flag,
-                                            "classic": classic})
+def _field(default: Any, rule: Rule, iperf3: Carried, flag: Flag | None = None, *,
+           iperf2: Carried, classic: Classic = None) -> Any:
+    """A field of TestSpec, declared together: its default, its rule, what carries it to
+    an iperf3 and to an iperf2 peer (Carried), the flag that sets it where the field
+    declares its own (Flag), and what a classic peer makes of it (Classic)."""
+    return field(default=default, metadata={"rule": rule, "iperf3": iperf3, "iperf2": iperf2,
+                                            "flag": flag, "classic": classic})
 
 
-# No iperf3 parameter carries the field, and an iperf3 peer runs the same test without it
-# (only what our end keeps or shows differs)
+# Nothing in that peer's message carries the field, and the peer runs the same test without
+# it (only what our end keeps or shows differs, or our socket alone does it)
 IPERF3_IGNORES: tuple[str, ...] = ()
+IGNORED: tuple[str, ...] = ()
 FLAG = Rule(bool)
 RATE = Rule(float, 0, MAX_RATE)  # bits/s; 0 is none
 ONE_WAY = Uncarried("--trip-times", "both", "measures no one-way delay")
 HISTOGRAMS = Uncarried("--histograms", "receiver", "measures no one-way delay")
 FRAMES = Uncarried("--isochronous", "both", "measures no one-way delay")
+L4S = Uncarried("--l4s", "both", "sends no feedback of CE marks")
+PREFETCH = Uncarried("--tcp-write-prefetch", "sender",
+                     "cannot be asked to limit what it leaves unsent")
+# iperf2's header flags frames (UPPER_ISOCH); our client leaves out their rate and sizes,
+# which a sending iperf2 server would need
+FRAMES_IPERF2 = Uncarried("--isochronous", "sender", "is not told the frames' rate and sizes")
 
 
 @dataclass(frozen=True)
@@ -138,83 +148,93 @@ class TestSpec:
 
     __test__ = False  # a test description, not a pytest test class
 
-    # Each field: its default, its rule, the iperf3 parameters that carry it (or that none
-    # do), and what a classic peer makes of it
+    # Each field: its default, its rule, what carries it to an iperf3 and an iperf2 peer
+    # (or that nothing does), and what a classic peer makes of it
     protocol: str = _field("tcp", Rule(str, choices=PROTOCOLS), ("tcp", "udp"),
-                           classic="-u")
+                           iperf2=("transport",), classic="-u")
     # forward: the client sends; reverse: the server sends; bidir: both
     direction: str = _field("forward", Rule(str, choices=DIRECTIONS),
-                            ("reverse", "bidirectional"),
+                            ("reverse", "bidirectional"), iperf2=("upper", "flags"),
                             classic={"reverse": "-R", "bidir": "--bidir"})
-    parallel: int = _field(1, Rule(int, 1, MAX_PARALLEL), ("parallel",),
+    parallel: int = _field(1, Rule(int, 1, MAX_PARALLEL), ("parallel",), iperf2=("threads",),
                            classic=Rule(int, 1, CLASSIC_MAX_PARALLEL))
     # seconds of measurement after the omitted ones; None: an amount instead (num_bytes)
     duration: float | None = _field(
         10.0, Rule(float, 0, MAX_TEST_SECONDS, above=True, optional=True), ("time",),
-        classic=True)
+        iperf2=("amount",), classic=True)
     num_bytes: int | None = _field(  # per stream
-        None, Rule(int, 0, MAX_NUM_BYTES, above=True, optional=True), ("num",), classic=True)
+        None, Rule(int, 0, MAX_NUM_BYTES, above=True, optional=True), ("num",),
+        iperf2=("amount",), classic=True)
     # the write size (TCP) or datagram size (UDP)
     length: int = _field(128 * 1024, Rule(int, MIN_LENGTH, MAX_LENGTH), ("len",),
-                         classic=True)
-    rate: float = _field(0.0, RATE, ("bandwidth",), classic="-b")  # per stream; 0: unlimited
-    # the client's sockets alone: a classic test runs with them too
+                         iperf2=("buffer_length",), classic=True)
+    # per stream; 0: unlimited (to iperf2: where its server sends, or UDP)
+    rate: float = _field(0.0, RATE, ("bandwidth",), iperf2=("rate",), classic="-b")
+    # the client's sockets alone, for a classic peer (and MSS for an iperf2 one: the SYN)
     window: int | None = _field(None, Rule(int, MIN_WINDOW, MAX_WINDOW, optional=True),
-                                ("window",), classic=True)
-    congestion: str | None = _field(None, Rule(str, word=is_congestion_name, optional=True),
-                                    ("congestion",), classic=True)
+                                ("window",), iperf2=("window",), classic=True)
+    congestion: str | None = _field(
+        None, Rule(str, word=is_congestion_name, optional=True), ("congestion",),
+        iperf2=Uncarried("-C/--congestion", "sender", "is not told a congestion control"),
+        classic=True)
     mss: int | None = _field(None, Rule(int, MIN_MSS, MAX_MSS, optional=True), ("MSS",),
-                             classic=True)
-    nodelay: bool = _field(False, FLAG, ("nodelay",), classic=True)
-    omit: float = _field(0.0, Rule(float, 0, MAX_OMIT), ("omit",), classic="-O")
-    zerocopy: bool = _field(False, FLAG, ("zerocopy",), classic="-Z")  # senders: sendfile
+                             iperf2=IGNORED, classic=True)
+    nodelay: bool = _field(False, FLAG, ("nodelay",), iperf2=Uncarried(
+        "-N/--no-delay", "sender", "is not told to send at once"), classic=True)
+    omit: float = _field(0.0, Rule(float, 0, MAX_OMIT), ("omit",), iperf2=Uncarried(
+        "-O/--omit", "both", "counts from the first byte"), classic="-O")
+    zerocopy: bool = _field(False, FLAG, ("zerocopy",), iperf2=Uncarried(  # senders: sendfile
+        "--zerocopy", "sender", "is not told to send without copies"), classic="-Z")
     # the IP TOS byte of every data packet, both ends (-S, --dscp)
-    tos: int = _field(0, Rule(int, 0, 255), ("TOS",), classic="-S/--dscp")
+    tos: int = _field(0, Rule(int, 0, 255), ("TOS",), iperf2=("tos",), classic="-S/--dscp")
     # seconds per interval the server keeps (from the client's -i)
     sample: float = _field(DEFAULT_NATIVE_INTERVAL,
                            Rule(float, MIN_SERVER_SAMPLE, MAX_SERVER_SAMPLE), IPERF3_IGNORES,
-                           classic=True)
-    # payload '0123456789...' rather than zeros, both ends
+                           iperf2=IGNORED, classic=True)
+    # payload '0123456789...' rather than zeros, both ends (an iperf2 server's always is)
     repeating_payload: bool = _field(False, FLAG, ("repeating_payload",), Flag(
         "--repeating-payload", "payload '0123456789...' (as iperf3's) instead of zeros, "
-        "both ends"))
+        "both ends"), iperf2=IGNORED)
     # the CPU the server's streams of this test run on (-A n,m)
     affinity: int | None = _field(None, Rule(int, 0, MAX_CPU, optional=True),
-                                  ("server_affinity",), classic="-A N,M")
+                                  ("server_affinity",), iperf2=Uncarried(
+                                      "-A N,M", "both", "is not told a CPU for its streams"),
+                                  classic="-A N,M")
     # receivers time every datagram or write from send to read (with frames too)
-    trip_times: bool = _field(False, FLAG, ONE_WAY, classic="--trip-times")
-    histogram_bin_width: float = _field(  # seconds, for those delays
+    trip_times: bool = _field(False, FLAG, ONE_WAY, iperf2=("upper",), classic="--trip-times")
+    # seconds, for those delays (an iperf2 server bins its own as it is told on its side)
+    histogram_bin_width: float = _field(
         DEFAULT_HISTOGRAM_BIN_WIDTH,
         Rule(float, MIN_HISTOGRAM_BIN_WIDTH, MAX_HISTOGRAM_BIN_WIDTH), HISTOGRAMS,
-        classic=True)
+        iperf2=IGNORED, classic=True)
     histogram_bins: int = _field(DEFAULT_HISTOGRAM_BINS, Rule(int, 1, MAX_HISTOGRAM_BINS),
-                                 HISTOGRAMS, classic=True)
+                                 HISTOGRAMS, iperf2=IGNORED, classic=True)
     # --isochronous: frames a second (0: a steady stream), their mean load (bits/s) and
     # its standard deviation (log-normal frame sizes)
     frame_rate: float = _field(0.0, Rule(float, 0, MAX_FRAME_RATE), FRAMES,
-                               classic="--isochronous")
+                               iperf2=FRAMES_IPERF2, classic="--isochronous")
     frame_load: float = _field(DEFAULT_FRAME_LOAD, Rule(float, 0, MAX_RATE, above=True),
-                               FRAMES, classic=True)
-    frame_stdev: float = _field(0.0, RATE, FRAMES, classic=True)
+                               FRAMES, iperf2=FRAMES_IPERF2, classic=True)
+    frame_stdev: float = _field(0.0, RATE, FRAMES, iperf2=FRAMES_IPERF2, classic=True)
     # TCP senders round writes down to whole segments (no -l)
-    whole_segments: bool = _field(False, FLAG, IPERF3_IGNORES, classic=True)
+    whole_segments: bool = _field(False, FLAG, IPERF3_IGNORES, iperf2=IGNORED, classic=True)
     # bits/s a sender's socket paces itself to (iperf3's --fq-rate)
     fq_rate: float = _field(0.0, RATE, ("fqrate",), Flag(
         "--fq-rate", "every sending socket paces itself to RATE (SO_MAX_PACING_RATE, as "
         "iperf3's: TCP on any qdisc, UDP under fq); against a simpleperf or iperf3 server "
-        "its senders too", "iperf3", value="rate", metavar="RATE"))
+        "its senders too", "iperf3", value="rate", metavar="RATE"), iperf2=Uncarried(
+        "--fq-rate", "sender", "is not told a pacing rate"))
     # UDP: ECT(1) datagrams, the rate set by CE-mark feedback (engine/l4s)
-    l4s: bool = _field(False, FLAG, Uncarried(
-        "--l4s", "both", "sends no feedback of CE marks"), classic="--l4s")
+    l4s: bool = _field(False, FLAG, L4S, iperf2=L4S, classic="--l4s")
     # TCP senders: bytes that may wait unsent (TCP_NOTSENT_LOWAT); a classic client's own
-    write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), Uncarried(
-        "--tcp-write-prefetch", "sender", "cannot be asked to limit what it leaves unsent"),
-        classic=True)
+    write_prefetch: int = _field(0, Rule(int, 0, MAX_LENGTH), PREFETCH, iperf2=PREFETCH,
+                                 classic=True)
     # TCP receivers acknowledge at once: TCP_QUICKACK before every read, as iperf2's
     quickack: bool = _field(False, FLAG, Uncarried(
         "--tcp-quickack", "receiver", "cannot be asked to acknowledge at once"), Flag(
         "--tcp-quickack", "TCP receivers, ours and the server's: TCP_QUICKACK before every "
-        "read, so no ACK waits for the delayed-ACK timer (iperf2's)", "iperf2"))
+        "read, so no ACK waits for the delayed-ACK timer (iperf2's)", "iperf2"),
+        iperf2=("upper",))
 
     def settled(self, given: frozenset[str], rows_every: float | None) -> TestSpec:
         """What the command line's values make of the fields no flag gave (`given`: those
@@ -277,9 +297,14 @@ RULES: dict[str, Rule] = {item.name: item.metadata["rule"] for item in fields(Te
 FLAGS: dict[str, Flag] = {item.name: item.metadata["flag"] for item in fields(TestSpec)
                           if item.metadata["flag"] is not None}
 # The fields no iperf3 parameter carries that the peer must honour, by name
-UNCARRIED: dict[str, Uncarried] = {item.name: item.metadata["iperf3"]
-                                   for item in fields(TestSpec)
-                                   if isinstance(item.metadata["iperf3"], Uncarried)}
+def _uncarried(peer: str) -> dict[str, Uncarried]:
+    return {item.name: item.metadata[peer] for item in fields(TestSpec)
+            if isinstance(item.metadata[peer], Uncarried)}
+
+
+# The fields no iperf3 (iperf2) message carries that the peer must honour, by name
+UNCARRIED = _uncarried("iperf3")
+UNCARRIED_IPERF2 = _uncarried("iperf2")
 
 # What a classic peer makes of each field, by name (Classic)
 CLASSIC: dict[str, Classic] = {item.name: item.metadata["classic"] for item in fields(TestSpec)}
@@ -316,17 +341,27 @@ def beyond_classic(spec: TestSpec, given: frozenset[str]) -> list[str]:
 
 
 def beyond_iperf3(spec: TestSpec) -> tuple[str, str] | None:
-    """What an iperf3 server would have to honour in this test (at the end its streams
-    have there: it receives forward, sends reverse, both with bidir) and cannot be told:
-    the flags, as "--a and --b need a simpleperf server", and what it lacks; None: an
-    iperf3 server runs this test."""
+    """What an iperf3 server would have to honour in this test and cannot be told (what
+    _beyond says); None: an iperf3 server runs this test."""
+    return _beyond(spec, UNCARRIED)
+
+
+def beyond_iperf2(spec: TestSpec) -> tuple[str, str] | None:
+    """What an iperf2 server would have to honour in this test and cannot be told by its
+    header (what _beyond says); None: an iperf2 server runs this test."""
+    return _beyond(spec, UNCARRIED_IPERF2)
+
+
+def _beyond(spec: TestSpec, uncarried_fields: dict[str, Uncarried]) -> tuple[str, str] | None:
+    """What a server would have to honour in this test (at the end its streams have there:
+    it receives forward, sends reverse, both with bidir) and its protocol cannot tell it:
+    the flags, as "--a and --b need a simpleperf server", and what it lacks."""
     server_ends = {"forward": {"receiver"}, "reverse": {"sender"}}.get(
         spec.direction, {"sender", "receiver"})
-    defaults = TestSpec()
     flags: list[str] = []
     lacks = ""
-    for name, uncarried in UNCARRIED.items():
-        if getattr(spec, name) == getattr(defaults, name) or not (
+    for name, uncarried in uncarried_fields.items():
+        if getattr(spec, name) == getattr(_DEFAULTS, name) or not (
                 uncarried.end == "both" or uncarried.end in server_ends):
             continue
         lacks = lacks or uncarried.lacks

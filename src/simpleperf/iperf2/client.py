@@ -21,7 +21,7 @@ from typing import Any
 
 from ..description.client_options import ClientOptions
 from ..description.options import DEFAULT_NATIVE_INTERVAL
-from ..description.testspec import TestSpec
+from ..description.testspec import TestSpec, beyond_iperf2
 from ..engine import tcp_stream
 from ..engine.measurement import Measurement
 from ..engine.records import Stream
@@ -43,8 +43,10 @@ def refusal(options: ClientOptions) -> str | None:
     """What this test asks that an iperf2 server cannot do (or that we do not yet ask of
     one), as the line to print; None when it can run."""
     where = f"the server at {options.host} port {options.port} is an iperf2 server"
-    if options.test.l4s:
-        return f"{where}, which has no --l4s of ours"
+    beyond = beyond_iperf2(options.test)
+    if beyond is not None:
+        needs, lacks = beyond
+        return f"{where}, which {lacks}: {needs}"
     if options.compatibility and (options.test.direction != "forward" or options.dualtest or
                                   options.tradeoff or options.test.trip_times or
                                   options.test.frame_rate > 0 or options.peer_detect
@@ -52,8 +54,6 @@ def refusal(options: ClientOptions) -> str | None:
         return (f"{where}: -R, --bidir/--full-duplex, -d, -r, --trip-times, --isochronous, -X,"
                 " --permit-key and --no-udp-fin are told in iperf2's header, which "
                 "--compatibility leaves out")
-    if options.test.omit:
-        return f"{where}, which counts from the first byte: -O needs a simpleperf server"
     return None
 
 

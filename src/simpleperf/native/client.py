@@ -15,7 +15,6 @@ from typing import Any
 
 from ..description.client_options import ClientOptions
 from ..description.options import DECISION_SECONDS, DEFAULT_NATIVE_INTERVAL
-from ..description.testspec import beyond_classic
 from ..engine import tcp_stream
 from ..engine.latency import EchoProber
 from ..engine.measurement import Measurement
@@ -139,10 +138,7 @@ def _authenticate(channel: ControlChannel, welcome: Welcome,
 def _fall_back_to_classic(options: ClientOptions, control: socket.socket | None, sent: int,
                           out: Callable[[str], None]) -> None:
     assert control is not None
-    unsupported = beyond_classic(options.test, options.given) + [flag for flag, used in (
-        ("-e", options.extended), ("-J", options.json),
-        ("--json-stream", options.json_stream), ("-F", options.file is not None),
-        ("--rtt", options.rtt), ("--probe", options.probe)) if used]
+    unsupported = options.beyond_classic()
     if unsupported:
         control.close()
         raise SimpleperfError(

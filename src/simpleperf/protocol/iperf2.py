@@ -391,7 +391,10 @@ def header_from_spec(spec: TestSpec, port: int, start: tuple[int, int],
                         buffer_length=spec.length if length_given else 0,
                         window=spec.window or 0, amount=amount,
                         upper=upper, version=VERSION, tos=spec.tos,
-                        rate=int(spec.rate) if spec.transport.datagrams else 0, start=start)
+                        # -b: a sending server's rate, as 2.1.8's client states it (of our
+                        # own TCP sending not: a receiving server needs none)
+                        rate=int(spec.rate) if spec.transport.datagrams or
+                        spec.direction != "forward" else 0, start=start)
 
 
 def spec_from_header(header: ClientHeader, transport: Transport, length: int) -> TestSpec:

@@ -47,6 +47,8 @@ class TestOutput:
             left_out = options.report_exclude  # -x: iperf2's kinds of report
             if "S" not in left_out:
                 self.out(classic_table.client_banner(options.host, options.port))
+                if options.print_mss and "tcp_mss_default" in self.sockets:
+                    self.out(_mss_line(options, self.sockets["tcp_mss_default"]))
             for stream in self.streams:
                 if "C" not in left_out:
                     self.out(f"Client {stream.label} connected with {options.host} port "
@@ -218,6 +220,13 @@ class TestOutput:
                 if total and total.get("seconds"):  # none: no stream of it was reported
                     out(table.row(table.SUM_LABEL, 0.0, total["seconds"], _sum_values(total),
                                   options.unit, self.spec.transport, False, role), mine)
+
+
+def _mss_line(options: ClientOptions, segment: int) -> str:
+    """-m/--print_mss: iperf2's line, the size asked with -M, else the connection's."""
+    if options.test.mss:
+        return f"MSS req size {options.test.mss} bytes (per TCP_MAXSEG)"
+    return f"MSS size {segment} bytes"
 
 
 def _role_values(view: dict[str, Any], role: str) -> dict[str, Any]:

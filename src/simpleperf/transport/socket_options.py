@@ -45,7 +45,8 @@ def _dont_route(sock: socket.socket, on: bool) -> None:
 
 @dataclass(frozen=True)
 class SocketOption:
-    field: str  # a field of ClientOptions or of its test; unset (None, 0, False) leaves the kernel's
+    # a field of ClientOptions or of its test; unset (None, 0, False) leaves the kernel's
+    field: str
     transports: tuple[str, ...]  # "tcp", "udp"
     set: Callable[[socket.socket, Any], None]
 
