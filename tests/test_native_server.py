@@ -91,7 +91,8 @@ def test_native_client_falls_back_on_a_classic_server(classic_server):
 
 @pytest.mark.parametrize("flags,named", [(["-R"], "-R"), (["--tcp-quickack"], "--tcp-quickack"),
                                          (["--fq-rate", "50M"], "--fq-rate"),
-                                         (["--print_mss"], "-m/--print_mss")])
+                                         (["--print_mss"], "-m/--print_mss"),
+                                         (["--sum-only"], "--sum-only")])
 def test_features_a_classic_server_lacks_fail_clearly(classic_server, flags, named):
     """A test a classic server cannot run is refused in one line naming what it lacks, the
     flags the test description's fields declare too (never dropped)."""

@@ -77,6 +77,7 @@ from ..description.options import (
 from ..description.testspec import FLAGS, TestSpec, beyond_iperf2, beyond_iperf3
 from ..description.transports import TCP, UDP
 from ..errors import UsageError
+from ..responsiveness.tls import check_pair
 from ..units import (
     AUTO_UNIT,
     CLASSIC_DEFAULT_UNIT,
@@ -278,6 +279,12 @@ def _add_server_options(server) -> None:
                         f"(default {DEFAULT_MAX_CONNECTIONS})")
     server.add_argument("--max-connections-per-host", help="connections open at once from "
                         f"one address (default {DEFAULT_MAX_CONNECTIONS_PER_HOST})")
+    server.add_argument("--cert", metavar="FILE", help="the certificate (PEM, its chain "
+                        "after it) the port's HTTPS answers with, for responsiveness clients "
+                        "(networkQuality, mach, simpleperf --rpm URL); default: a "
+                        "self-signed one made at start, its fingerprint printed")
+    server.add_argument("--key", metavar="FILE", help="--cert's private key (PEM), when "
+                        "not in --cert's file")
     server.add_argument("--memory-budget", metavar="SIZE", help="what the buffers of all "
                         "running tests may take together (a stream holds one of its test's "
                         "length); a test that does not fit is refused (default "
@@ -342,6 +349,7 @@ def _add_native_options(native) -> None:
 
 
 _SERVER_ONLY = {"bind": "--bind", "max_duration": "--max-duration", "one_off": "-1/--one-off",
+                "cert": "--cert", "key": "--key",
                 "server_bitrate_limit": "--server-bitrate-limit", "idle_timeout": "--idle-timeout",
                 "unproven_udp": "--unproven-udp",
                 "daemon": "-D/--daemon", "pidfile": "--pidfile",
@@ -494,7 +502,8 @@ def _server_options(args: argparse.Namespace) -> ServerOptions:
         affinity=_affinity(args.affinity, server=True)[0], file=_server_file(args.file),
         realtime=args.realtime,
         idle_timeout=_positive_seconds("--idle-timeout", args.idle_timeout, None,
-                                       high=MAX_TEST_SECONDS))
+                                       high=MAX_TEST_SECONDS),
+        cert=_certificate(args), key=_readable("--key", args.key))
 
 
 def _test_fields(args: argparse.Namespace) -> dict[str, tuple[Any, bool]]:
@@ -692,6 +701,28 @@ def _check_client_combinations(options: ClientOptions, args) -> None:
         local_family = 6 if ":" in options.local else 4
         if (local_family == 6) != (options.family == socket.AF_INET6):
             raise UsageError("-B/--bind-address is of the other address family than -4/-6")
+
+
+def _certificate(args: argparse.Namespace) -> str | None:
+    """--cert (and --key): a certificate and key HTTPS can serve with, checked now."""
+    cert = _readable("--cert", args.cert)
+    if cert is None:
+        if args.key is not None:
+            raise UsageError("--key is --cert's private key: give --cert too")
+        return None
+    why = check_pair(cert, _readable("--key", args.key))
+    if why is not None:
+        raise UsageError(why)
+    return cert
+
+
+def _readable(flag: str, text: str | None) -> str | None:
+    """A file to read at start: given, and readable."""
+    if text is None:
+        return None
+    if not os.access(text, os.R_OK) or os.path.isdir(text):
+        raise UsageError(f"{flag} {text}: not a readable file")
+    return text
 
 
 def _path(flag: str, text: str | None) -> str | None:

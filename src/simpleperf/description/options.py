@@ -213,6 +213,8 @@ class ServerOptions:
     # -u -R) may be sent beyond the factor (0: nothing; engine/unproven.py)
     unproven_rate: float = 0.0
     unproven_seconds: float = DEFAULT_UNPROVEN_SECONDS
+    cert: str | None = None  # --cert: HTTPS's certificate (default: a self-signed one)
+    key: str | None = None  # --key: its private key, when not in --cert's file
 
     @property
     def test_time_limit(self) -> float | None:

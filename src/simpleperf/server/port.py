@@ -24,8 +24,9 @@ from ..iperf3.server import Iperf3Service
 from ..native.server import NativeService
 from ..policy import ServerPolicy
 from ..protocol import iperf2, iperf3, native
-from ..protocol.detect import CLASSIC, IPERF2, IPERF3, NATIVE, NEEDED, detect
+from ..protocol.detect import CLASSIC, H2C, HTTP1, IPERF2, IPERF3, NATIVE, NEEDED, TLS, detect
 from ..report import classic as table
+from ..responsiveness.server import HttpService
 from ..transport import tcp
 from ..transport.udp_port import UdpPort
 from ..units import format_rate
@@ -66,6 +67,7 @@ class Server:
         self.iperf3 = Iperf3Service(options, policy, self.say, self._stopping, self.udp_port)
         self.iperf2 = Iperf2Service(options, policy, self.say, self._stopping, self.udp_port)
         self.classic = ClassicService(options, policy, self.say, self._stopping)
+        self.http = HttpService(options, policy, self.say, self._stopping)
         self.native.document = self.iperf3.document = self.iperf2.document = self.document
         self.classic.document = self.document
         self._accepted = 0
@@ -73,6 +75,7 @@ class Server:
         self._protocols: dict[str, Callable[[socket.socket, str, bytes, _Served], None]] = {
             NATIVE: self._serve_native, IPERF2: self._serve_iperf2,
             IPERF3: self._serve_iperf3, CLASSIC: self._serve_classic,
+            **dict.fromkeys((TLS, HTTP1, H2C), self._serve_http),  # responsiveness clients
             CLOSED_EMPTY: self._serve_nothing}
 
     def say(self, *lines: str) -> None:
@@ -94,7 +97,7 @@ class Server:
         tcp.set_wake_up(self.listener)
         self.refuser.start()
         self.udp_port.start()  # before the banner: a server that says it listens, does
-        self.say(*_banner(self.options))
+        self.say(*_banner(self.options), self.http.banner())
         # Waiting in poll(), not in accept(): an MPTCP listener's accept ignores the wake-up
         # timer (SO_RCVTIMEO), and would never notice a stop (-1, Ctrl-C).
         ready = select.poll()
@@ -210,6 +213,9 @@ class Server:
         served.a_test = not self.iperf3.awaits_streams(prefix)  # not one of its streams
         served.keep_open = self.iperf3.serve(conn, peer, prefix, served.index)
 
+    def _serve_http(self, conn: socket.socket, peer: str, prefix: bytes, _: _Served) -> None:
+        self.http.serve(conn, peer, prefix)  # not a test for -1: a run is many connections
+
     def _serve_classic(self, conn: socket.socket, peer: str, prefix: bytes,
                        served: _Served) -> None:
         refused = self.classic.admit()
@@ -300,3 +306,4 @@ def _closed_already(conn: socket.socket) -> bool:
 def _host(endpoint: str) -> str:
     """The address part of "host:port" (IPv4-mapped addresses already shown as IPv4)."""
     return endpoint.rsplit(":", 1)[0]
+

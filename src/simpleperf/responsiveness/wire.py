@@ -1,0 +1,136 @@
+"""A connection's bytes in and out, over TLS or not (the standard library's TLS over
+memory buffers: the port has already read the first bytes, the ClientHello's among them),
+with the connection's deadline and the server's stop checked at every wait."""
+
+from __future__ import annotations
+
+import select
+import socket
+import ssl
+import threading
+import time
+
+from . import endpoints
+
+READ_BYTES = 256 * 1024
+CONNECTION_MEMORY = 2 * READ_BYTES + 2 * endpoints.CHUNK_BYTES  # what one holds, at most
+ZEROS = memoryview(bytes(endpoints.CHUNK_BYTES))
+
+
+class Closed(Exception):
+    """The connection ended (the peer closed it, its time is up, the server stops)."""
+
+
+class Wire:
+    """A connection's bytes, in and out, over TLS or not: the bytes the port read first
+    come before the socket's."""
+
+    def __init__(self, conn: socket.socket, prefix: bytes, deadline: float,
+                 stopping: threading.Event, tls: ssl.SSLContext | None) -> None:
+        self.conn, self.deadline, self.stopping = conn, deadline, stopping
+        self.left = prefix
+        self.tls: ssl.SSLObject | None = None
+        self.sent = self.received = 0  # bytes of HTTP, both ways
+        if tls is not None:
+            self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            self.tls = tls.wrap_bio(self.incoming, self.outgoing, server_side=True)
+            self.incoming.write(self.left)
+            self.left = b""
+            self._handshake()
+
+    @property
+    def alpn(self) -> str | None:
+        return self.tls.selected_alpn_protocol() if self.tls is not None else None
+
+    def _handshake(self) -> None:
+        assert self.tls is not None
+        while True:
+            try:
+                self.tls.do_handshake()
+                self._flush_tls()
+                return
+            except ssl.SSLWantReadError:
+                self._flush_tls()
+                self._feed()
+
+    def _feed(self) -> None:
+        """More of the socket's bytes into TLS (Closed at its end)."""
+        data = self._socket_recv()
+        if not data:
+            self.incoming.write_eof()
+            raise Closed
+        self.incoming.write(data)
+
+    def _socket_recv(self) -> bytes:
+        while True:
+            self._check()
+            try:
+                return self.conn.recv(READ_BYTES)
+            except BlockingIOError:  # the wake-up timer
+                continue
+            except OSError:
+                raise Closed from None
+
+    def _check(self) -> None:
+        if self.stopping.is_set() or time.monotonic() > self.deadline:
+            raise Closed
+
+    def recv(self) -> bytes:
+        """The next bytes the peer sent (b"" at its end)."""
+        if self.left:
+            data, self.left = self.left, b""
+            self.received += len(data)
+            return data
+        if self.tls is None:
+            data = self._socket_recv()
+            self.received += len(data)
+            return data
+        while True:
+            try:
+                data = self.tls.read(READ_BYTES)
+                self.received += len(data)
+                return data
+            except ssl.SSLWantReadError:
+                self._flush_tls()
+                try:
+                    self._feed()
+                except Closed:
+                    return b""
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                return b""
+
+    def readable(self, seconds: float) -> bool:
+        """Whether recv() has something (or the end) without waiting longer than this."""
+        if self.left or (self.tls is not None and (self.tls.pending() or
+                                                    self.incoming.pending)):
+            return True
+        self._check()
+        return bool(select.select([self.conn], [], [], seconds)[0])
+
+    def send(self, data: bytes | memoryview) -> None:
+        if not data:
+            return
+        self.sent += len(data)
+        if self.tls is None:
+            self._socket_send(data)
+            return
+        self.tls.write(data)
+        self._flush_tls()
+
+    def _flush_tls(self) -> None:
+        pending = self.outgoing.read()
+        if pending:
+            self._socket_send(pending)
+
+    def _socket_send(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            self._check()
+            try:
+                view = view[self.conn.send(view):]
+            except BlockingIOError:  # the wake-up timer: the peer reads slowly
+                continue
+            except OSError:
+                raise Closed from None
+
+
