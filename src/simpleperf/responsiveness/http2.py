@@ -20,7 +20,7 @@ from .endpoints import Answer
 from .wire import ZEROS, Wire
 
 WAKE_SECONDS = 0.5
-MAX_PENDING = 256 * 1024  # framed bytes gathered before they go to the wire
+MAX_PENDING = endpoints.UNSENT_BYTES  # framed bytes gathered before they go to the wire
 
 
 class _Streams:

@@ -23,6 +23,7 @@ from ..description.transports import TCP
 from ..errors import SimpleperfError
 from ..policy import ServerPolicy
 from ..protocol.detect import H2C, TLS, detect
+from ..transport.socket_options import set_unsent_limit
 from ..units import format_iperf3_amount
 from . import endpoints
 from .endpoints import Answer
@@ -63,6 +64,7 @@ class HttpService:
         """Serve one connection (HTTPS, HTTP/1.1 or h2c, as its first bytes say); whether
         it carried a load (a large object or an upload)."""
         kind = detect(prefix)
+        set_unsent_limit(conn, endpoints.UNSENT_BYTES)
         if kind == TLS and self.tls is None:
             self.say(f"HTTPS from {peer} closed: this server has no certificate")
             return False
