@@ -11,10 +11,12 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import ssl
 import struct
 import subprocess
+import sys
 import time
 
 import h2.config
@@ -274,3 +276,30 @@ def test_a_client_that_vanishes_mid_download_leaves_nothing_behind(server):
         time.sleep(0.2)
     assert after["fds"] <= before["fds"] and after["threads"] <= before["threads"], after
     assert live.process.poll() is None
+
+
+@pytest.mark.loopback
+def test_each_http_connection_keeps_at_most_64_kb_unsent(tmp_path):
+    """TCP_NOTSENT_LOWAT on every HTTP connection (the server traced: its setsockopt
+    calls), so a self probe's answer waits behind little of the load's data."""
+    trace, port = tmp_path / "server.txt", free_port()
+    served = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=setsockopt", "-o",
+                               str(trace), sys.executable, "-m", "simpleperf", "-s", "-p",
+                               str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not subprocess.run(
+                ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout:
+            time.sleep(0.1)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/small")
+        assert connection.getresponse().read() == b"x"
+        connection.close()
+        time.sleep(0.5)  # the trace is written
+    finally:
+        os.killpg(served.pid, signal.SIGKILL)  # strace and the server it runs: its group
+        served.wait(10)
+    limits = [line for line in trace.read_text().splitlines() if "TCP_NOTSENT_LOWAT" in line]
+    assert limits and all(f"[{endpoints.UNSENT_BYTES}]" in line for line in limits), limits
+    assert endpoints.UNSENT_BYTES == 64 * 1024
