@@ -77,7 +77,6 @@ from ..description.options import (
 from ..description.testspec import FLAGS, TestSpec, beyond_iperf2, beyond_iperf3
 from ..description.transports import TCP, UDP
 from ..errors import UsageError
-from ..responsiveness.tls import check_pair
 from ..units import (
     AUTO_UNIT,
     CLASSIC_DEFAULT_UNIT,
@@ -710,6 +709,8 @@ def _certificate(args: argparse.Namespace) -> str | None:
         if args.key is not None:
             raise UsageError("--key is --cert's private key: give --cert too")
         return None
+    from ..responsiveness.tls import check_pair  # ssl's, read only when --cert is given
+
     why = check_pair(cert, _readable("--key", args.key))
     if why is not None:
         raise UsageError(why)
