@@ -31,8 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 MACH = SHARED / "tools" / "mach"
-NGINX_CONF = SHARED / "reference" / "network-quality" / "nginx-local.conf"
 SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import nginx_nq_server  # noqa: E402  (the tests' nginx, set up as Apple's)
 
 
 def free_port() -> int:
@@ -68,29 +69,7 @@ def children(pid: int) -> list[int]:
 
 def nginx_server(folder: Path) -> tuple[subprocess.Popen, int, list[int]]:
     """nginx as Apple's server, cut to one machine (the reference's own file)."""
-    from simpleperf.responsiveness.tls import self_signed
-
-    port, port2 = free_port(), free_port()
-    folder.chmod(0o755)  # nginx's workers run as its unprivileged user: they read here
-    for sub in ("logs", "tmp", "root/files"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    cert, key = self_signed(["127.0.0.1"])
-    (folder / "cert.pem").write_bytes(cert)
-    (folder / "key.pem").write_bytes(key)
-    with open(folder / "root/files/large", "wb") as large:
-        large.truncate(8 * 10**9)  # sparse
-    (folder / "root/files/small").write_bytes(b"x")
-    base = f"https://127.0.0.1:{port}"
-    (folder / "root/config").write_text(json.dumps({"version": 1, "urls": {
-        "small_download_url": base + "/files/small", "large_download_url": base + "/files/large",
-        "upload_url": base + "/slurp"}}))
-    conf = NGINX_CONF.read_text().replace("@DIR@", str(folder)).replace(
-        "@PORT2@", str(port2)).replace("@PORT@", str(port))
-    (folder / "nginx.conf").write_text(conf)
-    process = subprocess.Popen(["nginx", "-c", str(folder / "nginx.conf"), "-p", str(folder),
-                                "-g", "daemon off;"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    listening(port)
+    process, port = nginx_nq_server(str(folder))
     return process, port, [process.pid, *children(process.pid)]
 
 

@@ -144,3 +144,58 @@ def dumpcap_while(pcap, capture_filter: str, run, *options: str) -> None:
     finally:
         grab.terminate()
         grab.wait(10)
+
+
+# Apple's responsiveness server as nginx runs it, cut to one machine: the reference's own
+# configuration (../shared/reference/network-quality/nginx-local.conf) beside the checkout
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
+NGINX_CONF = os.path.join(SHARED, "reference", "network-quality", "nginx-local.conf")
+
+
+def listening(port: int, seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                          text=True).stdout:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def nginx_nq_server(folder: str) -> tuple[subprocess.Popen, int]:
+    """Debian's nginx as Apple's responsiveness server in `folder` (a self-signed
+    certificate, a sparse 8 GB large object): the process and its HTTPS port, whose
+    configuration is https://127.0.0.1:PORT/.well-known/nq. Stop it with SIGTERM."""
+    import json
+
+    from simpleperf.responsiveness.tls import self_signed
+
+    port, port2 = free_port(), free_port()
+    os.chmod(folder, 0o755)  # nginx's workers run as its unprivileged user: they read here
+    for sub in ("logs", "tmp", "root/files"):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    cert, key = self_signed(["127.0.0.1"])
+    files = {"cert.pem": cert, "key.pem": key, "root/files/small": b"x"}
+    base = f"https://127.0.0.1:{port}"
+    files["root/config"] = json.dumps({"version": 1, "urls": {
+        "small_download_url": base + "/files/small",
+        "large_download_url": base + "/files/large",
+        "upload_url": base + "/slurp"}}).encode()
+    for name, data in files.items():
+        with open(os.path.join(folder, name), "wb") as handle:
+            handle.write(data)
+    with open(os.path.join(folder, "root/files/large"), "wb") as large:
+        large.truncate(8 * 10**9)  # sparse
+    with open(NGINX_CONF) as template:
+        conf = template.read().replace("@DIR@", folder).replace(
+            "@PORT2@", str(port2)).replace("@PORT@", str(port))
+    with open(os.path.join(folder, "nginx.conf"), "w") as handle:
+        handle.write(conf)
+    process = subprocess.Popen(["nginx", "-c", os.path.join(folder, "nginx.conf"), "-p",
+                                folder, "-g", "daemon off;"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    if not listening(port):
+        process.kill()
+        process.wait(10)
+        raise AssertionError(f"nginx did not listen on {port}: {folder}/logs/error.log")
+    return process, port

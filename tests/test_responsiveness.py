@@ -65,10 +65,15 @@ def test_the_trimmed_mean_lies_between_the_least_and_the_mean(values):
     assert min(values) - 1e-9 <= trimmed_mean(values) <= mean + 1e-6 * mean
 
 
-def test_the_drafts_tcp_only_formula_and_its_classes():
-    # Foreign: 60000 / ((tcp_f + http_f) / 2); loaded: 60000 / http_l; then their mean.
-    foreign, loaded, total = responsiveness(10.0, 30.0, 100.0)
-    assert foreign == 60000 / 20 and loaded == 600 and total == (3000 + 600) / 2
+def test_the_drafts_weighted_formula_and_its_classes():
+    # 60000 / (1/6 (TM(tcp_f) + TM(tls_f) + TM(http_f)) + 1/2 TM(http_l)): the foreign
+    # probe's round trips averaged, then weighed equally with the loaded one (the mean of
+    # the times, not of the RPMs: 1000 here, where the RPMs' mean would be 1800)
+    foreign, loaded, total = responsiveness([10.0, 20.0, 30.0], 100.0)
+    assert foreign == 60000 / 20 and loaded == 600
+    assert total == pytest.approx(60000 / ((10 + 20 + 30) / 6 + 100 / 2)) == 1000
+    # without TLS the foreign probe has two round trips: the handshake and the request
+    assert responsiveness([10.0, 30.0], 100.0) == (3000, 600, pytest.approx(1000))
     assert rpm(60.0) == 1000 and rpm(0.0) == 0.0
     assert [rpm_rating(v) for v in (299, 300, 999, 1000, 5999, 6000)] == [
         "Poor", "Fair", "Fair", "Good", "Good", "Excellent"]
@@ -95,7 +100,7 @@ def test_steady_goodput_saturates_after_mad_intervals_then_responsiveness_does()
     assert result.goodput == 8e6 and result.goodput_confidence == HIGH
     assert result.confidence == HIGH and result.connections == 7
     assert result.trimmed_ms == {CONNECT: 1.0, FOREIGN: 2.0, LOADED: 10.0}
-    assert result.rpm == (60000 / 1.5 + 60000 / 10) / 2 and result.rating == "Excellent"
+    assert result.rpm == 60000 / ((1.5 + 10) / 2) and result.rating == "Excellent"
     assert result.probes == {CONNECT: 40, FOREIGN: 40, LOADED: 40}  # the last MAD intervals
 
 
@@ -260,7 +265,8 @@ def test_an_rpm_run_ramps_connections_and_reports_the_drafts_numbers(server, dir
     trimmed = end["trimmed_ms"]
     assert end["foreign_rpm"] == pytest.approx(rpm((trimmed[CONNECT] + trimmed[FOREIGN]) / 2))
     assert end["loaded_rpm"] == pytest.approx(rpm(trimmed[LOADED]))
-    assert end["rpm"] == pytest.approx((end["foreign_rpm"] + end["loaded_rpm"]) / 2)
+    foreign_ms = (trimmed[CONNECT] + trimmed[FOREIGN]) / 2
+    assert end["rpm"] == pytest.approx(rpm((foreign_ms + trimmed[LOADED]) / 2))
     assert end["rpm"] > 300 and end["rating"] in ("Fair", "Good", "Excellent")
     assert end["probes"][LOADED] >= 8 and end["probes"][FOREIGN] >= 8
     assert end["idle_ms"][CONNECT] > 0 and end["idle_ms"][FOREIGN] > 0

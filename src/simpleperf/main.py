@@ -115,6 +115,7 @@ def _sleep_until(when: float) -> None:
 # module whose run(options, out) does (imported only when used).
 CLIENT_MODES: tuple[tuple[Callable[[ClientOptions], object], str], ...] = (
     (lambda options: options.connect_only is not None, "connect_times"),  # --connect-only
+    (lambda options: options.rpm_url is not None, "responsiveness.client"),  # -c URL --rpm
     (lambda options: options.rpm, "native.responsiveness"),
     (lambda options: options.rtt, "native.round_trips"),
     (lambda options: options.probe, "native.rate_probe"),

@@ -342,13 +342,15 @@ def rpm(round_trip_ms: float) -> float:
     return 60000.0 / round_trip_ms if round_trip_ms > 0 else 0.0
 
 
-def responsiveness(connect_ms: float, foreign_ms: float, loaded_ms: float
+def responsiveness(foreign_ms: Sequence[float], loaded_ms: float
                    ) -> tuple[float, float, float]:
-    """The draft's TCP-only formula over trimmed means: (foreign, loaded, responsiveness)
-    RPM, the foreign one over the handshake and the request on a new connection."""
-    foreign = rpm((connect_ms + foreign_ms) / 2)
-    loaded = rpm(loaded_ms)
-    return foreign, loaded, (foreign + loaded) / 2
+    """The draft's weighted mean over trimmed means: (foreign, loaded, responsiveness) RPM.
+    A foreign probe's round trips (the TCP handshake, the TLS handshake where there is one,
+    the request on the new connection) are averaged into one; the responsiveness is 60000
+    over the mean of that and the loaded request: with TLS, 60000 / (1/6 (TM(tcp_f) +
+    TM(tls_f) + TM(http_f)) + 1/2 TM(http_l)), the draft's formula."""
+    foreign = sum(foreign_ms) / len(foreign_ms)
+    return rpm(foreign), rpm(loaded_ms), rpm((foreign + loaded_ms) / 2)
 
 
 RPM_RATINGS = ((6000.0, "Excellent"), (1000.0, "Good"), (300.0, "Fair"), (0.0, "Poor"))

@@ -77,6 +77,7 @@ from ..description.options import (
 from ..description.testspec import FLAGS, TestSpec, beyond_iperf2, beyond_iperf3
 from ..description.transports import TCP, UDP
 from ..errors import UsageError
+from ..responsiveness.config import Url, configuration_url, looks_like_url
 from ..units import (
     AUTO_UNIT,
     CLASSIC_DEFAULT_UNIT,
@@ -145,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_argument_group("mode")
     mode.add_argument("-s", "--server", action="store_true", help="run as server")
     mode.add_argument("-c", "--client", nargs="?", const=_NO_HOST, default=None, metavar="HOST",
-                      help="run as client (optionally give the server address here)")
+                      help="run as client (optionally give the server address here; with "
+                      "--rpm, a responsiveness server's configuration URL, https://HOST[:PORT]"
+                      "[/PATH], measures any server of the IETF draft over HTTP/2)")
     common = parser.add_argument_group("both modes")
     common.add_argument("-p", "--port", help=f"port, 1024..65535 (default {DEFAULT_PORT})")
     common.add_argument("-f", "--format", help="classic: B, KB or MB, the Transfer column "
@@ -280,7 +283,7 @@ def _add_server_options(server) -> None:
                         f"one address (default {DEFAULT_MAX_CONNECTIONS_PER_HOST})")
     server.add_argument("--cert", metavar="FILE", help="the certificate (PEM, its chain "
                         "after it) the port's HTTPS answers with, for responsiveness clients "
-                        "(networkQuality, mach, simpleperf --rpm URL); default: a "
+                        "(networkQuality, mach, simpleperf -c URL --rpm); default: a "
                         "self-signed one made at start, its fingerprint printed")
     server.add_argument("--key", metavar="FILE", help="--cert's private key (PEM), when "
                         "not in --cert's file")
@@ -336,7 +339,11 @@ def _add_native_options(native) -> None:
                         "connections added until goodput and round trips are stable, in "
                         "round trips per minute; -R for download, --bidir both at once, -t the "
                         "time limit "
-                        f"(default {DEFAULT_RPM_SECONDS:g} s)")
+                        f"(default {DEFAULT_RPM_SECONDS:g} s); -c URL: over HTTP/2 and TLS "
+                        "against any server of the draft (nginx as Apple's, networkQuality's, "
+                        "mach's)")
+    native.add_argument("--insecure", action="store_true", help="-c URL --rpm: accept the "
+                        "server's TLS certificate unchecked (a self-signed one)")
     native.add_argument("--rpm-interval", help="--rpm: seconds per interval of the draft's "
                         f"algorithm (default {DEFAULT_RPM_INTERVAL:g}; the draft's table says 5)")
     native.add_argument("--no-latency", action="store_true",
@@ -376,7 +383,7 @@ _CLIENT_ONLY = {"serverip": "-I/--serverip", "cport": "--cport", "snd_timeout": 
                 "native": "--native", "iperf3": "--iperf3", "iperf2": "--iperf2",
                 "rtt": "--rtt", "count": "--count",
                 "rtt_interval": "--rtt-interval", "no_latency": "--no-latency",
-                "rpm": "--rpm", "rpm_interval": "--rpm-interval",
+                "rpm": "--rpm", "rpm_interval": "--rpm-interval", "insecure": "--insecure",
                 "probe": "--probe", "loss_threshold": "--loss-threshold",
                 "trip_times": "--trip-times", "histograms": "--histograms",
                 "isochronous": "--isochronous", "l4s": "--l4s",
@@ -542,9 +549,11 @@ def _test_fields(args: argparse.Namespace) -> dict[str, tuple[Any, bool]]:
 def _client_options(args: argparse.Namespace) -> ClientOptions:
     port = _port(args.port)
     test = _test_fields(args)
+    rpm_url = _rpm_url(args)
     options = ClientOptions(
-        host=_server_host(args.client, args.serverip),
-        port=port,
+        host=rpm_url.host if rpm_url else _server_host(args.client, args.serverip),
+        port=rpm_url.port if rpm_url else port,
+        rpm_url=str(rpm_url) if rpm_url else None, insecure=args.insecure,
         unit=_unit(args.format, AUTO_UNIT),
         interval=0.0 if _is_zero(args.interval) else _positive_seconds(
             "-i/--interval", args.interval, None, low=MIN_REPORT_INTERVAL),
@@ -594,6 +603,24 @@ def _client_options(args: argparse.Namespace) -> ClientOptions:
                          f"{MIN_REPORT_INTERVAL:g} for a classic test (0, no rows, is for tests "
                          f"that need more than classic), not '{args.interval}'")
     return options
+
+
+def _rpm_url(args: argparse.Namespace) -> Url | None:
+    """-c URL: a responsiveness server's configuration, for --rpm; None for a host."""
+    if args.client is None or not looks_like_url(args.client):
+        if args.insecure:
+            raise UsageError("--insecure is for -c URL --rpm (a responsiveness server's "
+                             "certificate)")
+        return None
+    url = configuration_url(args.client)
+    if not args.rpm:
+        raise UsageError(f"-c {args.client[:80]}: a URL names a responsiveness server, "
+                         "measured with --rpm (a simpleperf test takes a host)")
+    for given, flag in ((args.port is not None, "-p/--port"),
+                        (args.serverip is not None, "-I/--serverip")):
+        if given:
+            raise UsageError(f"{flag}: the URL -c {args.client[:80]} names the server")
+    return url
 
 
 def _check_rpm(options: ClientOptions, args: argparse.Namespace) -> ClientOptions:

@@ -61,6 +61,8 @@ class ClientOptions:
     latency: bool = True  # RTT probes during native tests
     rpm: bool = False  # --rpm: responsiveness under working conditions (the IETF draft)
     rpm_interval: float = DEFAULT_RPM_INTERVAL
+    rpm_url: str | None = None  # -c URL with --rpm: a responsiveness server's configuration
+    insecure: bool = False  # --insecure: its TLS certificate accepted unchecked
     # Either protocol:
     local: str | None = None  # -B
     family: int = 0  # socket.AF_UNSPEC, or AF_INET / AF_INET6 with -4 / -6

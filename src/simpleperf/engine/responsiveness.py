@@ -12,8 +12,10 @@ from typing import Any
 from ..stats import RPM_TRIM, responsiveness, rpm_rating, trimmed_mean
 from .unsent import MIN_UNSENT, UnsentLimit
 
-CONNECT, FOREIGN, LOADED = "connect", "foreign", "loaded"  # tcp_f, http_f, http_l
-PROBE_KINDS = (CONNECT, FOREIGN, LOADED)
+CONNECT, TLS, FOREIGN, LOADED = "connect", "tls", "foreign", "loaded"  # tcp_f, tls_f,
+# http_f, http_l: a foreign probe's round trips, then a self probe's
+PROBE_KINDS = (CONNECT, FOREIGN, LOADED)  # over TCP alone (the native protocol, h2c)
+TLS_PROBE_KINDS = (CONNECT, TLS, FOREIGN, LOADED)  # over TLS (HTTPS)
 FOREIGN_PROBE_BYTES = 5000  # the draft's estimates of what a probe costs the path
 SELF_PROBE_BYTES = 1000
 LOW, MEDIUM, HIGH = "Low", "Medium", "High"
@@ -92,8 +94,10 @@ class RpmResult:
 
 
 class ResponsivenessRun:
-    def __init__(self, parameters: RpmParameters) -> None:
+    def __init__(self, parameters: RpmParameters,
+                 kinds: tuple[str, ...] = PROBE_KINDS) -> None:
         self.parameters = parameters
+        self.kinds = kinds  # the probes' kinds: every one is needed for a value
         self.intervals: list[IntervalRecord] = []
         self._probes: list[dict[str, list[float]]] = [self._no_probes()]
         self._goodputs: list[float] = []  # moving averages while goodput is not saturated
@@ -101,9 +105,8 @@ class ResponsivenessRun:
         self.goodput_saturated = False
         self.rpm_saturated = False
 
-    @staticmethod
-    def _no_probes() -> dict[str, list[float]]:
-        return {kind: [] for kind in PROBE_KINDS}
+    def _no_probes(self) -> dict[str, list[float]]:
+        return {kind: [] for kind in self.kinds}
 
     def add_probe(self, kind: str, milliseconds: float) -> None:
         """A probe that came back in the current interval."""
@@ -176,10 +179,11 @@ class ResponsivenessRun:
         """(foreign, loaded, responsiveness) over the last MAD intervals' probes; None while
         a kind has none."""
         samples = self.window_samples()
-        if any(not samples[kind] for kind in PROBE_KINDS):
+        if any(not samples[kind] for kind in self.kinds):
             return None
         trim = self.parameters.trim
-        return responsiveness(*(trimmed_mean(samples[kind], trim) for kind in PROBE_KINDS))
+        return responsiveness([trimmed_mean(samples[kind], trim) for kind in self.kinds
+                               if kind != LOADED], trimmed_mean(samples[LOADED], trim))
 
     def result(self, unanswered: int = 0) -> RpmResult:
         """Where the run stands: final once done, otherwise the latest values, with the

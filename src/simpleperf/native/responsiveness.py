@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import random
 import selectors
 import socket
-import threading
 import time
 from collections.abc import Callable
 
@@ -30,20 +28,19 @@ from ..engine.responsiveness import (
     CONNECT,
     FOREIGN,
     LOADED,
-    PROBE_KINDS,
     LoadUnsentLimit,
     ResponsivenessRun,
     RpmParameters,
 )
 from ..engine.tcp_stream import follow_unsent
-from ..errors import Interrupted, ProtocolError, ReportedError, SimpleperfError
+from ..errors import ProtocolError, SimpleperfError
 from ..protocol import load
 from ..protocol.native import ECHO, ECHO_PROBE, LOAD, echo_probe, preface
-from ..report import responsiveness as rpm_report
+from ..responsiveness import ramp
 from ..transport import socket_options, tcp, tcpinfo
 
 READ_SIZE = 256 * 1024
-WAKE_SECONDS = 0.05
+WAKE_SECONDS = ramp.WAKE_SECONDS
 ECHO_SECONDS = TCP_REPLY_TIMEOUT
 
 
@@ -168,6 +165,10 @@ class ForeignProbe:
         self.connected: int | None = None
         self.received = b""
 
+    @property
+    def events(self) -> int:
+        return selectors.EVENT_WRITE if self.connected is None else selectors.EVENT_READ
+
     def writable(self) -> None:
         """The handshake is over: send the echo (a few bytes: the socket takes them)."""
         _connected(self.sock)
@@ -187,142 +188,29 @@ class ForeignProbe:
                 (time.monotonic_ns() - self.connected) / 1e6)
 
 
-class ProbeLoop:
-    """The run's load-generating connections and its probes, in one selector loop on a
-    thread of its own: bulk both ways, a probe pair (a foreign probe, a self probe on a
-    load-generating connection chosen at random) at the rate the main thread sets, and
-    the probes' times collected for it by kind."""
+class ProbeLoop(ramp.ProbeLoop):
+    """The native protocol's load-generating connections and probes (ramp.ProbeLoop): bulk
+    records each way, echoes on new connections."""
+
+    FAILURES = (OSError, ProtocolError)
 
     def __init__(self, options: ClientOptions, address: tuple, family: int, seconds: int,
                  connections: int) -> None:
-        self.options = options
+        super().__init__(options)
         self.address, self.family = address, family
-        # which ways the load runs (download: the server sends); --bidir both at once
-        self.directions = (False, True) if options.test.direction == "bidir" else (
-            options.test.direction == "reverse",)
         self.token = os.urandom(load.TOKEN_SIZE)
         self.seconds = seconds
         self.max_connections = connections * len(self.directions)
-        self.connections: list[LoadConnection] = []
-        self.foreign: list[ForeignProbe] = []
-        self.selector = selectors.DefaultSelector()
-        self.lock = threading.Lock()
-        self.samples: dict[str, list[float]] = {kind: [] for kind in PROBE_KINDS}
-        self.unanswered = 0  # foreign probes that timed out
-        self.failure: str | None = None
-        self.rate = 1.0  # probe pairs a second, set by the main thread
-        self._pairs = 0
-        self._next_pair = time.monotonic()
-        self._stop = threading.Event()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self.selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._thread = threading.Thread(target=self._loop, name="rpm load", daemon=True)
 
-    def open(self, count: int) -> None:
-        """`count` more load-generating connections each way the load runs, begun in the
-        loop (whose failure, a refusal among them, ends the run)."""
-        with self.lock:
-            for _ in range(count):
-                for download in self.directions:
-                    request = load.request(self.token, download, self.seconds,
-                                           self.max_connections, self.options.secret,
-                                           self.options.test.congestion)
-                    connection = LoadConnection(self.options, self.address, self.family,
-                                                request, download)
-                    self.connections.append(connection)
-                    self.selector.register(connection.sock, connection.events, connection)
-        self._wake()
-        if not self._thread.is_alive():
-            self._thread.start()
+    def _load(self, download: bool) -> LoadConnection:
+        request = load.request(self.token, download, self.seconds, self.max_connections,
+                               self.options.secret, self.options.test.congestion)
+        return LoadConnection(self.options, self.address, self.family, request, download)
 
-    def first_accepted(self) -> None:
-        """Wait for the server's answer to the first connection: a refusal, or no answer in
-        time, is raised (SimpleperfError) before anything is printed."""
-        while not self.loading() and self.failure is None:
-            time.sleep(0.005)
-        if self.failure is not None:
-            raise SimpleperfError(self.failure)
+    def _foreign(self, number: int) -> ForeignProbe:
+        return ForeignProbe(self.address, self.family, self.options, number)
 
-    def loading(self) -> int:
-        """Connections the server accepted, carrying load."""
-        with self.lock:
-            return sum(connection.accepted for connection in self.connections)
-
-    def moved(self) -> tuple[int, int]:
-        """Bytes of load moved so far: (uplink, downlink)."""
-        with self.lock:
-            moved = [(connection.download, connection.moved())
-                     for connection in self.connections]
-        return (sum(size for download, size in moved if not download),
-                sum(size for download, size in moved if download))
-
-    def opened(self) -> int:
-        """Load-generating connections opened so far, each way the load runs."""
-        with self.lock:
-            return len(self.connections) // len(self.directions)
-
-    def take_samples(self) -> dict[str, list[float]]:
-        with self.lock:
-            taken = self.samples
-            self.samples = {kind: [] for kind in taken}
-            return taken
-
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            self._wake_w.send(b"w", socket.MSG_DONTWAIT)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set() and self.failure is None:
-            now = time.monotonic()
-            if now >= self._next_pair and self._launch_pair():
-                self._next_pair = max(self._next_pair + 1 / self.rate, now)
-            self._expire(now)
-            wait = min(WAKE_SECONDS, max(0.001, self._next_pair - time.monotonic()))
-            for key, events in self.selector.select(wait):
-                if key.data is None:
-                    self._wake_r.recv(4096)
-                    continue
-                try:
-                    with self.lock:
-                        self._serve(key.data, events)
-                except (OSError, ProtocolError) as error:
-                    kind = "foreign probe" if isinstance(key.data, ForeignProbe) else \
-                        "load-generating connection"
-                    self.failure = f"a {kind} failed: {error.strerror or error}" \
-                        if isinstance(error, OSError) else f"a {kind} failed: {error}"
-
-    def _launch_pair(self) -> bool:
-        """A foreign and a self probe, once a connection carries load (False before)."""
-        with self.lock:
-            loading = [c for c in self.connections if c.accepted]
-            if not loading:
-                return False
-            self._pairs += 1
-            probe = ForeignProbe(self.address, self.family, self.options, self._pairs)
-            self.foreign.append(probe)
-            self.selector.register(probe.sock, selectors.EVENT_WRITE, probe)
-            connection = random.choice(loading)
-            connection.ask(self._pairs)
-            self.selector.modify(connection.sock, connection.events, connection)
-            return True
-
-    def _expire(self, now: float) -> None:
-        """Foreign probes past their time are given up (and counted); a load-generating
-        connection the server has not accepted in time ends the run."""
-        with self.lock:
-            for probe in [p for p in self.foreign if now > p.deadline]:
-                self._forget(probe)
-                self.unanswered += 1
-            if any(not c.accepted and now > c.deadline for c in self.connections):
-                self.failure = (f"the server did not accept a load-generating connection "
-                                f"within {self.options.connect_timeout:g} s")
-
-    def _forget(self, probe: ForeignProbe) -> None:
-        self.foreign.remove(probe)
-        self.selector.unregister(probe.sock)
-        probe.sock.close()
-
-    def _serve(self, item: LoadConnection | ForeignProbe, events: int) -> None:
+    def _serve(self, item: object, events: int) -> None:
         if isinstance(item, ForeignProbe):
             if events & selectors.EVENT_WRITE:
                 item.writable()
@@ -332,6 +220,7 @@ class ProbeLoop:
                 self.samples[FOREIGN].append(times[1])
                 self._forget(item)
             return
+        assert isinstance(item, LoadConnection)
         if events & selectors.EVENT_WRITE:
             with contextlib.suppress(BlockingIOError):
                 item.writable()
@@ -347,16 +236,6 @@ class ProbeLoop:
                 return
             self.samples[LOADED].extend(answered)
         self.selector.modify(item.sock, item.events, item)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(2)
-        for sock in [item.sock for item in self.connections] + [p.sock for p in self.foreign]:
-            sock.close()
-        self.selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
 
 
 def idle_probe(options: ClientOptions) -> tuple[tuple[float, float], tuple, int]:
@@ -381,61 +260,8 @@ def idle_probe(options: ClientOptions) -> tuple[tuple[float, float], tuple, int]
 
 def run(options: ClientOptions, out: Callable[[str], None]) -> None:
     parameters = RpmParameters(interval=options.rpm_interval)
-    limit = options.seconds
-    ramp = ResponsivenessRun(parameters)
     idle, address, family = idle_probe(options)
-    probes = ProbeLoop(options, address, family, math.ceil(limit), parameters.max_connections)
-    interrupted = False
-    try:
-        probes.open(parameters.initial)
-        probes.first_accepted()
-        if not options.json:
-            out(rpm_report.header(options, parameters, limit))
-        _ramp(probes, ramp, parameters, limit, out, options)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        probes.close()
-    result = ramp.result(probes.unanswered)
-    failure = probes.failure or ("interrupted" if interrupted else None)
-    if options.json:
-        out(rpm_report.document(options, parameters, limit, idle, result, failure))
-    else:
-        for line in rpm_report.summary_lines(result, idle, options.unit):
-            out(line)
-    if interrupted:
-        raise Interrupted
-    if failure is not None:
-        raise ReportedError(failure) if options.json else SimpleperfError(failure)
-
-
-def _ramp(probes: ProbeLoop, ramp: ResponsivenessRun, parameters: RpmParameters,
-          limit: float, out: Callable[[str], None], options: ClientOptions) -> None:
-    """Interval by interval until stable, -t is over, or a connection or probe fails."""
-    began = time.monotonic()
-    before = (0, 0)
-    while True:
-        end = began + (len(ramp.intervals) + 1) * parameters.interval
-        while time.monotonic() < end:
-            if probes.failure:
-                return
-            time.sleep(min(WAKE_SECONDS, max(0.0, end - time.monotonic())))
-        moved = probes.moved()
-        for kind, values in probes.take_samples().items():
-            for milliseconds in values:
-                ramp.add_probe(kind, milliseconds)
-        up, down = moved[0] - before[0], moved[1] - before[1]
-        add = ramp.end_interval(up + down, probes.opened(),
-                                (up, down) if len(probes.directions) > 1 else None)
-        if (idle := ramp.idle_direction()) is not None:
-            probes.failure = (f"nothing moved {idle} in {len(ramp.intervals)} intervals: does "
-                              "the server load both ways at once (a simpleperf server of this "
-                              "version)?")
-        probes.rate = ramp.probe_rate()
-        before = moved
-        if not options.json:
-            out(rpm_report.interval_line(ramp.intervals[-1], parameters, options.unit))
-        if ramp.done or time.monotonic() - began + parameters.interval > limit + 1e-6:
-            return
-        if add:
-            probes.open(add)
+    probes = ProbeLoop(options, address, family, math.ceil(options.seconds),
+                       parameters.max_connections)
+    ramp.measure(options, out, probes, ResponsivenessRun(parameters),
+                 {CONNECT: idle[0], FOREIGN: idle[1]})

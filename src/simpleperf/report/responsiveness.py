@@ -13,6 +13,7 @@ from ..engine.responsiveness import (
     CONNECT,
     FOREIGN,
     LOADED,
+    TLS,
     IntervalRecord,
     RpmParameters,
     RpmResult,
@@ -31,9 +32,15 @@ def _direction_text(options: ClientOptions) -> str:
             else _direction(options))
 
 
-def header(options: ClientOptions, parameters: RpmParameters, limit: float) -> str:
-    return (f"Responsiveness (draft-ietf-ippm-responsiveness) to {options.host} port "
-            f"{options.port}: {_direction_text(options)}, intervals of {parameters.interval:g} s, "
+def target(options: ClientOptions) -> str:
+    """What the run measures: the configuration URL, or the simpleperf server's address."""
+    return options.rpm_url or f"{options.host} port {options.port}"
+
+
+def header(options: ClientOptions, parameters: RpmParameters, limit: float,
+           note: str = "") -> str:
+    return (f"Responsiveness (draft-ietf-ippm-responsiveness) to {target(options)}{note}: "
+            f"{_direction_text(options)}, intervals of {parameters.interval:g} s, "
             f"at most {limit:g} s\n"
             "Interval          Conns  Goodput          Moving average     RPM")
 
@@ -50,7 +57,22 @@ def interval_line(record: IntervalRecord, parameters: RpmParameters, unit: str) 
             f"{_rate(record.moving_goodput, unit):<19}{measured}")
 
 
-def summary_lines(result: RpmResult, idle: tuple[float, float], unit: str) -> list[str]:
+# a foreign probe's round trips as the summary names them
+_FOREIGN_PARTS = ((CONNECT, "handshake"), (TLS, "TLS"), (FOREIGN, "request"))
+
+
+def _foreign_times(trimmed: dict[str, float]) -> str:
+    return ", ".join(f"{name} {trimmed[kind]:.3f} ms" for kind, name in _FOREIGN_PARTS
+                     if kind in trimmed)
+
+
+def _foreign_ms(times: dict[str, float]) -> float:
+    """A foreign probe's round trips, averaged into one (as the draft's formula does)."""
+    parts = [times[kind] for kind, _ in _FOREIGN_PARTS if kind in times]
+    return sum(parts) / len(parts)
+
+
+def summary_lines(result: RpmResult, idle: dict[str, float], unit: str) -> list[str]:
     both = result.uplink_goodput is not None and result.downlink_goodput is not None
     split = (f" (up {_rate(result.uplink_goodput or 0.0, unit)}, down "
              f"{_rate(result.downlink_goodput or 0.0, unit)})" if both else "")
@@ -63,18 +85,16 @@ def summary_lines(result: RpmResult, idle: tuple[float, float], unit: str) -> li
         lines.append(f"Responsiveness: {result.rpm:.0f} RPM, {result.rating} (confidence "
                      f"{result.confidence})")
         trimmed, probes = result.trimmed_ms, result.probes
-        lines.append(f"  foreign {result.foreign_rpm:.0f} RPM: handshake "
-                     f"{trimmed[CONNECT]:.3f} ms, request {trimmed[FOREIGN]:.3f} ms "
+        lines.append(f"  foreign {result.foreign_rpm:.0f} RPM: {_foreign_times(trimmed)} "
                      f"(trimmed means of {probes[FOREIGN]} new connections)")
         lines.append(f"  loaded  {result.loaded_rpm:.0f} RPM: request {trimmed[LOADED]:.3f} "
                      f"ms (trimmed mean of {probes[LOADED]} self probes)")
-    lines.append(f"Idle: handshake {idle[0]:.3f} ms, request {idle[1]:.3f} ms "
-                 f"({rpm((idle[0] + idle[1]) / 2):.0f} RPM)")
+    lines.append(f"Idle: {_foreign_times(idle)} ({rpm(_foreign_ms(idle)):.0f} RPM)")
     return lines
 
 
 def document(options: ClientOptions, parameters: RpmParameters, limit: float,
-             idle: tuple[float, float], result: RpmResult, failure: str | None) -> str:
+             idle: dict[str, float], result: RpmResult, failure: str | None) -> str:
     """One JSON document: start (what ran), intervals, end (the result)."""
     end: dict[str, Any] = result.as_dict()
     intervals = end.pop("intervals")
@@ -84,11 +104,12 @@ def document(options: ClientOptions, parameters: RpmParameters, limit: float,
                 item.pop(key, None)
     value: dict[str, Any] = {
         "start": {**identity(time.time()),
-                  "connecting_to": {"host": options.host, "port": options.port},
+                  "connecting_to": ({"url": options.rpm_url} if options.rpm_url else
+                                    {"host": options.host, "port": options.port}),
                   "responsiveness": {"direction": _direction(options), "time_limit": limit,
                                      "parameters": asdict(parameters)}},
         "intervals": intervals,
-        "end": {"responsiveness": {**end, "idle_ms": {CONNECT: idle[0], FOREIGN: idle[1]}}},
+        "end": {"responsiveness": {**end, "idle_ms": idle}},
     }
     if failure is not None:
         value["error"] = failure

@@ -45,6 +45,10 @@ def serve_http2(wire: Wire, answer: Callable[[str, str, str | None, str], Answer
         h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: endpoints.STREAM_WINDOW,
         # uploads in large frames: each frame is a turn of Python's, its bytes not
         h2.settings.SettingCodes.MAX_FRAME_SIZE: endpoints.MAX_FRAME_BYTES})
+    # ... but frames up to that size are taken from the start: h2 checks a frame's length
+    # against the limit in force when a read began, so a peer's acknowledgement and its
+    # first large frame in one read would otherwise end the connection (FRAME_SIZE_ERROR)
+    connection.max_inbound_frame_size = endpoints.MAX_FRAME_BYTES
     connection.increment_flow_control_window(4 * endpoints.STREAM_WINDOW)
     wire.send(connection.data_to_send())
     streams = _Streams()
