@@ -23,11 +23,6 @@ UPLOAD_PATH = "/upload"
 # its 20 s below 400 Gbit/s.
 LARGE_BYTES = 10**12
 CHUNK_BYTES = 256 * 1024  # the zeros the large object is sent from, one buffer
-# What a connection keeps unsent (TCP_NOTSENT_LOWAT, and HTTP/2's framing ahead of it): an
-# answer to a self probe on a loaded connection waits behind no more than this, about 5 ms
-# at 100 Mbit/s, as the draft asks of a responsiveness server's load connections (else it
-# waits behind the socket's whole buffer, and the client measures the server's queue)
-UNSENT_BYTES = 64 * 1024
 # Limits of every HTTP connection, whatever its protocol
 MAX_HEADER_BYTES = 16 * 1024  # a request's head (HTTP/1.1) or header list (HTTP/2)
 MAX_STREAMS = 100  # HTTP/2 streams open at once on one connection

@@ -20,7 +20,6 @@ from .endpoints import Answer
 from .wire import ZEROS, Wire
 
 WAKE_SECONDS = 0.5
-MAX_PENDING = endpoints.UNSENT_BYTES  # framed bytes gathered before they go to the wire
 
 
 class _Streams:
@@ -53,7 +52,7 @@ def serve_http2(wire: Wire, answer: Callable[[str, str, str | None, str], Answer
     wire.send(connection.data_to_send())
     streams = _Streams()
     while True:
-        sending = _send_large(connection, streams)
+        sending = _send_large(connection, streams, wire.record)
         wire.send(connection.data_to_send())
         if not wire.readable(0.0 if sending else WAKE_SECONDS):
             continue
@@ -113,19 +112,20 @@ def _respond(connection: h2.connection.H2Connection, streams: _Streams, sid: int
         connection.send_headers(sid, headers, end_stream=True)
 
 
-def _send_large(connection: h2.connection.H2Connection, streams: _Streams) -> bool:
-    """The large objects' next bytes, as far as the windows allow (at most MAX_PENDING
-    framed at once); whether any window is still open."""
+def _send_large(connection: h2.connection.H2Connection, streams: _Streams, budget: int
+                ) -> bool:
+    """The large objects' next bytes, as far as the windows allow (at most `budget` framed
+    at once: the wire's record); whether any window is still open."""
     framed = 0
     frame = connection.max_outbound_frame_size
     for sid in list(streams.large):
-        while framed < MAX_PENDING:
+        while framed < budget:
             try:
                 window = connection.local_flow_control_window(sid)
             except h2.exceptions.StreamClosedError:
                 streams.large.pop(sid, None)
                 break
-            size = min(window, frame, streams.large[sid], len(ZEROS))
+            size = min(window, frame, streams.large[sid], len(ZEROS), budget - framed)
             if size <= 0:
                 break
             left = streams.large[sid] - size

@@ -24,7 +24,6 @@ from ..description.transports import TCP
 from ..errors import SimpleperfError
 from ..policy import ServerPolicy
 from ..protocol.detect import H2C, TLS, detect
-from ..transport.socket_options import set_unsent_limit
 from ..units import format_iperf3_amount
 from . import endpoints
 from .endpoints import Answer
@@ -65,7 +64,6 @@ class HttpService:
         """Serve one connection (HTTPS, HTTP/1.1 or h2c, as its first bytes say); whether
         it carried a load (a large object or an upload)."""
         kind = detect(prefix)
-        set_unsent_limit(conn, endpoints.UNSENT_BYTES)
         # an answer goes out at once, not after the peer's (delayed) acknowledgement of
         # what went before it: a probe's time is the path's, as nginx's tcp_nodelay keeps it
         with contextlib.suppress(OSError):

@@ -10,6 +10,9 @@ import ssl
 import threading
 import time
 
+from ..engine.responsiveness import LoadUnsentLimit
+from ..engine.tcp_stream import follow_unsent
+from ..transport.socket_options import set_unsent_limit
 from . import endpoints
 
 READ_BYTES = 256 * 1024
@@ -23,7 +26,11 @@ class Closed(Exception):
 
 class Wire:
     """A connection's bytes, in and out, over TLS or not: the bytes the port read first
-    come before the socket's."""
+    come before the socket's. What it keeps unsent follows its own rate, as the draft asks
+    of a load-generating connection's ends (TCP_NOTSENT_LOWAT at about 5 ms of what the
+    client acknowledges, the load's writes as long): an answer to a self probe waits behind
+    that much of the load, not behind the socket's whole buffer, else the client would
+    measure the server's queue and not the network's."""
 
     def __init__(self, conn: socket.socket, prefix: bytes, deadline: float,
                  stopping: threading.Event, tls: ssl.SSLContext | None) -> None:
@@ -31,6 +38,8 @@ class Wire:
         self.left = prefix
         self.tls: ssl.SSLObject | None = None
         self.sent = self.received = 0  # bytes of HTTP, both ways
+        self.unsent = LoadUnsentLimit()
+        set_unsent_limit(conn, self.unsent.limit)
         if tls is not None:
             self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
             self.tls = tls.wrap_bio(self.incoming, self.outgoing, server_side=True)
@@ -100,12 +109,31 @@ class Wire:
                 return b""
 
     def readable(self, seconds: float) -> bool:
-        """Whether recv() has something (or the end) without waiting longer than this."""
-        if self.left or (self.tls is not None and (self.tls.pending() or
-                                                    self.incoming.pending)):
+        """Whether recv() has something (or the end) without waiting longer than this.
+        Bytes of TLS already read are something only once they make a whole record: part
+        of one would have recv() wait on the socket for the rest (a client's next request),
+        and the load and every answer with it."""
+        if self.left:
             return True
+        if self.tls is not None and (self.tls.pending() or self.incoming.pending):
+            try:
+                self.left = self.tls.read(READ_BYTES)
+            except ssl.SSLWantReadError:
+                self._flush_tls()
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                return True  # the end: recv() says so
+            if self.left:
+                return True
         self._check()
         return bool(select.select([self.conn], [], [], seconds)[0])
+
+    @property
+    def record(self) -> int:
+        """How much of a load to write at once: the unsent limit, at most a bulk record."""
+        now = time.monotonic()
+        if self.unsent.due(now):
+            follow_unsent(self.conn, self.unsent, now)
+        return self.unsent.record
 
     def send(self, data: bytes | memoryview) -> None:
         if not data:
