@@ -82,7 +82,7 @@ flows = [{ kind = "tcp", from = "h1", to = "h4" }]
     (('kind = "tcp", from', 'kind = "udp", rate = "probe", tool = "iperf3", from'),
      "flow 1: rate = \"probe\" needs a simpleperf server, not tool = 'iperf3'"),
     (('kind = "tcp", from', 'kind = "ping", tool = "iperf2", from'),
-     "tool only applies to tcp and udp flows"),
+     "tool only applies to tcp, udp and rpm flows"),
     (('name = "one"', 'name = "one"\nrepeat = 0'), "repeat must be a whole number from 1"),
     (('topology = "portfolio"', ''), "topology must name a topology"),
     (('flows = [{ kind = "tcp", from = "h1", to = "h4" }]', 'flows = []'),
@@ -339,8 +339,9 @@ def test_each_kind_is_one_object_that_takes_its_own_fields_and_runs() -> None:
         for name in sorted(set(flows.FIELDS) - kind.fields):
             takers = [k.name for k in flows.KINDS.values() if name in k.fields]
             text = BASE.replace('kind = "tcp"', f'kind = "{kind.name}", {name} = 1')
-            with pytest.raises(ExperimentError, match=f"{name} only applies to "
-                               f"{' and '.join(takers)} flows"):
+            named = (f"{', '.join(takers[:-1])} and {takers[-1]}" if len(takers) > 1
+                     else takers[0])
+            with pytest.raises(ExperimentError, match=f"{name} only applies to {named} flows"):
                 experiment.parse(text)
     timing = experiment.Timing()
     marked = {"tcp": "--dscp", "udp": "--dscp", "ping": "-Q"}

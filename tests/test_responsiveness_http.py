@@ -348,3 +348,29 @@ def test_the_large_object_goes_out_a_record_at_a_time_whatever_frames_the_client
         sock.sendall(connection.data_to_send())
     sock.close()
     assert len(frames) > 100 and max(frames) <= MAX_RECORD, (len(frames), max(frames))
+
+
+@pytest.mark.loopback
+def test_a_slow_reader_finds_little_of_the_large_object_waiting_unsent(server):
+    """The server writes the large object only when poll says the socket is below its
+    unsent limit: a blocking send adds to the socket's last unsent segment, up to 64 kB,
+    whatever TCP_NOTSENT_LOWAT says (at a 1.25 Mbit/s share that is 400 ms a self probe's
+    answer waits behind). A client reading 1 MB/s finds a few kB unsent, not tens."""
+    _, port = server
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.sendall(b"GET /large HTTP/1.1\r\nHost: h\r\n\r\n")
+    client_port = sock.getsockname()[1]
+    unsent = []
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:
+        assert sock.recv(50 * 1024)
+        time.sleep(0.05)  # about 1 MB/s
+        shown = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} "
+                                f"and dport = :{client_port} )"], capture_output=True,
+                               text=True).stdout
+        found = re.search(r"notsent:(\d+)", shown)
+        unsent.append(int(found.group(1)) if found else 0)
+    sock.close()
+    later = unsent[len(unsent) // 2:]  # once the rate is known
+    assert any(unsent) and max(later) <= 16 * 1024, unsent

@@ -133,6 +133,7 @@ def _write(wire: Wire, found: Answer, method: str, close: bool) -> None:
     wire.send(found.body)
     left = found.stream
     while left > 0:  # the large object, until the client has had enough and closes
+        wire.wait_writable()
         size = min(left, wire.record)
         wire.send(ZEROS[:size])
         left -= size

@@ -52,9 +52,11 @@ def serve_http2(wire: Wire, answer: Callable[[str, str, str | None, str], Answer
     wire.send(connection.data_to_send())
     streams = _Streams()
     while True:
-        sending = _send_large(connection, streams, wire.record)
-        wire.send(connection.data_to_send())
-        if not wire.readable(0.0 if sending else WAKE_SECONDS):
+        readable, writable = wire.ready(WAKE_SECONDS, write=_sending(connection, streams))
+        if writable:  # a record of the large objects, as the unsent limit allows
+            _send_large(connection, streams, wire.record)
+            wire.send(connection.data_to_send())
+        if not readable:
             continue
         data = wire.recv()
         if not data:
@@ -112,10 +114,15 @@ def _respond(connection: h2.connection.H2Connection, streams: _Streams, sid: int
         connection.send_headers(sid, headers, end_stream=True)
 
 
+def _sending(connection: h2.connection.H2Connection, streams: _Streams) -> bool:
+    """Whether a large object has bytes its window lets go."""
+    return any(_window(connection, sid) > 0 for sid in streams.large)
+
+
 def _send_large(connection: h2.connection.H2Connection, streams: _Streams, budget: int
-                ) -> bool:
+                ) -> None:
     """The large objects' next bytes, as far as the windows allow (at most `budget` framed
-    at once: the wire's record); whether any window is still open."""
+    at once: the wire's record)."""
     framed = 0
     frame = connection.max_outbound_frame_size
     for sid in list(streams.large):
@@ -135,7 +142,6 @@ def _send_large(connection: h2.connection.H2Connection, streams: _Streams, budge
                 streams.large.pop(sid)
                 break
             streams.large[sid] = left
-    return any(_window(connection, sid) > 0 for sid in streams.large)
 
 
 def _window(connection: h2.connection.H2Connection, sid: int) -> int:

@@ -16,6 +16,7 @@ from ..transport.socket_options import set_unsent_limit
 from . import endpoints
 
 READ_BYTES = 256 * 1024
+WAKE_SECONDS = 0.5  # a wait's longest, between checks of the deadline and the stop
 CONNECTION_MEMORY = 2 * READ_BYTES + 2 * endpoints.CHUNK_BYTES  # what one holds, at most
 ZEROS = memoryview(bytes(endpoints.CHUNK_BYTES))
 
@@ -109,10 +110,25 @@ class Wire:
                 return b""
 
     def readable(self, seconds: float) -> bool:
-        """Whether recv() has something (or the end) without waiting longer than this.
-        Bytes of TLS already read are something only once they make a whole record: part
-        of one would have recv() wait on the socket for the rest (a client's next request),
-        and the load and every answer with it."""
+        """Whether recv() has something (or the end) without waiting longer than this."""
+        return self.ready(seconds)[0]
+
+    def ready(self, seconds: float, write: bool = False) -> tuple[bool, bool]:
+        """Whether recv() has something (or the end), and with `write` whether the socket
+        takes a load's record: poll honours TCP_NOTSENT_LOWAT, a blocking send does not
+        (the kernel adds to its last unsent segment, up to 64 kB, whatever the limit: at a
+        1.25 Mbit/s share that is 400 ms a self probe's answer waits behind). Waits at most
+        `seconds` for either. Bytes of TLS already read count only once they make a whole
+        record: part of one would have recv() wait on the socket for the rest."""
+        if self._buffered():
+            writable = write and bool(select.select([], [self.conn], [], 0)[1])
+            return True, writable
+        self._check()
+        found = select.select([self.conn], [self.conn] if write else [], [], seconds)
+        return bool(found[0]), bool(found[1])
+
+    def _buffered(self) -> bool:
+        """Whether bytes already read wait for recv() (decrypting what TLS holds)."""
         if self.left:
             return True
         if self.tls is not None and (self.tls.pending() or self.incoming.pending):
@@ -122,10 +138,12 @@ class Wire:
                 self._flush_tls()
             except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
                 return True  # the end: recv() says so
-            if self.left:
-                return True
-        self._check()
-        return bool(select.select([self.conn], [], [], seconds)[0])
+        return bool(self.left)
+
+    def wait_writable(self) -> None:
+        """Until the socket takes a load's record (see ready)."""
+        while not select.select([], [self.conn], [], WAKE_SECONDS)[1]:
+            self._check()
 
     @property
     def record(self) -> int:

@@ -21,7 +21,9 @@ class QueueDiscipline:
     share loses its own packets), where the others drop whatever packet arrives, of any
     flow (fq_pie, as Linux's: beside a flow that does not back off, the shared limit fills
     with its packets until PIE's drop probability for it catches up, and every flow's
-    arrivals are dropped meanwhile)."""
+    arrivals are dropped meanwhile). `target`: the queueing delay its AQM holds a standing
+    queue at under load (the kernel's default; the lab's own implementations start from
+    it, a link's `target` replaces it), None for a queue that fills."""
 
     name: str
     kernel: bool
@@ -29,27 +31,37 @@ class QueueDiscipline:
     own_rate: bool
     about: str
     sheds_longest: bool = False
+    target: float | None = None
 
 
 QUEUE_DISCIPLINES: tuple[QueueDiscipline, ...] = (
     QueueDiscipline("droptail", False, False, False,
                     "first in, first out; a packet that finds the queue full is dropped "
                     "(the kernel's pfifo)"),
-    QueueDiscipline("codel", True, False, False, "CoDel, RFC 8289"),
-    QueueDiscipline("fq_codel", True, True, False, "FQ-CoDel, RFC 8290", sheds_longest=True),
-    QueueDiscipline("pie", True, False, False, "PIE, RFC 8033"),
-    QueueDiscipline("fq_pie", True, True, False, "flow queueing over PIE (Linux's fq_pie)"),
+    QueueDiscipline("codel", True, False, False, "CoDel, RFC 8289", target=0.005),
+    QueueDiscipline("fq_codel", True, True, False, "FQ-CoDel, RFC 8290", sheds_longest=True,
+                    target=0.005),
+    QueueDiscipline("pie", True, False, False, "PIE, RFC 8033", target=0.015),
+    QueueDiscipline("fq_pie", True, True, False, "flow queueing over PIE (Linux's fq_pie)",
+                    target=0.015),
     QueueDiscipline("cake", True, True, True,
                     "CAKE: tins by DSCP, host and flow isolation, COBALT (Linux's sch_cake)",
-                    sheds_longest=True),
+                    sheds_longest=True, target=0.005),
     QueueDiscipline("dualpi2", True, False, False,
                     "the DualQ Coupled AQM for L4S, RFC 9332 (its two queues coupled into "
-                    "one's shares)"),
+                    "one's shares)", target=0.015),
     QueueDiscipline("classes", False, False, True,
                     "DiffServ classes as routers configure them: expedited forwarding first "
                     "and policed, weighted classes each a drop-tail queue"),
 )
 BY_NAME = {discipline.name: discipline for discipline in QUEUE_DISCIPLINES}
+
+
+def target_of(name: str) -> float:
+    """An AQM's default target delay, seconds (what its own implementation starts from)."""
+    target = BY_NAME[name].target
+    assert target is not None, f"{name} holds no target"
+    return target
 QDISCS = tuple(BY_NAME)
 KERNEL_QDISCS = tuple(d.name for d in QUEUE_DISCIPLINES if d.kernel)
 # Served in arrival order (within a class's part of the link, for classes)

@@ -35,7 +35,7 @@ from .errors import ExperimentError
 # What every flow's table takes, with what each says (the file-format reference's source);
 # each kind's own fields are FIELDS below.
 COMMON_KEYS = {
-    "kind": "what runs: `tcp`, `udp`, `ping`, `scp`, `http` or `command` (the flow "
+    "kind": "what runs: `tcp`, `udp`, `ping`, `rpm`, `scp`, `http` or `command` (the flow "
             "kinds' reference)",
     "from": "the node it runs from: its client, the sender unless it measures the other way",
     "to": "the node it runs to: its server",
@@ -48,6 +48,12 @@ CONTENTS = ("random", "sparse")
 # tcp and udp flows: whose server measures (simpleperf's client drives each, reading its
 # own JSON: --iperf3 and --iperf2 against iperf3 -s and iperf -s)
 TOOLS = ("simpleperf", "iperf3", "iperf2")
+# rpm flows: the server of the responsiveness draft's endpoints (nginx set up as Apple's
+# reference server), and who measures it: simpleperf's client over HTTP/2 and TLS, its
+# native protocol's (a simpleperf server only), or Cloudflare's mach
+RPM_SERVERS = ("simpleperf", "nginx")
+METERS = ("simpleperf", "native", "mach")
+DIRECTIONS = ("download", "upload")
 DEFAULT_TRANSFER_SIZE = 10_000_000
 MAX_TRANSFER_SIZE = 10 ** 11
 MAX_OBJECTS = 1000
@@ -86,6 +92,8 @@ class FlowKind:
     # handshake and the program's own: SSH's version, key exchange, keys, service,
     # authentication, channel and scp's header; HTTP's request)
     handshakes: int = 0
+    tools: tuple[str, ...] = ()  # the servers its `tool` may name (the first: the default)
+    responsiveness: bool = False  # its result is RPM, judged against theory's queues
 
     def duration(self, flow: Flow, timing: Timing) -> float:
         """Seconds the flow runs (an application: at most this long)."""
@@ -104,11 +112,14 @@ class FlowKind:
 KINDS: dict[str, FlowKind] = {kind.name: kind for kind in (
     FlowKind("tcp", frozenset({"parallel", "length", "window", "congestion", "dscp",
                                "rtt_under_load", "tool", "mptcp"}), tcp=True, share_judged=True,
-             measured=True),
+             measured=True, tools=TOOLS),
     FlowKind("udp", frozenset({"rate", "length", "frames", "dscp", "rtt_under_load", "l4s",
-                               "tool"}), paced=True, datagrams=True, measured=True),
+                               "tool"}), paced=True, datagrams=True, measured=True, tools=TOOLS),
     FlowKind("ping", frozenset({"count", "interval", "dscp"}), ends="count",
              loads_path=False),
+    FlowKind("rpm", frozenset({"meter", "tool", "direction", "congestion"}), tcp=True,
+             tools=RPM_SERVERS,
+             responsiveness=True),
     FlowKind("scp", frozenset({"size", "content"}), ends="exit", application=True, tcp=True,
              window_cap=SSH_WINDOW_BYTES, moves_size=True, handshakes=8),
     FlowKind("http", frozenset({"size", "content", "objects"}), ends="exit",
@@ -147,6 +158,8 @@ class Flow:
     l4s: bool = False  # udp: ECT(1), at the rate CE marks set (--l4s); `rate` is a ceiling
     tool: str = "simpleperf"  # tcp, udp: the server, one of TOOLS
     mptcp: bool = False  # tcp: Multipath TCP, a subflow over each path (run/multipath.py)
+    meter: str = "simpleperf"  # rpm: who measures, one of METERS
+    direction: str = "download"  # rpm: the way the load runs (download: `to` sends)
 
     @property
     def spec(self) -> FlowKind:
@@ -170,8 +183,9 @@ def parse(raw: Any, where: str) -> Flow:
     for name in raw:
         if name not in COMMON_FIELDS and name not in kind.fields:
             takers = [k.name for k in KINDS.values() if name in k.fields]
-            raise ExperimentError(f"{where}: {name} only applies to {' and '.join(takers)} "
-                                  "flows")
+            named = ", ".join(takers[:-1]) + " and " + takers[-1] if len(takers) > 1 \
+                else takers[0]
+            raise ExperimentError(f"{where}: {name} only applies to {named} flows")
     for side in ("from", "to"):
         if not isinstance(raw.get(side), str) or not raw[side]:
             raise ExperimentError(f"{where}: '{side}' must name a node")
@@ -307,13 +321,14 @@ def _tool(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[st
     """Whose server the flow measures against; what only a simpleperf server does is
     refused with another."""
     tool = raw["tool"]
-    if tool not in TOOLS:
-        raise ExperimentError(f"{where} must be one of {', '.join(TOOLS)}, not {tool!r}")
+    if tool not in kind.tools:
+        raise ExperimentError(f"{where} must be one of {', '.join(kind.tools)}, not {tool!r}")
     flow = where.removesuffix(f": {name}")
     needs_ours = [field for field, given in (
         ("frames", "frames" in raw), ("l4s", raw.get("l4s") is True),
         ('rate = "probe"', raw.get("rate") == "probe"),
-        ("mptcp", raw.get("mptcp") is True)) if given]
+        ("mptcp", raw.get("mptcp") is True),
+        ('meter = "native"', raw.get("meter") == "native")) if given]
     if tool != "simpleperf" and needs_ours:
         raise ExperimentError(f"{flow}: {needs_ours[0]} needs a simpleperf server, not "
                               f"tool = {tool!r}")
@@ -324,6 +339,15 @@ def _mptcp(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[s
     if not isinstance(raw["mptcp"], bool):
         raise ExperimentError(f"{where} must be true or false")
     return {"mptcp": raw["mptcp"]}
+
+
+def _one_of(values: tuple[str, ...]) -> Any:
+    def read(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
+        if raw[name] not in values:
+            raise ExperimentError(f"{where} must be one of {', '.join(values)}, "
+                                  f"not {raw[name]!r}")
+        return {name: raw[name]}
+    return read
 
 
 def _size(raw: dict[str, Any], kind: FlowKind, name: str, where: str) -> dict[str, Any]:
@@ -364,8 +388,15 @@ FIELDS: dict[str, tuple[Any, str]] = {
     "l4s": (_l4s, "`true`: a scalable (L4S) UDP sender, ECT(1), that answers CE marks"),
     "mptcp": (_mptcp, "`true`: Multipath TCP, a subflow over each path that shares no "
                       "link with another"),
-    "tool": (_tool, "whose server measures: `\"simpleperf\"` (the default), `\"iperf3\"` "
-                    "or `\"iperf2\"`"),
+    "tool": (_tool, "whose server measures: tcp and udp `\"simpleperf\"` (the default), "
+                    "`\"iperf3\"` or `\"iperf2\"`; rpm `\"simpleperf\"` (the default) or "
+                    "`\"nginx\"` (set up as Apple's responsiveness server)"),
+    "meter": (_one_of(METERS), "who measures an rpm flow: `\"simpleperf\"` (the default: "
+                               "`-c URL --rpm`, HTTP/2 and TLS), `\"native\"` (`-c HOST "
+                               "--rpm`, a simpleperf server only) or `\"mach\"` "
+                               "(Cloudflare's client)"),
+    "direction": (_one_of(DIRECTIONS), "the way an rpm flow's load runs: `\"download\"` "
+                                       "(the default: `to` sends) or `\"upload\"`"),
     "size": (_size, f"bytes it moves, `\"100M\"` (default {DEFAULT_TRANSFER_SIZE / 1e6:g} MB)"),
     "content": (_content, "what the bytes are: `\"random\"` (the default; no compression "
                           "shrinks them) or `\"sparse\"` (zeros)"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...stats import jain_index
 from .experiment import Flow, Step
+from .responsiveness import RpmTheory
 
 
 @dataclass
@@ -83,6 +84,11 @@ class FlowOutcome:
     write_delay_ms: tuple[float, float] | None = None
     frames: tuple[int, int] | None = None  # udp with frames: whole, lost
     frame_latency_ms: tuple[float | None, float | None] | None = None  # mean, p99
+    # rpm: the run's responsiveness (RPM), what it measured besides (the trimmed means'
+    # round trips, ms; goodput; who measured), and theory's (model/responsiveness.py)
+    rpm: float | None = None
+    rpm_detail: dict[str, Any] | None = None
+    rpm_theory: RpmTheory | None = None
 
     @property
     def loss_percent(self) -> float | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import diffserv
 from .disciplines import ARRIVAL_ORDER, SHARED_TAIL_DROP
+from .responsiveness import predict_rpm
 from .topology import Link, Shaping, Topology, TopologyError
 
 if TYPE_CHECKING:  # theory fills outcomes in; `lab up` and `status` need only the paths
@@ -502,20 +503,17 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     ways: dict[int, tuple[Path, Path]] = {}  # each routed flow's forward and back paths
     for index, outcome in enumerate(outcomes):
         flow = outcome.flow
-        try:
-            forward = path(topology, flow.source, outcome.address)
-            backward = path(topology, flow.target, str(topology.address_of(flow.source)))
-        except TopologyError:
+        found = _ways(topology, outcome)
+        if found is None:
             continue  # no theory for an address the topology does not route: it just runs
-        if any(s.qdisc == "classes" for s in forward.shaping()):
-            forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
-        if any(s.qdisc == "cake" for s in forward.shaping()):
-            tin = diffserv.CAKE_TINS[diffserv.cake_tin_of(flow.dscp or 0)][0]
-            forward = replace(forward, tin=tin)
-        ways[index] = forward, backward
+        forward, backward = ways[index] = found
         source = topology.nodes.get(flow.source)
         _predict_flow(outcome, forward, backward, flow.congestion or (
             source.congestion if source is not None and source.congestion else congestion))
+        if flow.spec.responsiveness and outcome.base_rtt is not None:
+            outcome.rpm_theory = predict_rpm(outcome.base_rtt, [
+                (s, None if s.rate is None or s.queue is None
+                 else s.queue * FRAME_BYTES * 8 / s.rate) for s in forward.shaping()])
         if not flow.spec.loads_path:
             continue  # no demand theory can know
         routes = [forward]
@@ -564,6 +562,26 @@ def predict(topology: Topology, outcomes: Sequence[FlowOutcome], congestion: str
     losses = {index: forward.loss for index, (forward, _) in ways.items()}
     _shared(topology, outcomes, owners, shares, binding, capacities, congestion, seconds,
             losses)
+
+
+def _ways(topology: Topology, outcome: FlowOutcome) -> tuple[Path, Path] | None:
+    """A flow's paths: the way its data goes (its DiffServ class or CAKE tin where the
+    way's links sort by them; an rpm download's load, `to` to `from`) and the way back;
+    None for an address the topology does not route."""
+    flow = outcome.flow
+    try:
+        forward = path(topology, flow.source, outcome.address)
+        backward = path(topology, flow.target, str(topology.address_of(flow.source)))
+    except TopologyError:
+        return None
+    if any(s.qdisc == "classes" for s in forward.shaping()):
+        forward = replace(forward, klass=diffserv.class_of(flow.dscp or 0))
+    if any(s.qdisc == "cake" for s in forward.shaping()):
+        tin = diffserv.CAKE_TINS[diffserv.cake_tin_of(flow.dscp or 0)][0]
+        forward = replace(forward, tin=tin)
+    if flow.spec.responsiveness and flow.direction == "download":
+        return backward, forward  # the load's way: `to` sends
+    return forward, backward
 
 
 def _less_acks(paths: Sequence[Path], owners: list[int], shares: Sequence[float],

@@ -29,6 +29,14 @@ full queue drops from is chance, so shares wander about the fair one; a share wh
 comes to nothing (a few epochs) is not judged, only the total. A flow whose
 congestion control is not AIMD (BBR) has no such theory, and only the total it is part of is
 judged.
+
+An rpm flow's goodput is a ramp of connections, not a transfer, and is not judged; its RPM
+stands beside theory's (model/responsiveness.py: the queues a discipline keeps), which is
+no bound on it: a probe whose packet a full queue drops waits out a retransmission timeout
+(a SYN's second) that no queue explains. Across a sweep, an rpm flow's measured RPMs are
+judged on their order (rpm_order_verdicts): every pair of sweep points whose theory differs
+by ORDER_MARGIN or more must measure in theory's order; a pair theory puts closer is not
+judged.
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ THROUGHPUT_HIGH = 1.05  # more than the bottleneck allows is a shaping fault
 RTT_SLACK_MS = 1.0
 RTT_SLACK_FRACTION = 0.05
 DELAY_SLACK_MS = 1.0  # the machine's own share of a one-way delay
+# rpm flows across a sweep: sweep points whose RPMs theory puts this far apart (the higher
+# over the lower) must measure in the same order; nearer ones are not judged
+ORDER_MARGIN = 1.25
 # An AIMD flow's goodput over k congestion epochs that random losses end varies by this
 # / sqrt(k) of its mean (one standard deviation). Simulated, a window a round trip that
 # grows until a round trip loses any of its segments: 0.44-0.55 for Reno and CUBIC's
@@ -135,6 +146,8 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
         return FlowVerdict(label, False, f"failed: {flow['error']}")
     if flow.get("no_theory"):
         return None  # sharing_notes says why
+    if KINDS[flow["kind"]].responsiveness:
+        return None  # judged across the sweep, on its order (rpm_order_verdicts)
     if flow["kind"] == "ping":
         base, measured = flow["base_rtt_ms"], flow["rtt_median"]
         if base is None or measured is None:
@@ -190,6 +203,37 @@ def flow_verdict(flow: dict[str, Any], sharing: int = 1, loaded: bool = False
         return None  # too few loss epochs: sharing_notes says so
     low, high, why = ranged
     return FlowVerdict(label, low <= ratio <= high, f"{ratio:.2f} x theory{why}")
+
+
+def rpm_order_verdicts(steps: list[dict[str, Any]]) -> list[FlowVerdict]:
+    """Each rpm flow (by label) across the sweep's points: its measured RPMs in theory's
+    order, for every pair theory puts ORDER_MARGIN apart or more."""
+    points: OrderedDict[str, list[tuple[str, float, float]]] = OrderedDict()
+    for step in steps:
+        if not step.get("sweep_value"):
+            continue
+        for flow in step["flows"]:
+            if (flow["kind"] in KINDS and KINDS[flow["kind"]].responsiveness and flow["ok"]
+                    and flow.get("rpm") and flow.get("rpm_theory")):
+                points.setdefault(flow["label"], []).append(
+                    (str(step["sweep_value"]), flow["rpm"], flow["rpm_theory"]))
+    verdicts = []
+    for label, found in points.items():
+        judged, wrong = 0, []
+        for i, (a, measured_a, theory_a) in enumerate(found):
+            for b, measured_b, theory_b in found[i + 1:]:
+                if max(theory_a, theory_b) < ORDER_MARGIN * min(theory_a, theory_b):
+                    continue
+                judged += 1
+                if (measured_a > measured_b) != (theory_a > theory_b):
+                    wrong.append(f"{a} {measured_a:.0f} vs {b} {measured_b:.0f} RPM "
+                                 f"(theory {theory_a:.0f} vs {theory_b:.0f})")
+        if judged:
+            verdicts.append(FlowVerdict(
+                f"{label} rpm order", not wrong,
+                f"{judged - len(wrong)} of {judged} pairs in theory's order"
+                + (f": {'; '.join(wrong[:3])}" if wrong else "")))
+    return verdicts
 
 
 def judged_seconds(flow: dict[str, Any]) -> float | None:
@@ -471,5 +515,11 @@ def case_verdicts(steps: list[dict[str, Any]]) -> list[CaseVerdict]:
                         outside.append(verdict)
             notes += [note for note in sharing_notes(step) if note not in notes]
         cases[step["case"]] = (judged, outside, notes)
+    for case, (judged, outside, notes) in cases.items():
+        for verdict in rpm_order_verdicts([s for s in steps if s["case"] == case]):
+            judged += 1
+            if not verdict.within:
+                outside.append(verdict)
+            cases[case] = (judged, outside, notes)
     return [CaseVerdict(case, judged, outside, tuple(notes))
             for case, (judged, outside, notes) in cases.items()]

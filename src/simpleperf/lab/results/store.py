@@ -51,7 +51,8 @@ CREATE TABLE flow (id INTEGER PRIMARY KEY, step_id INTEGER REFERENCES step(id), 
     write_to_read_p99_ms REAL, one_way_p50_ms REAL, delivered_ce INTEGER,
     trace_capacity TEXT, loaded_rtt_ms REAL, no_theory TEXT, host_dropped INTEGER,
     mptcp_subflows INTEGER, advertised_window REAL, own_rtt_ms REAL, pftk_bound REAL,
-    loss_epoch_seconds REAL);
+    loss_epoch_seconds REAL, rpm REAL, rpm_theory REAL, rpm_low REAL, rpm_high REAL,
+    rpm_detail TEXT);
 CREATE TABLE interval (flow_id INTEGER REFERENCES flow(id), start REAL, "end" REAL,
     bits_per_second REAL);
 CREATE TABLE probe (flow_id INTEGER REFERENCES flow(id), seq INTEGER, rtt_ms REAL);
@@ -178,7 +179,7 @@ class Store:
             flow_id = self.db.execute(
                 "INSERT INTO flow VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                 " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (step_id, position, flow.flow.kind, flow.flow.label, flow.flow.source,
                  flow.flow.target, flow.address, json.dumps(parameters), int(flow.ok),
                  flow.error, flow.started, flow.throughput, flow.sender_throughput,
@@ -196,7 +197,13 @@ class Store:
                  flow.delivered_ce, json.dumps(flow.trace_capacity),
                  flow.loaded_rtt, flow.no_theory, flow.host_dropped,
                  flow.mptcp_subflows, flow.advertised_window, flow.own_rtt_ms,
-                 flow.pftk_bound, flow.loss_epoch_seconds)).lastrowid
+                 flow.pftk_bound, flow.loss_epoch_seconds, flow.rpm,
+                 *((flow.rpm_theory.rpm, flow.rpm_theory.low, flow.rpm_theory.high)
+                   if flow.rpm_theory else (None, None, None)),
+                 json.dumps(None if flow.rpm_detail is None else {
+                     **flow.rpm_detail, **({} if flow.rpm_theory is None else {
+                         "theory_foreign_ms": flow.rpm_theory.foreign_ms,
+                         "theory_loaded_ms": flow.rpm_theory.loaded_ms})}))).lastrowid
             assert flow_id is not None
             flow_ids[position] = flow_id
             self.db.executemany("INSERT INTO interval VALUES (?, ?, ?, ?)",
@@ -351,6 +358,7 @@ def _load(path: Path) -> dict[str, Any]:
                 item["connections"] = json.loads(item["connections"])
                 item["paths"] = json.loads(item.get("paths") or "[]")  # older runs: none
                 item["trace_capacity"] = json.loads(item.get("trace_capacity") or "null")
+                item["rpm_detail"] = json.loads(item.get("rpm_detail") or "null")
                 item["intervals"] = [list(r) for r in db.execute(
                     "SELECT start, \"end\", bits_per_second FROM interval WHERE flow_id = ?",
                     (flow["id"],))]

@@ -164,10 +164,31 @@ def _step_block(step: dict[str, Any]) -> list[str]:
         notes.append(f"start spread {step['start_spread_ms']:.1f} ms")
     if notes:
         lines.append("    " + "; ".join(notes))
+    lines += ["    " + line for flow in step["flows"] for line in rpm_lines(flow)]
     lines += ["    " + line for flow in step["flows"] for line in path_lines(flow)]
     for event in step.get("events", []):
         lines += ["    " + line for line in event_lines(event)]
     return lines
+
+
+def rpm_lines(flow: dict[str, Any]) -> list[str]:
+    """An rpm flow's responsiveness beside theory's, and the round trips behind each."""
+    detail = flow.get("rpm_detail") or {}
+    if not flow["ok"] or flow.get("rpm") is None:
+        return []
+    parameters = flow.get("parameters", {})
+    who = (f"{detail.get('meter', parameters.get('meter'))} against "
+           f"{parameters.get('tool', 'simpleperf')}, {parameters.get('direction')}")
+    measured = [f"{name} {_ms(detail.get(key))} ms" for key, name in (
+        ("foreign_ms", "foreign"), ("loaded_ms", "loaded")) if detail.get(key) is not None]
+    line = f"{flow['label']}: {flow['rpm']:.0f} RPM ({who}"
+    line += f"; {', '.join(measured)})" if measured else ")"
+    if flow.get("rpm_theory"):
+        line += (f"; theory {flow['rpm_theory']:.0f} RPM (foreign "
+                 f"{_ms(detail.get('theory_foreign_ms'))} ms, loaded "
+                 f"{_ms(detail.get('theory_loaded_ms'))} ms; {flow['rpm_low']:.0f} with every "
+                 f"queue full, {flow['rpm_high']:.0f} with none)")
+    return [line]
 
 
 def path_lines(flow: dict[str, Any]) -> list[str]:
@@ -292,10 +313,39 @@ def sweep_points(run: dict[str, Any]) -> list[dict[str, Any]]:
     return list(points.values())
 
 
+def rpm_sweep_rows(run: dict[str, Any]) -> list[list[str]]:
+    """Per sweep value and rpm flow: the RPM each round measured, theory's, and the round
+    trips behind each (foreign and loaded, ms: measured, then theory's)."""
+    rows = []
+    for step in run["steps"]:
+        if step.get("sweep_value") is None:
+            continue
+        for flow in step["flows"]:
+            if flow["kind"] not in KINDS or not KINDS[flow["kind"]].responsiveness:
+                continue
+            detail = flow.get("rpm_detail") or {}
+            measured = (f"{flow['rpm']:.0f}" if flow["ok"] and flow.get("rpm") is not None
+                        else _failure(flow))
+            rows.append([str(step["sweep_value"]), flow["label"], measured,
+                         "-" if flow.get("rpm_theory") is None else f"{flow['rpm_theory']:.0f}",
+                         f"{_ms(detail.get('foreign_ms'))} / {_ms(detail.get('loaded_ms'))}",
+                         f"{_ms(detail.get('theory_foreign_ms'))} / "
+                         f"{_ms(detail.get('theory_loaded_ms'))}"])
+    return rows
+
+
 def sweep_report(run: dict[str, Any]) -> str:
     points = sweep_points(run)
+    rpm_rows = rpm_sweep_rows(run)
+    rpm_table = [] if not rpm_rows else [
+        "\nResponsiveness: RPM beside theory's (60000 over the mean of a foreign probe's "
+        "and a self probe's round trip, each the base RTT and the queue the discipline "
+        "holds), and those round trips",
+        *_table([str(next(s["sweep_parameter"] for s in run["steps"]
+                           if s.get("sweep_parameter"))), "flow", "RPM", "theory",
+                 "foreign / loaded ms", "theory's"], rpm_rows)]
     if not points:
-        return "no sweep points"
+        return "\n".join(rpm_table) if rpm_table else "no sweep points"
     parameter = points[0]["parameter"]
     rows = []
     for point in points:
@@ -308,7 +358,7 @@ def sweep_report(run: dict[str, Any]) -> str:
     return "\n".join([f"\nSweep of {parameter}: goodput, mean and 95 % confidence interval "
                       "(window/RTT of scp: SSH's 2 MiB channel window)",
                       *_table([parameter, "flow", "runs", "Mbit/s", "theory", "window/RTT",
-                               "PFTK", "Mathis"], rows)])
+                               "PFTK", "Mathis"], rows), *rpm_table])
 
 
 def capture_witness(step: dict[str, Any], flow: dict[str, Any]) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ what theory assumes) is model/flows.py's.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -296,6 +297,158 @@ class HttpRunner(ApplicationRunner):
         return command
 
 
+# Cloudflare's mach (the crate cf-mach): on PATH, named by SIMPLEPERF_MACH, or the build
+# beside the repository (../shared/tools/mach)
+MACH_BESIDE = Path(__file__).resolve().parents[5] / "shared" / "tools" / "mach"
+
+
+def mach() -> str | None:
+    named = os.environ.get("SIMPLEPERF_MACH")
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    return which("mach") or (str(MACH_BESIDE) if os.access(MACH_BESIDE, os.X_OK) else None)
+
+
+# nginx as Apple's responsiveness server (its published configuration, cut to one
+# flow): TLS and HTTP/2, a sparse 8 GB large object, an upload location that reads the
+# body (handed to an inner server that answers with the small object)
+NGINX_CONF = """user root;
+worker_processes 1;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  default_type application/octet-stream;
+  access_log off;
+  sendfile on; tcp_nodelay on;
+  client_body_temp_path {folder}/tmp;
+  server {{ listen unix:{folder}/inner.sock; location /files/ {{ root {folder}/root; }} }}
+  server {{
+    listen {listen} ssl http2;
+    ssl_certificate {folder}/cert.pem; ssl_certificate_key {folder}/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    client_max_body_size 0;
+    location /files/ {{ root {folder}/root; }}
+    location = /slurp {{ client_max_body_size 0; client_body_buffer_size 1m;
+      proxy_pass_request_body off; proxy_set_header Content-Length ""; proxy_method GET;
+      proxy_pass http://unix:{folder}/inner.sock:/files/small; }}
+    location = /.well-known/nq {{ default_type application/json; alias {folder}/root/config; }}
+  }}
+}}
+"""
+LARGE_OBJECT_BYTES = 8 * 10**9
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+class RpmRunner(KindRunner):
+    """rpm: a server of the responsiveness draft's endpoints in `to` (a simpleperf server,
+    or nginx set up as Apple's), measured from `from` by simpleperf's client over HTTP/2
+    and TLS (-c URL --rpm), its native protocol (-c HOST --rpm), or mach, which measures
+    both directions one after the other, each for the flow's duration (the flow reads the
+    one it names). The flow's congestion control is the simpleperf server's (-C: its
+    connections inherit its listener's), so a download runs it, and simpleperf's client's
+    (an upload); nginx and mach send with the node's default."""
+
+    def __init__(self, resources: Applications | None) -> None:
+        self.resources = resources
+
+    def server(self, flow: Flow, address: str, port: str) -> list[str]:
+        if flow.tool != "nginx":  # its listener's congestion control, its connections'
+            congestion = ["-C", flow.congestion] if flow.congestion else []
+            return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *congestion]
+        assert self.resources is not None, "nginx needs the run's folder"
+        from ...responsiveness.tls import self_signed
+
+        folder = self.resources.folder / f"nginx-{port}"
+        (folder / "root" / "files").mkdir(parents=True, exist_ok=True)
+        (folder / "tmp").mkdir(exist_ok=True)
+        cert, key = self_signed([address])
+        (folder / "cert.pem").write_bytes(cert)
+        (folder / "key.pem").write_bytes(key)
+        with open(folder / "root" / "files" / "large", "wb") as large:
+            large.truncate(LARGE_OBJECT_BYTES)  # sparse
+        (folder / "root" / "files" / "small").write_bytes(b"x")
+        base = f"https://{_url_host(address)}:{port}"
+        (folder / "root" / "config").write_text(json.dumps({"version": 1, "urls": {
+            "small_download_url": f"{base}/files/small",
+            "large_download_url": f"{base}/files/large", "upload_url": f"{base}/slurp"}}))
+        (folder / "nginx.conf").write_text(NGINX_CONF.format(
+            folder=folder, listen=f"{_url_host(address)}:{port}"))
+        return [which("nginx") or "nginx", "-c", str(folder / "nginx.conf"), "-p",
+                str(folder), "-g", "daemon off;"]
+
+    def ready(self, process: subprocess.Popen, seconds: float, port: str) -> bool:
+        deadline = time.monotonic() + seconds
+        while process.poll() is None and time.monotonic() < deadline:
+            if bound(process.pid, int(port)):
+                return True
+            time.sleep(0.02)
+        return process.poll() is None
+
+    def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
+               timing: Timing) -> list[str]:
+        flow = outcome.flow
+        url = f"https://{_url_host(outcome.address)}:{port}/.well-known/nq"
+        reverse = ["-R"] if flow.direction == "download" else []
+        if flow.meter == "mach":
+            return [mach() or "mach", "rpm", "--config", url, "--insecure",
+                    "--disable-aim-scores", "--test-duration", str(int(duration * 1000))]
+        target = ["-c", url, "--insecure"] if flow.meter == "simpleperf" else [
+            "-c", outcome.address, "-p", port]
+        congestion = ["-C", flow.congestion] if flow.congestion else []
+        return [PYTHON, "-m", "simpleperf", *target, "--rpm", "-J", "-t", f"{duration:g}",
+                *reverse, *congestion]
+
+    def read(self, outcome: FlowOutcome, lines: list[str], err: str, code: int) -> None:
+        try:
+            result = json.loads("\n".join(lines))
+        except ValueError:
+            outcome.error = failure(err, f"exit status {code}")
+            return
+        try:
+            if outcome.flow.meter == "mach":
+                _read_mach(outcome, result)
+            else:
+                _read_rpm(outcome, result)
+        except (KeyError, TypeError, ValueError):
+            outcome.error = failure(err, f"{outcome.flow.meter} gave no responsiveness")
+            return
+        if code != 0 and outcome.error is None:
+            outcome.error = failure(err, f"exit status {code}")
+        outcome.ok = outcome.error is None and outcome.rpm is not None
+
+
+def _read_rpm(outcome: FlowOutcome, result: dict[str, Any]) -> None:
+    """simpleperf --rpm -J: the draft's result, its trimmed means and its intervals."""
+    if "error" in result:
+        outcome.error = str(result["error"])[:200]
+    end = result["end"]["responsiveness"]
+    outcome.rpm = end["rpm"]
+    outcome.throughput = end["goodput"]
+    trimmed = end["trimmed_ms"]
+    foreign = [trimmed[kind] for kind in ("connect", "tls", "foreign") if kind in trimmed]
+    outcome.rpm_detail = {
+        "meter": outcome.flow.meter, "foreign_ms": sum(foreign) / len(foreign) if foreign
+        else None, "loaded_ms": trimmed.get("loaded"), "confidence": end["confidence"],
+        "connections": end["connections"], "idle_ms": end["idle_ms"]}
+    interval = result["start"]["responsiveness"]["parameters"]["interval"]
+    outcome.intervals = [(i["index"] * interval, (i["index"] + 1) * interval, i["goodput"])
+                         for i in result["intervals"]]
+
+
+def _read_mach(outcome: FlowOutcome, result: dict[str, Any]) -> None:
+    """mach rpm's JSON: each direction's throughput, loaded latency and RPM; the flow's."""
+    measured = result[outcome.flow.direction]
+    outcome.rpm = float(measured["rpm"])
+    outcome.throughput = float(measured["throughput"])
+    outcome.rpm_detail = {"meter": "mach", "foreign_ms": None,
+                          "loaded_ms": measured.get("loaded_latency_ms"),
+                          "idle_ms": {"latency": result.get("unloaded_latency_ms")}}
+
+
 class CommandRunner(ApplicationRunner):
     """Any command pair: {address} and {port} filled in."""
 
@@ -315,14 +468,15 @@ def _fill(command: str, address: str, port: str) -> str:
 def runners(resources: Applications | None) -> dict[str, KindRunner]:
     """A runner for every kind of model/flows.KINDS (applications use `resources`)."""
     return {"tcp": TcpRunner(), "udp": UdpRunner(), "ping": PingRunner(),
-            "scp": ScpRunner(resources), "http": HttpRunner(resources),
+            "rpm": RpmRunner(resources), "scp": ScpRunner(resources),
+            "http": HttpRunner(resources),
             "command": CommandRunner(resources)}
 
 
-def require_programs(kinds: set[str], tools: frozenset[str] | set[str] = frozenset()
-                     ) -> None:
-    """Before anything is built: what the experiment's kinds (and tools) need is
-    installed."""
+def require_programs(kinds: set[str], tools: frozenset[str] | set[str] = frozenset(),
+                     meters: frozenset[str] | set[str] = frozenset()) -> None:
+    """Before anything is built: what the experiment's kinds (and tools, and rpm flows'
+    meters) need is installed."""
     every = runners(None)
     for kind in sorted(kinds):
         missing = every[kind].missing()
@@ -333,6 +487,13 @@ def require_programs(kinds: set[str], tools: frozenset[str] | set[str] = frozens
         if which(program) is None:
             raise CommandError(f"flows with tool = \"{tool}\" need {program} (Debian: "
                                f"apt-get install {program})")
+    if "nginx" in tools and which("nginx") is None:
+        raise CommandError("rpm flows with tool = \"nginx\" need nginx (Debian: apt-get "
+                           "install nginx)")
+    if "mach" in meters and mach() is None:
+        raise CommandError("rpm flows with meter = \"mach\" need Cloudflare's mach (cargo "
+                           "install cf-mach; or SIMPLEPERF_MACH=PATH, or a build at "
+                           f"{MACH_BESIDE})")
 
 
 # ---------------------------------------------------------------- simpleperf's JSON

@@ -318,8 +318,9 @@ def _preflight(plan: Experiment, model: topology.Topology) -> None:
     flows, and capture points that exist (one line each, nothing built)."""
     experiments.check_against(plan, set(model.nodes), {link.name for link in model.links})
     try:
-        require_programs({flow.kind for step in plan.steps for flow in step.flows},
-                         {flow.tool for step in plan.steps for flow in step.flows})
+        flows = [flow for step in plan.steps for flow in step.flows]
+        require_programs({flow.kind for flow in flows}, {flow.tool for flow in flows},
+                         {flow.meter for flow in flows if flow.spec.responsiveness})
         require_congestion(plan.congestion_controls())
         if plan.captures():
             capture.require_dumpcap()

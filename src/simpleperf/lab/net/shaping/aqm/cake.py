@@ -28,9 +28,10 @@ import random
 from collections import deque
 
 from ....model.diffserv import CAKE_TINS, cake_tin_of
+from ....model.disciplines import target_of
 from .base import MTU_BYTES, Discipline, Packet, Settings
 
-TARGET = 0.005  # seconds, the kernel's defaults
+TARGET = target_of("cake")  # seconds: the kernel's default (model/disciplines.py)
 INTERVAL = 0.100  # its "rtt"
 QUEUES = 1024
 WAYS = 8

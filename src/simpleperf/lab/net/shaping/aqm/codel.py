@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ....model.disciplines import target_of
 from .base import MTU_BYTES, Discipline, Packet, Settings
 from .fifo import Fifo
 
-TARGET = 0.005  # seconds, the kernel's default
+TARGET = target_of("codel")  # seconds: the kernel's default (model/disciplines.py)
 INTERVAL = 0.100
 
 

@@ -24,10 +24,11 @@ import random
 from collections import deque
 
 from ..... import ecn
+from ....model.disciplines import target_of
 from .base import MTU_BYTES, Discipline, Packet, Settings
 from .fifo import Fifo
 
-TARGET = 0.015  # seconds: the kernel's defaults
+TARGET = target_of("dualpi2")  # seconds: the kernel's default (model/disciplines.py)
 TUPDATE = 0.016
 STEP = 0.001  # the L queue's marking threshold
 COUPLING = 2  # k: window fairness for equal RTTs

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import random
 
+from ....model.disciplines import target_of
 from .base import MTU_BYTES, Discipline, Packet, Settings
 from .fifo import Fifo
 
-TARGET = 0.015  # seconds, the kernel's defaults
+TARGET = target_of("pie")  # seconds: the kernel's default (model/disciplines.py)
 TUPDATE = 0.015
 ALPHA = 0.125  # per second of delay error
 BETA = 1.25
