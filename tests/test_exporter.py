@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -21,6 +22,7 @@ from helpers import (
     SIMPLEPERF,
     LiveProcess,
     free_port,
+    nginx_nq_server,
     proc_status,
     start_iperf3_server,
     start_server,
@@ -82,6 +84,21 @@ def test_every_prober_has_its_client_flags_and_its_reader_and_nothing_else_does(
         assert ("-u" in line) == modules.PROBER_OF[name].transport.datagrams, (name, line)
 
 
+def test_an_http_server_is_measured_at_its_configuration_url():
+    """server = "http": the rpm prober runs the draft over HTTP/2 and TLS (-c URL --rpm)
+    at the target's configuration, port 443 unless the target or the module names one."""
+    http = modules.BUILT_IN["rpm_http"]
+    assert http.server == "http" and http.prober == "rpm" and not http.insecure
+    line = probe.command(http, "nq.example", None)
+    assert line[3:] == ["-c", "https://nq.example:443/.well-known/nq", "-J", "-t", "10",
+                        "--rpm"]
+    own = modules.parse("own", {"prober": "rpm", "server": "http", "path": "/config",
+                                "insecure": True, "direction": "reverse", "port": 8443})
+    assert probe.command(own, "::1", None)[3:] == [
+        "-c", "https://[::1]:8443/config", "-J", "-t", "5", "--rpm", "-R", "--insecure"]
+    assert probe.command(own, "10.0.0.2", 9000)[4] == "https://10.0.0.2:9000/config"
+
+
 @pytest.mark.parametrize("text, said", [
     ("[modules.x]\nprober = 'icmp'\n", "module x: prober must be one of tcp, udp, rtt, rpm"),
     ("[modules.x]\nduration = '600s'\n", "module x: duration: must be from 0.5 s to 300 s"),
@@ -90,6 +107,12 @@ def test_every_prober_has_its_client_flags_and_its_reader_and_nothing_else_does(
     ("[modules.x]\ndscp = 'XX'\n", "module x: dscp must be 0..63 or a name"),
     ("[modules.x]\nprober = 'rtt'\nserver = 'iperf3'\n", "iperf3 server runs tcp and udp"),
     ("[modules.x]\nparallel = 0\n", "module x: parallel: must be a whole number from 1"),
+    ("[modules.x]\nserver = 'http'\n", "module x: an http server is measured by the rpm"),
+    ("[modules.x]\nprober = 'rpm'\ninsecure = true\n", "path and insecure are for server"),
+    ("[modules.x]\nprober = 'rpm'\nserver = 'http'\npath = 'nq'\n",
+     "module x: path must be a URL's path"),
+    ("[modules.x]\nprober = 'rpm'\nserver = 'http'\ninsecure = 'yes'\n",
+     "module x: insecure must be true or false"),
     ("[scrape]\n", "'scrape' is not a table the exporter reads"),
     ("[modules.x\n", "not valid TOML"),
 ])
@@ -225,6 +248,34 @@ def test_a_probe_reports_what_the_tool_measures(exporter_and_server):
     assert [labels for (name, labels) in found if name == "simpleperf_tcp_congestion_info"]
     own = series(exporter.get("/metrics")[1])
     assert value(own, "simpleperf_exporter_probes_total", module="tcp1", result="success") == 1
+
+
+@pytest.mark.loopback
+def test_any_responsiveness_server_is_probed_over_https(tmp_path):
+    """The rpm prober against nginx set up as Apple's server (a server no one here wrote)
+    and a simpleperf server, both at their configuration URL."""
+    served, port = start_server()
+    # nginx's workers read its files as its own user: a folder under /tmp, not pytest's
+    nginx_folder = tempfile.TemporaryDirectory(prefix="simpleperf-nq-")
+    nginx, nginx_port = nginx_nq_server(nginx_folder.name)
+    exporter = Exporter("--config", write_config(
+        tmp_path, '[modules.nq]\nprober = "rpm"\nserver = "http"\ninsecure = true\n'
+                  'duration = "3s"\ndirection = "reverse"\n'))
+    try:
+        for target in (nginx_port, port):
+            status, body = exporter.get(f"/probe?target=127.0.0.1:{target}&module=nq",
+                                        timeout_header=30)
+            found = series(body)
+            assert status == 200 and value(found, "probe_success") == 1, body[-2000:]
+            assert value(found, "simpleperf_responsiveness_rpm") > 0
+            assert value(found, "simpleperf_rpm", load="loaded") > 0
+            assert value(found, "simpleperf_rpm", load="idle") > 0
+    finally:
+        exporter.close()
+        served.close()
+        nginx.terminate()
+        nginx.wait(20)
+        nginx_folder.cleanup()
 
 
 @pytest.mark.loopback

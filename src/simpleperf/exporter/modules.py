@@ -4,6 +4,7 @@ them:
 
     [modules.tcp_reverse]
     prober = "tcp"          # tcp, udp, rtt, rpm
+    server = "simpleperf"   # simpleperf, iperf3, http (rpm: any responsiveness server)
     duration = "5s"
     direction = "reverse"   # forward (the exporter sends), reverse, bidir
     parallel = 2
@@ -46,7 +47,12 @@ PROBER_ROWS = (
 PROBER_OF = {prober.name: prober for prober in PROBER_ROWS}
 PROBERS = tuple(PROBER_OF)
 DIRECTIONS = ("forward", "reverse", "bidir")
-SERVERS = ("simpleperf", "iperf3")  # what the targets are
+# What the targets are: http is any server of draft-ietf-ippm-responsiveness's endpoints
+# over HTTPS (Apple's, Cloudflare's, nginx set up as Apple's, a simpleperf server), which
+# the rpm prober measures as the draft does (-c URL --rpm)
+SERVERS = ("simpleperf", "iperf3", "http")
+HTTPS_PORT = 443
+WELL_KNOWN = "/.well-known/nq"
 MAX_DURATION = 300.0  # seconds: a probe must fit a scrape, and Prometheus' are minutes at most
 MIN_DURATION = 0.5
 MAX_CONFIG_BYTES = 1 << 20
@@ -68,6 +74,9 @@ MODULE_KEYS = {
               "'simpleperf')",
     "trip_times": "`true`: one-way delays too (the two ends' clocks must agree)",
     "port": "the target's port when the target names none",
+    "path": f"server = 'http': the configuration's path (default '{WELL_KNOWN}')",
+    "insecure": "server = 'http': `true` accepts the target's certificate unchecked "
+                "(a self-signed one)",
 }
 
 
@@ -89,6 +98,8 @@ class Module:
     server: str = "simpleperf"
     trip_times: bool = False  # one-way delays: the two ends' clocks must agree
     port: int | None = None  # the target's port when it names none
+    path: str = WELL_KNOWN  # server = "http": the configuration's path
+    insecure: bool = False  # server = "http": its certificate accepted unchecked
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -117,6 +128,7 @@ BUILT_IN = {module.name: module for module in (
     Module("udp", prober="udp", rate=10e6),
     Module("rtt", prober="rtt", duration=2.0),
     Module("rpm", prober="rpm", duration=10.0),
+    Module("rpm_http", prober="rpm", duration=10.0, server="http"),
     Module("iperf3_tcp", server="iperf3"),
     Module("iperf3_udp", prober="udp", rate=10e6, server="iperf3"),
 )}
@@ -208,10 +220,17 @@ def parse(name: str, spec: Any) -> Module:
         if code is None:
             raise ConfigError(f"{where}: dscp must be 0..63 or a name (EF, AF41, CS1, ...)")
         values["dscp"] = code
-    if "trip_times" in spec:
-        if not isinstance(spec["trip_times"], bool):
-            raise ConfigError(f"{where}: trip_times must be true or false")
-        values["trip_times"] = spec["trip_times"]
+    for key in ("trip_times", "insecure"):
+        if key in spec:
+            if not isinstance(spec[key], bool):
+                raise ConfigError(f"{where}: {key} must be true or false")
+            values[key] = spec[key]
+    if "path" in spec:
+        path = spec["path"]
+        if (not isinstance(path, str) or not path.startswith("/") or len(path) > 1000
+                or any(c.isspace() or not c.isprintable() for c in path)):
+            raise ConfigError(f"{where}: path must be a URL's path such as '{WELL_KNOWN}'")
+        values["path"] = path
     module = replace(module, **values)
     if module.rate is None and module.probes.rate is not None:
         module = replace(module, rate=module.probes.rate)
@@ -219,6 +238,10 @@ def parse(name: str, spec: Any) -> Module:
         raise ConfigError(f"{where}: an iperf3 server runs tcp and udp tests only")
     if module.server == "iperf3" and module.trip_times:
         raise ConfigError(f"{where}: trip_times needs a simpleperf server (iperf3 has none)")
+    if module.server == "http" and module.prober != "rpm":
+        raise ConfigError(f"{where}: an http server is measured by the rpm prober only")
+    if module.server != "http" and ("path" in spec or "insecure" in spec):
+        raise ConfigError(f"{where}: path and insecure are for server = 'http'")
     return module
 
 

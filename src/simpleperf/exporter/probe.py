@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..report.document import BIDIR_REVERSE, receiver_delays, sums
-from .modules import RTT_INTERVAL, Module
+from .modules import HTTPS_PORT, RTT_INTERVAL, Module
 
 IPERF3_PORT = 5201
 SETUP_SECONDS = 1.5  # what a test takes beyond its duration (connect, exchange, results)
@@ -71,7 +71,13 @@ class Readings:
 
 
 def command(module: Module, host: str, port: int | None) -> list[str]:
-    """The client's command line for one probe of `module` at host:port."""
+    """The client's command line for one probe of `module` at host:port (an http server's:
+    its configuration's URL)."""
+    if module.server == "http":
+        name = f"[{host}]" if ":" in host else host
+        url = f"https://{name}:{port or module.port or HTTPS_PORT}{module.path}"
+        return [sys.executable, "-m", "simpleperf", "-c", url, "-J", *_rpm_flags(module),
+                *(["--insecure"] if module.insecure else [])]
     port = port or module.port or (IPERF3_PORT if module.server == "iperf3" else None)
     line = [sys.executable, "-m", "simpleperf", "-c", host, "-J"]
     if port is not None:
