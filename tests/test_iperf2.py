@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import socket
 import struct
@@ -14,9 +15,17 @@ import subprocess
 import time
 
 import pytest
-from helpers import LiveProcess, free_port, proc_status, run_simpleperf, start_server
+from helpers import (
+    SIMPLEPERF,
+    LiveProcess,
+    free_port,
+    proc_status,
+    run_simpleperf,
+    start_server,
+)
 
 from simpleperf.protocol import iperf2
+from simpleperf.transport import compiled
 
 pytestmark = [pytest.mark.loopback, pytest.mark.iperf2]
 
@@ -260,6 +269,42 @@ def test_an_iperf2_bounceback_client_gets_every_message_back(json_server):
     assert count >= 20 and 2.0 <= low <= mean < 50  # each held 2 ms by us
     (document,) = _wait_documents(live, 1)
     assert document["end"]["sum_received"]["bytes"] == count * iperf2.DEFAULT_BOUNCE_SIZE
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_back_to_back_bounceback_against_iperf_2_1_8_both_ways(json_server, pure):
+    """Back to back (no hold, no period): the compiled loops at both ends (and, with
+    SIMPLEPERF_PURE_PYTHON=1, Python's), against iperf 2.1.8's client and server."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--bounceback",
+                  "--bounceback-period", "0")
+    assert done.returncode == 0, done.stderr
+    final = re.search(r"0\.0+-1\.\d+ sec .* (\d+)=([\d.]+)/([\d.]+)/", done.stdout)
+    assert final is not None, done.stdout
+    count = int(final.group(1))
+    assert count >= 500, done.stdout  # thousands a second on loopback
+    (document,) = _wait_documents(live, 1)
+    assert document["end"]["sum_received"]["bytes"] == count * iperf2.DEFAULT_BOUNCE_SIZE
+    process, iperf_port = _iperf_server()
+    env = {**os.environ, compiled.PURE_PYTHON_VARIABLE: pure}
+
+    def bounce(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*SIMPLEPERF, "-c", "127.0.0.1", "-p", str(iperf_port),
+                               "--bounceback", "--bounceback-period", "0", *flags],
+                              capture_output=True, text=True, timeout=30, env=env)
+    try:
+        ours = bounce("-t", "1", "-i", "0.5")
+        # -J prints no rows, and its round trips go on past the first row's end
+        short, long = (json.loads(bounce("-t", seconds, "-J").stdout)["end"]["round_trips"]
+                       for seconds in ("0.5", "1.5"))
+    finally:
+        _stop(process)
+    assert long > 2 * short > 0, (short, long)
+    assert ours.returncode == 0, ours.stderr
+    rows = re.findall(r"^\d\.\d-\d\.\d s  (\d+) round trips  rtt avg/min/max = "
+                      r"([\d.]+)/([\d.]+)/", ours.stdout, re.M)
+    assert len(rows) == 2 and all(int(n) >= 200 and 0 < float(low) <= float(avg) < 50
+                                  for n, avg, low in rows), ours.stdout
 
 
 def test_a_permit_key_is_checked_as_2_1_8_checks_it():

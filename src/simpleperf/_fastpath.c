@@ -13,6 +13,7 @@
  * jitter, the queue-growth blocks) the way stats.UdpReceiveAccount.feed_run does, stopping
  * at the first message that needs the Python account's rarer paths (reordering, a far jump).
  * At tens of Gbit/s Python's few microseconds per message were half a core.
+ * Bounceback: iperf2's message echo at both ends, a round trip a loop.
  *
  * The pure-Python paths (transport/stamping.py, engine/udp_receive.py) do the same when
  * this module is not built; tests hold the two equal, bytes and accounts. Linux, standard C
@@ -665,6 +666,181 @@ done:
     return result;
 }
 
+
+/* iperf2's bounceback (--bounceback), both ends: Python's round per message (a read, a
+ * stamp, a write, each a call) was the limit on a loopback's round trips a second. The
+ * message's layout comes from Python (protocol/iperf2.py): the offsets of the stop flag,
+ * the server's times and the client's number and send time. */
+
+enum { BOUNCE_BUDGET = 0, BOUNCE_ENDED = 1, BOUNCE_STOPPED = 2, BOUNCE_PARTIAL = 3,
+       BOUNCE_QUIET = 4, BOUNCE_FAILED = 5, BOUNCE_WRONG = 6 };
+
+static void put_time(unsigned char *at, double seconds)
+{
+    long long whole = (long long)seconds;
+    put32(at, (uint32_t)whole);
+    put32(at + 4, (uint32_t)((seconds - (double)whole) * 1e6));
+}
+
+/* The next `size`-byte message into `buffer` (from `*got` bytes in): BOUNCE_BUDGET when
+ * whole, else why not (its errno in *error for BOUNCE_FAILED). */
+static int read_whole(int fd, unsigned char *buffer, size_t size, size_t *got, int *error)
+{
+    while (*got < size) {
+        ssize_t done = recv(fd, buffer + *got, size - *got, 0);
+        if (done > 0) {
+            *got += (size_t)done;
+            continue;
+        }
+        if (done == 0)
+            return *got ? BOUNCE_PARTIAL : BOUNCE_ENDED;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return *got ? BOUNCE_PARTIAL : BOUNCE_QUIET;
+        *error = errno;
+        return BOUNCE_FAILED;
+    }
+    return BOUNCE_BUDGET;
+}
+
+static int send_whole(int fd, const unsigned char *buffer, size_t size, int *error)
+{
+    size_t sent = 0;
+    while (sent < size) {
+        ssize_t done = send(fd, buffer + sent, size - sent, MSG_NOSIGNAL);
+        if (done > 0) {
+            sent += (size_t)done;
+            continue;
+        }
+        if (done < 0 && errno == EINTR)
+            continue;
+        *error = done < 0 ? errno : EPIPE;  /* the socket's send timeout too: as sendall */
+        return BOUNCE_FAILED;
+    }
+    return BOUNCE_BUDGET;
+}
+
+PyDoc_STRVAR(bounce_echo_doc,
+"bounce_echo(fd, buffer, size, stop_at, stop_mask, times_at, budget)\n"
+"    -> (count, got, read_at, status, errno)\n\n"
+"The server's end: read each `size`-byte message into `buffer`, stamp its read and write\n"
+"times (wall clock, seconds and microseconds) at `times_at` and write it back, for up to\n"
+"`budget` seconds. Stops after a message whose byte `stop_at` has `stop_mask` (the\n"
+"client's last: not written back), at the peer's end between messages, when the socket's\n"
+"receive timeout passes with nothing read (QUIET) or part of a message (PARTIAL: `got`\n"
+"bytes of it in `buffer`), or on a failure. `count`: messages read; `read_at`: the last\n"
+"one's read time. Statuses: 0 budget, 1 ended, 2 stopped, 3 partial, 4 quiet, 5 failed.");
+
+static PyObject *bounce_echo(PyObject *self, PyObject *args)
+{
+    int fd, stop_mask, error = 0, status = BOUNCE_BUDGET;
+    Py_buffer view;
+    Py_ssize_t size, stop_at, times_at;
+    double budget, read_at = 0.0;
+    long long count = 0;
+    size_t got = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*nnind", &fd, &view, &size, &stop_at, &stop_mask,
+                          &times_at, &budget))
+        return NULL;
+    if (size < 1 || size > view.len || stop_at >= size || times_at + 16 > size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the message does not fit the buffer");
+        return NULL;
+    }
+    unsigned char *buffer = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    double end = clock_seconds(CLOCK_MONOTONIC) + budget;
+    for (;;) {
+        got = 0;
+        status = read_whole(fd, buffer, (size_t)size, &got, &error);
+        if (status != BOUNCE_BUDGET)
+            break;
+        read_at = clock_seconds(CLOCK_REALTIME);
+        count++;
+        if (buffer[stop_at] & stop_mask) {
+            status = BOUNCE_STOPPED;
+            break;
+        }
+        put_time(buffer + times_at, read_at);
+        put_time(buffer + times_at + 8, clock_seconds(CLOCK_REALTIME));
+        status = send_whole(fd, buffer, (size_t)size, &error);
+        if (status != BOUNCE_BUDGET || clock_seconds(CLOCK_MONOTONIC) >= end)
+            break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("Lndii", count, (Py_ssize_t)got, read_at, status, error);
+}
+
+PyDoc_STRVAR(bounce_send_doc,
+"bounce_send(fd, message, reply, size, number, number_at, sent_at, times_at, deadline,\n"
+"            results) -> (count, status, errno, got, began)\n\n"
+"The client's end, back to back: write `message` (renumbered from `number` + 1 at\n"
+"`number_at`, its send time, wall clock, at `sent_at`) and read its `size`-byte answer\n"
+"into `reply`, until the monotonic `deadline` or `results` (doubles, two a message: the\n"
+"round trip and the server's hold, ms, from the times at `times_at`) is full. An answer\n"
+"whose first four bytes are not the message's stops it (6, wrong); a socket's receive\n"
+"timeout with the answer not whole is 4 (quiet) or 3 (partial: `got` bytes of it in\n"
+"`reply`; `began`, the monotonic time its message went), the peer's end 1.");
+
+static double time_at(const unsigned char *at)
+{
+    return (double)get32(at) + (double)get32(at + 4) * 1e-6;
+}
+
+static PyObject *bounce_send(PyObject *self, PyObject *args)
+{
+    int fd, error = 0, status = BOUNCE_BUDGET;
+    Py_buffer message, reply, results;
+    Py_ssize_t size, number_at, sent_at, times_at;
+    long long number, count = 0;
+    double deadline, began = 0.0;
+    size_t got = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*w*nLnnndw*", &fd, &message, &reply, &size, &number,
+                          &number_at, &sent_at, &times_at, &deadline, &results))
+        return NULL;
+    if (size < 1 || size > message.len || size > reply.len || number_at + 4 > size
+            || sent_at + 8 > size || times_at + 16 > size) {
+        PyBuffer_Release(&message);
+        PyBuffer_Release(&reply);
+        PyBuffer_Release(&results);
+        PyErr_SetString(PyExc_ValueError, "the message does not fit the buffers");
+        return NULL;
+    }
+    unsigned char *out = message.buf, *in = reply.buf;
+    double *rows = results.buf;
+    long long capacity = (long long)(results.len / (Py_ssize_t)(2 * sizeof(double)));
+    Py_BEGIN_ALLOW_THREADS
+    while (count < capacity && clock_seconds(CLOCK_MONOTONIC) < deadline) {
+        put32(out + number_at, (uint32_t)(number + count + 1));
+        put_time(out + sent_at, clock_seconds(CLOCK_REALTIME));
+        began = clock_seconds(CLOCK_MONOTONIC);
+        status = send_whole(fd, out, (size_t)size, &error);
+        if (status != BOUNCE_BUDGET)
+            break;
+        got = 0;
+        status = read_whole(fd, in, (size_t)size, &got, &error);
+        if (status != BOUNCE_BUDGET)
+            break;
+        if (memcmp(in, out, 4) != 0) {
+            status = BOUNCE_WRONG;
+            break;
+        }
+        double held = time_at(in + times_at + 8) - time_at(in + times_at);
+        rows[2 * count] = (clock_seconds(CLOCK_MONOTONIC) - began) * 1000.0;
+        rows[2 * count + 1] = held > 0 ? held * 1000.0 : 0.0;
+        count++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&message);
+    PyBuffer_Release(&reply);
+    PyBuffer_Release(&results);
+    return Py_BuildValue("Liind", count, status, error, (Py_ssize_t)got, began);
+}
+
 static PyMethodDef methods[] = {
     {"stamp", stamp, METH_VARARGS, stamp_doc},
     {"send_batches", send_batches, METH_VARARGS, send_batches_doc},
@@ -673,6 +849,8 @@ static PyMethodDef methods[] = {
     {"tcp_receive_reads", tcp_receive_reads, METH_VARARGS, tcp_receive_reads_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"account_runs", account_runs, METH_VARARGS, account_runs_doc},
+    {"bounce_echo", bounce_echo, METH_VARARGS, bounce_echo_doc},
+    {"bounce_send", bounce_send, METH_VARARGS, bounce_send_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 from ..description.client_options import ClientOptions
 from ..description.testspec import TestSpec
@@ -22,10 +24,14 @@ from ..errors import Interrupted, ProtocolError, SimpleperfError
 from ..protocol import iperf2
 from ..report import native as table
 from ..stats import summarise_rtt
-from ..transport import tcp
+from ..transport import compiled, tcp
 
 REPLY_SECONDS = 5.0  # a message not back within this long ends the client's test
 BOUNCEBACK = iperf2.BOUNCEBACK.to_bytes(4, "big")  # a message's first word
+# The compiled loops' statuses (_fastpath.c)
+BOUNCE_BUDGET, BOUNCE_ENDED, BOUNCE_STOPPED, BOUNCE_PARTIAL, BOUNCE_QUIET, BOUNCE_FAILED, \
+    BOUNCE_WRONG = range(7)
+RESULTS_PER_CALL = 4096  # round trips a compiled call records at most
 
 
 def read_message(sock: socket.socket, size: int, prefix: bytes, stop: threading.Event,
@@ -58,17 +64,24 @@ class Echo:
         view, clock, wall = memoryview(message), time.monotonic, time.time
         stream.first = stream.last = clock()
         stream.num_bytes = size
+        fastpath = None if hold else compiled.module()  # a hold sleeps: Python's loop
         try:
             while not stop.is_set() and not iperf2.bounce_stops(message):
                 if hold:
                     time.sleep(hold)
                 iperf2.stamp_bounce(message, read_at, wall())
                 sock.sendall(message)
-                if not _read_into(sock, view, size, stop, self.idle):
+                if fastpath is not None:
+                    read = self._compiled(fastpath, stream, view, stop)
+                elif _read_into(sock, view, size, stop, self.idle):
+                    read = wall()
+                    stream.num_bytes += size
+                    stream.last = clock()
+                else:
+                    read = None
+                if read is None:
                     break
-                read_at = wall()
-                stream.num_bytes += size
-                stream.last = clock()
+                read_at = read
         except ProtocolError as error:
             stream.error = str(error)
         except OSError as error:
@@ -76,6 +89,39 @@ class Echo:
                 stream.error = (error.strerror or str(error)).lower()
         finally:
             stream.done.set()
+
+    def _compiled(self, fastpath: ModuleType, stream: Stream, view: memoryview,
+                  stop: threading.Event) -> float | None:
+        """Messages echoed in the compiled loop until one Python must see: the read time
+        of the next message Python is to stamp and send (the stop message's, which the
+        loop's condition then ends on), or None at the client's end of stream."""
+        size, quiet_since = self.bounce.size, None
+        while True:
+            count, got, read_at, status, error = fastpath.bounce_echo(
+                stream.sock.fileno(), view, size, iperf2.BB_STOP_BYTE, iperf2.BB_STOP_MASK,
+                iperf2.BB_SERVER_TIMES, compiled.SLICE_SECONDS * 20)
+            if count:
+                stream.num_bytes += count * size
+                stream.last = time.monotonic()
+                quiet_since = None
+            if status == BOUNCE_STOPPED:
+                return read_at
+            if status == BOUNCE_ENDED:
+                return None
+            if status == BOUNCE_FAILED:
+                raise OSError(error, os.strerror(error))
+            if status == BOUNCE_PARTIAL:  # the rest as Python reads it
+                if not _read_into(stream.sock, view[got:], size - got, stop, self.idle):
+                    raise ProtocolError("the peer closed inside a bounceback message")
+                stream.num_bytes += size
+                stream.last = time.monotonic()
+                return time.time()
+            if status == BOUNCE_QUIET:
+                quiet_since = quiet_since or time.monotonic()
+                if stop.is_set() or time.monotonic() - quiet_since > self.idle:
+                    raise ProtocolError(f"no bounceback message for {self.idle:g} s")
+            elif stop.is_set():
+                return None
 
 
 def _read_into(sock: socket.socket, view: memoryview, size: int, stop: threading.Event,
@@ -151,51 +197,98 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
             "(its read to its write)")
 
 
+class _Rounds:
+    """The client's round trips: its message, the answers, what they measured (ms)."""
+
+    def __init__(self, sock: socket.socket, options: ClientOptions, size: int) -> None:
+        self.sock, self.size = sock, size
+        self.samples: list[float] = []
+        self.held: list[float] = []  # the server's hold of each
+        self.row: list[float] = []  # the round trips of the row under way (-i)
+        self.number = 0
+        self.message = iperf2.encode_bounce(iperf2.Bounce(
+            size, 0, 0, options.test.tos, int(options.bounce_hold * 1e6), time.time()))
+        self.reply = memoryview(bytearray(size))
+        self.stop = threading.Event()
+        self.results = memoryview(bytearray(16 * RESULTS_PER_CALL)).cast("d")
+
+    def one(self) -> None:
+        """A round trip in Python's loop."""
+        self.number += 1
+        sent = time.monotonic()
+        iperf2.renumber_bounce(self.message, self.number, time.time())
+        self.sock.sendall(self.message)
+        self._answer(0, sent)
+
+    def compiled(self, fastpath: ModuleType, deadline: float) -> None:
+        """Round trips back to back in the compiled loop until the monotonic `deadline`
+        (an answer slower than the socket's wake-up timer, as Python waits for it)."""
+        count, status, error, got, sent = fastpath.bounce_send(
+            self.sock.fileno(), self.message, self.reply, self.size, self.number,
+            iperf2.BB_NUMBER, iperf2.BB_SENT, iperf2.BB_SERVER_TIMES, deadline, self.results)
+        self.number += count
+        times = self.results[:2 * count]
+        self.samples.extend(times[0::2])
+        self.row.extend(times[0::2])
+        self.held.extend(times[1::2])
+        if status == BOUNCE_FAILED:
+            raise OSError(error, os.strerror(error))
+        if status in (BOUNCE_QUIET, BOUNCE_PARTIAL):
+            self.number += 1
+            self._answer(got, sent)
+        elif status != BOUNCE_BUDGET:
+            raise SimpleperfError(f"the server did not bounce message {self.number + 1} back "
+                                  f"within {REPLY_SECONDS:g} s (is it iperf 2.1 or "
+                                  "simpleperf?)")
+
+    def _answer(self, got: int, sent: float) -> None:
+        """The rest of the answer to the message sent at `sent` (monotonic), recorded."""
+        try:
+            back = _read_into(self.sock, self.reply[got:], self.size - got, self.stop,
+                              REPLY_SECONDS)
+        except ProtocolError:
+            back = False
+        if not back or self.reply[:4] != BOUNCEBACK:
+            raise SimpleperfError(f"the server did not bounce message {self.number} back "
+                                  f"within {REPLY_SECONDS:g} s (is it iperf 2.1 or "
+                                  "simpleperf?)")
+        rtt = (time.monotonic() - sent) * 1000
+        self.samples.append(rtt)
+        self.row.append(rtt)
+        read_at, wrote_at = iperf2.bounce_server_times(self.reply)
+        self.held.append(max(0.0, wrote_at - read_at) * 1000)
+
+
 def _bounce(sock: socket.socket, options: ClientOptions, size: int,
             out: Callable[[str], None]) -> tuple[list[float], list[float]]:
-    """The round trips (ms) until -t is up, and the server's hold of each (ms)."""
-    samples: list[float] = []
-    held: list[float] = []
+    """The round trips (ms) until -t is up, and the server's hold of each (ms): back to
+    back in the compiled loop where it is built, each row's (-i) in one call."""
+    rounds = _Rounds(sock, options, size)
     began = time.monotonic()
     end = began + options.seconds
     every = options.rows_every or 0.0
     next_row = began + every if every else None
-    row_from, row_samples = 0.0, list[float]()
-    number = 0
-    stop = threading.Event()
-    message = iperf2.encode_bounce(iperf2.Bounce(
-        size, 0, 0, options.test.tos, int(options.bounce_hold * 1e6), time.time()))
-    reply = memoryview(bytearray(size))
+    row_from = 0.0
     burst_began = began
+    fastpath = None if options.bounce_period else compiled.module()
     while time.monotonic() < end:
-        if options.bounce_period and number and number % options.bounceback == 0:
-            burst_began += options.bounce_period  # the next burst, on the period's grid
-            time.sleep(max(0.0, burst_began - time.monotonic()))
-            if time.monotonic() >= end:
-                break
-        now = time.monotonic()
-        if next_row is not None and now >= next_row and not options.json:
-            out(_row(row_from, next_row - began, row_samples))
-            row_from, row_samples, next_row = next_row - began, [], next_row + every
-        number += 1
-        sent = time.monotonic()
-        iperf2.renumber_bounce(message, number, time.time())
-        sock.sendall(message)
-        try:
-            back = _read_into(sock, reply, size, stop, REPLY_SECONDS)
-        except ProtocolError:
-            back = False
-        if not back or reply[:4] != BOUNCEBACK:
-            raise SimpleperfError(f"the server did not bounce message {number} back within "
-                                  f"{REPLY_SECONDS:g} s (is it iperf 2.1 or simpleperf?)")
-        rtt = (time.monotonic() - sent) * 1000
-        samples.append(rtt)
-        row_samples.append(rtt)
-        read_at, wrote_at = iperf2.bounce_server_times(reply)
-        held.append(max(0.0, wrote_at - read_at) * 1000)
-    if row_samples and next_row is not None and not options.json:
-        out(_row(row_from, time.monotonic() - began, row_samples))
-    return samples, held
+        if fastpath is not None:
+            rounds.compiled(fastpath, min(end, next_row) if next_row is not None else end)
+        else:
+            if options.bounce_period and rounds.number and \
+                    rounds.number % options.bounceback == 0:
+                burst_began += options.bounce_period  # the next burst, on the period's grid
+                time.sleep(max(0.0, burst_began - time.monotonic()))
+                if time.monotonic() >= end:
+                    break
+            rounds.one()
+        if next_row is not None and time.monotonic() >= next_row:  # (-J: no rows printed)
+            if not options.json:
+                out(_row(row_from, next_row - began, rounds.row))
+            row_from, rounds.row, next_row = next_row - began, [], next_row + every
+    if rounds.row and next_row is not None and not options.json:
+        out(_row(row_from, time.monotonic() - began, rounds.row))
+    return rounds.samples, rounds.held
 
 
 def _row(start: float, end: float, samples: list[float]) -> str:

@@ -428,6 +428,11 @@ BB_CLOCK_SYNCED = 0x4000
 BB_TOS = 0x2000
 _BB_SERVER_READ = 28  # byte offsets of the server's read and write times
 _BB_SERVER_WROTE = 36
+# For the compiled loops (_fastpath.c): where a message holds the stop flag (its byte and
+# mask), the server's two times (side by side), the client's number and send time
+BB_STOP_BYTE, BB_STOP_MASK = 12, BB_STOP >> 8
+BB_SERVER_TIMES = _BB_SERVER_READ
+BB_NUMBER, BB_SENT = 8, 20
 DEFAULT_BOUNCE_SIZE = 100  # iperf2's -l for --bounceback
 
 
@@ -490,14 +495,14 @@ def stamp_bounce(message: bytearray, read_at: float, wrote_at: float) -> None:
 
 def renumber_bounce(message: bytearray, number: int, sent: float) -> None:
     """A client's next message in the same buffer: its number and send time."""
-    struct.pack_into("!I", message, 8, number & 0xFFFFFFFF)
+    struct.pack_into("!I", message, BB_NUMBER, number & 0xFFFFFFFF)
     whole = int(sent)
-    _BB_SENT.pack_into(message, 20, whole & 0xFFFFFFFF, int((sent - whole) * 1e6))
+    _BB_SENT.pack_into(message, BB_SENT, whole & 0xFFFFFFFF, int((sent - whole) * 1e6))
 
 
 def bounce_stops(message: bytes | bytearray) -> bool:
     """The client's last message (no answer)."""
-    return bool(message[12] << 8 & BB_STOP)
+    return bool(message[BB_STOP_BYTE] & BB_STOP_MASK)
 
 
 def bounce_server_times(message: bytes | bytearray | memoryview) -> tuple[float, float]:

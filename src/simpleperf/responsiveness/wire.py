@@ -147,11 +147,13 @@ class Wire:
 
     @property
     def record(self) -> int:
-        """How much of a load to write at once: the unsent limit, at most a bulk record."""
+        """How much of a load to write at once: the unsent limit (about 5 ms of the
+        connection's rate), at most the large object's buffer: at gigabits a turn of the
+        loop moves 256 kB, not a native bulk record's 64 kB."""
         now = time.monotonic()
         if self.unsent.due(now):
             follow_unsent(self.conn, self.unsent, now)
-        return self.unsent.record
+        return min(self.unsent.limit, endpoints.CHUNK_BYTES)
 
     def send(self, data: bytes | memoryview) -> None:
         if not data:
