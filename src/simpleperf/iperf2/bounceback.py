@@ -82,6 +82,8 @@ class Echo:
                 if read is None:
                     break
                 read_at = read
+            if iperf2.bounce_stops(message):  # the client's last: read, never bounced
+                stream.num_bytes -= size
         except ProtocolError as error:
             stream.error = str(error)
         except OSError as error:

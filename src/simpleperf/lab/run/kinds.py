@@ -98,6 +98,17 @@ def bound(pid: int, port: int) -> bool:
     return False
 
 
+def until_bound(process: subprocess.Popen, seconds: float, port: str) -> bool:
+    """Until its socket is bound to `port` in its node (a program's banner can wait in a
+    pipe's buffer; a loaded machine can take seconds to start one); False if it ended."""
+    deadline = time.monotonic() + seconds
+    while process.poll() is None and time.monotonic() < deadline:
+        if bound(process.pid, int(port)):
+            return True
+        time.sleep(0.02)
+    return process.poll() is None
+
+
 class SimpleperfRunner(KindRunner):
     """tcp and udp: a simpleperf server in the target (or the flow's tool's: iperf3 -s,
     iperf -s); the client runs a test whose JSON carries both ends' view (what an iperf
@@ -114,14 +125,7 @@ class SimpleperfRunner(KindRunner):
         return [PYTHON, "-m", "simpleperf", "-s", "-p", port, *window, *mptcp]
 
     def ready(self, process: subprocess.Popen, seconds: float, port: str) -> bool:
-        """Until its socket is bound to `port` in its node (a program's banner can wait in
-        a pipe's buffer; a loaded machine can take seconds to start one)."""
-        deadline = time.monotonic() + seconds
-        while process.poll() is None and time.monotonic() < deadline:
-            if bound(process.pid, int(port)):
-                return True
-            time.sleep(0.02)
-        return process.poll() is None
+        return until_bound(process, seconds, port)
 
     def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
                timing: Timing) -> list[str]:
@@ -381,12 +385,7 @@ class RpmRunner(KindRunner):
                 str(folder), "-g", "daemon off;"]
 
     def ready(self, process: subprocess.Popen, seconds: float, port: str) -> bool:
-        deadline = time.monotonic() + seconds
-        while process.poll() is None and time.monotonic() < deadline:
-            if bound(process.pid, int(port)):
-                return True
-            time.sleep(0.02)
-        return process.poll() is None
+        return until_bound(process, seconds, port)
 
     def client(self, outcome: FlowOutcome, port: str, every: float, duration: float,
                timing: Timing) -> list[str]:
