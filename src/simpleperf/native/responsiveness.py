@@ -40,7 +40,6 @@ from ..responsiveness import ramp
 from ..transport import socket_options, tcp, tcpinfo
 
 READ_SIZE = 256 * 1024
-WAKE_SECONDS = ramp.WAKE_SECONDS
 ECHO_SECONDS = TCP_REPLY_TIMEOUT
 
 

@@ -40,9 +40,9 @@ from ..transport import socket_options, tcpinfo
 from . import ramp
 from .config import MAX_CONFIG_BYTES, Endpoints, Url, configuration_url, parse_configuration
 from .h2_client import ConnectionFailed, H2Client, client_context
+from .wire import ZEROS  # an upload's body: a record at a time, from the one buffer
 
 UPLOAD_LENGTH = 10**12  # what an upload says it will send: more than any run does
-ZEROS = memoryview(bytes(1024 * 1024))
 PROBE_SECONDS = TCP_REPLY_TIMEOUT  # a foreign probe's request, once connected
 
 

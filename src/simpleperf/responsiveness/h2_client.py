@@ -45,8 +45,8 @@ def client_context(insecure: bool) -> ssl.SSLContext:
 
 
 class H2Client:
-    """A connection to `url`'s server at `address`: connecting once made, ready once
-    HTTP/2 can carry requests (then `on_ready` is called)."""
+    """A connection to `url`'s server at `address`: connecting once made, `ready` once
+    HTTP/2 can carry requests (its owner then asks them)."""
 
     def __init__(self, url: Url, address: tuple, family: int, context: ssl.SSLContext | None,
                  options: ClientOptions, window: int | None = None,
