@@ -288,6 +288,75 @@ def test_back_to_back_bounceback_from_iperf_2_1_8_is_served_by_the_compiled_loop
     assert document["end"]["sum_received"]["bytes"] == count * iperf2.DEFAULT_BOUNCE_SIZE
 
 
+def test_iperf_2_1_8s_bounceback_congest_is_served_both_ways(json_server):
+    """--bounceback-congest: 2.1.8's client adds a full-duplex TCP test of its own beside
+    the round trips; we serve both at once, and count each one's bytes as it does."""
+    live, port = json_server
+    done = _iperf("-c", "127.0.0.1", "-p", str(port), "-t", "1", "--bounceback",
+                  "--bounceback-period", "0", "--bounceback-congest", "-e")
+    assert done.returncode == 0, done.stderr
+    load = re.search(r"\[FD\d+\] 0\.0+-1\.\d+ sec\s+([\d.]+) MBytes", done.stdout)
+    bounces = re.search(r" (\d+)=[\d.]+/[\d.]+/[\d.]+/[\d.]+ ms", done.stdout)
+    assert load is not None and bounces is not None, done.stdout
+    documents = _wait_documents(live, 2)
+    (duplex,) = [d for d in documents if d["end"].get("sum_received_bidir_reverse")]
+    (bounced,) = [d for d in documents if d is not duplex]
+    assert bounced["end"]["sum_received"]["bytes"] == \
+        int(bounces.group(1)) * iperf2.DEFAULT_BOUNCE_SIZE
+    both = duplex["end"]["sum_received"]["bytes"] + \
+        duplex["end"]["sum_sent_bidir_reverse"]["bytes"]
+    assert both > 0 and abs(both / 2**20 - float(load.group(1))) < 0.2  # its MBytes, 2 places
+
+
+def test_our_bounceback_asks_2_1_8s_server_for_quick_acks_unless_told_not_and_congests():
+    """Our client's messages carry 2.1.8's quick-ack flag (its server prints "bb
+    w/quickack") unless --bounceback-no-quickack; --bounceback-congest=up adds a TCP test
+    whose rate we report as the server measured it."""
+    process, port = _iperf_server("-e", csv=False)
+    try:
+        runs = [run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--bounceback",
+                               "--bounceback-period", "0", "-t", "1", "-J", *flags)
+                for flags in ([], ["--bounceback-no-quickack"], ["--bounceback-congest=up"])]
+        time.sleep(0.5)
+    finally:
+        output = _stop(process)
+    assert all(done.returncode == 0 for done in runs), [done.stderr for done in runs]
+    connections = re.findall(r"^\[ *(\d+)\] local .*?port \d+ connected with .*$", output,
+                             re.M)
+    kinds = [line for line in output.splitlines() if " connected with " in line]
+    assert len(kinds) == 4, output
+    assert "(bb w/quickack " in kinds[0] and "(bb len/hold" in kinds[1]
+    assert "(bb w/quickack " in kinds[2] and "(bb" not in kinds[3]  # the load's test
+    load_id = connections[3]
+    row = re.search(rf"^\[ *{load_id}\] 0\.0+-(\d\.\d+) sec\s+[\d.]+ \w+\s+([\d.]+) "
+                    r"(G|M)bits/sec", output, re.M)
+    assert row is not None, output
+    theirs = float(row.group(2)) * (1e9 if row.group(3) == "G" else 1e6)
+    documents = [json.loads(done.stdout) for done in runs]
+    assert [d["start"]["test_start"]["quickack"] for d in documents] == [True, False, True]
+    assert documents[0]["end"]["working_load"] is None
+    load = documents[2]["end"]["working_load"]
+    assert load["direction"] == "up" and load["down_bits_per_second"] is None
+    assert abs(load["up_bits_per_second"] / theirs - 1) < 0.05, (load, theirs)
+    assert documents[2]["end"]["round_trips"] > 100
+
+
+def test_our_bounceback_congest_both_ways_at_our_server():
+    live, port = start_server()
+    try:
+        done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--bounceback",
+                              "--bounceback-period", "0", "-t", "1",
+                              "--bounceback-congest=bidir,2")
+    finally:
+        live.close()
+    assert done.returncode == 0, done.stderr
+    load = re.search(r"^working load \(2 TCP streams, bidir\): up ([\d.]+) ([GM])bits/sec, "
+                     r"down ([\d.]+) ([GM])bits/sec$", done.stdout, re.M)
+    assert load is not None and float(load.group(1)) > 0 and float(load.group(3)) > 0, \
+        done.stdout
+    assert re.search(r"^(\d+) probes sent, \1 answered, 0% lost", done.stdout, re.M)
+
+
 @pytest.mark.parametrize("pure", ["0", "1"])
 def test_back_to_back_bounceback_at_iperf_2_1_8s_server(pure):
     """Back to back: our client's compiled loop (and, with SIMPLEPERF_PURE_PYTHON=1,

@@ -28,6 +28,8 @@
 #include <time.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <netinet/udp.h>
 
 static void put32(unsigned char *at, uint32_t value)
@@ -721,8 +723,18 @@ static int send_whole(int fd, const unsigned char *buffer, size_t size, int *err
     return BOUNCE_BUDGET;
 }
 
+/* iperf2's bounceback asks both ends to acknowledge at once (TCP_QUICKACK, which the
+ * kernel clears again on its own): set before every read, as iperf 2.1.8 does. */
+static void quick_ack(int fd, int quickack)
+{
+    if (quickack) {
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+    }
+}
+
 PyDoc_STRVAR(bounce_echo_doc,
-"bounce_echo(fd, buffer, size, stop_at, stop_mask, times_at, budget)\n"
+"bounce_echo(fd, buffer, size, stop_at, stop_mask, times_at, budget, quickack)\n"
 "    -> (count, got, read_at, status, errno)\n\n"
 "The server's end: read each `size`-byte message into `buffer`, stamp its read and write\n"
 "times (wall clock, seconds and microseconds) at `times_at` and write it back, for up to\n"
@@ -730,19 +742,20 @@ PyDoc_STRVAR(bounce_echo_doc,
 "client's last: not written back), at the peer's end between messages, when the socket's\n"
 "receive timeout passes with nothing read (QUIET) or part of a message (PARTIAL: `got`\n"
 "bytes of it in `buffer`), or on a failure. `count`: messages read; `read_at`: the last\n"
-"one's read time. Statuses: 0 budget, 1 ended, 2 stopped, 3 partial, 4 quiet, 5 failed.");
+"one's read time; `quickack`: TCP_QUICKACK before every read. Statuses: 0 budget,\n"
+"1 ended, 2 stopped, 3 partial, 4 quiet, 5 failed.");
 
 static PyObject *bounce_echo(PyObject *self, PyObject *args)
 {
-    int fd, stop_mask, error = 0, status = BOUNCE_BUDGET;
+    int fd, stop_mask, quickack, error = 0, status = BOUNCE_BUDGET;
     Py_buffer view;
     Py_ssize_t size, stop_at, times_at;
     double budget, read_at = 0.0;
     long long count = 0;
     size_t got = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iw*nnind", &fd, &view, &size, &stop_at, &stop_mask,
-                          &times_at, &budget))
+    if (!PyArg_ParseTuple(args, "iw*nnindp", &fd, &view, &size, &stop_at, &stop_mask,
+                          &times_at, &budget, &quickack))
         return NULL;
     if (size < 1 || size > view.len || stop_at >= size || times_at + 16 > size) {
         PyBuffer_Release(&view);
@@ -754,6 +767,7 @@ static PyObject *bounce_echo(PyObject *self, PyObject *args)
     double end = clock_seconds(CLOCK_MONOTONIC) + budget;
     for (;;) {
         got = 0;
+        quick_ack(fd, quickack);
         status = read_whole(fd, buffer, (size_t)size, &got, &error);
         if (status != BOUNCE_BUDGET)
             break;
@@ -776,14 +790,15 @@ static PyObject *bounce_echo(PyObject *self, PyObject *args)
 
 PyDoc_STRVAR(bounce_send_doc,
 "bounce_send(fd, message, reply, size, number, number_at, sent_at, times_at, deadline,\n"
-"            results) -> (count, status, errno, got, began)\n\n"
+"            results, quickack) -> (count, status, errno, got, began)\n\n"
 "The client's end, back to back: write `message` (renumbered from `number` + 1 at\n"
 "`number_at`, its send time, wall clock, at `sent_at`) and read its `size`-byte answer\n"
 "into `reply`, until the monotonic `deadline` or `results` (doubles, two a message: the\n"
 "round trip and the server's hold, ms, from the times at `times_at`) is full. An answer\n"
 "whose first four bytes are not the message's stops it (6, wrong); a socket's receive\n"
 "timeout with the answer not whole is 4 (quiet) or 3 (partial: `got` bytes of it in\n"
-"`reply`; `began`, the monotonic time its message went), the peer's end 1.");
+"`reply`; `began`, the monotonic time its message went), the peer's end 1. `quickack`:\n"
+"TCP_QUICKACK before every read.");
 
 static double time_at(const unsigned char *at)
 {
@@ -792,15 +807,15 @@ static double time_at(const unsigned char *at)
 
 static PyObject *bounce_send(PyObject *self, PyObject *args)
 {
-    int fd, error = 0, status = BOUNCE_BUDGET;
+    int fd, quickack, error = 0, status = BOUNCE_BUDGET;
     Py_buffer message, reply, results;
     Py_ssize_t size, number_at, sent_at, times_at;
     long long number, count = 0;
     double deadline, began = 0.0;
     size_t got = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iw*w*nLnnndw*", &fd, &message, &reply, &size, &number,
-                          &number_at, &sent_at, &times_at, &deadline, &results))
+    if (!PyArg_ParseTuple(args, "iw*w*nLnnndw*p", &fd, &message, &reply, &size, &number,
+                          &number_at, &sent_at, &times_at, &deadline, &results, &quickack))
         return NULL;
     if (size < 1 || size > message.len || size > reply.len || number_at + 4 > size
             || sent_at + 8 > size || times_at + 16 > size) {
@@ -822,6 +837,7 @@ static PyObject *bounce_send(PyObject *self, PyObject *args)
         if (status != BOUNCE_BUDGET)
             break;
         got = 0;
+        quick_ack(fd, quickack);
         status = read_whole(fd, in, (size_t)size, &got, &error);
         if (status != BOUNCE_BUDGET)
             break;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -129,24 +130,46 @@ class ServerPolicy:
         self.memory = MemoryBudget(options.memory_budget)
         self.udp_available = True  # until the server finds it cannot open its UDP port
         self.connections: dict[str, int] = {}  # open connections by the peer's address
+        # ... of which asked to close for a new one's place (idle HTTP), until they have
+        self.draining: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def admit_connection(self, host: str) -> Refusal | None:
+    def admit_connection(self, host: str, drain: Callable[[str | None], str | None] | None
+                         = None) -> Refusal | None:
         """A new connection from `host` is counted, or refused when the server holds as
-        many as --max-connections (or --max-connections-per-host from that address)."""
+        many as --max-connections (or --max-connections-per-host from that address) and
+        `drain` frees none: asked for a place (any host's, or `host`'s), it asks an idle
+        connection to close and names its host, whose count then leaves it out."""
         options = self.options
         with self._lock:
-            total = sum(self.connections.values())
-            if total >= options.max_connections:
+            total = sum(self.connections.values()) - sum(self.draining.values())
+            if total >= options.max_connections and not self._drained(drain, None):
                 return Refusal(Limit.CONNECTIONS, f"the server holds {total} connections, at "
                                f"most {options.max_connections} (--max-connections)")
-            mine = self.connections.get(host, 0)
-            if mine >= options.max_connections_per_host:
+            mine = self.connections.get(host, 0) - self.draining.get(host, 0)
+            if mine >= options.max_connections_per_host and not self._drained(drain, host):
                 return Refusal(Limit.CONNECTIONS, f"{mine} connections from {host} are open, "
                                f"at most {options.max_connections_per_host} from one "
                                "address (--max-connections-per-host)")
-            self.connections[host] = mine + 1
+            self.connections[host] = self.connections.get(host, 0) + 1
             return None
+
+    def _drained(self, drain: Callable[[str | None], str | None] | None, host: str | None
+                 ) -> bool:
+        freed = drain(host) if drain is not None else None
+        if freed is not None:
+            self.draining[freed] = self.draining.get(freed, 0) + 1
+        return freed is not None
+
+    def drained(self, host: str) -> None:
+        """A connection asked to close (admit_connection's `drain`) has: before its
+        release_connection."""
+        with self._lock:
+            left = self.draining.get(host, 0) - 1
+            if left > 0:
+                self.draining[host] = left
+            else:
+                self.draining.pop(host, None)
 
     def release_connection(self, host: str) -> None:
         with self._lock:

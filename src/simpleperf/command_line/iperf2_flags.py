@@ -4,7 +4,7 @@
   --enhanced, --output, --nodelay, --tcp-congestion, --ipv6_domain, --fileinput,
   --singleclient).
 - The flags with a meaning of their own here: --dualtest, -r/--tradeoff, --full-duplex,
-  -X/--peer-detect, --bounceback (-period, -hold), -y C, --listenport,
+  -X/--peer-detect, --bounceback (-period, -hold, -congest, -no-quickack), -y C, --listenport,
   --tcp-write-prefetch, --txstart-time, --connect-only, -x, --permit-key(-timeout),
   --connect-retries, --tcp-rx-window-clamp, --ttl, --local-only, -z/--realtime, --sum-only,
   --hide-ips, --compatibility, --no-udp-fin; --tcp-quickack is declared by its field of the
@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from .. import connect_times
+from ..description import options as limits
 from ..description.client_options import ClientOptions
 from ..description.options import CONNECT_RETRY_SECONDS, MAX_LENGTH, MAX_PORT, MAX_TTL, MIN_PORT
 from ..errors import UsageError
@@ -48,8 +49,6 @@ NOT_YET: dict[str, tuple[str, str]] = {
     "--udp-histogram": ("", "its UDP histogram (--histograms is ours)"),
     "--single_udp": ("-U", "the single-threaded UDP server"),
     "--sum-dstip": ("", "sums by destination address"),
-    "--bounceback-congest": ("", "a TCP stream beside bounceback"),
-    "--bounceback-no-quickack": ("", "bounceback without TCP_QUICKACK"),
     "--ipg": ("", "the gap within isochronous frames"),
     "--incr-dstip": ("", "incremented addresses"),
     "--incr-dstport": ("", "incremented ports (--cport is ours)"),
@@ -117,14 +116,7 @@ def add_arguments(group: Any) -> None:
     group.add_argument("-X", "--peer-detect", action="store_true", help="with --iperf2: "
                        "ask the server's version (it acknowledges each connection's header "
                        "with it); printed before the test, in JSON as the protocol")
-    group.add_argument("--bounceback", nargs="?", const=str(DEFAULT_BURST), metavar="N",
-                       help="iperf2's bounceback test: bursts of N messages (default "
-                       f"{DEFAULT_BURST}) of -l bytes (default 100) that the server (iperf -s "
-                       "2.1, simpleperf -s) sends back, each one round trip, for -t seconds")
-    group.add_argument("--bounceback-period", metavar="SECONDS", help="--bounceback: a "
-                       "burst every SECONDS (default 1, as iperf2's; 0: back to back)")
-    group.add_argument("--bounceback-hold", metavar="MS", help="--bounceback: the server "
-                       "holds each message MS milliseconds before sending it back")
+    _add_bounceback_arguments(group)
     group.add_argument("-y", "--reportstyle", metavar="C", help="C: iperf2's comma-"
                        "separated rows (time, addresses and ports, stream, interval, bytes, "
                        "bits/s; UDP: jitter, lost, total, percent, out of order)")
@@ -182,6 +174,25 @@ def add_arguments(group: Any) -> None:
         names = (letter, name) if letter and letter not in COLLISIONS else (name,)
         group.add_argument(*names, dest=_dest(name), nargs="?", const="",
                            help=argparse.SUPPRESS)
+
+
+def _add_bounceback_arguments(group: Any) -> None:
+    """--bounceback and its options."""
+    group.add_argument("--bounceback", nargs="?", const=str(DEFAULT_BURST), metavar="N",
+                       help="iperf2's bounceback test: bursts of N messages (default "
+                       f"{DEFAULT_BURST}) of -l bytes (default 100) that the server (iperf -s "
+                       "2.1, simpleperf -s) sends back, each one round trip, for -t seconds")
+    group.add_argument("--bounceback-period", metavar="SECONDS", help="--bounceback: a "
+                       "burst every SECONDS (default 1, as iperf2's; 0: back to back)")
+    group.add_argument("--bounceback-hold", metavar="MS", help="--bounceback: the server "
+                       "holds each message MS milliseconds before sending it back")
+    group.add_argument("--bounceback-congest", nargs="?", const="", metavar="WAY[,N]",
+                       help="--bounceback: N TCP streams (default 1) of load to the same "
+                       "server beside the round trips, WAY up, down or bidir (default: "
+                       "bidir, both ways on each connection, as iperf2's)")
+    group.add_argument("--bounceback-no-quickack", action="store_true", help="--bounceback:"
+                       " neither end sets TCP_QUICKACK before its reads (set by default, as "
+                       "iperf2's; the server is told in each message)")
 
 
 def _add_socket_arguments(group: Any) -> None:
@@ -320,10 +331,14 @@ def _socket_flags(options: ClientOptions, args: argparse.Namespace) -> dict[str,
 
 def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, Any]:
     if args.bounceback is None:
-        if args.bounceback_period is not None or args.bounceback_hold is not None:
-            raise UsageError("--bounceback-period and --bounceback-hold are --bounceback "
-                             "options")
+        if args.bounceback_period is not None or args.bounceback_hold is not None or \
+                args.bounceback_congest is not None or args.bounceback_no_quickack:
+            raise UsageError("--bounceback-period, -hold, -congest and -no-quickack are "
+                             "--bounceback options")
         return {}
+    if args.bounceback_no_quickack and options.test.quickack:
+        raise UsageError("--tcp-quickack and --bounceback-no-quickack contradict each other "
+                         "(bounceback acknowledges at once by default)")
     _not_with("--bounceback is one TCP connection of round trips", (
         (options.test.transport.datagrams, "-u"),
         (options.test.direction != "forward", "-R/--bidir"),
@@ -336,7 +351,24 @@ def _bounceback(options: ClientOptions, args: argparse.Namespace) -> dict[str, A
         "--bounceback-period", args.bounceback_period, 3600.0, "seconds")
     return {"bounceback": burst, "bounce_period": period,
             "bounce_hold": flag_values.number("--bounceback-hold", args.bounceback_hold or "0",
-                                   10_000.0, "milliseconds") / 1000}
+                                   10_000.0, "milliseconds") / 1000,
+            "bounce_quickack": not args.bounceback_no_quickack,
+            "bounce_congest": None if args.bounceback_congest is None else
+            _working_load(args.bounceback_congest)}
+
+
+def _working_load(text: str) -> tuple[str, int]:
+    """--bounceback-congest's value: [up|down|bidir][,N] (iperf2's)."""
+    way, _, count = text.partition(",")
+    default_way, default_streams = limits.DEFAULT_WORKING_LOAD
+    way = way.strip().lower() or default_way
+    if way not in limits.WORKING_LOAD_WAYS:
+        raise UsageError(f"--bounceback-congest takes up, down or bidir and a number of "
+                         f"streams (e.g. down,4), not '{text}'")
+    streams = default_streams if not count.strip() else flag_values.integer(
+        "--bounceback-congest", count.strip(), 1, limits.MAX_PARALLEL,
+        f"--bounceback-congest takes 1 to {limits.MAX_PARALLEL} streams")
+    return way, streams
 
 
 def _connect_only(options: ClientOptions, args: argparse.Namespace) -> int:

@@ -94,6 +94,9 @@ class ClientOptions:
     bounceback: int = 0  # --bounceback[=N]: iperf2's round trips, bursts of N messages
     bounce_period: float = 0.0  # --bounceback-period: seconds between bursts (0: at once)
     bounce_hold: float = 0.0  # --bounceback-hold: seconds the server holds each
+    bounce_quickack: bool = True  # both ends' TCP_QUICKACK (--bounceback-no-quickack: off)
+    # --bounceback-congest[=up|down|bidir][,N]: N TCP streams of load beside, that way
+    bounce_congest: tuple[str, int] | None = None
     csv: bool = False  # -y C: iperf2's comma-separated rows instead of text
     permit_key: str | None = None  # --iperf2 --permit-key: the key after each TCP header
     start_at: float | None = None  # --txstart-time: the Unix time the test starts

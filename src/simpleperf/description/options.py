@@ -50,6 +50,10 @@ AUTH_UDP_LENGTH = 24  # the header and, with a shared secret, the test's 8-byte 
 MAX_UDP_LENGTH = 65507  # the largest UDP payload over IPv4
 CLASSIC_MAX_PARALLEL = 5  # what a classic Simpleperf peer accepts
 MAX_PARALLEL = 128
+# --bounceback-congest (iperf2's): its words -> the load's direction; without a value one
+# stream both ways; at most MAX_PARALLEL streams
+WORKING_LOAD_WAYS = {"up": "forward", "down": "reverse", "bidir": "bidir"}
+DEFAULT_WORKING_LOAD = ("bidir", 1)
 MIN_WINDOW, MAX_WINDOW = 2 * 1000, 10**9
 MIN_MSS, MAX_MSS = 88, 32767  # Linux's TCP_MAXSEG range
 MAX_RATE = 1e13  # bits/s per stream

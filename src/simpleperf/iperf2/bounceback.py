@@ -25,6 +25,7 @@ from ..protocol import iperf2
 from ..report import native as table
 from ..stats import summarise_rtt
 from ..transport import compiled, tcp
+from . import working_load
 
 REPLY_SECONDS = 5.0  # a message not back within this long ends the client's test
 BOUNCEBACK = iperf2.BOUNCEBACK.to_bytes(4, "big")  # a message's first word
@@ -32,6 +33,12 @@ BOUNCEBACK = iperf2.BOUNCEBACK.to_bytes(4, "big")  # a message's first word
 BOUNCE_BUDGET, BOUNCE_ENDED, BOUNCE_STOPPED, BOUNCE_PARTIAL, BOUNCE_QUIET, BOUNCE_FAILED, \
     BOUNCE_WRONG = range(7)
 RESULTS_PER_CALL = 4096  # round trips a compiled call records at most
+
+
+def quick_ack(sock: socket.socket) -> None:
+    """TCP_QUICKACK, which the kernel clears on its own: set before every read, as
+    iperf 2.1.8's bounceback does at both ends unless --bounceback-no-quickack."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
 
 
 def read_message(sock: socket.socket, size: int, prefix: bytes, stop: threading.Event,
@@ -56,6 +63,7 @@ class Echo:
     def __init__(self, first: bytearray, read_at: float, idle: float) -> None:
         self.first, self.read_at, self.idle = first, read_at, idle
         self.bounce = iperf2.parse_bounce(first)
+        self.quickack = bool(self.bounce.flags & iperf2.BB_QUICKACK)
 
     def run(self, stream: Stream, spec: TestSpec, start: float, stop: threading.Event
             ) -> None:
@@ -73,7 +81,7 @@ class Echo:
                 sock.sendall(message)
                 if fastpath is not None:
                     read = self._compiled(fastpath, stream, view, stop)
-                elif _read_into(sock, view, size, stop, self.idle):
+                elif self._read(sock, view, stop):
                     read = wall()
                     stream.num_bytes += size
                     stream.last = clock()
@@ -92,6 +100,12 @@ class Echo:
         finally:
             stream.done.set()
 
+    def _read(self, sock: socket.socket, view: memoryview, stop: threading.Event) -> bool:
+        """The next message in Python's loop (False at the client's end of stream)."""
+        if self.quickack:
+            quick_ack(sock)
+        return _read_into(sock, view, self.bounce.size, stop, self.idle)
+
     def _compiled(self, fastpath: ModuleType, stream: Stream, view: memoryview,
                   stop: threading.Event) -> float | None:
         """Messages echoed in the compiled loop until one Python must see: the read time
@@ -101,7 +115,7 @@ class Echo:
         while True:
             count, got, read_at, status, error = fastpath.bounce_echo(
                 stream.sock.fileno(), view, size, iperf2.BB_STOP_BYTE, iperf2.BB_STOP_MASK,
-                iperf2.BB_SERVER_TIMES, compiled.SLICE_SECONDS * 20)
+                iperf2.BB_SERVER_TIMES, compiled.SLICE_SECONDS * 20, self.quickack)
             if count:
                 stream.num_bytes += count * size
                 stream.last = time.monotonic()
@@ -173,6 +187,7 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
         raise SimpleperfError(f"--bounceback messages are {iperf2.BOUNCE_MIN} to "
                               f"{iperf2.BOUNCE_MAX} bytes (-l), not {size}")
     sock = tcp.connect_to_server(options, stream=1)
+    load = None if options.bounce_congest is None else working_load.WorkingLoad(options)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tcp.set_wake_up(sock)
@@ -181,6 +196,8 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
                     if options.bounce_period else "back to back")
             out(f"Bounceback to {options.host} port {options.port}: {size}-byte messages, "
                 f"{pace}, for {options.seconds:g} s")
+        if load is not None:
+            load.start()
         samples, held = _bounce(sock, options, size, out)
     except KeyboardInterrupt:
         raise Interrupted() from None
@@ -188,15 +205,18 @@ def run(options: ClientOptions, out: Callable[[str], None]) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
         sock.close()
+    loaded = None if load is None else load.result()
     summary = summarise_rtt(samples)
     if options.json:
-        out(json.dumps(_document(options, size, samples, held), indent=2))
+        out(json.dumps(_document(options, size, samples, held, loaded), indent=2))
         return
     for line in table.rtt_summary_lines(options.host, len(samples), summary):
         out(line)
     if held:
         out(f"the server held each message {sum(held) / len(held):.3f} ms on average "
             "(its read to its write)")
+    if loaded is not None:
+        out(working_load.line(loaded))
 
 
 class _Rounds:
@@ -208,8 +228,10 @@ class _Rounds:
         self.held: list[float] = []  # the server's hold of each
         self.row: list[float] = []  # the round trips of the row under way (-i)
         self.number = 0
+        self.quickack = options.bounce_quickack
+        flags = iperf2.BB_QUICKACK if self.quickack else 0
         self.message = iperf2.encode_bounce(iperf2.Bounce(
-            size, 0, 0, options.test.tos, int(options.bounce_hold * 1e6), time.time()))
+            size, 0, flags, options.test.tos, int(options.bounce_hold * 1e6), time.time()))
         self.reply = memoryview(bytearray(size))
         self.stop = threading.Event()
         self.results = memoryview(bytearray(16 * RESULTS_PER_CALL)).cast("d")
@@ -220,6 +242,8 @@ class _Rounds:
         sent = time.monotonic()
         iperf2.renumber_bounce(self.message, self.number, time.time())
         self.sock.sendall(self.message)
+        if self.quickack:
+            quick_ack(self.sock)
         self._answer(0, sent)
 
     def compiled(self, fastpath: ModuleType, deadline: float) -> None:
@@ -227,7 +251,8 @@ class _Rounds:
         (an answer slower than the socket's wake-up timer, as Python waits for it)."""
         count, status, error, got, sent = fastpath.bounce_send(
             self.sock.fileno(), self.message, self.reply, self.size, self.number,
-            iperf2.BB_NUMBER, iperf2.BB_SENT, iperf2.BB_SERVER_TIMES, deadline, self.results)
+            iperf2.BB_NUMBER, iperf2.BB_SENT, iperf2.BB_SERVER_TIMES, deadline, self.results,
+            self.quickack)
         self.number += count
         times = self.results[:2 * count]
         self.samples.extend(times[0::2])
@@ -301,7 +326,7 @@ def _row(start: float, end: float, samples: list[float]) -> str:
 
 
 def _document(options: ClientOptions, size: int, samples: list[float],
-              held: list[float]) -> dict:
+              held: list[float], loaded: dict | None) -> dict:
     summary = summarise_rtt(samples)
     rtt = {} if summary is None else {
         "min_ms": summary.minimum, "mean_ms": summary.average, "max_ms": summary.maximum,
@@ -311,6 +336,8 @@ def _document(options: ClientOptions, size: int, samples: list[float],
                       "protocol": "iperf2 bounceback",
                       "test_start": {"size": size, "burst": options.bounceback,
                                      "period_s": options.bounce_period,
-                                     "hold_ms": options.bounce_hold * 1000}},
+                                     "hold_ms": options.bounce_hold * 1000,
+                                     "quickack": options.bounce_quickack}},
             "end": {"round_trips": len(samples), "rtt": rtt,
-                    "server_hold_mean_ms": sum(held) / len(held) if held else None}}
+                    "server_hold_mean_ms": sum(held) / len(held) if held else None,
+                    "working_load": loaded}}

@@ -423,6 +423,7 @@ BOUNCE = struct.Struct("!IIIHHIIIIIIIIIII")
 BOUNCE_MIN = 4 + BOUNCE.size  # 64: the smallest message 2.1.8's server takes
 BOUNCE_MAX = 1 << 20  # bytes of a message we bounce
 BOUNCE_HOLD_MAX = 10_000_000  # microseconds a message may ask the server to hold it
+BB_QUICKACK = 0x8000  # both ends acknowledge at once (TCP_QUICKACK): 2.1.8's default
 BB_STOP = 0x1000  # the client's last message: no answer
 BB_CLOCK_SYNCED = 0x4000
 BB_TOS = 0x2000

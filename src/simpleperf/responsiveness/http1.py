@@ -33,11 +33,15 @@ class _Reader:
         self.buffer += data
 
     def head(self) -> bytes:
+        """The next request's head; while none of it has come, the connection is idle (a
+        keep-alive connection the server may close for a new one's place)."""
         while b"\r\n\r\n" not in self.buffer:
             if len(self.buffer) > endpoints.MAX_HEADER_BYTES:
                 raise BadRequest("a request head beyond "
                                  f"{endpoints.MAX_HEADER_BYTES} bytes")
+            self.wire.idle(not self.buffer)
             self._more()
+        self.wire.idle(False)
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         if len(head) > endpoints.MAX_HEADER_BYTES:
             raise BadRequest(f"a request head beyond {endpoints.MAX_HEADER_BYTES} bytes")

@@ -20,6 +20,7 @@ from .endpoints import Answer
 from .wire import ZEROS, Wire
 
 WAKE_SECONDS = 0.5
+_ANSWERED = (h2.events.RequestReceived, h2.events.StreamEnded)  # what a response follows
 
 
 class _Streams:
@@ -52,6 +53,10 @@ def serve_http2(wire: Wire, answer: Callable[[str, str, str | None, str], Answer
     wire.send(connection.data_to_send())
     streams = _Streams()
     while True:
+        wire.idle(not streams.large and not streams.uploads, closes_itself=True)
+        if wire.drained.is_set() and wire.idle_since is not None:  # its place is wanted
+            _go_away(wire, connection)
+            return
         readable, writable = wire.ready(WAKE_SECONDS, write=_sending(connection, streams))
         if writable:  # a record of the large objects, as the unsent limit allows
             _send_large(connection, streams, wire.record)
@@ -66,11 +71,26 @@ def serve_http2(wire: Wire, answer: Callable[[str, str, str | None, str], Answer
         except h2.exceptions.ProtocolError:
             wire.send(connection.data_to_send())  # the GOAWAY h2 framed
             return
+        # a request and its RST_STREAM can come in one read (mach resets the streams it
+        # is done with), whose events h2 gives after all its frames: the stream is closed
+        # by then, and answering it an error (its data is still acknowledged: the
+        # connection's window)
+        reset = {event.stream_id for event in events
+                 if isinstance(event, h2.events.StreamReset)}
         for event in events:
             if isinstance(event, h2.events.ConnectionTerminated):
                 return
-            _handle(connection, streams, event, answer, scheme)
+            if not (isinstance(event, _ANSWERED) and event.stream_id in reset):
+                _handle(connection, streams, event, answer, scheme)
         wire.send(connection.data_to_send())
+
+
+def _go_away(wire: Wire, connection: h2.connection.H2Connection) -> None:
+    """A GOAWAY: the client opens another connection for what it asks next (the server
+    then closes this one as it closes every one, lingering: server.py)."""
+    wire.idle(False)
+    connection.close_connection()
+    wire.send(connection.data_to_send())
 
 
 def _handle(connection: h2.connection.H2Connection, streams: _Streams, event: h2.events.Event,

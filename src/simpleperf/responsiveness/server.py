@@ -6,9 +6,11 @@ library's over memory buffers, since the port has read the connection's first by
 tell what it speaks.
 
 A connection is one of the server's tests for --max-clients and the memory budget (a
-refusal is a 503 with Retry-After), lives at most CONNECTION_SECONDS (or the server's
---max-duration), and keeps the limits of endpoints.py on header sizes and open streams.
-"""
+refusal is a 503 with Retry-After; an idle connection is charged what it holds, one that
+carries a load the rest when its first load is asked for), lives at most
+CONNECTION_SECONDS (or the server's --max-duration), and keeps the limits of endpoints.py
+on header sizes and open streams. When the port runs short of connections, the one idle
+longest is asked to close for the new one's place (drain)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ from . import endpoints
 from .endpoints import Answer
 from .http1 import serve_http1
 from .tls import ServerTls, tls_names
-from .wire import CONNECTION_MEMORY, Closed, Wire
+from .wire import IDLE_MEMORY, LINGER_SECONDS, LOAD_MEMORY, Closed, Wire
+
+DRAIN_IDLE_SECONDS = 1.0  # an idle connection closed for a new one's place: idle this long
 
 
 class HttpService:
@@ -38,6 +42,8 @@ class HttpService:
     def __init__(self, options: ServerOptions, policy: ServerPolicy,
                  say: Callable[..., None], stopping: threading.Event) -> None:
         self.options, self.policy, self.say, self.stopping = options, policy, say, stopping
+        self.open: dict[Wire, str] = {}  # the connections being served: their host
+        self._lock = threading.Lock()
         self.tls: ServerTls | None = None
         self.tls_missing = ""  # without a certificate: why
         try:
@@ -60,9 +66,26 @@ class HttpService:
         return (f"Responsiveness (RPM): https://{where}/.well-known/nq (certificate {made}, "
                 f"SHA-256 {self.tls.fingerprint})")
 
-    def serve(self, conn: socket.socket, peer: str, prefix: bytes) -> bool:
-        """Serve one connection (HTTPS, HTTP/1.1 or h2c, as its first bytes say); whether
-        it carried a load (a large object or an upload)."""
+    def drain(self, host: str | None) -> str | None:
+        """Ask the connection (of `host`, or any) idle longest, DRAIN_IDLE_SECONDS at
+        least, to close for a new one's place, as nginx closes idle keep-alive connections
+        when it runs short (mach keeps its probes' connections open to its test's end):
+        its host, or None if none is."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [(wire.idle_since, wire, owner) for wire, owner in self.open.items()
+                    if wire.idle_since is not None and not wire.drained.is_set()
+                    and now - wire.idle_since >= DRAIN_IDLE_SECONDS
+                    and host in (None, owner)]
+            if not idle:
+                return None
+            _, wire, owner = min(idle, key=lambda found: found[0])
+            wire.drained.set()
+            return owner
+
+    def serve(self, conn: socket.socket, peer: str, host: str, prefix: bytes) -> bool:
+        """Serve one connection (HTTPS, HTTP/1.1 or h2c, as its first bytes say) from
+        `host`; whether it carried a load (a large object or an upload)."""
         kind = detect(prefix)
         # an answer goes out at once, not after the peer's (delayed) acknowledgement of
         # what went before it: a probe's time is the path's, as nginx's tcp_nodelay keeps it
@@ -73,18 +96,29 @@ class HttpService:
             return False
         limit = min(endpoints.CONNECTION_SECONDS, self.policy.time_limit or float("inf"))
         began = time.monotonic()
-        refused = self.policy.admit(TCP, 1, None, 0.0, memory=CONNECTION_MEMORY)
+        refused = self.policy.admit(TCP, 1, None, 0.0, memory=IDLE_MEMORY)
         connection = _Connection(self, peer, refused is not None)
+        wire = None
         try:
             context = self.tls.context if kind == TLS and self.tls is not None else None
             wire = Wire(conn, prefix, began + limit, self.stopping, context)
+            with self._lock:
+                self.open[wire] = host
             http2 = wire.alpn == "h2" or (kind == H2C)
             connection.serve(wire, http2)
         except (Closed, ssl.SSLError, OSError):
             pass
         finally:
             if refused is None:
-                self.policy.release(CONNECTION_MEMORY)
+                self.policy.release(IDLE_MEMORY)
+            if connection.load_held:
+                self.policy.memory.give_back(LOAD_MEMORY)
+            if wire is not None:
+                wire.linger(LINGER_SECONDS)
+                with self._lock:
+                    self.open.pop(wire, None)
+                if wire.drained.is_set():
+                    self.policy.drained(host)
         if connection.loads:
             self.say(connection.summary(time.monotonic() - began))
         return bool(connection.loads)
@@ -97,6 +131,7 @@ class _Connection:
         self.service, self.peer, self.refused = service, peer, refused
         self.requests = 0
         self.loads: list[str] = []  # the endpoints that moved a load: large, upload
+        self.load_held = False  # LOAD_MEMORY of the budget taken for them
         self.wire: Wire | None = None
         self.how = ""
 
@@ -122,9 +157,14 @@ class _Connection:
             return endpoints.refusal(503, "this server runs as many tests as it takes "
                                      "(--max-clients) or its memory budget is spent", 1)
         found, endpoint = endpoints.answer(method, target, authority, scheme)
-        if endpoint is not None and (endpoint.body is None or endpoint.sink) \
-                and endpoint.name not in self.loads:
-            self.loads.append(endpoint.name)
+        if endpoint is not None and (endpoint.body is None or endpoint.sink):
+            if not self.load_held:
+                if not self.service.policy.memory.take(LOAD_MEMORY):
+                    return endpoints.refusal(503, "this server's memory budget is spent "
+                                             "(--memory-budget): no load now", 1)
+                self.load_held = True
+            if endpoint.name not in self.loads:
+                self.loads.append(endpoint.name)
         return found
 
     def summary(self, seconds: float) -> str:

@@ -4,6 +4,7 @@ with the connection's deadline and the server's stop checked at every wait."""
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import ssl
@@ -17,7 +18,13 @@ from . import endpoints
 
 READ_BYTES = 256 * 1024
 WAKE_SECONDS = 0.5  # a wait's longest, between checks of the deadline and the stop
+LINGER_SECONDS = 2.0  # a closing connection's wait for the peer's end (nginx's lingering)
 CONNECTION_MEMORY = 2 * READ_BYTES + 2 * endpoints.CHUNK_BYTES  # what one holds, at most
+# ... of which an idle connection (probes, the configuration) holds one read's buffer and
+# its TLS and HTTP/2 states: charged at once; the rest once it carries a load (a client
+# such as mach keeps hundreds of probe connections open)
+IDLE_MEMORY = READ_BYTES
+LOAD_MEMORY = CONNECTION_MEMORY - IDLE_MEMORY
 ZEROS = memoryview(bytes(endpoints.CHUNK_BYTES))
 
 
@@ -39,6 +46,12 @@ class Wire:
         self.left = prefix
         self.tls: ssl.SSLObject | None = None
         self.sent = self.received = 0  # bytes of HTTP, both ways
+        # Since when the connection waits for a request with nothing under way (None: it
+        # is busy); the server may ask such a connection to close (drained: its place for
+        # a new one, as nginx closes idle keep-alive connections when it runs short)
+        self.idle_since: float | None = None
+        self.drained = threading.Event()
+        self._closes_itself = False  # drained: its protocol closes it (else the next wait)
         self.unsent = LoadUnsentLimit()
         set_unsent_limit(conn, self.unsent.limit)
         if tls is not None:
@@ -82,8 +95,45 @@ class Wire:
                 raise Closed from None
 
     def _check(self) -> None:
-        if self.stopping.is_set() or time.monotonic() > self.deadline:
+        if self.stopping.is_set() or time.monotonic() > self.deadline or (
+                self.drained.is_set() and self.idle_since is not None and
+                not self._closes_itself):
             raise Closed
+
+    def linger(self, seconds: float) -> None:
+        """Close as nginx's lingering close does: our side shut, then what the peer still
+        sends (an upload's frames in flight when it said GOAWAY) read and let go until it
+        closes, `seconds` at most. A socket closed with unread bytes resets the connection,
+        which the client counts as an error; over TLS our close_notify goes first (a TLS
+        stream that ends without one is cut short, to rustls an error too)."""
+        if self.tls is not None:
+            with contextlib.suppress(ssl.SSLError, ValueError):
+                self.tls.unwrap()  # close_notify into the outgoing buffer
+            with contextlib.suppress(OSError):
+                self.conn.sendall(self.outgoing.read())
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_WR)
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self.stopping.is_set():
+            if not select.select([self.conn], [], [], min(left, WAKE_SECONDS))[0]:
+                continue
+            try:
+                if not self.conn.recv(READ_BYTES):
+                    return
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+
+    def idle(self, idle: bool, closes_itself: bool = False) -> None:
+        """Whether the connection now waits for a request with nothing under way; with
+        `closes_itself` its protocol, drained, closes it in its own words (HTTP/2's
+        GOAWAY), else the wait it is in ends (Closed)."""
+        self._closes_itself = closes_itself
+        if not idle:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = time.monotonic()
 
     def recv(self) -> bytes:
         """The next bytes the peer sent (b"" at its end)."""

@@ -151,7 +151,7 @@ class Server:
 
     def _start(self, conn: socket.socket, address: tuple[Any, ...]) -> None:
         peer = tcp.endpoint(address)
-        refusal = self.policy.admit_connection(_host(peer))
+        refusal = self.policy.admit_connection(_host(peer), self.http.drain)
         if refusal is not None:
             self.refuser.refuse(conn, peer, str(refusal))
             return
@@ -214,7 +214,8 @@ class Server:
         served.keep_open = self.iperf3.serve(conn, peer, prefix, served.index)
 
     def _serve_http(self, conn: socket.socket, peer: str, prefix: bytes, _: _Served) -> None:
-        self.http.serve(conn, peer, prefix)  # not a test for -1: a run is many connections
+        # not a test for -1: a run is many connections
+        self.http.serve(conn, peer, _host(peer), prefix)
 
     def _serve_classic(self, conn: socket.socket, peer: str, prefix: bytes,
                        served: _Served) -> None:
