@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import sys
 import time
@@ -29,6 +30,7 @@ from .results.errors import ResultsError
 # `status` and `exec` start faster without them (seconds in an emulated guest).
 
 DEFAULT_RESULTS = "simpleperf-results"
+WEB_PORT = 8089  # lab web's default port
 RTT_TABLE_HOSTS = 16  # lab status: a table of expected RTTs up to this many hosts
 
 
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "number, captures.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser,
                                      metavar="{list,probe,run,results,compare,up,export,down,status,"
-                                             "exec,link,node,capture,analyze}")
+                                             "exec,link,node,capture,analyze,web}")
     commands.add_parser("list", help="the shipped topologies and experiments, a line each")
     commands.add_parser("probe", help="what this kernel offers the lab (netem, AQM qdiscs, "
                                       "...) and which shaper links get")
@@ -97,7 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     _change_parsers(commands)
     _capture_parsers(commands)
+    web = commands.add_parser("web", help="the labs that are up as a live page: "
+                              "http://127.0.0.1:PORT/?token=... printed at start")
+    web.add_argument("--port", type=_port, default=WEB_PORT,
+                     help=f"the page's port (default {WEB_PORT})")
+    web.add_argument("--listen", default="127.0.0.1", metavar="ADDRESS", help="the address "
+                     "it listens on (default 127.0.0.1: the page is a root interface, so "
+                     "another address is said as a warning)")
     return parser
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, not '{text}'")
+    return int(text)
 
 
 def _queue_runners(model: topology.Topology, link: topology.Link, backend: str) -> list[str]:
@@ -233,6 +248,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "export":
         return _export(args)
+    if args.command == "web":
+        return _web(args)
     if args.command == "down":
         result = lifecycle.down(args.name)
         print(f"removed {len(result.removed)} items: " + ", ".join(result.removed))
@@ -257,6 +274,25 @@ def _dispatch(args: argparse.Namespace) -> int:
         return capturing.analyze(args.file)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return lifecycle.run_in_node(args.node, command)
+
+
+def _web(args: argparse.Namespace) -> int:
+    lifecycle.require_root("read the labs' namespaces")
+    try:
+        from .web import app
+    except ImportError:
+        raise UsageError("simpleperf lab web needs aiohttp: pip install 'simpleperf[web]'"
+                         ) from None
+    if args.listen not in ("127.0.0.1", "::1", "localhost"):
+        print(f"warning: the console listens on {args.listen}: anyone who can reach it with "
+              "its token controls the labs as root", file=sys.stderr)
+    token = secrets.token_urlsafe(24)
+    try:
+        app.serve(args.listen, args.port, token, lambda line: print(line, flush=True))
+    except OSError as error:
+        raise lifecycle.LabError(f"cannot listen on {args.listen} port {args.port}: "
+                                 f"{error.strerror or error}") from None
+    return EXIT_OK
 
 
 def _change(args: argparse.Namespace) -> int:

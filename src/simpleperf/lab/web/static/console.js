@@ -1,0 +1,202 @@
+// simpleperf lab web: the labs that are up, drawn from their models (/api/labs) and
+// updated from their interfaces' counters (/api/live, server-sent events, once a second).
+// Every request carries the console's token; the page keeps what it shows in
+// window.simpleperfConsole, which the browser tests read.
+"use strict";
+(function () {
+  const token = document.body.dataset.token;
+  const headers = { "X-Simpleperf-Token": token };
+  const HISTORY = 120; // readings a chart keeps (two minutes)
+  const state = { labs: [], lab: null, live: null, updates: 0, series: {}, selected: null };
+  window.simpleperfConsole = state;
+  let graph = null;
+  let chart = null;
+  let labsText = "";
+
+  function say(text) {
+    document.getElementById("status").textContent = text;
+  }
+
+  function rate(bits) {
+    if (bits === null || bits === undefined) return "–";
+    for (const [factor, unit] of [[1e9, "Gbit/s"], [1e6, "Mbit/s"], [1e3, "kbit/s"]]) {
+      if (bits >= factor) return (bits / factor).toFixed(1) + " " + unit;
+    }
+    return bits.toFixed(0) + " bit/s";
+  }
+
+  async function loadLabs() {
+    const answer = await fetch("/api/labs", { headers });
+    if (!answer.ok) {
+      say(await answer.text());
+      return;
+    }
+    const text = await answer.text();
+    if (text === labsText) return; // nothing changed: the drawing stays put
+    labsText = text;
+    state.labs = JSON.parse(text).labs;
+    const select = document.getElementById("lab");
+    const wanted = state.lab ? state.lab.lab : null;
+    select.replaceChildren(...state.labs.map((lab) => new Option(lab.lab, lab.lab)));
+    const lab = state.labs.find((found) => found.lab === wanted) || state.labs[0];
+    if (lab) {
+      select.value = lab.lab;
+      draw(lab);
+    } else {
+      state.lab = null;
+      if (graph) graph.destroy();
+      graph = null;
+      say("no lab is up: simpleperf lab up NAME");
+    }
+  }
+
+  function positionsKey(lab) {
+    return "simpleperf-positions-" + lab;
+  }
+
+  function draw(lab) {
+    const same = state.lab && state.lab.lab === lab.lab;
+    state.lab = lab;
+    const saved = JSON.parse(localStorage.getItem(positionsKey(lab.lab)) || "null");
+    const kept = same && graph ? positionsOf(graph) : saved;
+    const elements = lab.nodes.map((node) => ({
+      data: { id: node.id, kind: node.kind },
+      position: kept && kept[node.id] ? kept[node.id] : undefined,
+    })).concat(lab.links.map((link) => ({
+      data: { id: link.name, source: link.a, target: link.b, label: link.name,
+              down: link.down ? "yes" : "no" },
+    })));
+    if (graph) graph.destroy();
+    const placed = kept && lab.nodes.every((node) => kept[node.id]);
+    graph = cytoscape({
+      container: document.getElementById("graph"),
+      elements: elements,
+      layout: placed ? { name: "preset" } : { name: "cose", randomize: false, animate: false },
+      style: [
+        { selector: "node", style: { label: "data(id)", "text-valign": "center",
+                                     color: "#fff", "font-size": 11 } },
+        { selector: "node[kind = 'host']", style: { shape: "ellipse",
+                                                    "background-color": "#3572a5" } },
+        { selector: "node[kind = 'router']", style: { shape: "diamond",
+                                                      "background-color": "#c0392b" } },
+        { selector: "node[kind = 'switch']", style: { shape: "round-rectangle",
+                                                      "background-color": "#7f8c8d" } },
+        { selector: "edge", style: { label: "data(label)", "font-size": 9, width: 2,
+                                     "curve-style": "bezier", "line-color": "#888",
+                                     "text-background-color": "#fff",
+                                     "text-background-opacity": 0.8 } },
+        { selector: "edge[down = 'yes']", style: { "line-style": "dashed",
+                                                   "line-color": "#c0392b" } },
+        { selector: "edge:selected", style: { "line-color": "#e67e22" } },
+      ],
+    });
+    state.drawn = { nodes: graph.nodes().length, links: graph.edges().length };
+    graph.on("dragfree", "node", () => {
+      localStorage.setItem(positionsKey(lab.lab), JSON.stringify(positionsOf(graph)));
+    });
+    graph.on("tap mouseover", "edge", (event) => select(event.target.id()));
+    if (!same) state.series = {};
+    say(lab.lab + ": " + lab.nodes.length + " nodes, " + lab.links.length + " links, " +
+        lab.shaper);
+  }
+
+  function positionsOf(drawn) {
+    const positions = {};
+    drawn.nodes().forEach((node) => {
+      positions[node.id()] = { x: node.position("x"), y: node.position("y") };
+    });
+    return positions;
+  }
+
+  function select(name) {
+    const link = state.lab && state.lab.links.find((found) => found.name === name);
+    if (!link) return;
+    state.selected = name;
+    document.getElementById("selected").textContent =
+      link.name + ": " + link.a + " (" + link.a_interface + ") – " + link.b + " (" +
+      link.b_interface + ")" + (link.down ? ", down" : "");
+    document.getElementById("properties").textContent =
+      link.a + " → " + link.b + ": " + link.a_to_b.described + "\n" +
+      link.b + " → " + link.a + ": " + link.b_to_a.described;
+    document.getElementById("shape").hidden = false;
+    if (chart) chart.destroy();
+    chart = new uPlot({
+      width: 320, height: 200, title: "throughput (Mbit/s)",
+      series: [{}, { label: link.a + " → " + link.b, stroke: "#3572a5" },
+               { label: link.b + " → " + link.a, stroke: "#c0392b" }],
+    }, chartData(name), document.getElementById("chart"));
+  }
+
+  function chartData(name) {
+    const series = state.series[name] || { t: [], ab: [], ba: [] };
+    const mbits = (values) => values.map((bits) => (bits === null ? null : bits / 1e6));
+    return [series.t, mbits(series.ab), mbits(series.ba)];
+  }
+
+  function onLive(live) {
+    state.live = live;
+    state.updates += 1;
+    const mine = state.lab ? live.labs[state.lab.lab] : null;
+    if (!mine || !graph) return;
+    for (const link of mine.links) {
+      const forward = link.a_to_b ? link.a_to_b.bits_per_second : null;
+      const back = link.b_to_a ? link.b_to_a.bits_per_second : null;
+      const edge = graph.getElementById(link.name);
+      edge.data("label", link.name + "  → " + rate(forward) + "  ← " + rate(back));
+      const busiest = Math.max(forward || 0, back || 0);
+      edge.style("width", 2 + Math.min(10, 3 * Math.log10(1 + busiest / 1e5)));
+      const series = state.series[link.name] || (state.series[link.name] = {
+        t: [], ab: [], ba: [] });
+      series.t.push(live.at);
+      series.ab.push(forward);
+      series.ba.push(back);
+      if (series.t.length > HISTORY) {
+        series.t.shift();
+        series.ab.shift();
+        series.ba.shift();
+      }
+    }
+    if (chart && state.selected) chart.setData(chartData(state.selected));
+    say(state.lab.lab + ": live, " + new Date(live.at * 1000).toLocaleTimeString());
+  }
+
+  // A change to the selected link, through the code `simpleperf lab link` runs
+  async function act(body) {
+    if (!state.lab || !state.selected) return;
+    const said = document.getElementById("said");
+    said.textContent = "…";
+    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) + "/links/" +
+                               encodeURIComponent(state.selected), {
+      method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, headers),
+      body: JSON.stringify(body) });
+    const text = await answer.text();
+    said.textContent = answer.ok ? JSON.parse(text).done : text;
+    state.lastAction = { ok: answer.ok, said: said.textContent };
+    labsText = ""; // the lab's record changed: draw it anew
+    await loadLabs();
+    select(state.selected);
+  }
+
+  document.getElementById("shape").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const wanted = {};
+    for (const input of event.target.querySelectorAll("input")) {
+      if (input.value.trim()) wanted[input.name] = input.value.trim();
+    }
+    act({ action: "set", set: wanted });
+  });
+  document.getElementById("down").addEventListener("click", () => act({ action: "down" }));
+  document.getElementById("up").addEventListener("click", () => act({ action: "up" }));
+  window.simpleperfConsole.act = act;
+  window.simpleperfConsole.select = select;
+
+  document.getElementById("lab").addEventListener("change", (event) => {
+    const lab = state.labs.find((found) => found.lab === event.target.value);
+    if (lab) draw(lab);
+  });
+  const events = new EventSource("/api/live?token=" + encodeURIComponent(token));
+  events.onmessage = (message) => onLive(JSON.parse(message.data));
+  events.onerror = () => say("disconnected from the console: retrying");
+  loadLabs();
+  setInterval(loadLabs, 3000); // labs up and down, links changed: redrawn when they change
+})();

@@ -1,0 +1,72 @@
+"""What the page draws, from the lab's model and its interfaces' counters: pure functions,
+the numbers in the units the JSON results carry (bits a second, seconds, packets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import link_properties
+from ..model.topology import Link, Shaping, Topology
+from .counters import Counters
+
+
+def topology_view(lab: str, model: Topology, shaper: str, down: list[str]) -> dict[str, Any]:
+    """A lab as the page draws it: its nodes by role, its links with each direction's
+    properties (every row of the link property table) and whether they are down."""
+    return {"lab": lab, "description": model.description, "shaper": shaper,
+            "nodes": [{"id": name, "kind": node.kind} for name, node in model.nodes.items()],
+            "links": [_link(link, link.name in down) for link in model.links]}
+
+
+def _link(link: Link, down: bool) -> dict[str, Any]:
+    return {"name": link.name, "a": link.a.node, "b": link.b.node,
+            "a_interface": link.a.interface, "b_interface": link.b.interface, "down": down,
+            "a_to_b": _direction(link.a_to_b), "b_to_a": _direction(link.b_to_a)}
+
+
+def _direction(shaping: Shaping) -> dict[str, Any]:
+    properties = {name: getattr(shaping, name) for name in link_properties.NAMES}
+    return {"described": shaping.describe(), "properties": properties}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Every lab namespace's interface counters at one time (monotonic seconds)."""
+
+    at: float
+    counters: dict[str, dict[str, Counters]]  # namespace -> interface -> counters
+
+    def of(self, node: str, interface: str) -> Counters | None:
+        return self.counters.get(node, {}).get(interface)
+
+
+def link_rates(model: Topology, before: Reading, after: Reading) -> list[dict[str, Any]]:
+    """Each link's throughput each way between two readings (bits a second, from what
+    the sending end's interface sent) and the packets each end dropped meanwhile; None
+    where an end was not read both times."""
+    seconds = after.at - before.at
+    rates = []
+    for link in model.links:
+        row: dict[str, Any] = {"name": link.name}
+        for way, sender, receiver in (("a_to_b", link.a, link.b), ("b_to_a", link.b, link.a)):
+            sent = _delta(before.of(sender.node, sender.interface),
+                          after.of(sender.node, sender.interface))
+            got = _delta(before.of(receiver.node, receiver.interface),
+                         after.of(receiver.node, receiver.interface))
+            row[way] = None if sent is None or seconds <= 0 else {
+                "bits_per_second": sent.tx_bytes * 8 / seconds,
+                "packets_per_second": sent.tx_packets / seconds,
+                "dropped": sent.tx_dropped + (got.rx_dropped if got is not None else 0)}
+        rates.append(row)
+    return rates
+
+
+def _delta(first: Counters | None, second: Counters | None) -> Counters | None:
+    """What an interface counted between two readings (None if either is missing or the
+    interface was made anew in between: its counters went back)."""
+    if first is None or second is None or second.tx_bytes < first.tx_bytes or \
+            second.rx_bytes < first.rx_bytes:
+        return None
+    return Counters(*(getattr(second, name) - getattr(first, name)
+                      for name in Counters.__dataclass_fields__))

@@ -1,0 +1,307 @@
+"""simpleperf lab web: what the page draws (pure), the console's guard (a real server:
+token, Host, limits), and the page itself in Debian's Chromium driven by Selenium across
+real labs."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import SIMPLEPERF, free_port
+from lab_helpers import Ready, lab
+
+from simpleperf.lab.model import topology
+from simpleperf.lab.net import changes
+from simpleperf.lab.web import actions, counters, views
+from simpleperf.lab.web.vendored import VENDORED
+
+STATIC = Path(views.__file__).parent / "static"
+DEV = "\n".join((  # /proc/net/dev as the kernel writes it (its two heading lines)
+    "Inter-|   Receive                                                |  Transmit",
+    " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs "
+    "drop fifo colls carrier compressed",
+    "    lo:    1000      10    0    0    0     0          0         0     1000      10    0 "
+    "   0    0     0       0          0",
+    "h1-eth0: 5000000   4000    0    3    0     0          0         0 90000000   60000    0 "
+    "   7    0     0       0          0", ""))
+
+
+def test_proc_net_dev_is_read_as_the_kernel_writes_it():
+    found = counters.parse_dev(DEV)
+    assert found["h1-eth0"] == counters.Counters(5000000, 4000, 3, 90000000, 60000, 7)
+    assert set(found) == {"lo", "h1-eth0"}
+    assert counters.parse_dev("garbage\n\nx: 1 2 3\n") == {}
+
+
+def test_link_rates_are_what_the_sending_interface_sent_each_way():
+    model = topology.pair(rate="100M")
+    link = model.links[0]
+
+    def at(seconds: float, sent: int, back: int, dropped: int = 0) -> views.Reading:
+        return views.Reading(seconds, {
+            link.a.node: {link.a.interface: counters.Counters(back, 0, 0, sent, 100, dropped)},
+            link.b.node: {link.b.interface: counters.Counters(sent, 100, 0, back, 0, 0)}})
+
+    (rates,) = views.link_rates(model, at(10.0, 0, 0), at(12.0, 25_000_000, 250_000, 4))
+    assert rates["a_to_b"]["bits_per_second"] == 100e6
+    assert rates["b_to_a"]["bits_per_second"] == 1e6
+    assert rates["a_to_b"]["dropped"] == 4
+    (restarted,) = views.link_rates(model, at(10.0, 5000, 5000), at(11.0, 10, 10))
+    assert restarted["a_to_b"] is None  # an interface made anew: no rate, not a negative one
+    (missing,) = views.link_rates(model, views.Reading(1.0, {}), at(2.0, 1, 1))
+    assert missing["a_to_b"] is None and missing["b_to_a"] is None
+
+
+def test_the_portfolio_is_drawn_with_its_15_nodes_14_links_and_every_property():
+    model = topology.load("portfolio")
+    view = views.topology_view("portfolio", model, "own", ["L3"])
+    assert len(view["nodes"]) == 15 and len(view["links"]) == 14
+    assert {node["kind"] for node in view["nodes"]} == {"host", "router", "switch"}
+    down = [link["name"] for link in view["links"] if link["down"]]
+    assert down == ["L3"]
+    from simpleperf.lab.model import link_properties
+    for link in view["links"]:
+        for way in ("a_to_b", "b_to_a"):
+            assert set(link[way]["properties"]) == set(link_properties.NAMES)
+            assert link[way]["described"]
+    json.dumps(view)  # what the page reads
+
+
+def test_a_change_from_the_page_is_what_lab_link_would_make():
+    made = actions.change_of("links", "L2", {"action": "set", "set": {
+        "rate": "5M", "delay": "30ms", "qdisc": "fq_codel"}})
+    assert made == changes.Change("L2", "set", {"bw": "5M", "delay": "30ms",
+                                                 "qdisc": "fq_codel"})
+    assert actions.change_of("nodes", "r2", {"action": "down"}) == changes.Change("r2", "down")
+    for kind, asked, says in (
+            ("links", {"action": "explode"}, "one of down, up, set"),
+            ("links", [], "one of down, up, set"),
+            ("links", {"action": "set"}, "set needs at least one of rate"),
+            ("links", {"action": "down", "set": {"rate": "5M"}}, "go with 'set'"),
+            ("links", {"action": "set", "set": {"cost": 5}}, "not a property a running"),
+            ("links", {"action": "set", "set": {"ecn": True}}, "not a property a running"),
+            ("links", {"action": "set", "set": {"rate": "fast"}}, "is not a rate"),
+            ("links", {"action": "set", "set": {"delay": "99s"}}, "longer than"),
+            ("nodes", {"action": "set", "set": {"rate": "5M"}}, "a node is taken down")):
+        with pytest.raises(actions.ActionError, match=re.escape(says)):
+            actions.change_of(kind, "L2", asked)
+
+
+def test_the_vendored_libraries_are_the_pinned_ones_with_their_licences():
+    for name, (package, version, licence, digest) in VENDORED.items():
+        data = (STATIC / "vendor" / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digest, (name, package, version)
+        licence_file = re.search(r"\((.+)\)", licence)
+        assert licence_file and "Permission is hereby granted" in (
+            STATIC / "vendor" / licence_file[1]).read_text()
+    page = (STATIC / "index.html").read_text()
+    assert not re.search(r"""(src|href)=["']https?:""", page)  # no CDN
+
+
+# -- a real console ---------------------------------------------------------------------
+
+class WebConsole:
+    """`simpleperf lab web` on a free port: its address and token as it printed them."""
+
+    def __init__(self, *args: str) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen([*SIMPLEPERF, "lab", "web", "--port", str(self.port),
+                                         *args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        found = re.search(r"(http://\S+/)\?token=(\S+)", line)
+        assert found, (line, self.process.stderr.read() if self.process.stderr else "")
+        self.base, self.token = found[1], found[2]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                self.request("GET", f"/?token={self.token}")
+                break
+            except OSError:
+                time.sleep(0.1)
+
+    def request(self, method: str, path: str, headers: dict[str, str] | None = None,
+                body: bytes | None = None) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            answer = connection.getresponse()
+            return answer.status, answer.read()
+        finally:
+            connection.close()
+
+    def close(self) -> str:
+        self.process.terminate()
+        _, errors = self.process.communicate(timeout=20)
+        return errors
+
+
+@pytest.mark.root
+def test_the_console_answers_only_its_token_at_its_own_address():
+    console = WebConsole()
+    try:
+        status, page = console.request("GET", f"/?token={console.token}")
+        assert status == 200 and b"cytoscape.min.js" in page
+        assert console.token.encode() in page  # the page's requests carry it
+        for path, headers in ((f"/?token={console.token}x", {}), ("/", {}),
+                              ("/api/labs", {"X-Simpleperf-Token": "nope"}),
+                              ("/static/console.js", {}),
+                              (f"/api/labs?token={console.token}",
+                               {"Host": f"evil.example:{console.port}"})):
+            status, body = console.request("GET", path, headers)
+            assert status == 403 and body.count(b"\n") == 1, (path, body)
+        token = {"X-Simpleperf-Token": console.token}
+        status, labs = console.request("GET", "/api/labs", token)
+        assert status == 200 and isinstance(json.loads(labs)["labs"], list)
+        assert console.request("GET", "/static/../app.py", token)[0] == 404
+        assert console.request("POST", "/api/labs", {
+            "Cookie": f"token={console.token}"})[0] == 403  # a cookie is not the token
+        assert console.request("POST", "/api/labs", token, b"x" * 100_000)[0] in (405, 413)
+        change = "/api/labs/no-such-lab/links/L1"
+        assert console.request("POST", change, {}, b'{"action": "down"}')[0] == 403
+        status, said = console.request("POST", change, token, b"{not json")
+        assert status == 400 and said.count(b"\n") == 1, said
+        status, said = console.request("POST", change, token, b'{"action": "explode"}')
+        assert status == 400 and b"one of down, up, set" in said
+        status, said = console.request("POST", change, token, b'{"action": "down"}')
+        assert status == 409 and b"no-such-lab" in said and said.count(b"\n") == 1, said
+        assert console.request("POST", change, token, b"x" * 100_000)[0] == 413
+        assert console.request("GET", "/api/labs", {**token, "X-Big": "y" * 10_000})[0] == 400
+    finally:
+        errors = console.close()
+    assert "Traceback" not in errors
+
+
+@pytest.mark.root
+def test_a_bad_port_or_a_port_taken_is_one_line():
+    done = subprocess.run([*SIMPLEPERF, "lab", "web", "--port", "99999"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "1 to 65535" in done.stderr
+    console = WebConsole()
+    try:
+        taken = subprocess.run([*SIMPLEPERF, "lab", "web", "--port", str(console.port)],
+                               capture_output=True, text=True, timeout=30)
+    finally:
+        console.close()
+    assert taken.returncode == 1 and "cannot listen" in taken.stderr
+    assert taken.stderr.count("\n") == 1 and "Traceback" not in taken.stderr
+
+
+# -- in Chromium ------------------------------------------------------------------------
+
+LAST_RATE = ("const s = window.simpleperfConsole.series['h1-h2']; "
+             "const last = s && s.ab[s.ab.length - 1]; ")
+
+
+def _browser():
+    from selenium import webdriver
+
+    chromium = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    assert chromium and driver, "Debian's chromium and chromium-driver: run bash scripts/test"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--window-size=1280,800"):
+        options.add_argument(argument)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(driver))
+
+
+def _wait(browser, script: str, seconds: float = 10.0):
+    """The page's state (window.simpleperfConsole) read by `script` until it is truthy."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = browser.execute_script(script)
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_the_page_draws_the_pair_shows_a_flow_live_and_sets_its_link():
+    """A TCP flow across a 20 Mbit/s pair shows on the page as the link's live goodput,
+    within 10 % of the link, within 5 s; the link set to 5 Mbit/s from the page shows in
+    `lab status` and on the page; when the flow stops, the page's rate falls."""
+    lab("up", "pair", "--rate", "20M", "--delay", "5ms")
+    console = WebConsole()
+    browser = _browser()
+    server = None
+    try:
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
+                              "s.drawn.nodes === 2 && s.drawn.links === 1")
+        port = str(free_port())
+        server = Ready("h2", *SIMPLEPERF, "-s", "-p", port, ready="listening")
+        flow = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c", "10.0.0.2",
+                                 "-p", port, "-t", "14"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        began = time.monotonic()
+        rate = _wait(browser, LAST_RATE + "return last > 18e6 ? last : null", seconds=5.0)
+        seen = time.monotonic() - began
+        assert rate and 18e6 <= rate <= 22e6, rate
+        assert seen <= 5.0
+        # the link set to 5 Mbit/s from the page's form: lab status says so, and the
+        # flow's rate on the page follows
+        browser.execute_script("window.simpleperfConsole.select('h1-h2')")
+        browser.find_element("name", "rate").send_keys("5M")
+        browser.find_element("id", "set").click()
+        done = _wait(browser, "return window.simpleperfConsole.lastAction")
+        assert done and done["ok"] and "h1-h2 set bw 5M" in done["said"], done
+        assert re.search(r"^  h1-h2 .* 5 Mbit/s", lab("status", "pair").stdout, re.M)
+        slowed = _wait(browser, LAST_RATE + "return last < 5.5e6 && last > 4.5e6", 6.0)
+        assert slowed, browser.execute_script(LAST_RATE + "return s.ab.slice(-5)")
+        flow.wait(20)
+        quiet = _wait(browser, LAST_RATE + "return last < 1e6", seconds=5.0)
+        assert quiet
+        drawn = browser.execute_script("return document.querySelectorAll('#graph canvas')"
+                                       ".length")
+        assert drawn >= 1
+    finally:
+        browser.quit()
+        if server is not None:
+            server.stop()
+        errors = console.close()
+        lab("down", "pair", check=False)
+    assert "Traceback" not in errors
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_the_page_draws_the_portfolio_s_15_nodes_and_14_links_and_a_link_taken_down():
+    lab("up", "portfolio", timeout=180)
+    console = WebConsole()
+    browser = _browser()
+    try:
+        began = time.monotonic()
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
+                              "s.drawn.nodes === 15 && s.drawn.links === 14")
+        loaded = time.monotonic() - began
+        kinds = browser.execute_script("return window.simpleperfConsole.lab.nodes"
+                                       ".map(n => n.kind)")
+        assert sorted(set(kinds)) == ["host", "router", "switch"]
+        link = browser.execute_script("return window.simpleperfConsole.lab.links[0].name")
+        browser.execute_script(f"window.simpleperfConsole.select({json.dumps(link)})")
+        browser.find_element("id", "down").click()
+        done = _wait(browser, "return window.simpleperfConsole.lastAction")
+        assert done and done["ok"] and done["said"] == f"{link} down", done
+        shown = _wait(browser, "return window.simpleperfConsole.lab.links.find("
+                               f"l => l.name === {json.dumps(link)}).down")
+        assert shown
+        status = lab("status", "portfolio").stdout
+        assert re.search(rf"^  {re.escape(link)} .* DOWN  ", status, re.M), status
+        print(f"portfolio page loaded and drawn in {loaded:.2f} s")
+    finally:
+        browser.quit()
+        errors = console.close()
+        lab("down", "portfolio", check=False, timeout=120)
+    assert "Traceback" not in errors
