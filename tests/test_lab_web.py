@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 from helpers import SIMPLEPERF, free_port
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lab_helpers import Ready, lab
 
 from simpleperf.lab.model import topology
-from simpleperf.lab.net import changes
-from simpleperf.lab.web import actions, counters, views
+from simpleperf.lab.net import build, changes
+from simpleperf.lab.web import actions, counters, qdiscs, views
 from simpleperf.lab.web.vendored import VENDORED
 
 STATIC = Path(views.__file__).parent / "static"
@@ -59,6 +61,33 @@ def test_link_rates_are_what_the_sending_interface_sent_each_way():
     assert missing["a_to_b"] is None and missing["b_to_a"] is None
 
 
+def test_a_direction_s_queue_is_read_where_it_sits():
+    """The kernel's queue where the direction leaves the wire namespace (build's ports),
+    or the own shaper's discipline (its delay line's statistics) where that runs it."""
+    model = topology.pair(rate="20M", delay="5ms")
+    link = model.links[0]
+    egress = build.wire_egress(model)
+    assert egress == {("h1-h2", "a_to_b"): ("pair-wire", "w1b"),
+                      ("h1-h2", "b_to_a"): ("pair-wire", "w1a")}
+    ends = {link.a.node: {link.a.interface: counters.Counters(0, 0, 0, 10, 1, 0)},
+            link.b.node: {link.b.interface: counters.Counters(10, 1, 0, 0, 0, 0)}}
+
+    def tbf(backlog: int, drops: int) -> dict[str, dict[str, qdiscs.QdiscStats]]:
+        return {"pair-wire": {"w1b": qdiscs.QdiscStats("tbf", 0x10000, qdiscs.ROOT, 0, 0,
+                                                       backlog, backlog * 1500, drops, 0)}}
+
+    (rates,) = views.link_rates(model, views.Reading(0.0, ends, tbf(3, 10)),
+                                views.Reading(1.0, ends, tbf(40, 25)), egress)
+    assert rates["a_to_b"]["queue_packets"] == 40 and rates["a_to_b"]["dropped"] == 15
+    assert "queue_packets" not in rates["b_to_a"]  # nothing read at w1a
+    own = {"pair": {"h1-h2 a_to_b": {"packets": 7, "bytes": 10500, "drops": 4, "marks": 9}}}
+    later = {"pair": {"h1-h2 a_to_b": {"packets": 2, "bytes": 3000, "drops": 6, "marks": 12}}}
+    (rates,) = views.link_rates(model, views.Reading(0.0, ends, tbf(3, 10), own),
+                                views.Reading(1.0, ends, tbf(40, 25), later), egress)
+    assert (rates["a_to_b"]["queue_packets"], rates["a_to_b"]["dropped"],
+            rates["a_to_b"]["marked"]) == (2, 2, 3)  # the own discipline's, not tbf's
+
+
 def test_the_portfolio_is_drawn_with_its_15_nodes_14_links_and_every_property():
     model = topology.load("portfolio")
     view = views.topology_view("portfolio", model, "own", ["L3"])
@@ -72,6 +101,42 @@ def test_the_portfolio_is_drawn_with_its_15_nodes_14_links_and_every_property():
             assert set(link[way]["properties"]) == set(link_properties.NAMES)
             assert link[way]["described"]
     json.dumps(view)  # what the page reads
+
+
+def _qdisc_message(index: int, kind: bytes, parent: int, sent: int, backlog: tuple[int, int],
+                   drops: int) -> bytes:
+    """One RTM_NEWQDISC as the kernel sends it (its attributes 4-byte aligned)."""
+    def attribute(kind_: int, payload: bytes) -> bytes:
+        padded = payload + b"\0" * (-len(payload) % 4)
+        return qdiscs.ATTRIBUTE.pack(qdiscs.ATTRIBUTE.size + len(payload), kind_) + padded
+
+    stats = attribute(qdiscs.TCA_STATS_BASIC, qdiscs.BASIC.pack(sent, sent // 1500)) + \
+        attribute(qdiscs.TCA_STATS_QUEUE, qdiscs.QUEUE.pack(backlog[0], backlog[1], drops,
+                                                             0, 7))
+    body = qdiscs.TCMSG.pack(0, index, 0x10000, parent, 1) + attribute(
+        qdiscs.TCA_KIND, kind + b"\0") + attribute(qdiscs.TCA_STATS2, stats)
+    return qdiscs.HEADER.pack(qdiscs.HEADER.size + len(body), qdiscs.RTM_NEWQDISC, 2, 1,
+                              0) + body
+
+
+def test_a_qdisc_dump_is_read_as_tc_s_qdisc_shows_it():
+    root = _qdisc_message(3, b"htb", qdiscs.ROOT, 150_000, (45, 67_500), 12)
+    leaf = _qdisc_message(3, b"pfifo", 0x10001, 150_000, (45, 67_500), 12)
+    done = qdiscs.HEADER.pack(20, qdiscs.NLMSG_DONE, 2, 1, 0) + b"\0" * 4
+    found, ended = qdiscs.parse(root + leaf + done)
+    assert ended and [index for index, _ in found] == [3, 3]
+    top = qdiscs.root_of([stats for _, stats in found])
+    assert top == qdiscs.QdiscStats("htb", 0x10000, qdiscs.ROOT, 150_000, 100, 45, 67_500,
+                                    12, 7)
+    assert qdiscs.parse(root[:30]) == ([], False)  # cut short: nothing, no error
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400))
+def test_hostile_netlink_bytes_are_never_an_error(data: bytes):
+    found, _ = qdiscs.parse(data)
+    assert all(isinstance(stats, qdiscs.QdiscStats) for _, stats in found)
+    qdiscs.attributes(data)
 
 
 def test_a_change_from_the_page_is_what_lab_link_would_make():
@@ -249,6 +314,10 @@ def test_the_page_draws_the_pair_shows_a_flow_live_and_sets_its_link():
         seen = time.monotonic() - began
         assert rate and 18e6 <= rate <= 22e6, rate
         assert seen <= 5.0
+        # the link's queue, where the 20 Mbit/s limit holds the flow back, on the page too
+        queued = _wait(browser, "const s = window.simpleperfConsole.series['h1-h2']; "
+                                "return Math.max(...s.queue_ab.filter(q => q !== null))", 3.0)
+        assert queued and queued > 0, queued
         # the link set to 5 Mbit/s from the page's form: lab status says so, and the
         # flow's rate on the page follows
         browser.execute_script("window.simpleperfConsole.select('h1-h2')")

@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..net import lifecycle, ownership
-from . import actions, counters, views
+from ..net import build, lifecycle, ownership
+from . import actions, counters, qdiscs, views
 
 TOKEN_HEADER = "X-Simpleperf-Token"
 LIVE_SECONDS = 1.0  # a reading of every lab's counters this often
@@ -77,13 +77,21 @@ class Console:
         while True:
             labs = await loop.run_in_executor(None, self.labs)
             namespaces = sorted({node for model, _ in labs.values() for node in model.nodes})
+            egress = {lab: build.wire_egress(model) for lab, (model, _) in labs.items()}
+            wires = sorted({space for ports in egress.values() for space, _ in ports.values()})
             found = await loop.run_in_executor(None, counters.read, namespaces)
-            reading = views.Reading(time.monotonic(), found)
+            queues = await loop.run_in_executor(None, qdiscs.read, namespaces + wires)
+            roots = {node: {interface: root for interface, found in interfaces.items()
+                            if (root := qdiscs.root_of(found)) is not None}
+                     for node, interfaces in queues.items()}
+            own = {lab: counters.own_queues(lab) for lab in labs}
+            reading = views.Reading(time.monotonic(), found, roots, own)
             rates = {}
             for lab, (model, _) in labs.items():
                 before = self.readings.get(lab)
                 if before is not None:
-                    rates[lab] = {"links": views.link_rates(model, before, reading)}
+                    rates[lab] = {"links": views.link_rates(model, before, reading,
+                                                            egress[lab])}
                 self.readings[lab] = reading
             async with self.changed:
                 self.live = {"at": time.time(), "labs": rates}

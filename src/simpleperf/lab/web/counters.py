@@ -5,12 +5,18 @@ opened afresh at each reading so that no namespace is held open once the lab is 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+from ..net.ownership import RECORD_DIR
+from ..net.shaping.delayline import queues_path
 from ..net.system import NETNS_DIR
 
 CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -41,25 +47,57 @@ def parse_dev(text: str) -> dict[str, Counters]:
 
 def read(namespaces: list[str]) -> dict[str, dict[str, Counters]]:
     """Each namespace's interfaces and their counters (a namespace gone: left out). Blocks:
-    run it off the event loop, on a thread of its own while it runs."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    run it off the event loop."""
     found: dict[str, dict[str, Counters]] = {}
+    for name in namespaces:
+        table = in_namespace(name, _dev)
+        if table is not None:
+            found[name] = table
+    return found
+
+
+def _dev() -> dict[str, Counters]:
+    with open("/proc/thread-self/net/dev", encoding="ascii") as table:
+        return parse_dev(table.read())
+
+
+def in_namespace(name: str, work: Callable[[], T]) -> T | None:
+    """`work()` done inside the network namespace `name` (None if it is gone): the calling
+    thread enters it and comes back before returning, whatever happens."""
+    libc = ctypes.CDLL(None, use_errno=True)
     try:
-        for name in namespaces:
-            try:
-                target = os.open(f"{NETNS_DIR}/{name}", os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                if libc.setns(target, CLONE_NEWNET) != 0:
-                    continue
-                with open("/proc/thread-self/net/dev", encoding="ascii") as table:
-                    found[name] = parse_dev(table.read())
-            finally:
-                os.close(target)
-                if libc.setns(home, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "cannot return to our own namespace")
+        target = os.open(f"{NETNS_DIR}/{name}", os.O_RDONLY)
+    except OSError:
+        return None
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if libc.setns(target, CLONE_NEWNET) != 0:
+            return None
+        try:
+            return work()
+        finally:
+            if libc.setns(home, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "cannot return to our own namespace")
     finally:
+        os.close(target)
         os.close(home)
+
+
+def own_queues(lab: str) -> dict[str, dict[str, int]]:
+    """What the own shaper's queues hold and dropped, by link direction ("L1 a_to_b"): each
+    delay line's plan says which kernel queue is which direction, and its .queues file
+    what each holds (packets, bytes) and dropped and marked so far."""
+    found: dict[str, dict[str, int]] = {}
+    for plan in sorted(RECORD_DIR.glob(f"{lab}.delayline*.json")):
+        try:
+            entries = json.loads(plan.read_text())
+            with open(queues_path(str(plan))) as written:
+                stats = json.load(written)
+            for entry in entries:
+                direction, number = entry.get("direction"), str(entry.get("queue"))
+                if isinstance(direction, str) and isinstance(stats.get(number), dict):
+                    found[direction] = {key: int(value) for key, value in
+                                        stats[number].items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
     return found

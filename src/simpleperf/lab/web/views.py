@@ -3,12 +3,13 @@ the numbers in the units the JSON results carry (bits a second, seconds, packets
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import link_properties
 from ..model.topology import Link, Shaping, Topology
 from .counters import Counters
+from .qdiscs import QdiscStats
 
 
 def topology_view(lab: str, model: Topology, shaper: str, down: list[str]) -> dict[str, Any]:
@@ -32,19 +33,31 @@ def _direction(shaping: Shaping) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Reading:
-    """Every lab namespace's interface counters at one time (monotonic seconds)."""
+    """Every lab namespace's interface counters, and the root qdisc of each interface,
+    at one time (monotonic seconds)."""
 
     at: float
     counters: dict[str, dict[str, Counters]]  # namespace -> interface -> counters
+    queues: dict[str, dict[str, QdiscStats]] = field(default_factory=dict)  # ... root qdisc
+    # the own shaper's queues: lab -> "LINK way" -> packets, bytes, drops, marks so far
+    own: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
 
     def of(self, node: str, interface: str) -> Counters | None:
         return self.counters.get(node, {}).get(interface)
 
+    def queue(self, node: str, interface: str) -> QdiscStats | None:
+        return self.queues.get(node, {}).get(interface)
 
-def link_rates(model: Topology, before: Reading, after: Reading) -> list[dict[str, Any]]:
+
+def link_rates(model: Topology, before: Reading, after: Reading,
+               egress: dict[tuple[str, str], tuple[str, str]] | None = None
+               ) -> list[dict[str, Any]]:
     """Each link's throughput each way between two readings (bits a second, from what
-    the sending end's interface sent) and the packets each end dropped meanwhile; None
-    where an end was not read both times."""
+    the sending end's interface sent), its queue now (packets and bytes: the own shaper's
+    discipline where it runs the direction, else the root qdisc where the direction leaves
+    the lab's wire (`egress`: build.wire_egress) or its sending end) and the
+    packets dropped (and with the own shaper marked CE) meanwhile; None where an end was
+    not read both times."""
     seconds = after.at - before.at
     rates = []
     for link in model.links:
@@ -54,10 +67,28 @@ def link_rates(model: Topology, before: Reading, after: Reading) -> list[dict[st
                           after.of(sender.node, sender.interface))
             got = _delta(before.of(receiver.node, receiver.interface),
                          after.of(receiver.node, receiver.interface))
-            row[way] = None if sent is None or seconds <= 0 else {
-                "bits_per_second": sent.tx_bytes * 8 / seconds,
-                "packets_per_second": sent.tx_packets / seconds,
-                "dropped": sent.tx_dropped + (got.rx_dropped if got is not None else 0)}
+            if sent is None or seconds <= 0:
+                row[way] = None
+                continue
+            row[way] = {"bits_per_second": sent.tx_bytes * 8 / seconds,
+                        "packets_per_second": sent.tx_packets / seconds,
+                        "dropped": sent.tx_dropped + (got.rx_dropped if got else 0)}
+            own = after.own.get(model.name, {}).get(f"{link.name} {way}")
+            own_before = before.own.get(model.name, {}).get(f"{link.name} {way}")
+            where = (egress or {}).get((link.name, way), (sender.node, sender.interface))
+            queue, earlier = after.queue(*where), before.queue(*where)
+            if own is not None:  # the own shaper's discipline runs this direction's queue
+                row[way].update(qdisc=getattr(link, way).qdisc, queue_packets=own["packets"],
+                                queue_bytes=own["bytes"], marked=0)
+                if own_before is not None and own["drops"] >= own_before["drops"]:
+                    row[way]["dropped"] += own["drops"] - own_before["drops"]
+                    row[way]["marked"] = max(0, own["marks"] - own_before["marks"])
+            elif queue is not None:  # the sending end's queue: now, and what it dropped
+                row[way].update(qdisc=queue.kind, queue_packets=queue.queue_packets,
+                                queue_bytes=queue.queue_bytes)
+                if earlier is not None and earlier.kind == queue.kind and \
+                        queue.drops >= earlier.drops:
+                    row[way]["dropped"] += queue.drops - earlier.drops
         rates.append(row)
     return rates
 

@@ -63,6 +63,7 @@ SEND_CHUNK = 1 << 16  # bytes of verdicts per send
 RELEASE_GRAIN = 300e-6  # seconds
 LATE_SECONDS = 0.02  # a release this late is no timer's: the process could not keep up
 REPORT_SECONDS = 0.1  # how often, at most, it says how many releases were late
+QUEUES_SECONDS = 0.5  # how often it says what its own disciplines hold and dropped
 
 
 @dataclass
@@ -233,12 +234,16 @@ def bottleneck_of(entry: dict[str, Any], rng: random.Random) -> Bottleneck | Non
 
 def serve(plan: list[dict[str, Any]],
           reread: Callable[[], list[dict[str, Any]]] | None = None,
-          report: Callable[[dict[int, int]], None] | None = None) -> None:
+          report: Callable[[dict[int, int]], None] | None = None,
+          report_queues: Callable[[dict[int, dict[str, int]]], None] | None = None
+          ) -> None:
     """plan: [{"namespace", "queue", "delay", "jitter", "reorder", and for the own
     discipline "qdisc", "rate", "settings"}, ...] (seconds, bits/s). `reread`: returns the
     plan again after a SIGHUP (`lab link set` changed the link); a queue's new delay applies
     to the packets that arrive from then on. `report`: given each queue's late releases
-    (DirectionQueue.late) when they change, at most every REPORT_SECONDS."""
+    (DirectionQueue.late) when they change, at most every REPORT_SECONDS. `report_queues`:
+    given each own discipline's queue (packets, bytes) and its drops and marks so far,
+    every QUEUES_SECONDS."""
     _run_ahead()
     # Holding a socket that asks for receive timestamps makes the kernel stamp every packet
     # on arrival; the queue messages then carry the true arrival time.
@@ -258,6 +263,7 @@ def serve(plan: list[dict[str, Any]],
     signal.signal(signal.SIGINT, _stop)
     reloads = ReloadSignal()
     reported_at, last_late = 0.0, {queue.number: 0 for queue in queues}
+    queues_at = 0.0
     print("ready", flush=True)
     with stamper:
         while True:
@@ -286,6 +292,9 @@ def serve(plan: list[dict[str, Any]],
                     report(late)
                     last_late = late
                 reported_at = now
+            if report_queues is not None and now >= queues_at + QUEUES_SECONDS:
+                report_queues(queue_stats(queues))
+                queues_at = now
 
 
 def _send(sock: socket.socket, messages: list[bytes]) -> None:
@@ -518,13 +527,27 @@ class ReloadSignal:
             return False
 
 
+def queue_stats(queues: list[DirectionQueue]) -> dict[int, dict[str, int]]:
+    """Each own discipline's queue now and its drops and marks so far, by kernel queue."""
+    return {queue.number: {"packets": queue.bottleneck.discipline.packets,
+                           "bytes": queue.bottleneck.discipline.bytes,
+                           "drops": queue.bottleneck.discipline.drops,
+                           "marks": queue.bottleneck.discipline.marks}
+            for queue in queues if queue.bottleneck is not None}
+
+
+def queues_path(plan: str) -> str:
+    """Where the delay line of plan file PLAN.json says what its queues hold: PLAN.queues."""
+    return plan[:-len(".json")] + ".queues" if plan.endswith(".json") else plan + ".queues"
+
+
 def late_path(plan: str) -> str:
     """Where the delay line of plan file PLAN.json says how late it fell: PLAN.late."""
     return plan[:-len(".json")] + ".late" if plan.endswith(".json") else plan + ".late"
 
 
-def write_late(path: str, late: dict[int, int]) -> None:
-    """Each queue's late releases so far, as JSON, replaced whole."""
+def write_late(path: str, late: dict[int, Any]) -> None:
+    """Each queue's late releases so far (or its statistics), as JSON, replaced whole."""
     with contextlib.suppress(OSError):
         with open(path + ".new", "w") as out:
             json.dump({str(number): count for number, count in late.items()}, out)
@@ -549,8 +572,11 @@ def main(argv: list[str]) -> int:
     def report(late: dict[int, int]) -> None:
         write_late(late_path(argv[0]), late)
 
+    def report_queues(stats: dict[int, dict[str, int]]) -> None:
+        write_late(queues_path(argv[0]), stats)
+
     try:
-        serve(reread(), reread, report)
+        serve(reread(), reread, report, report_queues)
     except Stopped:
         pass
     except OSError as error:

@@ -25,6 +25,16 @@
     return bits.toFixed(0) + " bit/s";
   }
 
+  // A direction's queue (its sending end's root qdisc) and drops, when there are any
+  function queued(way) {
+    if (!way) return "";
+    const parts = [];
+    if (way.queue_packets) parts.push("queue " + way.queue_packets + " pkt");
+    if (way.dropped) parts.push(way.dropped + " dropped");
+    if (way.marked) parts.push(way.marked + " marked");
+    return parts.length ? " (" + parts.join(", ") + ")" : "";
+  }
+
   async function loadLabs() {
     const answer = await fetch("/api/labs", { headers });
     if (!answer.ok) {
@@ -142,18 +152,19 @@
       const forward = link.a_to_b ? link.a_to_b.bits_per_second : null;
       const back = link.b_to_a ? link.b_to_a.bits_per_second : null;
       const edge = graph.getElementById(link.name);
-      edge.data("label", link.name + "  → " + rate(forward) + "  ← " + rate(back));
+      edge.data("label", link.name + "  → " + rate(forward) + queued(link.a_to_b) +
+                "  ← " + rate(back) + queued(link.b_to_a));
       const busiest = Math.max(forward || 0, back || 0);
       edge.style("width", 2 + Math.min(10, 3 * Math.log10(1 + busiest / 1e5)));
       const series = state.series[link.name] || (state.series[link.name] = {
-        t: [], ab: [], ba: [] });
+        t: [], ab: [], ba: [], queue_ab: [], queue_ba: [] });
       series.t.push(live.at);
       series.ab.push(forward);
       series.ba.push(back);
+      series.queue_ab.push(link.a_to_b ? link.a_to_b.queue_packets : null);
+      series.queue_ba.push(link.b_to_a ? link.b_to_a.queue_packets : null);
       if (series.t.length > HISTORY) {
-        series.t.shift();
-        series.ab.shift();
-        series.ba.shift();
+        for (const kept of Object.values(series)) kept.shift();
       }
     }
     if (chart && state.selected) chart.setData(chartData(state.selected));
