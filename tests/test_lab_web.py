@@ -350,6 +350,9 @@ def test_the_page_draws_the_portfolio_s_15_nodes_and_14_links_and_a_link_taken_d
     console = WebConsole()
     browser = _browser()
     try:
+        browser.get(f"{console.base}?token=not-the-token")
+        assert "a wrong or missing token" in browser.page_source
+        assert browser.execute_script("return window.simpleperfConsole") is None
         began = time.monotonic()
         browser.get(f"{console.base}?token={console.token}")
         assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
@@ -373,4 +376,88 @@ def test_the_page_draws_the_portfolio_s_15_nodes_and_14_links_and_a_link_taken_d
         browser.quit()
         errors = console.close()
         lab("down", "portfolio", check=False, timeout=120)
+    assert "Traceback" not in errors
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_a_peering_taken_down_from_the_page_reroutes_and_the_timeline_shows_it():
+    """wan's preferred peering P13 taken down from the page: the lab's routing converges
+    on the transit path (the change's answer says so), the timeline shows the outage and
+    the return, and a host across still reaches the other AS."""
+    lab("up", "wan", timeout=180)
+    console = WebConsole()
+    browser = _browser()
+    try:
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
+                              "s.lab.lab === 'wan'", 15.0)
+        browser.execute_script("window.simpleperfConsole.select('P13')")
+        browser.find_element("id", "down").click()
+        down = _wait(browser, "const t = window.simpleperfConsole.timeline; "
+                              "return t.find(e => e.startsWith('P13 down'))", 90.0)
+        assert down and "routing: converged" in down, down
+        reached = subprocess.run(["ip", "netns", "exec", "h1", "ping", "-c", "2", "-W", "2",
+                                  str(topology.load("wan").address_of("h3"))],
+                                 capture_output=True, text=True, timeout=30)
+        assert reached.returncode == 0, reached.stdout
+        browser.find_element("id", "up").click()
+        back = _wait(browser, "const t = window.simpleperfConsole.timeline; "
+                              "return t.find(e => e.startsWith('P13 up'))", 90.0)
+        assert back, browser.execute_script("return window.simpleperfConsole.timeline")
+        shown = browser.execute_script("return [...document.querySelectorAll('#timeline li')]"
+                                       ".map(e => e.textContent)")
+        assert any("P13 down" in line for line in shown) and any("P13 up" in line
+                                                                  for line in shown)
+    finally:
+        browser.quit()
+        errors = console.close()
+        lab("down", "wan", check=False, timeout=120)
+    assert "Traceback" not in errors
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_a_flow_started_from_the_page_runs_live_beside_theory_and_ends_when_stopped():
+    """A TCP flow started from the page's form across a 20 Mbit/s pair: its goodput on the
+    page within 10 % of the link within 5 s, theory's beside it, its RTT and window; the
+    stop button ends its processes, which the lab's record no longer lists."""
+    from simpleperf.lab.net import ownership
+
+    lab("up", "pair", "--rate", "20M", "--delay", "10ms")
+    console = WebConsole()
+    browser = _browser()
+    try:
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn")
+        before = len(ownership.load("pair").processes)
+        browser.find_element("name", "duration").send_keys("60s")
+        began = time.monotonic()
+        browser.find_element("id", "start").click()
+        # (its first second can read above the link: what the sender wrote while its
+        # window opened, queued before the bottleneck)
+        flow = _wait(browser, "const f = (window.simpleperfConsole.flows || [])[0]; "
+                              "const s = f && f.samples[f.samples.length - 1]; "
+                              "return s && s.bits_per_second >= 18e6 && "
+                              "s.bits_per_second <= 22e6 ? f : null", 8.0)
+        assert flow, browser.execute_script("return [window.simpleperfConsole.lastFlow, "
+                                            "window.simpleperfConsole.flows]")
+        assert time.monotonic() - began <= 8.0  # its server's start, then within 5 s
+        last = flow["samples"][-1]
+        assert 18e6 <= flow["predicted_bits_per_second"] <= 21e6
+        assert last["rtt_ms"] >= 20 and last["cwnd_bytes"] > 0  # 10 ms each way, a window
+        assert len(ownership.load("pair").processes) == before + 2  # its server and client
+        browser.find_element("css selector", "#flows button.stop").click()
+        stopped = _wait(browser, "const f = window.simpleperfConsole.flows[0]; "
+                                 "return f.state === 'stopped'", 5.0)
+        assert stopped
+        assert len(ownership.load("pair").processes) == before
+        refused = browser.execute_script(
+            "return window.simpleperfConsole.startFlow({kind: 'tcp', from: 'h1', to: 'h9'})"
+            ".then(() => window.simpleperfConsole.lastFlow)")
+        assert not refused["ok"] and "no node h9" in refused["said"]
+    finally:
+        browser.quit()
+        errors = console.close()
+        lab("down", "pair", check=False)
     assert "Traceback" not in errors

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from ..net import build, lifecycle, ownership
-from . import actions, counters, qdiscs, views
+from . import actions, counters, qdiscs, running, views
 
 TOKEN_HEADER = "X-Simpleperf-Token"
 LIVE_SECONDS = 1.0  # a reading of every lab's counters this often
@@ -47,6 +47,7 @@ class Console:
         self.live: dict[str, Any] = {"at": None, "labs": {}}
         self.changed = asyncio.Condition()
         self.watchers = 0
+        self.flows = running.PageFlows()
 
     # -- the labs ------------------------------------------------------------------------
 
@@ -89,9 +90,8 @@ class Console:
             rates = {}
             for lab, (model, _) in labs.items():
                 before = self.readings.get(lab)
-                if before is not None:
-                    rates[lab] = {"links": views.link_rates(model, before, reading,
-                                                            egress[lab])}
+                rates[lab] = {"links": [] if before is None else views.link_rates(
+                    model, before, reading, egress[lab]), "flows": self.flows.of(lab)}
                 self.readings[lab] = reading
             async with self.changed:
                 self.live = {"at": time.time(), "labs": rates}
@@ -170,6 +170,32 @@ class Console:
                                   "routing": routing})
 
 
+    async def start_flow(self, request: web.Request) -> web.Response:
+        """A flow across a lab: JSON as an experiment's flow table (kind, from, to, ...)."""
+        lab = request.match_info["lab"]
+        try:
+            asked = await request.json()
+        except ValueError:
+            return _refusal(400, "a body that is not the JSON of a flow")
+        labs = await asyncio.get_running_loop().run_in_executor(None, self.labs)
+        if lab not in labs:
+            return _refusal(409, f"no lab named {lab} is up")
+        try:
+            started = await asyncio.get_running_loop().run_in_executor(
+                None, self.flows.start, lab, labs[lab][0], asked)
+        except running.FlowError as error:
+            return _refusal(400, str(error).splitlines()[0])
+        return web.json_response(started.view())
+
+    async def stop_flow(self, request: web.Request) -> web.Response:
+        number = request.match_info["number"]
+        stopped = await asyncio.get_running_loop().run_in_executor(
+            None, self.flows.stop, int(number), True) if number.isdigit() else None
+        if stopped is None or stopped.lab != request.match_info["lab"]:
+            return _refusal(404, f"no flow {number} in lab {request.match_info['lab']}")
+        return web.json_response(stopped.view())
+
+
 def _static(name: str) -> bytes:
     return (resources.files(__package__) / "static" / name).read_bytes()
 
@@ -183,11 +209,15 @@ def make_app(console: Console) -> web.Application:
     app.router.add_get("/api/labs", console.labs_json)
     app.router.add_get("/api/live", console.live_events)
     app.router.add_post("/api/labs/{lab}/{kind:links|nodes}/{name}", console.change)
+    app.router.add_post("/api/labs/{lab}/flows", console.start_flow)
+    app.router.add_post("/api/labs/{lab}/flows/{number}/stop", console.stop_flow)
 
     async def start_sampling(app: web.Application) -> Any:
         task = asyncio.create_task(console.sample())
         yield
         task.cancel()
+        # the page's flows end with the console (lab down would end them too)
+        await asyncio.get_running_loop().run_in_executor(None, console.flows.stop_all)
 
     app.cleanup_ctx.append(start_sampling)
     return app

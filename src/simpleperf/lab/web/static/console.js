@@ -7,7 +7,8 @@
   const token = document.body.dataset.token;
   const headers = { "X-Simpleperf-Token": token };
   const HISTORY = 120; // readings a chart keeps (two minutes)
-  const state = { labs: [], lab: null, live: null, updates: 0, series: {}, selected: null };
+  const state = { labs: [], lab: null, live: null, updates: 0, series: {}, selected: null,
+                  selectedNode: null, timeline: [] };
   window.simpleperfConsole = state;
   let graph = null;
   let chart = null;
@@ -44,7 +45,19 @@
     const text = await answer.text();
     if (text === labsText) return; // nothing changed: the drawing stays put
     labsText = text;
+    const before = {};
+    for (const lab of state.labs) {
+      for (const link of lab.links) before[lab.lab + " " + link.name] = link.down;
+    }
     state.labs = JSON.parse(text).labs;
+    for (const lab of state.labs) {
+      for (const link of lab.links) {
+        const was = before[lab.lab + " " + link.name];
+        if (was !== undefined && was !== link.down) {
+          happened(lab.lab + ": link " + link.name + (link.down ? " is down" : " is up"));
+        }
+      }
+    }
     const select = document.getElementById("lab");
     const wanted = state.lab ? state.lab.lab : null;
     select.replaceChildren(...state.labs.map((lab) => new Option(lab.lab, lab.lab)));
@@ -105,7 +118,15 @@
       localStorage.setItem(positionsKey(lab.lab), JSON.stringify(positionsOf(graph)));
     });
     graph.on("tap mouseover", "edge", (event) => select(event.target.id()));
+    graph.on("tap", "node", (event) => selectNode(event.target.id()));
     if (!same) state.series = {};
+    const hosts = lab.nodes.filter((node) => node.kind === "host").map((node) => node.id);
+    for (const [name, pick] of [["from", 0], ["to", hosts.length - 1]]) {
+      const choice = document.querySelector("#flow select[name=" + name + "]");
+      const kept = choice.value;
+      choice.replaceChildren(...hosts.map((host) => new Option(host, host)));
+      choice.value = hosts.includes(kept) ? kept : hosts[pick];
+    }
     say(lab.lab + ": " + lab.nodes.length + " nodes, " + lab.links.length + " links, " +
         lab.shaper);
   }
@@ -129,6 +150,7 @@
       link.a + " → " + link.b + ": " + link.a_to_b.described + "\n" +
       link.b + " → " + link.a + ": " + link.b_to_a.described;
     document.getElementById("shape").hidden = false;
+    document.getElementById("node").hidden = true;
     if (chart) chart.destroy();
     chart = new uPlot({
       width: 320, height: 200, title: "throughput (Mbit/s)",
@@ -168,24 +190,46 @@
       }
     }
     if (chart && state.selected) chart.setData(chartData(state.selected));
+    showFlows(mine.flows || []);
     say(state.lab.lab + ": live, " + new Date(live.at * 1000).toLocaleTimeString());
   }
 
-  // A change to the selected link, through the code `simpleperf lab link` runs
-  async function act(body) {
-    if (!state.lab || !state.selected) return;
+  function selectNode(name) {
+    state.selectedNode = name;
+    document.getElementById("selected").textContent = "node " + name;
+    document.getElementById("properties").textContent = "";
+    document.getElementById("shape").hidden = true;
+    document.getElementById("node").hidden = false;
+  }
+
+  // What the page did and what it saw change, newest first
+  function happened(text) {
+    const entry = document.createElement("li");
+    entry.textContent = new Date().toLocaleTimeString() + " " + text;
+    document.getElementById("timeline").prepend(entry);
+    state.timeline.push(text);
+  }
+
+  // A change to the selected link (or node), through the code `simpleperf lab link` (or
+  // `lab node`) runs
+  async function act(body, kind) {
+    const node = kind === "nodes";
+    const name = node ? state.selectedNode : state.selected;
+    if (!state.lab || !name) return;
     const said = document.getElementById("said");
     said.textContent = "…";
-    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) + "/links/" +
-                               encodeURIComponent(state.selected), {
+    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) + "/" +
+                               (node ? "nodes" : "links") + "/" + encodeURIComponent(name), {
       method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, headers),
       body: JSON.stringify(body) });
     const text = await answer.text();
     said.textContent = answer.ok ? JSON.parse(text).done : text;
     state.lastAction = { ok: answer.ok, said: said.textContent };
+    happened((answer.ok ? "" : "refused: ") + said.textContent +
+             (answer.ok && JSON.parse(text).routing ? "; " + JSON.parse(text).routing : ""));
     labsText = ""; // the lab's record changed: draw it anew
     await loadLabs();
-    select(state.selected);
+    if (node) selectNode(name); else select(name);
   }
 
   document.getElementById("shape").addEventListener("submit", (event) => {
@@ -198,8 +242,100 @@
   });
   document.getElementById("down").addEventListener("click", () => act({ action: "down" }));
   document.getElementById("up").addEventListener("click", () => act({ action: "up" }));
+  document.getElementById("node-down").addEventListener(
+    "click", () => act({ action: "down" }, "nodes"));
+  document.getElementById("node-up").addEventListener(
+    "click", () => act({ action: "up" }, "nodes"));
+  window.simpleperfConsole.selectNode = selectNode;
   window.simpleperfConsole.act = act;
   window.simpleperfConsole.select = select;
+
+  // Flows: started from the form as an experiment's flow table, followed live with
+  // theory's goodput beside them, stopped from their row
+  let flowChart = null;
+
+  function showFlows(flows) {
+    state.flows = flows;
+    const rows = flows.map((flow) => {
+      const last = flow.samples.length ? flow.samples[flow.samples.length - 1] : {};
+      const row = document.createElement("tr");
+      const cells = [flow.id, flow.kind + " " + flow.from + "→" + flow.to,
+        rate(last.bits_per_second), rate(flow.predicted_bits_per_second),
+        last.rtt_ms === undefined || last.rtt_ms === null ? "–" :
+          last.rtt_ms.toFixed(1) + " ms",
+        last.cwnd_bytes ? (last.cwnd_bytes / 1024).toFixed(0) + " KB" : "–", flow.state];
+      for (const text of cells) {
+        const cell = document.createElement("td");
+        cell.textContent = String(text);
+        row.append(cell);
+      }
+      const stop = document.createElement("button");
+      stop.textContent = "stop";
+      stop.className = "stop";
+      stop.disabled = flow.state !== "running";
+      stop.addEventListener("click", () => stopFlow(flow.id));
+      const cell = document.createElement("td");
+      cell.append(stop);
+      row.append(cell);
+      row.addEventListener("click", () => { state.chartedFlow = flow.id; });
+      return row;
+    });
+    document.querySelector("#flows tbody").replaceChildren(...rows);
+    const charted = flows.find((flow) => flow.id === state.chartedFlow) ||
+      flows[flows.length - 1];
+    if (!charted) return;
+    const times = charted.samples.map((sample) => sample.at);
+    const data = [times,
+      charted.samples.map((sample) => (sample.bits_per_second ?? null) === null ? null :
+        sample.bits_per_second / 1e6),
+      times.map(() => charted.predicted_bits_per_second === null ? null :
+        charted.predicted_bits_per_second / 1e6),
+      charted.samples.map((sample) => sample.rtt_ms ?? null)];
+    if (!flowChart || flowChart.charted !== charted.id) {
+      if (flowChart) flowChart.destroy();
+      flowChart = new uPlot({
+        width: 320, height: 200,
+        title: "flow " + charted.id + ": goodput (Mbit/s) and RTT (ms)",
+        series: [{}, { label: "goodput", stroke: "#3572a5" },
+                 { label: "theory", stroke: "#27ae60", dash: [6, 4] },
+                 { label: "RTT", stroke: "#c0392b", scale: "ms" }],
+        axes: [{}, {}, { scale: "ms", side: 1 }],
+      }, data, document.getElementById("flow-chart"));
+      flowChart.charted = charted.id;
+    } else {
+      flowChart.setData(data);
+    }
+  }
+
+  async function startFlow(asked) {
+    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) + "/flows", {
+      method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, headers),
+      body: JSON.stringify(asked) });
+    const text = await answer.text();
+    const started = answer.ok ? JSON.parse(text) : null;
+    state.lastFlow = { ok: answer.ok, said: started ? "flow " + started.id : text.trim() };
+    if (started) state.chartedFlow = started.id;
+    happened(answer.ok ? "started flow " + started.id + ": " + started.kind + " " +
+             started.from + "→" + started.to : "refused: " + text.trim());
+    return started;
+  }
+
+  async function stopFlow(number) {
+    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) +
+                               "/flows/" + number + "/stop", { method: "POST", headers });
+    happened(answer.ok ? "stopped flow " + number : "refused: " + (await answer.text()));
+  }
+
+  document.getElementById("flow").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = event.target;
+    const asked = { kind: form.kind.value, from: form.from.value, to: form.to.value };
+    if (form.duration.value.trim()) asked.duration = form.duration.value.trim();
+    if (form.rate.value.trim() && asked.kind === "udp") asked.rate = form.rate.value.trim();
+    startFlow(asked);
+  });
+  window.simpleperfConsole.startFlow = startFlow;
+  window.simpleperfConsole.stopFlow = stopFlow;
 
   document.getElementById("lab").addEventListener("change", (event) => {
     const lab = state.labs.find((found) => found.lab === event.target.value);

@@ -1,0 +1,228 @@
+"""Flows started from the page. A flow is asked for as an experiment's table gives one
+(`{"kind": "tcp", "from": "h1", "to": "h4"}`: model/flows.py reads it, with the same
+checks), its server and client are the commands `lab run` starts (run/kinds.py's runners),
+started as recorded processes of the lab (so that `lab down` ends them whatever becomes of
+the console), its client's intervals are read as they come (simpleperf's --json-stream,
+ping's replies), and theory's goodput and base RTT stand beside them (model/theory.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import re
+import subprocess
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from ..model import flows as model_flows
+from ..model import theory
+from ..model.errors import ExperimentError, TopologyError
+from ..model.outcomes import FlowOutcome
+from ..model.topology import Topology
+from ..net import ownership
+from ..run import kinds
+
+LIVE_KINDS = ("tcp", "udp", "ping")  # what the page can follow as it runs
+DEFAULT_SECONDS = 30.0  # a tcp or udp flow without a duration
+MAX_FLOWS = 16  # running at once, every lab together
+HISTORY = 120  # readings a flow keeps
+FIRST_PORT = 47000  # the page's flows' servers listen from here
+READY_SECONDS = 10.0
+PING = re.compile(r"time=([\d.]+) ms")
+
+
+class FlowError(ValueError):
+    """A flow the page cannot start: one line."""
+
+
+class PageFlow:
+    """One flow the page started: its processes, what its client has said so far."""
+
+    def __init__(self, number: int, lab: str, flow: model_flows.Flow, address: str,
+                 seconds: float, outcome: FlowOutcome) -> None:
+        self.number, self.lab, self.flow, self.address = number, lab, flow, address
+        self.seconds = seconds
+        self.predicted = outcome.predicted
+        self.base_rtt = outcome.base_rtt
+        self.samples: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self.state = "starting"
+        self.processes: list[subprocess.Popen] = []
+        self.began = time.time()
+
+    def view(self) -> dict[str, Any]:
+        return {"id": self.number, "lab": self.lab, "kind": self.flow.kind,
+                "from": self.flow.source, "to": self.flow.target, "address": self.address,
+                "seconds": self.seconds, "state": self.state, "began": self.began,
+                "predicted_bits_per_second": self.predicted, "base_rtt_ms": self.base_rtt,
+                "samples": list(self.samples)}
+
+    def read(self, line: str) -> None:
+        """One line of the client's output."""
+        if self.flow.kind == "ping":
+            found = PING.search(line)
+            if found:
+                self.samples.append({"at": time.time(), "rtt_ms": float(found[1])})
+            return
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("event") == "error" or "error" in event:
+            self.state = f"failed: {event.get('data') or event.get('error')}"
+        if event.get("event") != "interval" or not isinstance(event.get("data"), dict):
+            return
+        data = event["data"]
+        total = data.get("sum") if isinstance(data.get("sum"), dict) else {}
+        streams = [s for s in data.get("streams", []) if isinstance(s, dict)]
+        first = streams[0] if streams else {}
+        rtt = first.get("rtt")
+        self.samples.append({
+            "at": time.time(), "bits_per_second": total.get("bits_per_second"),
+            "rtt_ms": rtt / 1000 if isinstance(rtt, (int, float)) else None,
+            "cwnd_bytes": first.get("snd_cwnd"),
+            "lost_percent": total.get("lost_percent")})
+
+
+class PageFlows:
+    """The flows the page has started, every lab's."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, PageFlow] = {}
+        self.numbers = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def of(self, lab: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [flow.view() for flow in self.running.values() if flow.lab == lab]
+
+    def start(self, lab: str, model: Topology, asked: Any) -> PageFlow:
+        """A flow across `lab` as `asked`; blocks while its server comes up."""
+        flow = _flow_of(model, asked)
+        with self._lock:
+            if sum(f.state in ("starting", "running") for f in self.running.values()) >= \
+                    MAX_FLOWS:
+                raise FlowError(f"{MAX_FLOWS} flows run already: stop one first")
+            number = next(self.numbers)
+        address = flow.address or str(model.address_of(flow.target))
+        outcome = FlowOutcome(flow, address)
+        seconds = flow.spec.duration(flow, model_flows.Timing(duration=DEFAULT_SECONDS))
+        with contextlib.suppress(TopologyError, ValueError, KeyError):  # else it just runs
+            theory.predict(model, [outcome], _congestion(), [seconds])
+        started = PageFlow(number, lab, flow, address, seconds, outcome)
+        with self._lock:
+            ended = [n for n, f in self.running.items() if f.state not in ("starting",
+                                                                            "running")]
+            for old in ended[:max(0, len(self.running) - 2 * MAX_FLOWS)]:
+                del self.running[old]  # the oldest ended flows leave the page
+            self.running[number] = started
+        try:
+            self._launch(started, outcome)
+        except (OSError, FlowError) as error:
+            started.state = f"failed: {error}"
+            self.stop(number)
+            raise FlowError(str(error)) from None
+        return started
+
+    def _launch(self, started: PageFlow, outcome: FlowOutcome) -> None:
+        flow, runner = started.flow, kinds.runners(None)[started.flow.kind]
+        port = str(FIRST_PORT + started.number % 10000)
+        command = runner.server(flow, started.address, port)
+        if command is not None:
+            server = self._recorded(started, flow.target, command, "server",
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if not runner.ready(server, READY_SECONDS, port):
+                raise FlowError(f"the flow's server in {flow.target} did not start")
+        timing = model_flows.Timing(duration=started.seconds,
+                                    ping_count=max(1, int(started.seconds)), ping_interval=1.0)
+        client = runner.client(outcome, port, 1.0, started.seconds, timing)
+        client = ["--json-stream" if word == "-J" else word for word in client]
+        process = self._recorded(started, flow.source, client, "client",
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+        started.state = "running"
+        threading.Thread(target=self._follow, args=(started, process), daemon=True,
+                         name=f"flow {started.number}").start()
+
+    def _recorded(self, started: PageFlow, node: str, command: list[str], role: str,
+                  **popen: Any) -> subprocess.Popen:
+        """`command` in `node`, recorded in the lab's record (`lab down` ends it)."""
+        with ownership.locked(started.lab):
+            record = ownership.load(started.lab)
+            if record is None:
+                raise FlowError(f"lab {started.lab} is not up")
+            process = ownership.start_recorded(
+                record, node, command, f"lab web flow {started.number} {role}", **popen)
+        started.processes.append(process)
+        return process
+
+    def _follow(self, started: PageFlow, client: subprocess.Popen) -> None:
+        assert client.stdout is not None
+        for line in client.stdout:
+            started.read(line)
+        code = client.wait()
+        if started.state == "running":
+            started.state = "ended" if code == 0 or started.samples else \
+                f"failed: its client ended with status {code}"
+        self.stop(started.number, keep=True)
+
+    def stop(self, number: int, keep: bool = False) -> PageFlow | None:
+        """End a flow's processes (ours, by pid) and take them off the lab's record;
+        `keep`: its readings stay on the page."""
+        with self._lock:
+            started = self.running.get(number)
+        if started is None:
+            return None
+        if started.state in ("starting", "running"):
+            started.state = "stopped"  # before its client ends: not "ended" by itself
+        for process in started.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in started.processes:
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        with ownership.locked(started.lab):
+            record = ownership.load(started.lab)
+            for process in started.processes:
+                if record is not None:
+                    ownership.remove_process(record, process.pid)
+        started.processes = []
+        if not keep:
+            with self._lock:
+                self.running.pop(number, None)
+        return started
+
+    def stop_all(self) -> None:
+        for number in list(self.running):
+            self.stop(number)
+
+
+def _flow_of(model: Topology, asked: Any) -> model_flows.Flow:
+    try:
+        flow = model_flows.parse(asked, "the page's flow")
+    except ExperimentError as error:
+        raise FlowError(str(error)) from None
+    if flow.kind not in LIVE_KINDS:
+        raise FlowError(f"the page runs {', '.join(LIVE_KINDS)} flows, not {flow.kind}")
+    for node in (flow.source, flow.target):
+        if node not in model.nodes:
+            raise FlowError(f"the page's flow: no node {node} in lab {model.name}")
+    if flow.source == flow.target:
+        raise FlowError("the page's flow: from and to are the same node")
+    return flow
+
+
+def _congestion() -> str:
+    """The hosts' congestion control where a node sets none: this machine's default."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as default:
+            return default.read().strip() or "cubic"
+    except OSError:
+        return "cubic"
