@@ -35,8 +35,8 @@ class ShaperShortfalls:
             if not found:
                 found.update(queue_drops(process.pid))  # one namespace holds every queue
             number = process.what.rsplit(" ", 1)[-1]
-            found.update(delayline.read_late(str(
-                ownership.RECORD_DIR / f"{self.record.lab}.delayline{number}.late")))
+            found.update(delayline.read_late(str(ownership.RECORD_DIR / (
+                f"{self.record.lab}.delayline{number}{delayline.LATE_SUFFIX}"))))
         return dict(found)
 
     def judge(self, outcomes: list[FlowOutcome], model: Topology,

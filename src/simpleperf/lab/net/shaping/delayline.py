@@ -64,6 +64,7 @@ RELEASE_GRAIN = 300e-6  # seconds
 LATE_SECONDS = 0.02  # a release this late is no timer's: the process could not keep up
 REPORT_SECONDS = 0.1  # how often, at most, it says how many releases were late
 QUEUES_SECONDS = 0.5  # how often it says what its own disciplines hold and dropped
+LATE_SUFFIX, QUEUES_SUFFIX = ".late", ".queues"  # the files it says them in, beside its plan
 
 
 @dataclass
@@ -536,18 +537,14 @@ def queue_stats(queues: list[DirectionQueue]) -> dict[int, dict[str, int]]:
             for queue in queues if queue.bottleneck is not None}
 
 
-def queues_path(plan: str) -> str:
-    """Where the delay line of plan file PLAN.json says what its queues hold: PLAN.queues."""
-    return plan[:-len(".json")] + ".queues" if plan.endswith(".json") else plan + ".queues"
+def beside(plan: str, suffix: str) -> str:
+    """A file the delay line of plan file PLAN.json writes beside it: PLAN`suffix` (how
+    late it fell: LATE_SUFFIX; what its queues hold: QUEUES_SUFFIX)."""
+    return (plan[:-len(".json")] if plan.endswith(".json") else plan) + suffix
 
 
-def late_path(plan: str) -> str:
-    """Where the delay line of plan file PLAN.json says how late it fell: PLAN.late."""
-    return plan[:-len(".json")] + ".late" if plan.endswith(".json") else plan + ".late"
-
-
-def write_late(path: str, late: dict[int, Any]) -> None:
-    """Each queue's late releases so far (or its statistics), as JSON, replaced whole."""
+def write_counts(path: str, late: dict[int, Any]) -> None:
+    """Each queue's late releases (or its statistics) so far, as JSON, replaced whole."""
     with contextlib.suppress(OSError):
         with open(path + ".new", "w") as out:
             json.dump({str(number): count for number, count in late.items()}, out)
@@ -555,7 +552,8 @@ def write_late(path: str, late: dict[int, Any]) -> None:
 
 
 def read_late(path: str) -> dict[int, int]:
-    """What write_late wrote; empty when there is nothing (yet), or nothing readable."""
+    """What write_counts wrote of late releases; empty when there is nothing (yet), or
+    nothing readable."""
     try:
         with open(path) as given:
             raw = json.load(given)
@@ -570,10 +568,10 @@ def main(argv: list[str]) -> int:
             return list(json.load(config))
 
     def report(late: dict[int, int]) -> None:
-        write_late(late_path(argv[0]), late)
+        write_counts(beside(argv[0], LATE_SUFFIX), late)
 
     def report_queues(stats: dict[int, dict[str, int]]) -> None:
-        write_late(queues_path(argv[0]), stats)
+        write_counts(beside(argv[0], QUEUES_SUFFIX), stats)
 
     try:
         serve(reread(), reread, report, report_queues)
