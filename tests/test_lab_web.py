@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +21,8 @@ from hypothesis import strategies as st
 from lab_helpers import Ready, lab
 
 from simpleperf.lab.model import topology
-from simpleperf.lab.net import build, changes
+from simpleperf.lab.net import build, changes, ownership
+from simpleperf.lab.net.shaping import delayline
 from simpleperf.lab.web import actions, counters, qdiscs, views
 from simpleperf.lab.web.vendored import VENDORED
 
@@ -80,8 +82,10 @@ def test_a_direction_s_queue_is_read_where_it_sits():
                                 views.Reading(1.0, ends, tbf(40, 25)), egress)
     assert rates["a_to_b"]["queue_packets"] == 40 and rates["a_to_b"]["dropped"] == 15
     assert "queue_packets" not in rates["b_to_a"]  # nothing read at w1a
-    own = {"pair": {"h1-h2 a_to_b": {"packets": 7, "bytes": 10500, "drops": 4, "marks": 9}}}
-    later = {"pair": {"h1-h2 a_to_b": {"packets": 2, "bytes": 3000, "drops": 6, "marks": 12}}}
+    own = {"pair": {("h1-h2", "a_to_b"): {"packets": 7, "bytes": 10500, "drops": 4,
+                                          "marks": 9}}}
+    later = {"pair": {("h1-h2", "a_to_b"): {"packets": 2, "bytes": 3000, "drops": 6,
+                                            "marks": 12}}}
     (rates,) = views.link_rates(model, views.Reading(0.0, ends, tbf(3, 10), own),
                                 views.Reading(1.0, ends, tbf(40, 25), later), egress)
     assert (rates["a_to_b"]["queue_packets"], rates["a_to_b"]["dropped"],
@@ -137,6 +141,29 @@ def test_hostile_netlink_bytes_are_never_an_error(data: bytes):
     found, _ = qdiscs.parse(data)
     assert all(isinstance(stats, qdiscs.QdiscStats) for _, stats in found)
     qdiscs.attributes(data)
+
+
+@pytest.mark.root
+def test_the_own_shaper_s_queues_are_read_by_link_direction():
+    """A delay line's statistics file, by kernel queue, read as the link directions the
+    lab numbered those queues for (build.delay_queue_directions); a broken file is none."""
+    model = topology.pair(rate="20M", delay="5ms")
+    lab_name = f"webtest{os.getpid()}"
+    files = [ownership.RECORD_DIR / f"{lab_name}.delayline{n}{delayline.QUEUES_SUFFIX}"
+             for n in (1, 2, 3)]
+    ownership.RECORD_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        files[0].write_text(json.dumps({"1": {"packets": 7, "bytes": 10500, "drops": 4,
+                                              "marks": 0}}))
+        files[1].write_text(json.dumps({"2": {"packets": 0, "bytes": 0, "drops": 1,
+                                              "marks": 2}, "9": {"packets": 5}}))
+        files[2].write_text("{not json")
+        assert counters.own_queues(lab_name, model) == {
+            ("h1-h2", "a_to_b"): {"packets": 7, "bytes": 10500, "drops": 4, "marks": 0},
+            ("h1-h2", "b_to_a"): {"packets": 0, "bytes": 0, "drops": 1, "marks": 2}}
+    finally:
+        for path in files:
+            path.unlink(missing_ok=True)
 
 
 def test_a_change_from_the_page_is_what_lab_link_would_make():

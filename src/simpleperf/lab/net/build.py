@@ -208,6 +208,18 @@ def delay_queue_directions(topology: Topology) -> dict[int, tuple[str, str]]:
     return found
 
 
+def wire_egress(topology: Topology) -> dict[tuple[str, str], tuple[str, str]]:
+    """Where each routed link direction's kernel queue sits: (link, "a_to_b" or "b_to_a")
+    -> (the wire namespace, the port it leaves by). lab web reads the qdiscs there."""
+    wire = wire_namespace(topology.name)
+    found = {}
+    for number, link in enumerate(routed_links(topology), start=1):
+        port_a, port_b = _ports(number)
+        found[(link.name, "a_to_b")] = (wire, port_b)
+        found[(link.name, "b_to_a")] = (wire, port_a)
+    return found
+
+
 def kernel_queues(topology: Topology, backend: str, only: str | None = None
                   ) -> dict[str, str]:
     """The link directions (`link NAME a_to_b`) whose active queue discipline the kernel
@@ -233,18 +245,6 @@ def wire_ports(topology: Topology, link: Link) -> tuple[str, str] | None:
 
 def _ports(index: int) -> tuple[str, str]:
     return f"w{index}a", f"w{index}b"
-
-
-def wire_egress(topology: Topology) -> dict[tuple[str, str], tuple[str, str]]:
-    """Where each routed link direction's kernel queue sits: (link, "a_to_b" or "b_to_a")
-    -> (the wire namespace, the port it leaves by). lab web reads the qdiscs there."""
-    wire = wire_namespace(topology.name)
-    found = {}
-    for number, link in enumerate(routed_links(topology), start=1):
-        port_a, port_b = _ports(number)
-        found[(link.name, "a_to_b")] = (wire, port_b)
-        found[(link.name, "b_to_a")] = (wire, port_a)
-    return found
 
 
 def _both_routable(topology: Topology, link: Link) -> bool:
@@ -299,9 +299,9 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
                               else RECEIVE_AGGREGATED)
     space.ip_first += [f"link set {port_a} up", f"link set {port_b} up"]
     space.ttl_restore = True
-    directions = ((port_a, port_b, b.address, mac_b, link.a_to_b, 2 * index - 1, "a_to_b"),
-                  (port_b, port_a, a.address, mac_a, link.b_to_a, 2 * index, "b_to_a"))
-    for ingress, egress, far_end, far_mac, shaping, number, way in directions:
+    directions = ((port_a, port_b, b.address, mac_b, link.a_to_b, 2 * index - 1),
+                  (port_b, port_a, a.address, mac_a, link.b_to_a, 2 * index))
+    for ingress, egress, far_end, far_mac, shaping, number in directions:
         if shaping.trace is not None and backend != "own":
             raise TopologyError(f"link {link.name}: a trace is followed by the own shaper's "
                                 "delay line (netem cannot): use --shaper own")
@@ -315,22 +315,19 @@ def _routed_link(link: Link, index: int, wire: str, namespaces: dict[str, Namesp
             netem_direction(space, ingress, shaping)
         else:
             space.ce_rules = True
-            _own_direction(space, ingress, shaping, number, wire, delay_queues,
-                           f"{link.name} {way}")
+            _own_direction(space, ingress, shaping, number, wire, delay_queues)
     return root
 
 
 def _own_direction(space: NamespacePlan, ingress: str, shaping: Shaping, queue: int,
-                   wire: str, delay_queues: list[dict[str, Any]], direction: str) -> None:
-    """`direction`: the link's name and way ("L1 a_to_b"), which the delay line's queue
-    statistics are read by (lab web)."""
+                   wire: str, delay_queues: list[dict[str, Any]]) -> None:
     if shaping.loss > 0:
         space.iptables.append(f"-A PREROUTING -i {ingress} -m statistic --mode random "
                               f"--probability {shaping.loss:.10f} -j DROP")
     entry = stages.delay_line_entry(wire, queue, shaping, "own")
     if entry is not None:
         space.iptables.append(f"-A PREROUTING -i {ingress} -j NFQUEUE --queue-num {queue}")
-        delay_queues.append({**entry, "direction": direction})
+        delay_queues.append(entry)
 
 
 def netem_direction(space: NamespacePlan, ingress: str, shaping: Shaping) -> None:

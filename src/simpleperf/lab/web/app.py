@@ -43,7 +43,7 @@ class Console:
     def __init__(self, token: str, hosts: set[str]) -> None:
         self.token, self.hosts = token, hosts
         self.models: dict[str, tuple[float, Any, dict[str, Any]]] = {}  # lab -> (mtime, ...)
-        self.readings: dict[str, views.Reading] = {}
+        self.previous: views.Reading | None = None  # the last reading, every lab's
         self.live: dict[str, Any] = {"at": None, "labs": {}}
         self.changed = asyncio.Condition()
         self.watchers = 0
@@ -77,22 +77,13 @@ class Console:
         loop = asyncio.get_running_loop()
         while True:
             labs = await loop.run_in_executor(None, self.labs)
-            namespaces = sorted({node for model, _ in labs.values() for node in model.nodes})
-            egress = {lab: build.wire_egress(model) for lab, (model, _) in labs.items()}
-            wires = sorted({space for ports in egress.values() for space, _ in ports.values()})
-            found = await loop.run_in_executor(None, counters.read, namespaces)
-            queues = await loop.run_in_executor(None, qdiscs.read, namespaces + wires)
-            roots = {node: {interface: root for interface, found in interfaces.items()
-                            if (root := qdiscs.root_of(found)) is not None}
-                     for node, interfaces in queues.items()}
-            own = {lab: counters.own_queues(lab) for lab in labs}
-            reading = views.Reading(time.monotonic(), found, roots, own)
-            rates = {}
-            for lab, (model, _) in labs.items():
-                before = self.readings.get(lab)
-                rates[lab] = {"links": [] if before is None else views.link_rates(
-                    model, before, reading, egress[lab]), "flows": self.flows.of(lab)}
-                self.readings[lab] = reading
+            models = {lab: model for lab, (model, _) in labs.items()}
+            egress = {lab: build.wire_egress(model) for lab, model in models.items()}
+            reading = await loop.run_in_executor(None, _reading, models, egress)
+            before, self.previous = self.previous, reading
+            rates = {lab: {"links": [] if before is None else views.link_rates(
+                               model, before, reading, egress[lab]),
+                           "flows": self.flows.of(lab)} for lab, model in models.items()}
             async with self.changed:
                 self.live = {"at": time.time(), "labs": rates}
                 self.changed.notify_all()
@@ -194,6 +185,34 @@ class Console:
         if stopped is None or stopped.lab != request.match_info["lab"]:
             return _refusal(404, f"no flow {number} in lab {request.match_info['lab']}")
         return web.json_response(stopped.view())
+
+
+def _reading(models: dict[str, Any], egress: dict[str, dict[tuple[str, str], tuple[str, str]]]
+             ) -> views.Reading:
+    """Every lab's counters at one time: each node's namespace entered once for its
+    interfaces' counters and its qdiscs, each lab's wire for its ports' qdiscs, and the own
+    shaper's queues. Blocks: run it off the event loop."""
+    nodes = sorted({node for model in models.values() for node in model.nodes})
+    wires = sorted({space for ports in egress.values() for space, _ in ports.values()})
+    interfaces: dict[str, dict[str, counters.Counters]] = {}
+    queues: dict[str, dict[str, list[qdiscs.QdiscStats]]] = {}
+    for name in nodes:
+        both = counters.in_namespace(name, _node_counts)
+        if both is not None:
+            interfaces[name], queues[name] = both
+    for name in wires:
+        found = counters.in_namespace(name, qdiscs.dump)
+        if found is not None:
+            queues[name] = found
+    roots = {name: {interface: root for interface, found in by_interface.items()
+                    if (root := qdiscs.root_of(found)) is not None}
+             for name, by_interface in queues.items()}
+    own = {lab: counters.own_queues(lab, model) for lab, model in models.items()}
+    return views.Reading(time.monotonic(), interfaces, roots, own)
+
+
+def _node_counts() -> tuple[dict[str, counters.Counters], dict[str, list[qdiscs.QdiscStats]]]:
+    return counters.interfaces(), qdiscs.dump()
 
 
 def _static(name: str) -> bytes:

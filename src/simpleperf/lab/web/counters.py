@@ -1,6 +1,7 @@
 """Every interface's counters in a lab's namespaces: /proc/thread-self/net/dev read from
-inside each namespace (setns on the calling thread, which returns home before the next),
-opened afresh at each reading so that no namespace is held open once the lab is down."""
+inside each namespace (in_namespace: setns on the calling thread, which returns home
+before the next), opened afresh at each reading so that no namespace is held open once
+the lab is down; and the own shaper's queues, from its delay lines' statistics files."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..model.topology import Topology
+from ..net import build
 from ..net.ownership import RECORD_DIR
-from ..net.shaping.delayline import queues_path
+from ..net.shaping.delayline import QUEUES_SUFFIX
 from ..net.system import NETNS_DIR
 
 CLONE_NEWNET = 0x40000000
@@ -45,18 +48,8 @@ def parse_dev(text: str) -> dict[str, Counters]:
     return found
 
 
-def read(namespaces: list[str]) -> dict[str, dict[str, Counters]]:
-    """Each namespace's interfaces and their counters (a namespace gone: left out). Blocks:
-    run it off the event loop."""
-    found: dict[str, dict[str, Counters]] = {}
-    for name in namespaces:
-        table = in_namespace(name, _dev)
-        if table is not None:
-            found[name] = table
-    return found
-
-
-def _dev() -> dict[str, Counters]:
+def interfaces() -> dict[str, Counters]:
+    """Every interface of the calling thread's namespace and its counters."""
     with open("/proc/thread-self/net/dev", encoding="ascii") as table:
         return parse_dev(table.read())
 
@@ -83,21 +76,19 @@ def in_namespace(name: str, work: Callable[[], T]) -> T | None:
         os.close(home)
 
 
-def own_queues(lab: str) -> dict[str, dict[str, int]]:
-    """What the own shaper's queues hold and dropped, by link direction ("L1 a_to_b"): each
-    delay line's plan says which kernel queue is which direction, and its .queues file
-    what each holds (packets, bytes) and dropped and marked so far."""
-    found: dict[str, dict[str, int]] = {}
-    for plan in sorted(RECORD_DIR.glob(f"{lab}.delayline*.json")):
+def own_queues(lab: str, model: Topology) -> dict[tuple[str, str], dict[str, int]]:
+    """What the own shaper's queues hold (packets, bytes) and dropped and marked so far, by
+    link direction: each delay line's statistics file says it by kernel queue, which
+    build.delay_queue_directions names."""
+    directions = build.delay_queue_directions(model)
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    for path in sorted(RECORD_DIR.glob(f"{lab}.delayline*{QUEUES_SUFFIX}")):
         try:
-            entries = json.loads(plan.read_text())
-            with open(queues_path(str(plan))) as written:
-                stats = json.load(written)
-            for entry in entries:
-                direction, number = entry.get("direction"), str(entry.get("queue"))
-                if isinstance(direction, str) and isinstance(stats.get(number), dict):
-                    found[direction] = {key: int(value) for key, value in
-                                        stats[number].items()}
+            stats = json.loads(path.read_text())
+            for number, counts in stats.items():
+                direction = directions.get(int(number))
+                if direction is not None:
+                    found[direction] = {key: int(value) for key, value in counts.items()}
         except (OSError, ValueError, TypeError, AttributeError):
             continue
     return found

@@ -1,15 +1,13 @@
 """Every queue discipline's statistics in a lab's namespaces, as `tc -s qdisc` shows them
 (its queue's length in packets and bytes, its drops and overlimits), read with one netlink
 dump per namespace (RTM_GETQDISC) from a socket made inside it: no process a reading.
-The parsing is pure; read() does the system calls."""
+The parsing is pure; dump() does the system calls."""
 
 from __future__ import annotations
 
 import socket
 import struct
 from dataclasses import dataclass
-
-from .counters import in_namespace
 
 RTM_GETQDISC, RTM_NEWQDISC = 38, 36
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
@@ -93,17 +91,8 @@ def _stats(attrs: dict[int, bytes], handle: int, parent: int) -> QdiscStats | No
                       overlimits)
 
 
-def read(namespaces: list[str]) -> dict[str, dict[str, list[QdiscStats]]]:
-    """Each namespace's interfaces and their qdiscs (a namespace gone: left out). Blocks."""
-    found: dict[str, dict[str, list[QdiscStats]]] = {}
-    for name in namespaces:
-        made = in_namespace(name, _dump)
-        if made is not None:
-            found[name] = made
-    return found
-
-
-def _dump() -> dict[str, list[QdiscStats]]:
+def dump() -> dict[str, list[QdiscStats]]:
+    """Every interface of the calling thread's namespace and its qdiscs. Blocks."""
     names = {index: name for index, name in socket.if_nameindex()}
     by_interface: dict[str, list[QdiscStats]] = {}
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:

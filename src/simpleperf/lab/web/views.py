@@ -39,8 +39,8 @@ class Reading:
     at: float
     counters: dict[str, dict[str, Counters]]  # namespace -> interface -> counters
     queues: dict[str, dict[str, QdiscStats]] = field(default_factory=dict)  # ... root qdisc
-    # the own shaper's queues: lab -> "LINK way" -> packets, bytes, drops, marks so far
-    own: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    # the own shaper's queues: lab -> (link, way) -> packets, bytes, drops, marks so far
+    own: dict[str, dict[tuple[str, str], dict[str, int]]] = field(default_factory=dict)
 
     def of(self, node: str, interface: str) -> Counters | None:
         return self.counters.get(node, {}).get(interface)
@@ -73,8 +73,8 @@ def link_rates(model: Topology, before: Reading, after: Reading,
             row[way] = {"bits_per_second": sent.tx_bytes * 8 / seconds,
                         "packets_per_second": sent.tx_packets / seconds,
                         "dropped": sent.tx_dropped + (got.rx_dropped if got else 0)}
-            own = after.own.get(model.name, {}).get(f"{link.name} {way}")
-            own_before = before.own.get(model.name, {}).get(f"{link.name} {way}")
+            own = after.own.get(model.name, {}).get((link.name, way))
+            own_before = before.own.get(model.name, {}).get((link.name, way))
             where = (egress or {}).get((link.name, way), (sender.node, sender.interface))
             queue, earlier = after.queue(*where), before.queue(*where)
             if own is not None:  # the own shaper's discipline runs this direction's queue
