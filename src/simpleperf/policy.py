@@ -165,19 +165,11 @@ class ServerPolicy:
         """A connection asked to close (admit_connection's `drain`) has: before its
         release_connection."""
         with self._lock:
-            left = self.draining.get(host, 0) - 1
-            if left > 0:
-                self.draining[host] = left
-            else:
-                self.draining.pop(host, None)
+            _count_down(self.draining, host)
 
     def release_connection(self, host: str) -> None:
         with self._lock:
-            left = self.connections.get(host, 0) - 1
-            if left > 0:
-                self.connections[host] = left
-            else:
-                self.connections.pop(host, None)
+            _count_down(self.connections, host)
 
     @property
     def time_limit(self) -> float | None:
@@ -254,6 +246,15 @@ class ServerPolicy:
     def release(self, memory: int = 0) -> None:
         self.memory.give_back(memory)
         self.slots.release()
+
+
+def _count_down(counts: dict[str, int], host: str) -> None:
+    """One fewer of `host`'s, which leaves the table at none."""
+    left = counts.get(host, 0) - 1
+    if left > 0:
+        counts[host] = left
+    else:
+        counts.pop(host, None)
 
 
 def _megabytes(size: int) -> str:
