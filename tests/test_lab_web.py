@@ -4,6 +4,7 @@ real labs."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -289,6 +290,23 @@ def test_a_bad_port_or_a_port_taken_is_one_line():
 
 # -- in Chromium ------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _watching(name: str, *up: str, up_seconds: float = 60):
+    """Lab `name` up (`lab up NAME *up`), `lab web` and Chromium on it; afterwards,
+    whatever happened, the browser quit, the console ended and the lab down, and the
+    console said no traceback."""
+    lab("up", name, *up, timeout=up_seconds)
+    console = WebConsole()
+    browser = _browser()
+    try:
+        yield console, browser
+    finally:
+        browser.quit()
+        errors = console.close()
+        lab("down", name, check=False, timeout=120)
+    assert "Traceback" not in errors
+
+
 LAST_RATE = ("const s = window.simpleperfConsole.series['h1-h2']; "
              "const last = s && s.ab[s.ab.length - 1]; ")
 
@@ -323,16 +341,14 @@ def test_the_page_draws_the_pair_shows_a_flow_live_and_sets_its_link():
     """A TCP flow across a 20 Mbit/s pair shows on the page as the link's live goodput,
     within 10 % of the link, within 5 s; the link set to 5 Mbit/s from the page shows in
     `lab status` and on the page; when the flow stops, the page's rate falls."""
-    lab("up", "pair", "--rate", "20M", "--delay", "5ms")
-    console = WebConsole()
-    browser = _browser()
-    server = None
-    try:
+    with _watching("pair", "--rate", "20M", "--delay", "5ms") as (console, browser), \
+            contextlib.ExitStack() as later:
         browser.get(f"{console.base}?token={console.token}")
         assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
                               "s.drawn.nodes === 2 && s.drawn.links === 1")
         port = str(free_port())
         server = Ready("h2", *SIMPLEPERF, "-s", "-p", port, ready="listening")
+        later.callback(server.stop)
         flow = subprocess.Popen(["ip", "netns", "exec", "h1", *SIMPLEPERF, "-c", "10.0.0.2",
                                  "-p", port, "-t", "14"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
@@ -361,22 +377,12 @@ def test_the_page_draws_the_pair_shows_a_flow_live_and_sets_its_link():
         drawn = browser.execute_script("return document.querySelectorAll('#graph canvas')"
                                        ".length")
         assert drawn >= 1
-    finally:
-        browser.quit()
-        if server is not None:
-            server.stop()
-        errors = console.close()
-        lab("down", "pair", check=False)
-    assert "Traceback" not in errors
 
 
 @pytest.mark.lab
 @pytest.mark.root
 def test_the_page_draws_the_portfolio_s_15_nodes_and_14_links_and_a_link_taken_down():
-    lab("up", "portfolio", timeout=180)
-    console = WebConsole()
-    browser = _browser()
-    try:
+    with _watching("portfolio", up_seconds=180) as (console, browser):
         browser.get(f"{console.base}?token=not-the-token")
         assert "a wrong or missing token" in browser.page_source
         assert browser.execute_script("return window.simpleperfConsole") is None
@@ -399,11 +405,6 @@ def test_the_page_draws_the_portfolio_s_15_nodes_and_14_links_and_a_link_taken_d
         status = lab("status", "portfolio").stdout
         assert re.search(rf"^  {re.escape(link)} .* DOWN  ", status, re.M), status
         print(f"portfolio page loaded and drawn in {loaded:.2f} s")
-    finally:
-        browser.quit()
-        errors = console.close()
-        lab("down", "portfolio", check=False, timeout=120)
-    assert "Traceback" not in errors
 
 
 @pytest.mark.lab
@@ -412,10 +413,7 @@ def test_a_peering_taken_down_from_the_page_reroutes_and_the_timeline_shows_it()
     """wan's preferred peering P13 taken down from the page: the lab's routing converges
     on the transit path (the change's answer says so), the timeline shows the outage and
     the return, and a host across still reaches the other AS."""
-    lab("up", "wan", timeout=180)
-    console = WebConsole()
-    browser = _browser()
-    try:
+    with _watching("wan", up_seconds=180) as (console, browser):
         browser.get(f"{console.base}?token={console.token}")
         assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
                               "s.lab.lab === 'wan'", 15.0)
@@ -436,11 +434,6 @@ def test_a_peering_taken_down_from_the_page_reroutes_and_the_timeline_shows_it()
                                        ".map(e => e.textContent)")
         assert any("P13 down" in line for line in shown) and any("P13 up" in line
                                                                   for line in shown)
-    finally:
-        browser.quit()
-        errors = console.close()
-        lab("down", "wan", check=False, timeout=120)
-    assert "Traceback" not in errors
 
 
 @pytest.mark.lab
@@ -449,12 +442,7 @@ def test_a_flow_started_from_the_page_runs_live_beside_theory_and_ends_when_stop
     """A TCP flow started from the page's form across a 20 Mbit/s pair: its goodput on the
     page within 10 % of the link within 5 s, theory's beside it, its RTT and window; the
     stop button ends its processes, which the lab's record no longer lists."""
-    from simpleperf.lab.net import ownership
-
-    lab("up", "pair", "--rate", "20M", "--delay", "10ms")
-    console = WebConsole()
-    browser = _browser()
-    try:
+    with _watching("pair", "--rate", "20M", "--delay", "10ms") as (console, browser):
         browser.get(f"{console.base}?token={console.token}")
         assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn")
         before = len(ownership.load("pair").processes)
@@ -483,8 +471,3 @@ def test_a_flow_started_from_the_page_runs_live_beside_theory_and_ends_when_stop
             "return window.simpleperfConsole.startFlow({kind: 'tcp', from: 'h1', to: 'h9'})"
             ".then(() => window.simpleperfConsole.lastFlow)")
         assert not refused["ok"] and "no node h9" in refused["said"]
-    finally:
-        browser.quit()
-        errors = console.close()
-        lab("down", "pair", check=False)
-    assert "Traceback" not in errors
