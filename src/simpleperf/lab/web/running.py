@@ -23,6 +23,7 @@ from ..model.errors import ExperimentError, TopologyError
 from ..model.outcomes import FlowOutcome
 from ..model.topology import Topology
 from ..net import ownership
+from ..net.system import system_congestion_control
 from ..run import kinds
 
 LIVE_KINDS = ("tcp", "udp", "ping")  # what the page can follow as it runs
@@ -112,7 +113,7 @@ class PageFlows:
         outcome = FlowOutcome(flow, address)
         seconds = flow.spec.duration(flow, model_flows.Timing(duration=DEFAULT_SECONDS))
         with contextlib.suppress(TopologyError, ValueError, KeyError):  # else it just runs
-            theory.predict(model, [outcome], _congestion(), [seconds])
+            theory.predict(model, [outcome], system_congestion_control(), [seconds])
         started = PageFlow(number, lab, flow, address, seconds, outcome)
         with self._lock:
             ended = [n for n, f in self.running.items() if f.state not in ("starting",
@@ -217,12 +218,3 @@ def _flow_of(model: Topology, asked: Any) -> model_flows.Flow:
     if flow.source == flow.target:
         raise FlowError("the page's flow: from and to are the same node")
     return flow
-
-
-def _congestion() -> str:
-    """The hosts' congestion control where a node sets none: this machine's default."""
-    try:
-        with open("/proc/sys/net/ipv4/tcp_congestion_control") as default:
-            return default.read().strip() or "cubic"
-    except OSError:
-        return "cubic"
