@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..command_line.cli import OneLineParser
+from ..description.options import MAX_PORT
 from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .containerlab import export as clab_export
 from .containerlab import load as clab_load
@@ -110,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, not '{text}'")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"a port is 1 to {MAX_PORT}, not '{text}'")
     return int(text)
 
 
