@@ -1073,10 +1073,10 @@ def test_the_delay_line_counts_releases_it_made_late_and_says_so_in_a_file(tmp_p
     jittered.admit([(9, 1.0, 0, b"")], random.Random(1))
     jittered.due(1.5)
     assert jittered.late == 1
-    path = delayline.late_path(str(tmp_path / "lab.delayline1.json"))
+    path = delayline.beside(str(tmp_path / "lab.delayline1.json"), delayline.LATE_SUFFIX)
     assert path.endswith("lab.delayline1.late")
     assert delayline.read_late(path) == {}
-    delayline.write_late(path, {1: queue.late, 2: 0})
+    delayline.write_counts(path, {1: queue.late, 2: 0})
     assert delayline.read_late(path) == {1: 1, 2: 0}
     Path(path).write_text("[1, 2")
     assert delayline.read_late(path) == {}
