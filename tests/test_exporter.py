@@ -445,30 +445,51 @@ def test_an_exporter_stopped_mid_probe_leaves_no_client_behind(tmp_path):
 def test_exporters_share_a_server_that_queues_its_tests(tmp_path):
     """Two exporters (as two Prometheus replicas' would be) probe one server at once: the
     server runs one test at a time (--max-clients 1) and queues the other, which waits and
-    says so, instead of failing or measuring beside the first."""
+    says so, instead of failing or measuring beside the first.
+
+    Each arrival is ordered by the server's own "is connected" line, not by a sleep: beside
+    a busy core a client process can take a second to start, and would arrive late."""
     server, port = start_server("--max-clients", "1", "--queue", "1", "--queue-wait", "8")
-    config = write_config(tmp_path, '[modules.tcp2]\nduration = "2s"\n')
+    config = write_config(tmp_path, '[modules.first]\nduration = "4s"\n'
+                          '[modules.second]\nduration = "1s"\n')
     exporters = [Exporter("--config", config) for _ in range(2)]
-    answers: list[dict] = []
+    answers: dict[str, dict] = {}
+
+    def arrivals() -> int:
+        return server.count("is connected")
+
+    def arrived(count: int) -> None:
+        server.wait_for(lambda lines: arrivals() >= count)
     try:
-        def scrape(exporter: Exporter) -> None:
-            answers.append(series(exporter.get(f"/probe?target=127.0.0.1:{port}&module=tcp2"
-                                               )[1]))
-        threads = [threading.Thread(target=scrape, args=(e,)) for e in exporters]
-        for thread in threads:
-            thread.start()
-            time.sleep(0.3)
+        def scrape(exporter: Exporter, module: str) -> None:
+            answers[module] = series(exporter.get(
+                f"/probe?target=127.0.0.1:{port}&module={module}")[1])
+        threads = [threading.Thread(target=scrape, args=(e, m))
+                   for e, m in zip(exporters, ("first", "second"), strict=True)]
+        threads[0].start()
+        arrived(1)
+        threads[1].start()
+        arrived(2)
+        second_arrived = time.monotonic()
+        # The server reports a test as it ends, and then gives its place to the next.
+        server.wait_for(lambda lines: server.count("Test from") >= 1)
+        first_ended = time.monotonic()
         for thread in threads:
             thread.join(60)
-        assert [value(a, "probe_success") for a in answers] == [1, 1]
-        waits = sorted(value(a, "simpleperf_probe_wait_seconds") for a in answers)
-        assert waits[0] < 0.5 and 1.0 < waits[1] < 3.0, waits
+        assert [value(answers[m], "probe_success") for m in ("first", "second")] == [1, 1]
+        assert value(answers["first"], "simpleperf_probe_wait_seconds") < 0.5
+        # The second waited from its arrival to the first's end, as the server saw both.
+        waited = value(answers["second"], "simpleperf_probe_wait_seconds")
+        assert abs(waited - (first_ended - second_arrived)) < 0.5, \
+            (waited, first_ended - second_arrived)
+        assert waited < 4.5
         # The queue holds one: a third test while one runs and one waits is refused.
+        before = arrivals()
         native = SIMPLEPERF + ["-c", "127.0.0.1", "-p", str(port), "-J", "-t"]
-        first = subprocess.Popen(native + ["2"], stdout=subprocess.DEVNULL)
-        time.sleep(0.5)
+        first = subprocess.Popen(native + ["4"], stdout=subprocess.DEVNULL)
+        arrived(before + 1)
         second = subprocess.Popen(native + ["1"], stdout=subprocess.DEVNULL)
-        time.sleep(0.3)
+        arrived(before + 2)
         third = subprocess.run(native + ["1"], capture_output=True, text=True, timeout=30)
         assert third.returncode == 1
         assert "--queue 1: full, or the 8 s wait ran out" in third.stderr, third.stderr
