@@ -4,8 +4,11 @@ per GB moved, so tools running at different rates compare (#17's cost target).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import subprocess
+import sys
 
 
 def process_cpu(pid: int) -> float:
@@ -40,3 +43,18 @@ class CpuMeter:
         """(client, server) CPU seconds per 10^9 bytes moved."""
         gigabytes = max(moved_bytes, 1.0) / 1e9
         return self.client / gigabytes, self.server / gigabytes
+
+
+@contextlib.contextmanager
+def busy_cpu(wanted: bool):
+    """While inside: a process of ours spinning on CPU 0 (the machine's other work)."""
+    if not wanted:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c",
+                                "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()

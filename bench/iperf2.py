@@ -14,9 +14,11 @@ measured alternately in one run, receiver side:
   at its own, our client against iperf2's at iperf2's server. Target >= 1.0.
 
     python3 bench/iperf2.py [--only server|client] [--protocol tcp|udp|bounceback|connect]
-                            [--runs 3] [--seconds 4]
+                            [--runs 3] [--seconds 4] [--busy]
 
-UDP loss is what the receiving server counted (its report, or its -y C row).
+UDP loss is what the receiving server counted (its report, or its -y C row). The server
+runs also print each server's CPU seconds per GB received and the datagrams the kernel
+dropped at full sockets (Udp RcvbufErrors). --busy: a second process spins on CPU 0.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from cpu_meter import busy_cpu, process_cpu
 
 SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
 UDP_RATE = "100G"
@@ -116,18 +120,28 @@ def bench_server(args, udp: bool) -> tuple[list, list]:
     theirs = Server(["iperf", "-s", "-p", str(theirs_port), *(["-u"] if udp else [])],
                     theirs_port, udp)
     print(f"    simpleperf's server on port {ours_port}, iperf2's on {theirs_port}", flush=True)
-    def their_run() -> tuple[float, float] | None:
+    def measured(server: Server, port: int) -> tuple[float, ...] | None:
+        """The client's result, the server's CPU seconds per GB received and the
+        datagrams (or coalesced reads) the sockets dropped meanwhile."""
+        drops, cpu = socket_drops(), process_cpu(server.process.pid)
+        got = iperf2_client(port, args.seconds, udp)
+        if got is None:
+            return None
+        moved_gb = got[0] * 1e6 * args.seconds / 8 / 1e9
+        return (*got, (process_cpu(server.process.pid) - cpu) / moved_gb,
+                socket_drops() - drops)
+
+    def their_run() -> tuple[float, ...] | None:
         """iperf2's UDP server (2.1.8) often sends no report to a second client: a fresh
         one for each run, as a user would start it."""
         nonlocal theirs
         if udp:
             theirs.close()
             theirs = Server(["iperf", "-s", "-u", "-p", str(theirs_port)], theirs_port, udp)
-        return iperf2_client(theirs_port, args.seconds, udp)
+        return measured(theirs, theirs_port)
 
     try:
-        return alternate(args.runs, lambda: iperf2_client(ours_port, args.seconds, udp),
-                         their_run)
+        return alternate(args.runs, lambda: measured(ours, ours_port), their_run)
     finally:
         ours.close()
         theirs.close()
@@ -166,21 +180,41 @@ def alternate(runs: int, ours, theirs) -> tuple[list, list]:
         mine.append(got["ours"])
         other.append(got["theirs"])
         print(f"    run {run + 1}: simpleperf {mine[-1][0]:9.1f} Mbit/s {mine[-1][1]:5.2f} % "
-              f"lost | iperf2 {other[-1][0]:9.1f} Mbit/s {other[-1][1]:5.2f} % lost",
-              flush=True)
+              f"lost{server_cost(mine[-1])} | iperf2 {other[-1][0]:9.1f} Mbit/s "
+              f"{other[-1][1]:5.2f} % lost{server_cost(other[-1])}", flush=True)
     return mine, other
+
+
+def server_cost(result: tuple[float, ...]) -> str:
+    """A server run's CPU per GB and socket drops, where measured."""
+    return f" (server {result[2]:.3f} s/GB, socket drops {result[3]})" if len(result) > 2 \
+        else ""
+
+
+def socket_drops() -> int:
+    """The kernel's count of UDP datagrams (or coalesced reads) dropped at full receiving
+    sockets, machine-wide (/proc/net/snmp, Udp RcvbufErrors)."""
+    with open("/proc/net/snmp") as snmp:
+        lines = [line.split() for line in snmp if line.startswith("Udp:")]
+    return int(lines[1][lines[0].index("RcvbufErrors")])
 
 
 def summary(name: str, mine: list, other: list) -> None:
     if not mine:
         print(f"{name}: no run had both results", flush=True)
         return
-    rate, theirs = (statistics.median(r for r, _ in mine),
-                    statistics.median(r for r, _ in other))
-    loss, their_loss = (statistics.median(lost for _, lost in mine),
-                        statistics.median(lost for _, lost in other))
+    rate, theirs = (statistics.median(r[0] for r in mine),
+                    statistics.median(r[0] for r in other))
+    loss, their_loss = (statistics.median(r[1] for r in mine),
+                        statistics.median(r[1] for r in other))
+    cost = ""
+    if len(mine[0]) > 2:
+        cpu, their_cpu = (statistics.median(r[2] for r in mine),
+                          statistics.median(r[2] for r in other))
+        cost = (f"; server CPU {cpu:.3f} vs {their_cpu:.3f} s/GB, ratio "
+                f"{cpu / their_cpu:.2f}")
     print(f"{name}: simpleperf {rate:.1f} Mbit/s ({loss:.2f} % lost) vs iperf2 {theirs:.1f} "
-          f"Mbit/s ({their_loss:.2f} % lost): ratio {rate / theirs:.3f}", flush=True)
+          f"Mbit/s ({their_loss:.2f} % lost): ratio {rate / theirs:.3f}{cost}", flush=True)
 
 
 BOUNCE_ARGS = ["--bounceback", "--bounceback-period", "0"]
@@ -291,7 +325,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--protocol", choices=("tcp", "udp", "bounceback", "connect"))
+    parser.add_argument("--busy", action="store_true",
+                        help="a second process spinning on CPU 0 throughout")
     args = parser.parse_args()
+    with busy_cpu(args.busy):
+        run_benches(args)
+
+
+def run_benches(args: argparse.Namespace) -> None:
     if args.protocol == "bounceback":
         bench_bounceback(args)
         return

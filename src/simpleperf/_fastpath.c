@@ -12,7 +12,10 @@
  * coalesced segment sizes, and one accounts the in-order runs among them (loss, RFC 3550
  * jitter, the queue-growth blocks) the way stats.UdpReceiveAccount.feed_run does, stopping
  * at the first message that needs the Python account's rarer paths (reordering, a far jump).
- * At tens of Gbit/s Python's few microseconds per message were half a core.
+ * At tens of Gbit/s Python's few microseconds per message were half a core. A UDP
+ * receiver runs both in one loop for a slice at a time (#52): Python's per read and per
+ * closed block were a fifth of the receiving process, and the sender's wake-ups of a
+ * receiver that outran it slowed the sender.
  * Bounceback: iperf2's message echo at both ends, a round trip a loop.
  *
  * The pure-Python paths (transport/stamping.py, engine/udp_receive.py) do the same when
@@ -428,55 +431,46 @@ PyDoc_STRVAR(receive_doc,
 "(SO_TIMESTAMPNS, or SO_TIMESTAMPING's software stamp); a message the kernel did not stamp\n"
 "gets the time of the read with `fill`, else NaN. Returns how many were read.");
 
-static PyObject *receive(PyObject *self, PyObject *args)
-{
-    (void)self;
-    int fd;
-    Py_buffer data, table;
-    Py_ssize_t slot, count;
-    int fill = 1;
-    if (!PyArg_ParseTuple(args, "iw*nnw*|p", &fd, &data, &slot, &count, &table, &fill))
-        return NULL;
-    PyObject *result = NULL;
-    if (count < 1 || count > MAX_MESSAGES || slot < 1 || slot > data.len / count
-            || table.len < count * (Py_ssize_t)sizeof(struct row)) {
-        PyErr_SetString(PyExc_ValueError, "the messages do not fit the buffers");
-        goto done;
-    }
-    struct mmsghdr messages[MAX_MESSAGES];
+/* Room for up to MAX_MESSAGES messages of one recvmmsg: the headers, vectors and ancillary
+ * space, set up once for a buffer of `count` slots of `slot` bytes. */
+struct messages {
+    struct mmsghdr headers[MAX_MESSAGES];
     struct iovec vectors[MAX_MESSAGES];
     union control controls[MAX_MESSAGES];
-    memset(messages, 0, sizeof(messages[0]) * (size_t)count);
+};
+
+static void prepare_messages(struct messages *m, unsigned char *buffer, Py_ssize_t slot,
+                             Py_ssize_t count)
+{
+    memset(m->headers, 0, sizeof(m->headers[0]) * (size_t)count);
     for (Py_ssize_t i = 0; i < count; i++) {
-        vectors[i].iov_base = (char *)data.buf + i * slot;
-        vectors[i].iov_len = (size_t)slot;
-        messages[i].msg_hdr.msg_iov = &vectors[i];
-        messages[i].msg_hdr.msg_iovlen = 1;
-        messages[i].msg_hdr.msg_control = controls[i].space;
-        messages[i].msg_hdr.msg_controllen = sizeof(controls[i].space);
+        m->vectors[i].iov_base = buffer + i * slot;
+        m->vectors[i].iov_len = (size_t)slot;
+        m->headers[i].msg_hdr.msg_iov = &m->vectors[i];
+        m->headers[i].msg_hdr.msg_iovlen = 1;
     }
-    int got, error;
-    Py_BEGIN_ALLOW_THREADS
-    got = recvmmsg(fd, messages, (unsigned int)count, MSG_WAITFORONE, NULL);
-    error = errno;
-    Py_END_ALLOW_THREADS
+}
+
+/* One recvmmsg into the prepared messages (the GIL released by the caller), each message's
+ * row filled: the count read, or -1 with the errno in *error (EAGAIN: the socket's receive
+ * timeout). */
+static int read_messages(int fd, struct messages *m, Py_ssize_t count, struct row *rows,
+                         int fill, int *error)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        m->headers[i].msg_hdr.msg_control = m->controls[i].space;
+        m->headers[i].msg_hdr.msg_controllen = sizeof(m->controls[i].space);
+    }
+    int got = recvmmsg(fd, m->headers, (unsigned int)count, MSG_WAITFORONE, NULL);
     if (got < 0) {
-        if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
-            if (error == EINTR && PyErr_CheckSignals() < 0)
-                goto done;
-            result = PyLong_FromLong(0);
-            goto done;
-        }
-        errno = error;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
+        *error = errno;
+        return -1;
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    struct row *rows = (struct row *)table.buf;
     for (int i = 0; i < got; i++) {
-        struct msghdr *header = &messages[i].msg_hdr;
-        int64_t length = messages[i].msg_len, segment = length, drops = 0;
+        struct msghdr *header = &m->headers[i].msg_hdr;
+        int64_t length = m->headers[i].msg_len, segment = length, drops = 0;
         double arrival = -1.0;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(header); c; c = CMSG_NXTHDR(header, c)) {
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS) {
@@ -496,9 +490,9 @@ static PyObject *receive(PyObject *self, PyObject *args)
                 if (size > 0)
                     segment = size;
             } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-                uint32_t count;
-                memcpy(&count, CMSG_DATA(c), sizeof(count));
-                drops = count;
+                uint32_t dropped;
+                memcpy(&dropped, CMSG_DATA(c), sizeof(dropped));
+                drops = dropped;
             }
         }
         if (arrival < 0)
@@ -508,6 +502,41 @@ static PyObject *receive(PyObject *self, PyObject *args)
         rows[i].arrival = arrival;
         rows[i].drops = drops;
     }
+    return got;
+}
+
+static PyObject *receive(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int fd;
+    Py_buffer data, table;
+    Py_ssize_t slot, count;
+    int fill = 1;
+    if (!PyArg_ParseTuple(args, "iw*nnw*|p", &fd, &data, &slot, &count, &table, &fill))
+        return NULL;
+    PyObject *result = NULL;
+    if (count < 1 || count > MAX_MESSAGES || slot < 1 || slot > data.len / count
+            || table.len < count * (Py_ssize_t)sizeof(struct row)) {
+        PyErr_SetString(PyExc_ValueError, "the messages do not fit the buffers");
+        goto done;
+    }
+    struct messages m;
+    prepare_messages(&m, (unsigned char *)data.buf, slot, count);
+    int got, error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    got = read_messages(fd, &m, count, (struct row *)table.buf, fill, &error);
+    Py_END_ALLOW_THREADS
+    if (got < 0) {
+        if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
+            if (error == EINTR && PyErr_CheckSignals() < 0)
+                goto done;
+            result = PyLong_FromLong(0);
+            goto done;
+        }
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
     result = PyLong_FromLong(got);
 done:
     PyBuffer_Release(&data);
@@ -515,11 +544,19 @@ done:
     return result;
 }
 
-/* The account's state as stats.UdpReceiveAccount keeps it (its fast_state()). */
+/* The account's state as stats.UdpReceiveAccount keeps it (its run_state()). */
 struct account {
     long long highest, lost, block_count, received;
     double jitter, transit, block_min;
     int has_transit;
+};
+
+/* Queue-growth blocks closed while accounting, (least transit, arrival) pairs in C's
+ * memory, so that accounting needs no Python object and no GIL. */
+struct closed {
+    double *pairs;
+    Py_ssize_t count, capacity;
+    double prune_after;  /* stats.QueueGrowth.prune_after() */
 };
 
 /* Highest packet numbers this path takes: beyond, Python's unbounded integers do. */
@@ -527,9 +564,9 @@ struct account {
 
 /* stats.UdpReceiveAccount.feed_run, operation for operation (the same doubles result):
  * `count` packets numbered from `first`, sent from `sent` to `last_sent` evenly, arriving
- * together. Closed blocks are appended to `blocks` as (least transit, arrival). */
-static int feed_run(struct account *a, long long first, long long count, double sent,
-                    double last_sent, double arrival, long long block, PyObject *blocks)
+ * together. The caller leaves room in `closed` for count / block + 1 more blocks. */
+static void feed_run(struct account *a, long long first, long long count, double sent,
+                     double last_sent, double arrival, long long block, struct closed *closed)
 {
     double step = count < 2 ? 0.0 : (last_sent - sent) / (double)(count - 1);
     a->lost += first - a->highest - 1;
@@ -550,33 +587,22 @@ static int feed_run(struct account *a, long long first, long long count, double 
         remaining -= take;
         done += take;
         if (a->block_count == block) {
-            PyObject *closed = Py_BuildValue("(dd)", a->block_min, arrival);
-            if (closed == NULL || PyList_Append(blocks, closed) < 0) {
-                Py_XDECREF(closed);
-                return -1;
-            }
-            Py_DECREF(closed);
+            /* a block at or below one before it, arriving no earlier, makes that one useless
+               to the window's least (stats.QueueGrowth.close) */
+            while (arrival > closed->prune_after && closed->count > 0
+                   && closed->pairs[2 * closed->count - 2] >= a->block_min
+                   && closed->pairs[2 * closed->count - 1] > closed->prune_after
+                   && closed->pairs[2 * closed->count - 1] <= arrival)
+                closed->count--;
+            closed->pairs[2 * closed->count] = a->block_min;
+            closed->pairs[2 * closed->count + 1] = arrival;
+            closed->count++;
             a->block_min = INFINITY;
             a->block_count = 0;
         }
     }
     a->received += count;
-    return 0;
 }
-
-PyDoc_STRVAR(account_runs_doc,
-"account_runs(state, buffer, slot, table, start, got, header_size, number_bytes, block,\n"
-"             jump_limit) -> (state, index, bytes, blocks)\n\n"
-"number_bytes: 4 or 8, a header of send time (seconds, microseconds) then the number; or\n"
-"IPERF2_LAYOUT (-8): iperf2's, the number's low word, the send time, its high word.\n"
-"Account messages start..got-1 of a `receive` (their rows in `table`, their bytes at\n"
-"i * slot of `buffer`) while each is one datagram or a coalesced run numbered in order, after\n"
-"the highest number seen and no further than `jump_limit` beyond it: the state (highest,\n"
-"lost, jitter, transit or None, block_min, block_count, received) as\n"
-"stats.UdpReceiveAccount.feed_run leaves it. Returns the new state, the index of the first\n"
-"message left to the caller (got when none), the bytes of the messages accounted and the\n"
-"queue-growth blocks closed, as (least transit, arrival). Messages shorter than a header\n"
-"are passed over, as the Python path does.");
 
 #define IPERF2_LAYOUT (-8)
 
@@ -594,77 +620,253 @@ static double sent_at(const unsigned char *at, int layout)
     return (double)get32(time) + (double)get32(time + 4) * 1e-6;
 }
 
+/* How the runs of one message are read: the header and the account's limits. */
+struct runs {
+    Py_ssize_t slot, header_size;
+    int layout;
+    long long block, jump_limit;
+};
+
+/* Account one message (`row`, its bytes at `base`) if it is one datagram or a coalesced
+ * run numbered in order, after the highest number seen and no further than the jump
+ * limit beyond it, and `closed` has room for the blocks it may close: 1 and its bytes
+ * added to *bytes (a message shorter than a header is passed over, as the Python path
+ * does), else 0 with nothing changed (the caller's Python path takes it). */
+static int account_message(struct account *a, const struct row *row,
+                           const unsigned char *base, const struct runs *r,
+                           struct closed *closed, long long *bytes)
+{
+    if (row->length < r->header_size)
+        return 1;
+    if (row->length > r->slot || row->segment < 1)
+        return 0;
+    long long run = 1;
+    const unsigned char *last = base;
+    if (row->segment < row->length) {
+        run = (row->length - r->header_size) / row->segment + 1;
+        last = base + (run - 1) * row->segment;
+    }
+    if (closed->capacity - closed->count < run / r->block + 1)
+        return 0;
+    uint64_t first = number_at(base, r->layout);
+    uint64_t final = number_at(last, r->layout);
+    if (first >= (uint64_t)MAX_NUMBER || final != first + (uint64_t)(run - 1)
+            || (long long)first <= a->highest
+            || (long long)first - a->highest > r->jump_limit)
+        return 0;
+    double sent = sent_at(base, r->layout);
+    double last_sent = sent_at(last, r->layout);
+    if (run >= 2 && last_sent < sent)
+        return 0;
+    feed_run(a, (long long)first, run, sent, last_sent, row->arrival, r->block, closed);
+    *bytes += row->length;
+    return 1;
+}
+
+/* The state tuple of stats.UdpReceiveAccount.run_state(), in and out. */
+#define STATE_FORMAT "(LLdOdLL)"
+
+static int take_state(struct account *a, PyObject *transit)
+{
+    a->has_transit = transit != Py_None;
+    a->transit = a->has_transit ? PyFloat_AsDouble(transit) : 0.0;
+    return a->has_transit && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *give_state(const struct account *a)
+{
+    PyObject *transit = a->has_transit ? PyFloat_FromDouble(a->transit) : Py_NewRef(Py_None);
+    if (transit == NULL)
+        return NULL;
+    return Py_BuildValue("(LLdNdLL)", a->highest, a->lost, a->jitter, transit, a->block_min,
+                         a->block_count, a->received);
+}
+
+static int runs_valid(const struct runs *r)
+{
+    int number_bytes = r->layout < 0 ? -r->layout : r->layout;
+    return (r->layout == 4 || r->layout == 8 || r->layout == IPERF2_LAYOUT)
+        && r->header_size >= 8 + number_bytes && r->slot >= 1 && r->block >= 1;
+}
+
+PyDoc_STRVAR(account_runs_doc,
+"account_runs(state, buffer, slot, table, start, got, header_size, number_bytes, block,\n"
+"             jump_limit, prune_after=inf) -> (state, index, bytes, blocks)\n\n"
+"number_bytes: 4 or 8, a header of send time (seconds, microseconds) then the number; or\n"
+"IPERF2_LAYOUT (-8): iperf2's, the number's low word, the send time, its high word.\n"
+"Account messages start..got-1 of a `receive` (their rows in `table`, their bytes at\n"
+"i * slot of `buffer`) while each is one datagram or a coalesced run numbered in order, after\n"
+"the highest number seen and no further than `jump_limit` beyond it: the state (highest,\n"
+"lost, jitter, transit or None, block_min, block_count, received) as\n"
+"stats.UdpReceiveAccount.feed_run leaves it. Returns the new state, the index of the first\n"
+"message left to the caller (got when none), the bytes of the messages accounted and the\n"
+"queue-growth blocks closed, as (least transit, arrival; one arriving after `prune_after`\n"
+"is left out when a later one, arriving no earlier, is at or below it). Messages shorter\n"
+"than a header are\n"
+"passed over, as the Python path does.");
+
 static PyObject *account_runs(PyObject *self, PyObject *args)
 {
     (void)self;
     struct account a;
+    struct runs r;
     PyObject *transit;
     Py_buffer data, table;
-    Py_ssize_t slot, start, got, header_size;
-    int number_bytes;
-    long long block, jump_limit;
-    if (!PyArg_ParseTuple(args, "(LLdOdLL)y*ny*nnniLL", &a.highest, &a.lost, &a.jitter,
-                          &transit, &a.block_min, &a.block_count, &a.received, &data, &slot,
-                          &table, &start, &got, &header_size, &number_bytes, &block,
-                          &jump_limit))
+    Py_ssize_t start, got;
+    double prune_after = INFINITY;
+    if (!PyArg_ParseTuple(args, STATE_FORMAT "y*ny*nnniLL|d", &a.highest, &a.lost, &a.jitter,
+                          &transit, &a.block_min, &a.block_count, &a.received, &data, &r.slot,
+                          &table, &start, &got, &r.header_size, &r.layout, &r.block,
+                          &r.jump_limit, &prune_after))
         return NULL;
-    PyObject *result = NULL, *blocks = NULL;
-    a.has_transit = transit != Py_None;
-    a.transit = a.has_transit ? PyFloat_AsDouble(transit) : 0.0;
-    if (a.has_transit && PyErr_Occurred())
+    PyObject *result = NULL, *blocks = NULL, *state = NULL;
+    struct closed closed = {NULL, 0, 0, prune_after};
+    if (take_state(&a, transit) < 0)
         goto done;
-    if ((number_bytes != 4 && number_bytes != 8 && number_bytes != IPERF2_LAYOUT)
-            || header_size < 8 + (number_bytes < 0 ? -number_bytes : number_bytes)
-            || start < 0 || got < start || slot < 1 || block < 1
-            || (got > 0 && (slot > data.len / got
+    if (!runs_valid(&r) || start < 0 || got < start
+            || (got > 0 && (r.slot > data.len / got
                             || table.len < got * (Py_ssize_t)sizeof(struct row)))) {
         PyErr_SetString(PyExc_ValueError, "the messages do not fit the buffers");
         goto done;
     }
-    blocks = PyList_New(0);
-    if (blocks == NULL)
+    /* every message can close at most its datagrams / block + 1 blocks */
+    closed.capacity = (got - start) * (r.slot / r.header_size / r.block + 1) + 1;
+    closed.pairs = PyMem_Malloc(sizeof(double) * 2 * (size_t)closed.capacity);
+    if (closed.pairs == NULL) {
+        PyErr_NoMemory();
         goto done;
+    }
     const struct row *rows = (const struct row *)table.buf;
     long long bytes = 0;
     Py_ssize_t index = start;
-    for (; index < got; index++) {
-        const struct row *row = &rows[index];
-        if (row->length < header_size) {
-            continue;
-        }
-        if (row->length > slot || row->segment < 1)
-            break;
-        const unsigned char *base = (const unsigned char *)data.buf + index * slot;
-        long long run = 1;
-        const unsigned char *last = base;
-        if (row->segment < row->length) {
-            run = (row->length - header_size) / row->segment + 1;
-            last = base + (run - 1) * row->segment;
-        }
-        uint64_t first = number_at(base, number_bytes);
-        uint64_t final = number_at(last, number_bytes);
-        if (first >= (uint64_t)MAX_NUMBER || final != first + (uint64_t)(run - 1)
-                || (long long)first <= a.highest
-                || (long long)first - a.highest > jump_limit)
-            break;
-        double sent = sent_at(base, number_bytes);
-        double last_sent = sent_at(last, number_bytes);
-        if (run >= 2 && last_sent < sent)
-            break;
-        if (feed_run(&a, (long long)first, run, sent, last_sent, row->arrival, block,
-                     blocks) < 0)
-            goto done;
-        bytes += row->length;
-    }
-    PyObject *transit_out = a.has_transit ? PyFloat_FromDouble(a.transit) : Py_NewRef(Py_None);
-    if (transit_out == NULL)
+    while (index < got && account_message(&a, &rows[index],
+                                          (const unsigned char *)data.buf + index * r.slot,
+                                          &r, &closed, &bytes))
+        index++;
+    blocks = PyList_New(closed.count);
+    if (blocks == NULL)
         goto done;
-    result = Py_BuildValue("(LLdNdLL)nLO", a.highest, a.lost, a.jitter, transit_out,
-                           a.block_min, a.block_count, a.received, index, bytes, blocks);
+    for (Py_ssize_t i = 0; i < closed.count; i++) {
+        PyObject *pair = Py_BuildValue("(dd)", closed.pairs[2 * i], closed.pairs[2 * i + 1]);
+        if (pair == NULL)
+            goto done;
+        PyList_SET_ITEM(blocks, i, pair);
+    }
+    state = give_state(&a);
+    if (state != NULL)
+        result = Py_BuildValue("OnLO", state, index, bytes, blocks);
 done:
+    Py_XDECREF(state);
     Py_XDECREF(blocks);
+    PyMem_Free(closed.pairs);
     PyBuffer_Release(&data);
     PyBuffer_Release(&table);
+    return result;
+}
+
+PyDoc_STRVAR(receive_runs_doc,
+"receive_runs(fd, buffer, slot, count, table, state, header_size, number_bytes, block,\n"
+"             jump_limit, drops, blocks, prune_after, seconds, rest, rest_budget,\n"
+"             rest_messages)\n"
+"    -> (state, got, index, bytes, closed)\n\n"
+"receive() and account_runs() in one loop with the GIL released, for up to `seconds`:\n"
+"read up to `count` messages at a time and account each that account_runs() would, until\n"
+"one it would not (or one the socket queued after dropping more than `drops`, or one whose\n"
+"blocks would overflow the writable `blocks`, 16 bytes each). Then, or when `seconds` ran\n"
+"out, or a read timed out (got 0), it returns: the state, the rows of the last read (`got`,\n"
+"in `table` and `buffer` as receive() leaves them) and the first of them left to the caller\n"
+"(`index`; got when none), the bytes accounted and the blocks closed (in `blocks` as pairs\n"
+"of doubles: least transit, arrival; one arriving after `prune_after` is left out when a\n"
+"later one, arriving no earlier, is at or below it).\n\n"
+"After a read that emptied the socket (fewer than `count`) it waits on the socket again,\n"
+"unless at the rate the messages just came at least `rest_messages` would arrive within\n"
+"`rest` seconds: then it sleeps that long, or less if the socket would fill `rest_budget`\n"
+"bytes meanwhile, so that the sender's next datagram need not wake it (rest 0: never).");
+
+static PyObject *receive_runs(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int fd;
+    struct account a;
+    struct runs r;
+    PyObject *transit;
+    Py_buffer data, table, blocks;
+    Py_ssize_t count;
+    long long drops;
+    double prune_after, seconds, rest, rest_budget;
+    int rest_messages;
+    if (!PyArg_ParseTuple(args, "iw*nnw*" STATE_FORMAT "niLLLw*ddddi", &fd, &data, &r.slot,
+                          &count, &table, &a.highest, &a.lost, &a.jitter, &transit,
+                          &a.block_min, &a.block_count, &a.received, &r.header_size,
+                          &r.layout, &r.block, &r.jump_limit, &drops, &blocks, &prune_after,
+                          &seconds, &rest, &rest_budget, &rest_messages))
+        return NULL;
+    PyObject *result = NULL, *state = NULL;
+    if (take_state(&a, transit) < 0)
+        goto done;
+    if (!runs_valid(&r) || count < 1 || count > MAX_MESSAGES || r.slot > data.len / count
+            || table.len < count * (Py_ssize_t)sizeof(struct row)
+            || blocks.len < (Py_ssize_t)(2 * sizeof(double))) {
+        PyErr_SetString(PyExc_ValueError, "the messages do not fit the buffers");
+        goto done;
+    }
+    struct messages m;
+    prepare_messages(&m, (unsigned char *)data.buf, r.slot, count);
+    struct row *rows = (struct row *)table.buf;
+    struct closed closed = {(double *)blocks.buf, 0,
+                            blocks.len / (Py_ssize_t)(2 * sizeof(double)), prune_after};
+    long long bytes = 0;
+    int got = 0, error = 0;
+    Py_ssize_t index = 0;
+    Py_BEGIN_ALLOW_THREADS
+    double began = clock_seconds(CLOCK_MONOTONIC), since = began;
+    for (;;) {
+        got = read_messages(fd, &m, count, rows, 1, &error);
+        if (got < 0) {
+            got = 0;
+            break;
+        }
+        long long before = bytes;
+        for (index = 0; index < got; index++) {
+            if (rows[index].drops > drops
+                    || !account_message(&a, &rows[index],
+                                        (const unsigned char *)data.buf + index * r.slot,
+                                        &r, &closed, &bytes))
+                break;
+        }
+        if (index < got || got == 0)
+            break;
+        double now = clock_seconds(CLOCK_MONOTONIC);
+        if (now - began >= seconds)
+            break;
+        long long moved = bytes - before;
+        if (got < count && rest > 0 && moved > 0 && now > since
+                && (double)got * rest >= (double)rest_messages * (now - since)) {
+            double pause = rest_budget * (now - since) / (double)moved;
+            if (pause > rest)
+                pause = rest;
+            struct timespec wait = {0, (long)(pause * 1e9)};
+            nanosleep(&wait, NULL);
+            now = clock_seconds(CLOCK_MONOTONIC);
+        }
+        since = now;
+    }
+    Py_END_ALLOW_THREADS
+    if (error && error != EAGAIN && error != EWOULDBLOCK && error != EINTR) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    if (error == EINTR && PyErr_CheckSignals() < 0)
+        goto done;
+    state = give_state(&a);
+    if (state != NULL)
+        result = Py_BuildValue("OinLn", state, got, index, bytes, closed.count);
+done:
+    Py_XDECREF(state);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&blocks);
     return result;
 }
 
@@ -865,6 +1067,7 @@ static PyMethodDef methods[] = {
     {"tcp_receive_reads", tcp_receive_reads, METH_VARARGS, tcp_receive_reads_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"account_runs", account_runs, METH_VARARGS, account_runs_doc},
+    {"receive_runs", receive_runs, METH_VARARGS, receive_runs_doc},
     {"bounce_echo", bounce_echo, METH_VARARGS, bounce_echo_doc},
     {"bounce_send", bounce_send, METH_VARARGS, bounce_send_doc},
     {NULL, NULL, 0, NULL},

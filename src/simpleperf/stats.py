@@ -68,6 +68,60 @@ def mean_confidence(values: Sequence[float]) -> tuple[float, float]:
     return mean, t * (variance / count) ** 0.5
 
 
+class QueueGrowth:
+    """How much a path's standing queue grew, from the least one-way delay of blocks of
+    packets: the least over the first GROWTH_WINDOW of blocks against the least over the
+    latest (the clock offset between the hosts cancels out)."""
+
+    # A queue is standing when even the least delay over this long has grown (CoDel's
+    # interval): a sender's burst after a stall fills the queue for a few blocks, then drains.
+    GROWTH_WINDOW = 0.1  # seconds
+
+    __slots__ = ("first_window_min", "first_window_end", "recent")
+
+    def __init__(self) -> None:
+        self.first_window_min: float | None = None
+        self.first_window_end = 0.0
+        # (arrival, least delay) of the latest window's blocks that can still be its least
+        self.recent: deque[tuple[float, float]] = deque()
+
+    def close(self, least: float, arrival: float) -> None:
+        """A block closed: its least delay and its last packet's arrival."""
+        if self.first_window_min is None:
+            self.first_window_min, self.first_window_end = least, arrival + self.GROWTH_WINDOW
+        elif arrival <= self.first_window_end:
+            self.first_window_min = min(self.first_window_min, least)
+        # A block followed by one at or below it that arrived no earlier can never be the
+        # window's least again (the later one stays in the window at least as long): with
+        # arrival times in order, the blocks kept rise in least from the oldest.
+        recent = self.recent
+        while recent and recent[-1][1] >= least and recent[-1][0] <= arrival:
+            recent.pop()
+        recent.append((arrival, least))
+        while recent[0][0] < arrival - self.GROWTH_WINDOW:
+            recent.popleft()
+
+    def prune_after(self) -> float:
+        """Blocks that arrive after this may be left out when a later one, arriving no
+        earlier, is at or below them (the compiled loop does, close() would): those of the
+        first window may not."""
+        return self.first_window_end if self.first_window_min is not None else math.inf
+
+    @property
+    def last_window_min(self) -> float | None:
+        return min(least for _, least in self.recent) if self.recent else None
+
+    @property
+    def queue_growth(self) -> float | None:
+        """Seconds the one-way delay grew from the first to the latest GROWTH_WINDOW of
+        packets: a sender faster than the path fills its queue long before it loses
+        anything, while a burst that drains again leaves the least delay where it was."""
+        last = self.last_window_min
+        if self.first_window_min is None or last is None:
+            return None
+        return last - self.first_window_min
+
+
 class UdpReceiveAccount:
     """Loss, reordering and jitter of one UDP stream, as iperf3 and RFC 1889 define them.
 
@@ -85,14 +139,11 @@ class UdpReceiveAccount:
     """
 
     BLOCK = 32  # packets per block of the queue-growth estimate
-    # A queue is standing when even the least delay over this long has grown (CoDel's
-    # interval): a sender's burst after a stall fills the queue for a few blocks, then drains.
-    GROWTH_WINDOW = 0.1  # seconds
     JUMP_LIMIT = 1000
 
     __slots__ = ("highest", "lost", "out_of_order", "jitter", "received", "bad", "_transit",
-                 "socket_drops", "host_dropped", "first_window_min", "_first_window_end",
-                 "_recent_blocks", "_block_min", "_block_count", "_undo", "delays")
+                 "socket_drops", "host_dropped", "growth", "_block_min", "_block_count",
+                 "_undo", "delays")
 
     def __init__(self, delays: DelayLog | None = None) -> None:
         self.delays = delays  # --trip-times: every datagram's one-way delay
@@ -107,12 +158,7 @@ class UdpReceiveAccount:
         # A far jump not yet confirmed: the highest and lost before it, and its number.
         self._undo: tuple[int, int, int] | None = None
         self._transit: float | None = None
-        # Smallest transit time over the first GROWTH_WINDOW of whole blocks, and (arrival,
-        # smallest transit) of the blocks of the latest GROWTH_WINDOW: the difference is how
-        # much the path's standing queue grew (the clock offset cancels out).
-        self.first_window_min: float | None = None
-        self._first_window_end = 0.0
-        self._recent_blocks: deque[tuple[float, float]] = deque()
+        self.growth = QueueGrowth()  # the least delay of each block of BLOCK packets
         self._block_min = float("inf")
         self._block_count = 0
 
@@ -171,7 +217,7 @@ class UdpReceiveAccount:
                 block_min = now_transit
             block_count += 1
             if block_count == block:
-                self._close_block(block_min, arrival)
+                self.growth.close(block_min, arrival)
                 block_min, block_count = float("inf"), 0
         self.highest, self.lost, self.out_of_order, self.jitter, self._transit = (
             highest, lost, ooo, jitter, transit)
@@ -210,7 +256,7 @@ class UdpReceiveAccount:
             remaining -= take
             done += take
             if self._block_count == self.BLOCK:
-                self._close_block(self._block_min, arrival)
+                self.growth.close(self._block_min, arrival)
                 self._block_min, self._block_count = float("inf"), 0
         self.received += count
 
@@ -234,31 +280,11 @@ class UdpReceiveAccount:
         (self.highest, self.lost, self.jitter, self._transit, self._block_min,
          self._block_count, self.received) = state
         for least, arrival in closed:
-            self._close_block(least, arrival)
-
-    def _close_block(self, least: float, arrival: float) -> None:
-        if self.first_window_min is None:
-            self.first_window_min, self._first_window_end = least, arrival + self.GROWTH_WINDOW
-        elif arrival <= self._first_window_end:
-            self.first_window_min = min(self.first_window_min, least)
-        recent = self._recent_blocks
-        recent.append((arrival, least))
-        while recent[0][0] < arrival - self.GROWTH_WINDOW:
-            recent.popleft()
-
-    @property
-    def last_window_min(self) -> float | None:
-        return min(least for _, least in self._recent_blocks) if self._recent_blocks else None
+            self.growth.close(least, arrival)
 
     @property
     def queue_growth(self) -> float | None:
-        """Seconds the one-way delay grew from the first to the latest GROWTH_WINDOW of
-        packets: a sender faster than the path fills its queue long before it loses
-        anything, while a burst that drains again leaves the least delay where it was."""
-        last = self.last_window_min
-        if self.first_window_min is None or last is None:
-            return None
-        return last - self.first_window_min
+        return self.growth.queue_growth
 
     @property
     def packets(self) -> int:

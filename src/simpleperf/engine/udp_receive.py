@@ -1,6 +1,7 @@
 """Receiving a UDP stream: every datagram numbered, timed and accounted (loss, reordering,
 jitter) at tens of Gbit/s. Three paths give the same account: the compiled one (recvmmsg
-and the in-order runs in C, transport/compiled.py), many datagrams per system call from
+and the in-order runs in one C loop, Python called a few thousand times a second;
+transport/compiled.py), many datagrams per system call from
 Python (recvmmsg through ctypes), and one read at a time where neither exists. A test with
 a shared secret checks every datagram's key."""
 
@@ -20,23 +21,21 @@ from .records import Stream
 
 ROW = compiled.RECEIVE_ROW
 DROPS_AT = struct.Struct("24xq")  # a row's drops alone
+BLOCK_PAIR = struct.Struct("dd")  # a queue-growth block the compiled loop closed
+MAX_BLOCKS_PER_SLICE = 8192  # room for them: the loop hands over to Python when full
 MESSAGES_PER_READ = compiled.MESSAGES_PER_RECEIVE
 # A receiver faster than its sender empties the socket and sleeps on it, so the sender's
 # next datagram must wake it: the sender's CPU runs that wake-up and is often given the
 # woken thread too (at 40 Gbit/s on loopback, 41,000 a second, the sender preempted about
-# 700 times a second). After a read that emptied a busy socket the receiver rests instead,
-# and the sender finds it reading. Arrival times are the kernel's, so nothing measured moves.
-REST_SECONDS = 0.0001
-REST_AFTER_BYTES = 64 * 1024  # what a read must have moved to count as busy
-REST_BUFFER_SHARE = 4  # the socket fills at most a quarter of its buffer while we rest
-
-
-def rest_after(moved: int, elapsed: float, buffer_bytes: int) -> float:
-    """Seconds to rest after a read that emptied the socket, having moved `moved` bytes that
-    came in over `elapsed` seconds; 0 to wait on the socket as usual (a trickle)."""
-    if moved < REST_AFTER_BYTES or elapsed <= 0:
-        return 0.0
-    return min(REST_SECONDS, buffer_bytes / REST_BUFFER_SHARE * elapsed / moved)
+# 700 times a second; on a virtual machine each is an interrupt between processors). After
+# a read that emptied a busy socket the receiver rests instead, and the sender finds it
+# reading. Busy: at the rate the last read's messages came, REST_MESSAGES or more would
+# arrive during the rest; a trickle (a paced test) waits on the socket as before. The rest
+# is never longer than the socket needs to fill a REST_BUFFER_SHARE of its buffer at that
+# rate. Arrival times are the kernel's, so nothing measured moves.
+REST_SECONDS = 0.0003
+REST_MESSAGES = 8
+REST_BUFFER_SHARE = 4
 
 
 def receive(stream: Stream, stop: threading.Event) -> None:
@@ -52,43 +51,69 @@ def receive(stream: Stream, stop: threading.Event) -> None:
         _receive_one_read_at_a_time(stream, account, stop)
 
 
+class CompiledReader:
+    """recvmmsg and the runs of datagrams in order accounted in one compiled loop: Python is
+    called once a slice (compiled.SLICE_SECONDS), or for a message the loop leaves to it
+    (rows index..got-1 of the last read, in `table` and `buffer`)."""
+
+    SLOT = udp.BatchReceiver.SLOT
+
+    def __init__(self, sock: socket.socket, header: struct.Struct, fastpath,
+                 blocks: int = MAX_BLOCKS_PER_SLICE) -> None:
+        self.buffer = aligned(self.SLOT * MESSAGES_PER_READ)
+        self.table = bytearray(ROW.size * MESSAGES_PER_READ)
+        self._blocks = bytearray(BLOCK_PAIR.size * blocks)
+        self._loop, self._read = fastpath.receive_runs, fastpath.receive
+        self._fd = sock.fileno()
+        self._header_size = header.size
+        self._number_bytes = stamping.number_bytes(header)
+        self._rest_budget = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) \
+            / REST_BUFFER_SHARE
+
+    def read(self, account: UdpReceiveAccount) -> tuple[int, int, int]:
+        """One slice: (messages of the last read, the first of them left to the caller,
+        bytes accounted). A read that timed out gives got 0."""
+        if not account.runs_compilable():  # a far jump waits for its judgement
+            return self._read(self._fd, self.buffer, self.SLOT, MESSAGES_PER_READ,
+                              self.table), 0, 0
+        state, got, index, moved, closed = self._loop(
+            self._fd, self.buffer, self.SLOT, MESSAGES_PER_READ, self.table,
+            account.run_state(), self._header_size, self._number_bytes, account.BLOCK,
+            account.JUMP_LIMIT, account.socket_drops, self._blocks, account.growth.prune_after(),
+            compiled.SLICE_SECONDS, REST_SECONDS, self._rest_budget, REST_MESSAGES)
+        account.set_run_state(state, list(BLOCK_PAIR.iter_unpack(
+            memoryview(self._blocks)[:closed * BLOCK_PAIR.size])))
+        return got, index, moved
+
+
 def _receive_compiled(stream: Stream, account: UdpReceiveAccount, stop: threading.Event,
                       fastpath) -> None:
-    """recvmmsg in C, and the runs of datagrams in order accounted in C."""
-    slot = udp.BatchReceiver.SLOT
-    buffer = aligned(slot * MESSAGES_PER_READ)
-    table = bytearray(ROW.size * MESSAGES_PER_READ)
-    read = fastpath.receive
-    fd = stream.sock.fileno()
-    buffer_bytes = stream.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    header = stream.header
+    reader = CompiledReader(stream.sock, header, fastpath)
     clock = time.monotonic
     received = 0
-    since = clock()
     while not stop.is_set():
         try:
-            got = read(fd, buffer, slot, MESSAGES_PER_READ, table)
+            got, index, moved = reader.read(account)
         except ConnectionRefusedError:
             continue
-        if got:
-            moved = account_read(account, stream.header, buffer, slot, table, got, fastpath)
+        if index < got:
+            moved += account_read(account, header, reader.buffer, reader.SLOT, reader.table,
+                                  got, fastpath, index)
+        if moved:
             received += moved
             progress(stream, received, clock)
-            now = clock()
-            if got < MESSAGES_PER_READ:
-                rest = rest_after(moved, now - since, buffer_bytes)
-                if rest:
-                    time.sleep(rest)
-                    now = clock()
-            since = now
 
 
 def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memoryview,
-                 slot: int, table: bytearray, got: int, fastpath) -> int:
-    """Account the `got` messages of one compiled read (rows of `table`, bytes at i * slot of
-    `buffer`); returns their bytes. Python sees only a message the C runs leave to it: out
-    of order, far ahead, or when the account logs delays (the account's rarer paths)."""
-    index = received = 0
-    for dropped_before in _drops_rose(account, table, got):  # usually none
+                 slot: int, table: bytearray, got: int, fastpath, start: int = 0) -> int:
+    """Account messages start..got-1 of one compiled read (rows of `table`, bytes at
+    i * slot of `buffer`); returns their bytes. Python sees only a message the C runs
+    leave to it: out of order, far ahead, after the socket dropped some, or when the
+    account logs delays (the account's rarer paths)."""
+    index = start
+    received = 0
+    for dropped_before in _drops_rose(account, table, start, got):  # usually none
         received += _account_rows(account, header, buffer, slot, table, index,
                                   dropped_before, fastpath)
         length, segment, arrival, drops = ROW.unpack_from(table, dropped_before * ROW.size)
@@ -103,14 +128,15 @@ def account_read(account: UdpReceiveAccount, header: struct.Struct, buffer: memo
                                     fastpath)
 
 
-def _drops_rose(account: UdpReceiveAccount, table: bytearray, got: int) -> list[int]:
-    """The rows of a read whose message the socket queued after dropping some: the last
-    row says whether there are any (the count only grows)."""
+def _drops_rose(account: UdpReceiveAccount, table: bytearray, start: int, got: int
+                ) -> list[int]:
+    """The rows start..got-1 of a read whose message the socket queued after dropping some:
+    the last row says whether there are any (the count only grows)."""
     seen = account.socket_drops
-    if got < 1 or DROPS_AT.unpack_from(table, (got - 1) * ROW.size)[0] <= seen:
+    if got <= start or DROPS_AT.unpack_from(table, (got - 1) * ROW.size)[0] <= seen:
         return []
     rose = []
-    for index in range(got):
+    for index in range(start, got):
         drops = DROPS_AT.unpack_from(table, index * ROW.size)[0]
         if drops > seen:
             rose.append(index)
@@ -128,7 +154,8 @@ def _account_rows(account: UdpReceiveAccount, header: struct.Struct, buffer: mem
         if account.runs_compilable():
             state, index, moved, closed = account_runs(
                 account.run_state(), buffer, slot, table, index, end, header_size,
-                stamping.number_bytes(header), account.BLOCK, account.JUMP_LIMIT)
+                stamping.number_bytes(header), account.BLOCK, account.JUMP_LIMIT,
+                account.growth.prune_after())
             account.set_run_state(state, closed)
             received += moved
         if index < end:

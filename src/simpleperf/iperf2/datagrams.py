@@ -23,7 +23,6 @@ from ..errors import ProtocolError, SimpleperfError
 from ..protocol import iperf2
 from ..stats import UdpReceiveAccount
 from ..transport import compiled, udp
-from ..transport.buffers import aligned
 
 RETRY_SECONDS = 0.01  # iperf2's own client: the last datagram again every 10 ms ...
 REPORT_SECONDS = 2.0  # ... for 2 s
@@ -184,37 +183,40 @@ class UdpReceiver:
 
     def _read_compiled(self, stream: Stream, account: UdpReceiveAccount,
                        stop: threading.Event, fastpath: Any) -> None:
-        """recvmmsg in C, the runs in order accounted in C (udp_receive's compiled path,
-        told iperf2's layout); the row with the client's last datagram in Python."""
-        slot, count = udp.BatchReceiver.SLOT, udp_receive.MESSAGES_PER_READ
-        buffer = aligned(slot * count)
-        table = bytearray(udp_receive.ROW.size * count)
-        read, fd, clock = fastpath.receive, stream.sock.fileno(), time.monotonic
+        """udp_receive's compiled loop, told iperf2's layout; the row with the client's
+        last datagram (a negative number, which the loop leaves) in Python."""
+        reader = udp_receive.CompiledReader(stream.sock, iperf2.LAYOUT, fastpath)
+        buffer, slot, table = reader.buffer, reader.SLOT, reader.table
+        clock = time.monotonic
         received = stream.num_bytes
         while not stop.is_set() and self.last is None:
             try:
-                got = read(fd, buffer, slot, count, table)
+                got, index, moved = reader.read(account)
             except ConnectionRefusedError:
                 continue
-            if not got:
+            if not got and not moved:
                 if self._quiet_too_long(stream, clock()):
                     return
                 continue
-            ending = self._first_ending(buffer, slot, table, got)
-            received += udp_receive.account_read(account, iperf2.LAYOUT, buffer, slot, table,
-                                                 ending, fastpath)
-            if ending < got:
-                length, segment, arrival, _ = udp_receive.ROW.unpack_from(
-                    table, ending * udp_receive.ROW.size)
-                received += self._account(account, buffer, ending * slot, length, segment,
-                                          arrival)
+            received += moved
+            if index < got:
+                ending = self._first_ending(buffer, slot, table, index, got)
+                received += udp_receive.account_read(account, iperf2.LAYOUT, buffer, slot,
+                                                     table, ending, fastpath, index)
+                if ending < got:
+                    length, segment, arrival, _ = udp_receive.ROW.unpack_from(
+                        table, ending * udp_receive.ROW.size)
+                    received += self._account(account, buffer, ending * slot, length,
+                                              segment, arrival)
             udp_receive.progress(stream, received, clock)
 
-    def _first_ending(self, buffer: Any, slot: int, table: bytearray, got: int) -> int:
-        """The first row whose last datagram's number is negative (the client's last); got
-        when none is. The last comes after every other, so a row's last datagram tells."""
+    def _first_ending(self, buffer: Any, slot: int, table: bytearray, start: int, got: int
+                      ) -> int:
+        """The first of rows start..got-1 whose last datagram's number is negative (the
+        client's last); got when none is. The last comes after every other, so a row's last
+        datagram tells."""
         row = udp_receive.ROW
-        for index in range(got):
+        for index in range(start, got):
             length, segment = row.unpack_from(table, index * row.size)[:2]
             at = index * slot + (length - 1) // max(segment, 1) * max(segment, 1)
             if length >= iperf2.DATAGRAM.size and buffer[at + (12 if self.wide else 0)] >= 0x80:

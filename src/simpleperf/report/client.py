@@ -28,6 +28,7 @@ class TestOutput:
         # Read now: by the end of the test, when -J writes it, the sockets are closed.
         self.sockets = json_report.socket_section(streams[0].sock if streams else None,
                                                   options.test.window)
+        self.udp_receive_buffer = json_report.udp_receive_buffer(streams)  # for -V
         self.spec = spec
         self.streams = streams
         self.out = out
@@ -145,14 +146,8 @@ class TestOutput:
         for line in table.latency_lines(idle, loaded):
             self.out(line)
         if self.options.verbose:
-            self.out(table.cpu_line(end["cpu_utilization_percent"],
-                                    self.spec.direction != "reverse"))
-            for stream in self.streams:  # -m: each connection's paths
-                subflows = local.get(stream.number, {}).get("mptcp_subflows")
-                if subflows is not None:
-                    self.out(f"MPTCP {stream.label}: " + (
-                        f"{subflows} subflow{'s' if subflows != 1 else ''}" if subflows
-                        else "fell back to plain TCP (the server did not answer in MPTCP)"))
+            for line in _verbose_lines(self, end, local):
+                self.out(line)
 
     def _start_section(self) -> dict[str, Any]:
         options = self.options
@@ -257,3 +252,21 @@ def _measurement_start(monotonic: float) -> dict[str, Any]:
     namespace of a machine shares (to line up tests run at once), and as Unix time."""
     return {"monotonic": round(monotonic, 6),
             "unix": round(time.time() - (time.monotonic() - monotonic), 6)}
+
+
+def _verbose_lines(output: TestOutput, end: dict[str, Any], local: dict[int, dict[str, Any]]
+                   ) -> list[str]:
+    """-V's lines after the summary: both ends' CPU, the buffer a UDP socket we receive on
+    got, and with -m each connection's paths."""
+    lines = [table.cpu_line(end["cpu_utilization_percent"],
+                            output.spec.direction != "reverse")]
+    if output.udp_receive_buffer is not None:
+        lines.append(table.receive_buffer_line(output.udp_receive_buffer,
+                                               output.options.test.window))
+    for stream in output.streams:
+        subflows = local.get(stream.number, {}).get("mptcp_subflows")
+        if subflows is not None:
+            lines.append(f"MPTCP {stream.label}: " + (
+                f"{subflows} subflow{'s' if subflows != 1 else ''}" if subflows
+                else "fell back to plain TCP (the server did not answer in MPTCP)"))
+    return lines

@@ -58,6 +58,15 @@ def socket_section(sock: socket.socket | None, window: int | None) -> dict[str, 
     return section
 
 
+def udp_receive_buffer(streams: Sequence) -> int | None:
+    """The receive buffer the kernel gave the first UDP stream we receive on (None: none)."""
+    for stream in streams:
+        if not stream.sending and stream.transport.datagrams:
+            with contextlib.suppress(OSError):
+                return stream.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    return None
+
+
 def interval_entries(records: Sequence, transport: Transport, client_sends: Callable[[int], bool],
                      we_are_client: bool) -> list[dict[str, Any]]:
     """Interval objects from records of several intervals, in time order."""

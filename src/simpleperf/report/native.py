@@ -9,6 +9,7 @@ from typing import Any
 from ..delays import ARRIVALS, REPORTED_PERCENTILES, DelayAccount, pdf_line
 from ..description.transports import Transport
 from ..stats import RttSummary, lost_percent
+from ..transport import udp
 from ..units import (
     DISPLAY_UNITS,
     format_amount,
@@ -141,6 +142,15 @@ def cpu_line(cpu: dict[str, float], we_send: bool) -> str:
         line += (f", {remote} {cpu['remote_total']:.1f}% ({cpu['remote_user']:.1f}%u/"
                  f"{cpu['remote_system']:.1f}%s)")
     return line
+
+
+def receive_buffer_line(actual: int, window: int | None) -> str:
+    """-V: the receive buffer a UDP socket of ours got, and why that size."""
+    asked = (f"-w {window}" if window else
+             f"{udp.FORCED_RECEIVE_BUFFER >> 20} MB past net.core.rmem_max where the kernel "
+             f"lets us (root), else up to {udp.RECEIVE_BUFFER >> 20} MB")
+    return (f"UDP receive buffer: {actual} bytes a socket (the kernel's count, double what "
+            f"was asked: {asked})")
 
 
 def latency_lines(idle: RttSummary | None, loaded: RttSummary | None) -> list[str]:

@@ -11,8 +11,9 @@ import struct
 from types import ModuleType
 
 PURE_PYTHON_VARIABLE = "SIMPLEPERF_PURE_PYTHON"  # set to 1: never a compiled path
-# How long a compiled TCP loop writes or reads before Python counts and looks for a stop:
-# short beside any interval, long beside a GIL handover between streams' threads.
+# How long a compiled loop (TCP's writes or reads, UDP's reads and their account) runs
+# before Python counts and looks for a stop: short beside any interval, long beside a GIL
+# handover between streams' threads.
 SLICE_SECONDS = 0.0005
 # A row of the table the fast path's receive() fills, one per message read: its bytes, its
 # datagrams' size (UDP GRO), its arrival (the kernel's stamp, wall clock), the socket's
