@@ -261,6 +261,28 @@ def test_the_compiled_loop_hands_over_what_it_cannot_account(header, steps, firs
     assert moved == size * len(steps)  # a bad one's bytes too, as every path counts them
 
 
+def test_the_compiled_loop_never_waits_on_the_socket_holding_what_it_accounted():
+    """Only a call's first read waits: once datagrams are accounted the loop returns when
+    the socket is empty, not at the socket's receive timeout (a test's end would
+    otherwise be reported without its last datagrams)."""
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    udp.enable_receive_offload(receiver)
+    udp.tcp.set_wake_up(receiver, 5.0)
+    sender = udp.open_connected(socket.AF_INET, None, receiver.getsockname())
+    header, datagram = DATAGRAM_HEADER, bytearray(100)
+    with sender, receiver:
+        for number in (1, 2, 3):
+            header.pack_into(datagram, 0, 1_700_000_000, 0, number)
+            sender.send(datagram)
+        account = UdpReceiveAccount()
+        reader = udp_receive.CompiledReader(receiver, header, fastpath)
+        began = time.monotonic()
+        got, index, moved = reader.read(account)
+        assert time.monotonic() - began < 2.5  # half the socket's timeout
+    assert (got, index, moved, account.highest) == (0, 0, 300, 3)
+
+
 def test_what_the_socket_dropped_is_the_receiving_hosts_loss_in_the_compiled_loop():
     """A socket too small for a burst drops the burst's end; the next datagram is queued
     with the socket's drops risen, and the gap before it is the host's."""

@@ -453,15 +453,17 @@ static void prepare_messages(struct messages *m, unsigned char *buffer, Py_ssize
 
 /* One recvmmsg into the prepared messages (the GIL released by the caller), each message's
  * row filled: the count read, or -1 with the errno in *error (EAGAIN: the socket's receive
- * timeout). */
+ * timeout, or with `at_once` nothing to read). It waits for the first message unless
+ * `at_once`. */
 static int read_messages(int fd, struct messages *m, Py_ssize_t count, struct row *rows,
-                         int fill, int *error)
+                         int fill, int at_once, int *error)
 {
     for (Py_ssize_t i = 0; i < count; i++) {
         m->headers[i].msg_hdr.msg_control = m->controls[i].space;
         m->headers[i].msg_hdr.msg_controllen = sizeof(m->controls[i].space);
     }
-    int got = recvmmsg(fd, m->headers, (unsigned int)count, MSG_WAITFORONE, NULL);
+    int got = recvmmsg(fd, m->headers, (unsigned int)count,
+                       MSG_WAITFORONE | (at_once ? MSG_DONTWAIT : 0), NULL);
     if (got < 0) {
         *error = errno;
         return -1;
@@ -524,7 +526,7 @@ static PyObject *receive(PyObject *self, PyObject *args)
     prepare_messages(&m, (unsigned char *)data.buf, slot, count);
     int got, error = 0;
     Py_BEGIN_ALLOW_THREADS
-    got = read_messages(fd, &m, count, (struct row *)table.buf, fill, &error);
+    got = read_messages(fd, &m, count, (struct row *)table.buf, fill, 0, &error);
     Py_END_ALLOW_THREADS
     if (got < 0) {
         if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
@@ -773,7 +775,8 @@ PyDoc_STRVAR(receive_runs_doc,
 "read up to `count` messages at a time and account each that account_runs() would, until\n"
 "one it would not (or one the socket queued after dropping more than `drops`, or one whose\n"
 "blocks would overflow the writable `blocks`, 16 bytes each). Then, or when `seconds` ran\n"
-"out, or a read timed out (got 0), it returns: the state, the rows of the last read (`got`,\n"
+"out, or a read found nothing (got 0: only the first read of a call waits, up to the\n"
+"socket's receive timeout), it returns: the state, the rows of the last read (`got`,\n"
 "in `table` and `buffer` as receive() leaves them) and the first of them left to the caller\n"
 "(`index`; got when none), the bytes accounted and the blocks closed (in `blocks` as pairs\n"
 "of doubles: least transit, arrival; one arriving after `prune_after` is left out when a\n"
@@ -821,9 +824,11 @@ static PyObject *receive_runs(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     double began = clock_seconds(CLOCK_MONOTONIC), since = began;
     for (;;) {
-        got = read_messages(fd, &m, count, rows, 1, &error);
+        /* only the first read waits: what was accounted is never held back meanwhile */
+        got = read_messages(fd, &m, count, rows, 1, bytes > 0, &error);
         if (got < 0) {
             got = 0;
+            index = 0;
             break;
         }
         long long before = bytes;
