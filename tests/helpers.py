@@ -99,6 +99,18 @@ def start_server(*extra: str) -> tuple[LiveProcess, int]:
     raise AssertionError("unreachable")
 
 
+def end_iperf_server(process: subprocess.Popen) -> str:
+    """An iperf -s ended and what it printed: asked with SIGTERM, killed if it lingers past
+    10 s (2.1.8's server sometimes does), so that no server outlives its test."""
+    process.terminate()
+    try:
+        output, _ = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate(timeout=10)
+    return output
+
+
 def proc_status(pid: int) -> dict[str, int]:
     """Open file descriptors and threads of a process, from /proc."""
     with open(f"/proc/{pid}/status") as status:

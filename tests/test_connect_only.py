@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import LiveProcess, free_port, run_simpleperf, start_server
+from helpers import LiveProcess, end_iperf_server, free_port, run_simpleperf, start_server
 
 pytestmark = pytest.mark.loopback
 
@@ -63,8 +63,7 @@ def test_against_iperf2s_server_and_a_closed_port():
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["end"]["connect_times"]["total"] == 3
     finally:
-        iperf.terminate()
-        log, _ = iperf.communicate(timeout=10)
+        log = end_iperf_server(iperf)
     assert log.count("connected with 127.0.0.1 port") == 3
     closed = run_simpleperf("-c", "127.0.0.1", "-p", str(free_port()), "--connect-only=2")
     assert closed.returncode == 1

@@ -18,6 +18,7 @@ import pytest
 from helpers import (
     SIMPLEPERF,
     LiveProcess,
+    end_iperf_server,
     free_port,
     proc_status,
     run_simpleperf,
@@ -332,7 +333,7 @@ def test_our_bounceback_asks_2_1_8s_server_for_quick_acks_unless_told_not_and_co
                 for flags in ([], ["--bounceback-no-quickack"], ["--bounceback-congest=up"])]
         time.sleep(0.5)
     finally:
-        output = _stop(process)
+        output = end_iperf_server(process)
     assert all(done.returncode == 0 for done in runs), [done.stderr for done in runs]
     connections = re.findall(r"^\[ *(\d+)\] local .*?port \d+ connected with .*$", output,
                              re.M)
@@ -387,7 +388,7 @@ def test_back_to_back_bounceback_at_iperf_2_1_8s_server(pure):
         short, long = (json.loads(bounce("-t", seconds, "-J").stdout)["end"]["round_trips"]
                        for seconds in ("0.5", "1.5"))
     finally:
-        _stop(process)
+        end_iperf_server(process)
     assert long > 2 * short > 0, (short, long)
     assert ours.returncode == 0, ours.stderr
     rows = re.findall(r"^\d\.\d-\d\.\d s  (\d+) round trips  rtt avg/min/max = "
@@ -417,7 +418,7 @@ def test_a_permit_key_is_checked_as_2_1_8_checks_it():
                               "--permit-key", "sesame3", "-t", "1", "-J")
         time.sleep(0.5)
     finally:
-        output = _stop(process)
+        output = end_iperf_server(process)
     assert ours.returncode == 0, ours.stderr
     theirs = _csv_bytes(output)[0]  # 2.1.8's server leaves the key out of its count
     assert json.loads(ours.stdout)["end"]["sum_sent"]["bytes"] == theirs + len("sesame3")
@@ -508,14 +509,8 @@ def _at_iperf2_server(server: tuple[str, ...], *client: str, csv: bool = True
         done = run_simpleperf("-c", "127.0.0.1", "-p", str(port), "--iperf2", *client)
         time.sleep(0.5)
     finally:
-        output = _stop(process)
+        output = end_iperf_server(process)
     return done, output
-
-
-def _stop(process: subprocess.Popen) -> str:
-    process.terminate()
-    output, _ = process.communicate(timeout=10)
-    return output
 
 
 def test_an_iperf2_server_sending_tcp_keeps_to_our_b():
@@ -572,7 +567,7 @@ def test_our_peer_detection_learns_the_iperf2_servers_version():
                               "1")
         time.sleep(0.5)
     finally:
-        output = _stop(process)
+        output = end_iperf_server(process)
     assert done.returncode == 0 and text.returncode == 0, done.stderr + text.stderr
     assert json.loads(done.stdout)["start"]["protocol"] == "iperf2 2.1.8"
     assert text.stdout.startswith("The server is iperf 2.1.8")
@@ -586,7 +581,7 @@ def test_our_bounceback_at_an_iperf2_server_and_at_ours():
                                 "--bounceback-period", "0.5", "--bounceback-hold", "2",
                                 "-t", "1.2", "-J")
     finally:
-        _stop(process)
+        end_iperf_server(process)
     live, ours_port = start_server()
     try:
         ours = run_simpleperf("-c", "127.0.0.1", "-p", str(ours_port), "--bounceback=5",
@@ -616,7 +611,7 @@ def test_our_tcp_trip_times_at_an_iperf2_server_both_ways():
                                 "--isochronous", "30:5m,0", "-t", "1", "-J")
         time.sleep(0.5)
     finally:
-        output = _stop(process)
+        output = end_iperf_server(process)
     assert forward.returncode == 0 and reverse.returncode == 0, forward.stderr + reverse.stderr
     bursts = re.search(r"Burst Latency avg/min/max/stdev \(cnt/size\).*\n.* sec .* "
                        r"([\d.]+)/([\d.]+)/[\d.]+/[\d.]+ ms \((\d+)/(\d+)\)", output)
@@ -708,7 +703,7 @@ def test_our_csv_rows_read_as_iperf2s_own():
                              "10M", "-t", "1", "-i", "0.5", "-y", "C")
         time.sleep(0.5)
     finally:
-        tcp_theirs, udp_theirs = _stop(tcp_server), _stop(udp_server)
+        tcp_theirs, udp_theirs = end_iperf_server(tcp_server), end_iperf_server(udp_server)
     assert tcp.returncode == 0 and udp.returncode == 0, tcp.stderr + udp.stderr
     rows = [line.split(",") for line in tcp.stdout.splitlines()]
     assert [len(r) for r in rows] == [9, 9, 9] and [r[5] for r in rows] == ["1", "2", "-1"]
@@ -740,7 +735,7 @@ def test_our_udp_client_reads_the_iperf2_server_report():
                               "20M", "-t", "1", "-J")
         assert done.returncode == 0, done.stderr
     finally:
-        output = _stop(process)
+        output = end_iperf_server(process)
     document = json.loads(done.stdout)
     (stream,) = document["end"]["streams"]
     rows = [line.split(",") for line in output.splitlines() if line.count(",") >= 12]
