@@ -1,6 +1,8 @@
 """Both ends' CPU for a benchmark run, as the kernel counts it: the client's from the
 rusage of waited-for children, a long-running server's from /proc. Reported as CPU seconds
-per GB moved, so tools running at different rates compare (#17's cost target)."""
+per GB moved, so tools running at different rates compare (#17's cost target). Beside it,
+what the benches share: the kernel's count of UDP datagrams dropped at full sockets, and a
+busy core on demand."""
 
 from __future__ import annotations
 
@@ -58,3 +60,11 @@ def busy_cpu(wanted: bool):
     finally:
         spinner.kill()
         spinner.wait()
+
+
+def socket_drops() -> int:
+    """The kernel's count of UDP datagrams (or coalesced reads) dropped at full receiving
+    sockets, machine-wide (/proc/net/snmp, Udp RcvbufErrors)."""
+    with open("/proc/net/snmp") as snmp:
+        lines = [line.split() for line in snmp if line.startswith("Udp:")]
+    return int(lines[1][lines[0].index("RcvbufErrors")])

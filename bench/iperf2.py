@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from cpu_meter import busy_cpu, process_cpu
+from cpu_meter import busy_cpu, process_cpu, socket_drops
 
 SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
 UDP_RATE = "100G"
@@ -189,14 +189,6 @@ def server_cost(result: tuple[float, ...]) -> str:
     """A server run's CPU per GB and socket drops, where measured."""
     return f" (server {result[2]:.3f} s/GB, socket drops {result[3]})" if len(result) > 2 \
         else ""
-
-
-def socket_drops() -> int:
-    """The kernel's count of UDP datagrams (or coalesced reads) dropped at full receiving
-    sockets, machine-wide (/proc/net/snmp, Udp RcvbufErrors)."""
-    with open("/proc/net/snmp") as snmp:
-        lines = [line.split() for line in snmp if line.startswith("Udp:")]
-    return int(lines[1][lines[0].index("RcvbufErrors")])
 
 
 def summary(name: str, mine: list, other: list) -> None:

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from cpu_meter import CpuMeter, busy_cpu
+from cpu_meter import CpuMeter, busy_cpu, socket_drops
 
 from simpleperf.stats import jain_index, rates_while_all_ran
 
@@ -77,14 +77,6 @@ def alternate(runs: int, ours, theirs, show) -> tuple[list, list]:
         other.append(got["theirs"])
         show(run, mine[-1], other[-1])
     return mine, other
-
-
-def socket_drops() -> int:
-    """The kernel's count of UDP datagrams (or coalesced reads) dropped at full receiving
-    sockets, machine-wide (/proc/net/snmp, Udp RcvbufErrors)."""
-    with open("/proc/net/snmp") as snmp:
-        lines = [line.split() for line in snmp if line.startswith("Udp:")]
-    return int(lines[1][lines[0].index("RcvbufErrors")])
 
 
 def bench_udp(args, ports) -> None:
@@ -201,7 +193,7 @@ def host_lost(lines: list[str]) -> str:
     """Our server's split of a test's loss, from the receiver line of its report."""
     for line in reversed(lines):
         if "by the receiving host" in line:
-            return ": " + line.split("% : ", 1)[-1].split(": ", 1)[-1].split(")")[0]
+            return ": " + line.split("%: ", 1)[1].split(")")[0]
     return ""
 
 

@@ -14,7 +14,7 @@
  * at the first message that needs the Python account's rarer paths (reordering, a far jump).
  * At tens of Gbit/s Python's few microseconds per message were half a core. A UDP
  * receiver runs both in one loop for a slice at a time (#52): Python's per read and per
- * closed block were a fifth of the receiving process, and the sender's wake-ups of a
+ * closed block were a quarter of the receiving process, and the sender's wake-ups of a
  * receiver that outran it slowed the sender.
  * Bounceback: iperf2's message echo at both ends, a round trip a loop.
  *
@@ -704,8 +704,7 @@ PyDoc_STRVAR(account_runs_doc,
 "message left to the caller (got when none), the bytes of the messages accounted and the\n"
 "queue-growth blocks closed, as (least transit, arrival; one arriving after `prune_after`\n"
 "is left out when a later one, arriving no earlier, is at or below it). Messages shorter\n"
-"than a header are\n"
-"passed over, as the Python path does.");
+"than a header are passed over, as the Python path does.");
 
 static PyObject *account_runs(PyObject *self, PyObject *args)
 {
