@@ -11,11 +11,22 @@ and 200 hosts on a switch (200 links), each up in turn:
   over the same seconds.
 
     sudo python3 bench/lab_web.py [--seconds 20]
+
+With --soak SECONDS it measures, instead, whether the console stays flat: a lab of 20
+shaped links up (its nodes named apart from the shipped labs', so that it can run beside
+them), 16 live connections (the most it takes) each dropped and opened again every minute, a
+flow started from the page and a link reshaped every 30 s, and every minute the console's
+threads, open descriptors and resident memory; the last line gives each one's change
+after the first two minutes (warm-up: its executor's threads are made as work comes).
+
+    sudo python3 bench/lab_web.py --soak 3600
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import re
 import shutil
@@ -31,13 +42,15 @@ SIMPLEPERF = [sys.executable, "-m", "simpleperf"]
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def switch_lab(hosts: int) -> str:
-    """`hosts` hosts on one switch: as many links."""
-    lines = [f'name = "web{hosts}"', "[hosts]"] + [f"h{i} = {{}}" for i in range(1, hosts + 1)]
-    lines += ["[switches]", "s1 = {}"]
+def switch_lab(hosts: int, name: str = "", prefix: str = "h", rate: str = "") -> str:
+    """`hosts` hosts on one switch: as many links (`rate`: each shaped so)."""
+    lines = [f'name = "{name or f"web{hosts}"}"', "[hosts]"]
+    lines += [f"{prefix}{i} = {{}}" for i in range(1, hosts + 1)]
+    lines += ["[switches]", f"{prefix}s = {{}}"]
     for i in range(1, hosts + 1):
-        lines += ["[[links]]", f'a = "h{i}"', f'a_address = "10.30.{i // 250}.{i % 250 + 1}/16"',
-                  'b = "s1"']
+        lines += ["[[links]]", f'a = "{prefix}{i}"',
+                  f'a_address = "10.30.{i // 250}.{i % 250 + 1}/16"', f'b = "{prefix}s"']
+        lines += [f'bw = "{rate}"'] if rate else []
     return "\n".join(lines) + "\n"
 
 
@@ -103,10 +116,97 @@ def measure(lab: str, nodes: int, seconds: float) -> None:
           f"{console_cpu / status_cpu:7.2f}", flush=True)
 
 
+def usage(pid: int) -> tuple[int, int, int]:
+    """A process's threads, open descriptors and resident memory (KB)."""
+    fields = dict(line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return (int(fields["Threads"]), len(os.listdir(f"/proc/{pid}/fd")),
+            int(fields["VmRSS"].split()[0]))
+
+
+def watcher(port: str, token: str) -> http.client.HTTPConnection:
+    """A live connection, its first update read."""
+    connection = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
+    connection.request("GET", f"/api/live?token={token}")
+    answer = connection.getresponse()
+    assert answer.status == 200, answer.status
+    answer.fp.readline()
+    return connection
+
+
+def soak(seconds: float) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        spec = Path(folder) / "soak.toml"
+        spec.write_text(switch_lab(20, "soak", "sk", "100M"))
+        subprocess.run([*SIMPLEPERF, "lab", "up", str(spec)], check=True,
+                       stdout=subprocess.DEVNULL, timeout=900)
+    port = "8398"
+    console = subprocess.Popen([*SIMPLEPERF, "lab", "web", "--port", port],
+                               stdout=subprocess.PIPE, text=True)
+    watchers: list[http.client.HTTPConnection] = []
+    try:
+        assert console.stdout is not None
+        found = re.search(r"token=(\S+)", console.stdout.readline())
+        assert found, "lab web printed no address"
+        token = found[1]
+        time.sleep(2)
+        headers = {"X-Simpleperf-Token": token, "Content-Type": "application/json"}
+
+        def ask(path: str, body: dict) -> None:
+            connection = http.client.HTTPConnection("127.0.0.1", int(port), timeout=60)
+            connection.request("POST", path, json.dumps(body), headers)
+            connection.getresponse().read()
+            connection.close()
+
+        print(f"{'minute':>6} {'threads':>8} {'fds':>6} {'RSS KB':>8}", flush=True)
+        began, rows, tick = time.monotonic(), [], 0
+        while time.monotonic() - began < seconds:
+            if tick % 60 == 0:  # every watcher dropped and opened again, then a reading
+                for connection in watchers:
+                    connection.close()
+                if watchers:  # the console frees a place at its next update's write
+                    time.sleep(1.5)
+                watchers = [watcher(port, token) for _ in range(16)]
+                rows.append(usage(console.pid))
+                print(f"{tick // 60:>6} {rows[-1][0]:>8} {rows[-1][1]:>6} {rows[-1][2]:>8}",
+                      flush=True)
+            if tick % 30 == 0:
+                ask("/api/labs/soak/flows", {"kind": "tcp", "from": "sk1", "to": "sk20",
+                                             "duration": "5s"})
+                rate = "50M" if tick % 60 == 0 else "100M"
+                ask("/api/labs/soak/links/sk20-sks", {"action": "set", "set": {"rate": rate}})
+            for connection in watchers:  # drain what the live connections were sent
+                connection.sock.setblocking(False)
+                try:
+                    while connection.sock.recv(1 << 16):
+                        pass
+                except BlockingIOError:
+                    pass
+            tick += 1
+            time.sleep(max(0.0, began + tick - time.monotonic()))
+        if len(rows) > 2:
+            warm, last = rows[2], rows[-1]
+            print(f"after minute 2: threads {last[0] - warm[0]:+d}, descriptors "
+                  f"{last[1] - warm[1]:+d}, memory {last[2] - warm[2]:+d} KB "
+                  f"({(last[2] - warm[2]) / warm[2] * 100:+.1f} %)")
+    finally:
+        for connection in watchers:
+            connection.close()
+        console.terminate()
+        console.wait(20)
+        subprocess.run([*SIMPLEPERF, "lab", "down", "soak"], check=False,
+                       stdout=subprocess.DEVNULL, timeout=900)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--soak", type=float, metavar="SECONDS",
+                        help="measure, instead, whether the console stays flat this long")
     args = parser.parse_args()
+    if args.soak:
+        soak(args.soak)
+        return
     print(f"{'lab':>10} {'nodes':>5} {'load s':>9} {'status s':>9} {'ratio':>7} "
           f"{'updates/s':>8} {'web CPU':>9} {'watch CPU':>9} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as folder:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import SIMPLEPERF, free_port
@@ -22,9 +23,9 @@ from hypothesis import strategies as st
 from lab_helpers import Ready, lab
 
 from simpleperf.lab.model import topology
-from simpleperf.lab.net import build, changes, ownership
+from simpleperf.lab.net import build, changes, journal, ownership
 from simpleperf.lab.net.shaping import delayline
-from simpleperf.lab.web import actions, counters, qdiscs, views
+from simpleperf.lab.web import actions, captures, counters, positions, qdiscs, views
 from simpleperf.lab.web.vendored import VENDORED
 
 STATIC = Path(views.__file__).parent / "static"
@@ -82,7 +83,10 @@ def test_a_direction_s_queue_is_read_where_it_sits():
     (rates,) = views.link_rates(model, views.Reading(0.0, ends, tbf(3, 10)),
                                 views.Reading(1.0, ends, tbf(40, 25)), egress)
     assert rates["a_to_b"]["queue_packets"] == 40 and rates["a_to_b"]["dropped"] == 15
+    # 60,000 bytes queued drain in 24 ms at 20 Mbit/s
+    assert rates["a_to_b"]["queue_delay"] == pytest.approx(0.024)
     assert "queue_packets" not in rates["b_to_a"]  # nothing read at w1a
+    assert "queue_delay" not in rates["b_to_a"]
     own = {"pair": {("h1-h2", "a_to_b"): {"packets": 7, "bytes": 10500, "drops": 4,
                                           "marks": 9}}}
     later = {"pair": {("h1-h2", "a_to_b"): {"packets": 2, "bytes": 3000, "drops": 6,
@@ -91,6 +95,11 @@ def test_a_direction_s_queue_is_read_where_it_sits():
                                 views.Reading(1.0, ends, tbf(40, 25), later), egress)
     assert (rates["a_to_b"]["queue_packets"], rates["a_to_b"]["dropped"],
             rates["a_to_b"]["marked"]) == (2, 2, 3)  # the own discipline's, not tbf's
+    assert rates["a_to_b"]["queue_delay"] == pytest.approx(3000 * 8 / 20e6)
+    unlimited = topology.pair(delay="5ms")  # no rate: nothing to drain at
+    (rates,) = views.link_rates(unlimited, views.Reading(0.0, ends, tbf(3, 10)),
+                                views.Reading(1.0, ends, tbf(40, 25)), egress)
+    assert rates["a_to_b"]["queue_packets"] == 40 and "queue_delay" not in rates["a_to_b"]
 
 
 def test_the_portfolio_is_drawn_with_its_15_nodes_14_links_and_every_property():
@@ -222,8 +231,8 @@ class WebConsole:
                 time.sleep(0.1)
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None,
-                body: bytes | None = None) -> tuple[int, bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                body: bytes | None = None, seconds: float = 10.0) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=seconds)
         try:
             connection.request(method, path, body=body, headers=headers or {})
             answer = connection.getresponse()
@@ -238,8 +247,8 @@ class WebConsole:
 
 
 @pytest.mark.root
-def test_the_console_answers_only_its_token_at_its_own_address():
-    console = WebConsole()
+def test_the_console_answers_only_its_token_at_its_own_address(tmp_path):
+    console = WebConsole("--results", str(tmp_path))
     try:
         status, page = console.request("GET", f"/?token={console.token}")
         assert status == 200 and b"cytoscape.min.js" in page
@@ -268,6 +277,24 @@ def test_the_console_answers_only_its_token_at_its_own_address():
         assert status == 409 and b"no-such-lab" in said and said.count(b"\n") == 1, said
         assert console.request("POST", change, token, b"x" * 100_000)[0] == 413
         assert console.request("GET", "/api/labs", {**token, "X-Big": "y" * 10_000})[0] == 400
+        # the page's other requests: one line and a status each, never a traceback
+        for method, path, body, expected in (
+                ("POST", "/api/labs/no-such-lab/positions", b'{"h1": {"x": 1, "y": 2}}', 409),
+                ("POST", "/api/labs/no-such-lab/positions", b"[", 400),
+                ("POST", "/api/labs/no-such-lab/captures", b'{"where": "L1"}', 409),
+                ("POST", "/api/labs/no-such-lab/captures", b"nope", 400),
+                ("POST", "/api/labs/no-such-lab/captures/1/stop", b"", 404),
+                ("POST", "/api/labs/no-such-lab/captures/x/stop", b"", 404),
+                ("GET", "/api/labs/no-such-lab/captures/1/pcap", None, 404),
+                ("POST", "/api/labs/no-such-lab/flows", b'{"kind": "tcp"}', 409),
+                ("POST", "/api/labs/no-such-lab/flows/1/stop", b"", 404),
+                ("GET", "/runs/nope/report.html", None, 404),
+                ("GET", "/runs/..%2F..%2Fetc/report.html", None, 404)):
+            status, said = console.request(method, path, token, body)
+            assert status == expected and said.count(b"\n") == 1, (path, status, said)
+        assert console.request("GET", "/runs/nope/report.html")[0] == 403
+        status, listed = console.request("GET", "/api/runs", token)
+        assert status == 200 and json.loads(listed)["runs"] == []
     finally:
         errors = console.close()
     assert "Traceback" not in errors
@@ -288,6 +315,90 @@ def test_a_bad_port_or_a_port_taken_is_one_line():
     assert taken.stderr.count("\n") == 1 and "Traceback" not in taken.stderr
 
 
+def _live(console: WebConsole, lab: str, until, seconds: float) -> tuple[Any, list]:
+    """The console's live updates of `lab`, read as a page reads them, until `until(update)`
+    is truthy (its value) or `seconds` pass (None); and every update read."""
+    connection = http.client.HTTPConnection("127.0.0.1", console.port, timeout=seconds + 5)
+    seen: list = []
+    try:
+        connection.request("GET", f"/api/live?token={console.token}")
+        answer = connection.getresponse()
+        assert answer.status == 200
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            line = answer.fp.readline()
+            if not line.startswith(b"data: "):
+                continue
+            update = json.loads(line[6:])["labs"].get(lab)
+            if update is None:
+                continue
+            seen.append(update)
+            found = until(update)
+            if found:
+                return found, seen
+        return None, seen
+    finally:
+        connection.close()
+
+
+def _forward(update: dict) -> dict:
+    (link,) = update["links"] or [{"a_to_b": None}]
+    return link["a_to_b"] or {}
+
+
+@pytest.mark.lab
+@pytest.mark.root
+@pytest.mark.guest
+def test_the_console_reads_the_shaper_s_rate_and_queue_and_reshapes_its_link():
+    """With the own shaper and with netem (in the guest; Chromium is too slow under its
+    emulated processor, so this drives the page's requests itself): a TCP flow started
+    through the console across a 20 Mbit/s pair reads as the link's goodput within 10 %,
+    its queue where the shaper keeps it; the link set to 5 Mbit/s through the console
+    shows in `lab status` and the live rate follows; the flow stopped, the link falls
+    quiet; the lab's journal has each step."""
+    lab("up", "pair", "--rate", "20M", "--delay", "5ms")
+    console = WebConsole()
+    token = {"X-Simpleperf-Token": console.token}
+    # (the guest's emulated processor takes seconds to start a Python process: the flow's
+    # server, then its client, before the link carries anything)
+    try:
+        status, said = console.request("POST", "/api/labs/pair/flows", token, json.dumps(
+            {"kind": "tcp", "from": "h1", "to": "h2", "duration": "90s",
+             "congestion": "cubic"}).encode(), seconds=60.0)
+        assert status == 200, said
+        flow = json.loads(said)["id"]
+        full, seen = _live(console, "pair", lambda u: 18e6 <= (_forward(u).get(
+            "bits_per_second") or 0) <= 22e6 and _forward(u), 60.0)
+        assert full, [_forward(u) for u in seen]
+        queued, seen = _live(console, "pair", lambda u: (_forward(u).get("queue_packets") or
+                                                         0) > 0 and _forward(u), 10.0)
+        assert queued and queued["queue_delay"] > 0, [_forward(u) for u in seen]
+        status, said = console.request("POST", "/api/labs/pair/links/h1-h2", token,
+                                       b'{"action": "set", "set": {"rate": "5M"}}',
+                                       seconds=60.0)
+        assert status == 200 and json.loads(said)["done"] == "h1-h2 set bw 5M", said
+        assert re.search(r"^  h1-h2 .* 5 Mbit/s", lab("status", "pair").stdout, re.M)
+        slow, seen = _live(console, "pair", lambda u: 4.5e6 <= (_forward(u).get(
+            "bits_per_second") or 0) <= 5.5e6 and _forward(u), 15.0)
+        assert slow, [_forward(u) for u in seen]
+        status, said = console.request("POST", f"/api/labs/pair/flows/{flow}/stop", token,
+                                       seconds=60.0)
+        assert status == 200 and json.loads(said)["state"] == "stopped", said
+        quiet, seen = _live(console, "pair", lambda u: (_forward(u).get(
+            "bits_per_second") or 0) < 1e6 and not [f for f in u["flows"] if f["state"] ==
+                                                    "running"], 10.0)
+        assert quiet, [_forward(u) for u in seen]
+        done = lab("status", "pair").stdout
+        for line in (f"flow {flow} started: tcp h1 -> h2 for 90 s (from the console)",
+                     "link h1-h2 set bw 5M (from the console)",
+                     f"flow {flow} stopped (from the console)"):
+            assert line in done, done
+    finally:
+        errors = console.close()
+        lab("down", "pair", check=False, timeout=120)
+    assert "Traceback" not in errors
+
+
 # -- in Chromium ------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -305,6 +416,9 @@ def _watching(name: str, *up: str, up_seconds: float = 60):
         errors = console.close()
         lab("down", name, check=False, timeout=120)
     assert "Traceback" not in errors
+    # what the page kept with the lab went with it
+    for kept in (positions.path(name), journal.path(name), captures.folder(name)):
+        assert not kept.exists(), kept
 
 
 LAST_RATE = ("const s = window.simpleperfConsole.series['h1-h2']; "
@@ -391,6 +505,17 @@ def test_the_page_draws_the_portfolio_s_15_nodes_and_14_links_and_a_link_taken_d
         assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
                               "s.drawn.nodes === 15 && s.drawn.links === 14")
         loaded = time.monotonic() - began
+        # the first layout is kept with the lab: a page opened again draws it the same way
+        assert _wait(browser, "return window.simpleperfConsole.positionsSaved === 'saved'")
+        placed = browser.execute_script("return window.simpleperfConsole.positions()")
+        kept = json.loads(positions.path("portfolio").read_text())
+        assert set(kept) == set(placed) and len(kept) == 15
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
+                              "s.drawn.nodes === 15")
+        again = browser.execute_script("return window.simpleperfConsole.positions()")
+        assert all(abs(again[n]["x"] - kept[n]["x"]) < 0.5 and
+                   abs(again[n]["y"] - kept[n]["y"]) < 0.5 for n in kept), (again, kept)
         kinds = browser.execute_script("return window.simpleperfConsole.lab.nodes"
                                        ".map(n => n.kind)")
         assert sorted(set(kinds)) == ["host", "router", "switch"]
@@ -417,23 +542,188 @@ def test_a_peering_taken_down_from_the_page_reroutes_and_the_timeline_shows_it()
         browser.get(f"{console.base}?token={console.token}")
         assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn && "
                               "s.lab.lab === 'wan'", 15.0)
+        # a flow from the page crosses the preferred peering, its path drawn on the graph
+        flow = browser.execute_script(
+            "return window.simpleperfConsole.startFlow({kind: 'ping', from: 'h1', to: 'h3', "
+            "duration: '60s'})")
+        assert flow and "P13" in flow["path"] and "P12" not in flow["path"], flow
+        assert _wait(browser, "return (window.simpleperfConsole.highlighted || [])"
+                              ".includes('P13')")
         browser.execute_script("window.simpleperfConsole.select('P13')")
         browser.find_element("id", "down").click()
-        down = _wait(browser, "const t = window.simpleperfConsole.timeline; "
-                              "return t.find(e => e.startsWith('P13 down'))", 90.0)
-        assert down and "routing: converged" in down, down
+        timeline = "const t = window.simpleperfConsole.timeline; "
+        down = _wait(browser, timeline + "return t.find(e => e === 'link P13 down (page)')",
+                     90.0)
+        assert down, browser.execute_script(timeline + "return t")
+        # what routing did after it, from the lab's journal, and what the routers
+        # themselves logged: the peering's two BGP sessions closed as its interface went
+        routed = _wait(browser, timeline + "return t.find(e => e.startsWith('routing: "
+                                "converged') && e.includes('(after link P13 down)'))", 30.0)
+        assert routed, browser.execute_script(timeline + "return t")
+        said = _wait(browser, timeline + "const d = t.filter(e => e.startsWith('router ') "
+                              "&& / BGP session with \\S+ \\(r[24]\\) down/.test(e)); "
+                              "return d.length >= 2 ? d : null", 15.0)
+        assert said, browser.execute_script(timeline + "return t")
+        assert "link P13 down (from the console)" in lab("status", "wan").stdout
+        # the flow's path now: through the transit AS
+        moved = _wait(browser, "const h = window.simpleperfConsole.highlighted || []; "
+                               "return h.includes('P12') && h.includes('P23') && "
+                               "!h.includes('P13') && h", 10.0)
+        assert moved, browser.execute_script("return window.simpleperfConsole.highlighted")
         reached = subprocess.run(["ip", "netns", "exec", "h1", "ping", "-c", "2", "-W", "2",
                                   str(topology.load("wan").address_of("h3"))],
                                  capture_output=True, text=True, timeout=30)
         assert reached.returncode == 0, reached.stdout
         browser.find_element("id", "up").click()
-        back = _wait(browser, "const t = window.simpleperfConsole.timeline; "
-                              "return t.find(e => e.startsWith('P13 up'))", 90.0)
-        assert back, browser.execute_script("return window.simpleperfConsole.timeline")
+        back = _wait(browser, timeline + "return t.find(e => e === 'link P13 up (page)')",
+                     90.0)
+        assert back, browser.execute_script(timeline + "return t")
+        again = _wait(browser, timeline + "return t.filter(e => e.startsWith('router ') && "
+                               "/ BGP session with \\S+ \\(r[24]\\) up$/.test(e)).length", 30.0)
+        assert again and again >= 2, browser.execute_script(timeline + "return t")
         shown = browser.execute_script("return [...document.querySelectorAll('#timeline li')]"
                                        ".map(e => e.textContent)")
-        assert any("P13 down" in line for line in shown) and any("P13 up" in line
-                                                                  for line in shown)
+        assert any("link P13 down" in line for line in shown) and any(
+            "link P13 up" in line for line in shown)
+        # newest first: the return above the outage
+        assert [i for i, line in enumerate(shown) if "link P13 up (page)" in line][0] < \
+            [i for i, line in enumerate(shown) if "link P13 down (page)" in line][0]
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_a_capture_from_the_page_downloads_as_pcapng_and_an_rpm_flow_gives_its_result():
+    """A capture of the selected link started from the page's form while a TCP flow from
+    the page crosses it, stopped from its row: the pcapng it downloads (with the token) holds
+    the flow's packets, and `lab analyze`'s table beside it says so; an rpm flow started
+    from the page ends with its RPM; the lab's journal has each, marked as the page's."""
+    with _watching("pair", "--rate", "20M", "--delay", "10ms") as (console, browser):
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn")
+        browser.execute_script("window.simpleperfConsole.select('h1-h2')")
+        browser.find_element("id", "start-capture").click()
+        started = _wait(browser, "return window.simpleperfConsole.lastCapture")
+        assert started and started["ok"] and started["said"]["where"] == "h1-h2", started
+        assert "lab web capture 1 of h1-h2: pid" in lab("status", "pair").stdout
+        flow = browser.execute_script(
+            "return window.simpleperfConsole.startFlow({kind: 'tcp', from: 'h1', to: 'h2', "
+            "duration: '3s'})")
+        assert flow and flow["path"] == ["h1-h2"], flow
+        assert _wait(browser, "const f = window.simpleperfConsole.flows; "
+                              "return f && f.length && f[0].state === 'ended'", 15.0)
+        browser.find_element("css selector", "#captures button.stop-capture").click()
+        ended = _wait(browser, "const c = window.simpleperfConsole.captures; "
+                               "return c && c[0].state === 'ended' && c[0]", 15.0)
+        assert ended and ended["packets"] > 1000, ended
+        assert any("10.0.0.1" in line and "10.0.0.2" in line for line in ended["analysis"])
+        link = browser.find_element("css selector", "#captures a.pcap").get_attribute("href")
+        assert link.endswith(f"/api/labs/pair/captures/1/pcap?token={console.token}")
+        status, data = console.request("GET", link.split(str(console.port), 1)[1])
+        assert status == 200 and data[:4] == b"\x0a\x0d\x0d\x0a"  # pcapng's first block
+        assert len(data) == ended["bytes"]
+        assert console.request("GET", "/api/labs/pair/captures/1/pcap")[0] == 403
+        rpm = browser.execute_script(
+            "return window.simpleperfConsole.startFlow({kind: 'rpm', from: 'h1', to: 'h2', "
+            "duration: '4s'})")
+        assert rpm and rpm["kind"] == "rpm", browser.execute_script(
+            "return window.simpleperfConsole.lastFlow")
+        measured = _wait(browser, "const f = (window.simpleperfConsole.flows || []).find("
+                                  f"f => f.id === {rpm['id']}); return f && f.rpm", 40.0)
+        assert measured and measured > 0, browser.execute_script(
+            "return window.simpleperfConsole.flows")
+        status_text = lab("status", "pair").stdout
+        for said in ("capture 1 of h1-h2 started (from the console)",
+                     "capture 1 of h1-h2 ended: ", f"flow {rpm['id']} started: rpm h1 -> h2"):
+            assert said in status_text, status_text
+        assert captures.folder("pair").is_dir()
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_past_runs_are_listed_with_their_verdicts_and_open_their_report(tmp_path):
+    """A run of a small experiment, then the console on its results folder: the page lists
+    it with its case's verdict, and its report opens from the list."""
+    plan = tmp_path / "tiny.toml"
+    plan.write_text(TINY)
+    lab("run", str(plan), "--quick", "--results", str(tmp_path / "runs"), timeout=300)
+    (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    console = WebConsole("--results", str(tmp_path / "runs"))
+    browser = _browser()
+    try:
+        browser.get(f"{console.base}?token={console.token}")
+        runs = _wait(browser, "const s = window.simpleperfConsole; "
+                              "return s && s.runs.length && s.runs", 15.0)
+        assert runs and runs[0]["name"] == folder.name and runs[0]["experiment"] == "tiny"
+        (case,) = runs[0]["verdicts"]
+        assert case["case"] == "1" and case["within"] in (True, False), case
+        row = browser.find_element("css selector", "#runs tbody tr").text
+        assert "tiny" in row and ("1 within" in row or "1 outside" in row), row
+        report = browser.find_element("css selector", "#runs a.report").get_attribute("href")
+        browser.get(report)
+        assert "simpleperf lab run: tiny" in browser.find_element("tag name", "h1").text
+        assert browser.find_elements("css selector", "table.verdicts")
+    finally:
+        browser.quit()
+        errors = console.close()
+    assert "Traceback" not in errors
+
+
+@pytest.mark.lab
+@pytest.mark.root
+def test_the_bufferbloat_tutorial_s_live_steps_show_the_queue_and_its_cure():
+    """docs/tutorials/bufferbloat.md, "Watch it live": across a 20 Mbit/s link with a
+    1000-packet drop-tail queue, a CUBIC flow and a ping started from the page; the ping's
+    RTT climbs past 300 ms (1000 frames take 606 ms to drain) while the queue holds hundreds
+    of packets; fq_codel set from the page brings it to the path's 20 ms, the link still
+    full."""
+    with _watching("pair", "--rate", "20M", "--delay", "10ms", "--queue", "1000") as (
+            console, browser):
+        browser.get(f"{console.base}?token={console.token}")
+        assert _wait(browser, "const s = window.simpleperfConsole; return s && s.drawn")
+        start = "return window.simpleperfConsole.startFlow(%s)"
+        bulk = browser.execute_script(start % json.dumps(
+            {"kind": "tcp", "from": "h1", "to": "h2", "duration": "70s",
+             "congestion": "cubic"}))
+        ping = browser.execute_script(start % json.dumps(
+            {"kind": "ping", "from": "h1", "to": "h2", "duration": "70s"}))
+        assert bulk and ping, browser.execute_script("return window.simpleperfConsole.lastFlow")
+        last_rtt = ("const f = (window.simpleperfConsole.flows || []).find(f => f.id === "
+                    f"{ping['id']}); const s = f && f.samples[f.samples.length - 1]; "
+                    "return s && s.rtt_ms; ")
+        bloated = _wait(browser, last_rtt.replace("return s && s.rtt_ms; ",
+                                                  "return s && s.rtt_ms > 300 && s.rtt_ms;"),
+                        30.0)
+        assert bloated, browser.execute_script(last_rtt)
+        queued = browser.execute_script("const s = window.simpleperfConsole.series['h1-h2']; "
+                                        "return Math.max(...s.queue_ab.slice(-5))")
+        assert queued > 300, queued
+        browser.execute_script("window.simpleperfConsole.select('h1-h2')")
+        browser.find_element("name", "qdisc").send_keys("fq_codel")
+        browser.find_element("id", "set").click()
+        done = _wait(browser, "return window.simpleperfConsole.lastAction")
+        assert done and done["ok"] and "qdisc fq_codel" in done["said"], done
+        cured = _wait(browser, last_rtt.replace("return s && s.rtt_ms; ",
+                                                "return s && s.rtt_ms < 40 && s.rtt_ms;"), 20.0)
+        assert cured and cured >= 20, browser.execute_script(last_rtt)
+        full = _wait(browser, LAST_RATE + "return last > 17e6 && last", 5.0)
+        assert full and full <= 21e6, browser.execute_script(LAST_RATE + "return s.ab")
+
+
+TINY = """
+name = "tiny"
+topology = "pair"
+[pair]
+rate = "20M"
+delay = "5ms"
+[quick]
+duration = "3s"
+[cases]
+1 = "one flow"
+[[steps]]
+case = "1"
+name = "tcp"
+flows = [{ kind = "tcp", from = "h1", to = "h2" }]
+"""
 
 
 @pytest.mark.lab

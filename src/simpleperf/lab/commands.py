@@ -20,7 +20,7 @@ from .containerlab import export as clab_export
 from .containerlab import load as clab_load
 from .model import link_properties, theory, topology
 from .model.datafiles import DataFileError
-from .net import build, changes, lifecycle, ownership, stages
+from .net import build, changes, journal, lifecycle, ownership, stages
 from .net.capture import CaptureError
 from .net.routing import tables
 from .net.shaping.probe import SHAPER_ENV, SHAPERS
@@ -32,6 +32,7 @@ from .results.errors import ResultsError
 
 DEFAULT_RESULTS = "simpleperf-results"
 WEB_PORT = 8089  # lab web's default port
+STATUS_JOURNAL = 10  # lines of the lab's journal `lab status` shows
 RTT_TABLE_HOSTS = 16  # lab status: a table of expected RTTs up to this many hosts
 
 
@@ -107,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--listen", default="127.0.0.1", metavar="ADDRESS", help="the address "
                      "it listens on (default 127.0.0.1: the page is a root interface, so "
                      "another address is said as a warning)")
+    web.add_argument("--results", default=DEFAULT_RESULTS, metavar="DIR",
+                     help=f"where the past runs it lists are (default {DEFAULT_RESULTS})")
     return parser
 
 
@@ -289,7 +292,8 @@ def _web(args: argparse.Namespace) -> int:
               "its token controls the labs as root", file=sys.stderr)
     token = secrets.token_urlsafe(24)
     try:
-        app.serve(args.listen, args.port, token, lambda line: print(line, flush=True))
+        app.serve(args.listen, args.port, token, Path(args.results),
+                  lambda line: print(line, flush=True))
     except OSError as error:
         raise lifecycle.LabError(f"cannot listen on {args.listen} port {args.port}: "
                                  f"{error.strerror or error}") from None
@@ -416,6 +420,11 @@ def describe(record: ownership.LabRecord) -> str:
     if model.runs_daemons and record.state == "up":
         model = tables.routed(model)
         lines += routing_lines(record, model)
+    done = journal.read(record.lab, STATUS_JOURNAL)
+    if done:
+        lines.append(f"done while up (the last {STATUS_JOURNAL} at most; the console's "
+                     "changes marked)")
+        lines += [f"  {entry.line()}" for entry in done]
     return "\n".join(lines + _rtt_table(model))
 
 

@@ -20,6 +20,7 @@ import json
 import re
 import select
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ DUMPCAP = "dumpcap"
 # UDP (8) and simpleperf's 16-byte datagram header.
 HEADERS_SNAPLEN = 144
 READY_SECONDS = 10.0
+STOP_SECONDS = 10.0
 _PACKETS = re.compile(r"Packets captured: (\d+)")
 _FILTER_REASON = re.compile(r"\(([^()]*(?:syntax|unknown|parse|illegal)[^()]*)\)")
 _DROPPED = re.compile(r"received/dropped on interface '[^']*': \d+/(\d+)")
@@ -183,6 +185,19 @@ def wait_ready(process: subprocess.Popen) -> str | None:
             return None
         if line.strip():
             lines.append(line.strip())
+
+
+def end(process: subprocess.Popen) -> str:
+    """Stop a dumpcap (SIGINT: it closes its file properly; killed if it has not within
+    STOP_SECONDS); what it said on stderr."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        _, stderr = process.communicate(timeout=STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+    return stderr or ""
 
 
 def summary(stderr: str) -> tuple[int | None, int | None]:

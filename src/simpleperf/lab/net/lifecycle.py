@@ -13,7 +13,7 @@ from typing import Any
 
 from ...transport import compiled
 from ..model import topology
-from . import build, changes, ownership
+from . import build, changes, journal, ownership
 from .routing import convergence, daemons, perpacket
 from .shaping import delayline
 from .shaping.probe import Capabilities, probe
@@ -86,13 +86,15 @@ def model_of(record: ownership.LabRecord) -> topology.Topology:
     return changes.current(record, rebuild(record.topology))
 
 
-def change(name: str | None, wanted: changes.Change) -> tuple[float, str]:
+def change(name: str | None, wanted: changes.Change, by: str = "command"
+           ) -> tuple[float, str]:
     """Make one change to a running lab; the seconds it took and, in a routed lab, what
-    routing did after it (converged again, or which hosts are cut off)."""
+    routing did after it (converged again, or which hosts are cut off). The lab's journal
+    says what was done, and `by` whom (journal.BY)."""
     require_root("change a lab's links and nodes")
     record = find(name)
     base = rebuild(record.topology)
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     with ownership.locked(record.lab):
         record = ownership.load(record.lab) or record
         try:
@@ -100,17 +102,21 @@ def change(name: str | None, wanted: changes.Change) -> tuple[float, str]:
         except (CommandError, topology.TopologyError) as error:
             raise LabError(str(error)) from None
     took = time.monotonic() - started
+    what = f"{'node' if wanted.target in base.nodes else 'link'} {wanted.describe()}"
+    journal.note(record.lab, what, by, at=began)
     if not base.runs_daemons:
         return took, ""
     try:
         done = convergence.wait(record.lab, base, RECONVERGENCE_BOUND, set(record.links_down))
     except topology.TopologyError as error:
-        return took, f"routing: {error}"
-    said = f"routing: converged {done.settled:.2f} s after the change"
-    if done.unreachable:
-        shown = ", ".join(f"{a}->{b}" for a, b in done.unreachable[:6])
-        said += (f"; {len(done.unreachable)} host pairs have no path: {shown}"
-                 + (" ..." if len(done.unreachable) > 6 else ""))
+        said = f"routing: {error}"
+    else:
+        said = f"routing: converged {done.settled:.2f} s after the change"
+        if done.unreachable:
+            shown = ", ".join(f"{a}->{b}" for a, b in done.unreachable[:6])
+            said += (f"; {len(done.unreachable)} host pairs have no path: {shown}"
+                     + (" ..." if len(done.unreachable) > 6 else ""))
+    journal.note(record.lab, f"{said} (after {what})", by)
     return took, said
 
 

@@ -40,6 +40,9 @@ RECORD_DIR = Path(os.environ.get("SIMPLEPERF_LAB_DIR", "/run/simpleperf/labs"))
 # caller can take down the labs it made, and none of anyone else's.
 SESSION_ENV = "SIMPLEPERF_LAB_SESSION"
 RECORD_SUFFIX = ".record.json"
+# Files a running lab keeps beside its record, which go with it: its journal (journal.py)
+# and where the console's page placed its nodes.
+JOURNAL_SUFFIX, POSITIONS_SUFFIX = ".journal.jsonl", ".positions.json"
 _SAVING = threading.Lock()
 
 
@@ -228,6 +231,9 @@ def tear_down(record: LabRecord) -> TearDown:
     record.path.unlink(missing_ok=True)
     for leftover in RECORD_DIR.glob(f"{record.lab}.delayline*"):
         leftover.unlink(missing_ok=True)
+    for suffix in (JOURNAL_SUFFIX, POSITIONS_SUFFIX):
+        for kept in (f"{record.lab}{suffix}", f"{record.lab}{suffix}.tmp"):  # one half saved
+            (RECORD_DIR / kept).unlink(missing_ok=True)
     return result
 
 

@@ -5,7 +5,6 @@ the cap ended early says so."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from pathlib import Path
 
@@ -13,8 +12,6 @@ from ..model.outcomes import CaptureOutcome
 from ..model.topology import Topology
 from ..net import capture, ownership
 from ..net.system import CommandError
-
-STOP_SECONDS = 10.0
 
 
 class StepCaptures:
@@ -65,15 +62,9 @@ class StepCaptures:
         return outcomes
 
     def _end(self, process: subprocess.Popen) -> str:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)  # dumpcap closes the file properly
-        try:
-            _, stderr = process.communicate(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, stderr = process.communicate()
+        stderr = capture.end(process)
         ownership.remove_process(self.record, process.pid)
-        return stderr or ""
+        return stderr
 
 
 def _analyse(outcome: CaptureOutcome, path: Path) -> None:

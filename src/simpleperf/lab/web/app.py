@@ -15,12 +15,13 @@ import json
 import logging
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from ..net import build, lifecycle, ownership
-from . import actions, counters, qdiscs, running, views
+from . import counters, positions, qdiscs, runs, steer, timeline, views
 
 TOKEN_HEADER = "X-Simpleperf-Token"
 LIVE_SECONDS = 1.0  # a reading of every lab's counters this often
@@ -32,22 +33,20 @@ STATIC = {"console.js": "text/javascript", "console.css": "text/css",
           "vendor/uPlot.iife.min.js": "text/javascript", "vendor/uPlot.min.css": "text/css"}
 
 
-def _refusal(status: int, why: str) -> web.Response:
-    return web.Response(status=status, text=why + "\n", content_type="text/plain")
-
-
 class Console:
     """The labs as the page sees them: their models (rebuilt when a record changes) and
     the last two readings of their counters."""
 
-    def __init__(self, token: str, hosts: set[str]) -> None:
+    def __init__(self, token: str, hosts: set[str], results: Path) -> None:
         self.token, self.hosts = token, hosts
         self.models: dict[str, tuple[float, Any, dict[str, Any]]] = {}  # lab -> (mtime, ...)
         self.previous: views.Reading | None = None  # the last reading, every lab's
-        self.live: dict[str, Any] = {"at": None, "labs": {}}
+        self.live = b""  # the last update, as the live connections send it
         self.changed = asyncio.Condition()
         self.watchers = 0
-        self.flows = running.PageFlows()
+        self.steering = steer.Steering(self.labs)
+        self.timelines = timeline.Timelines()
+        self.runs = runs.PastRuns(results)
 
     # -- the labs ------------------------------------------------------------------------
 
@@ -80,27 +79,34 @@ class Console:
             models = {lab: model for lab, (model, _) in labs.items()}
             egress = {lab: build.wire_egress(model) for lab, model in models.items()}
             reading = await loop.run_in_executor(None, _reading, models, egress)
+            timelines = await loop.run_in_executor(None, self._timelines, models)
             before, self.previous = self.previous, reading
             rates = {lab: {"links": [] if before is None else views.link_rates(
                                model, before, reading, egress[lab]),
-                           "flows": self.flows.of(lab)} for lab, model in models.items()}
+                           "timeline": timelines[lab], **self.steering.live(lab)}
+                     for lab, model in models.items()}
+            update = json.dumps({"at": time.time(), "labs": rates})
             async with self.changed:
-                self.live = {"at": time.time(), "labs": rates}
+                self.live = f"data: {update}\n\n".encode()
                 self.changed.notify_all()
             await asyncio.sleep(LIVE_SECONDS)
+
+    def _timelines(self, models: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        self.timelines.keep_only(set(models))
+        return {lab: self.timelines.of(lab, model) for lab, model in models.items()}
 
     # -- the requests --------------------------------------------------------------------
 
     @web.middleware
     async def guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.headers.get("Host", "") not in self.hosts:
-            return _refusal(403, "this console answers only at the address it listens on "
+            return steer.refusal(403, "this console answers only at the address it listens on "
                             "(a Host header naming another: DNS rebinding?)")
         given = request.headers.get(TOKEN_HEADER, "")
         if request.method == "GET" and not given:  # the page's own link, and live updates
             given = request.query.get("token", "")
         if not hmac.compare_digest(given.encode(), self.token.encode()):
-            return _refusal(403, "a wrong or missing token: open the address `simpleperf "
+            return steer.refusal(403, "a wrong or missing token: open the address `simpleperf "
                             "lab web` printed")
         return await handler(request)
 
@@ -114,16 +120,35 @@ class Console:
     async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name not in STATIC:
-            return _refusal(404, f"no such file: {name}")
+            return steer.refusal(404, f"no such file: {name}")
         return web.Response(body=_static(name), content_type=STATIC[name])
 
     async def labs_json(self, request: web.Request) -> web.Response:
-        labs = await asyncio.get_running_loop().run_in_executor(None, self.labs)
-        return web.json_response({"labs": [view for _, view in labs.values()]})
+        labs = await steer.off_loop(self._with_positions)
+        return web.json_response({"labs": labs})
+
+    def _with_positions(self) -> list[dict[str, Any]]:
+        return [{**view, "positions": positions.read(lab, model)}
+                for lab, (model, view) in self.labs().items()]
+
+    async def runs_json(self, request: web.Request) -> web.Response:
+        return web.json_response({"results": str(self.runs.root),
+                                  "runs": await steer.off_loop(self.runs.listing)})
+
+    async def report(self, request: web.Request) -> web.StreamResponse:
+        """A past run's report.html: self-contained (its figures inline), so it may show
+        inline images and its own style, and nothing else."""
+        found = await steer.off_loop(self.runs.report, request.match_info["run"])
+        if found is None:
+            return steer.refusal(404, f"no report of a run named {request.match_info['run']}")
+        return web.FileResponse(found, headers={
+            "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store",
+            "Content-Security-Policy": "default-src 'none'; img-src data:; "
+                                       "style-src 'unsafe-inline'"})
 
     async def live_events(self, request: web.Request) -> web.StreamResponse:
         if self.watchers >= MAX_LIVE:
-            return _refusal(503, f"{MAX_LIVE} pages are watching already")
+            return steer.refusal(503, f"{MAX_LIVE} pages are watching already")
         self.watchers += 1
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-store"})
@@ -133,58 +158,12 @@ class Console:
                 async with self.changed:
                     await self.changed.wait()
                     live = self.live
-                await response.write(f"data: {json.dumps(live)}\n\n".encode())
+                await response.write(live)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             self.watchers -= 1
         return response
-
-
-    async def change(self, request: web.Request) -> web.Response:
-        """A link's or a node's change, through the code `lab link` and `lab node` use:
-        JSON {"action": "down" | "up" | "set", "set": {property: text, ...}}."""
-        try:
-            asked = await request.json()
-            wanted = actions.change_of(request.match_info["kind"], request.match_info["name"],
-                                       asked)
-        except (ValueError, actions.ActionError) as error:
-            return _refusal(400, str(error).splitlines()[0] if str(error) else
-                            "a body that is not the JSON of a change")
-        lab = request.match_info["lab"]
-        try:
-            took, routing = await asyncio.get_running_loop().run_in_executor(
-                None, lifecycle.change, lab, wanted)
-        except lifecycle.LabError as error:
-            return _refusal(409, str(error))
-        return web.json_response({"done": wanted.describe(), "seconds": took,
-                                  "routing": routing})
-
-
-    async def start_flow(self, request: web.Request) -> web.Response:
-        """A flow across a lab: JSON as an experiment's flow table (kind, from, to, ...)."""
-        lab = request.match_info["lab"]
-        try:
-            asked = await request.json()
-        except ValueError:
-            return _refusal(400, "a body that is not the JSON of a flow")
-        labs = await asyncio.get_running_loop().run_in_executor(None, self.labs)
-        if lab not in labs:
-            return _refusal(409, f"no lab named {lab} is up")
-        try:
-            started = await asyncio.get_running_loop().run_in_executor(
-                None, self.flows.start, lab, labs[lab][0], asked)
-        except running.FlowError as error:
-            return _refusal(400, str(error).splitlines()[0])
-        return web.json_response(started.view())
-
-    async def stop_flow(self, request: web.Request) -> web.Response:
-        number = request.match_info["number"]
-        stopped = await asyncio.get_running_loop().run_in_executor(
-            None, self.flows.stop, int(number), True) if number.isdigit() else None
-        if stopped is None or stopped.lab != request.match_info["lab"]:
-            return _refusal(404, f"no flow {number} in lab {request.match_info['lab']}")
-        return web.json_response(stopped.view())
 
 
 def _reading(models: dict[str, Any], egress: dict[str, dict[tuple[str, str], tuple[str, str]]]
@@ -227,16 +206,15 @@ def make_app(console: Console) -> web.Application:
     app.router.add_get("/static/{name:.+}", console.static)
     app.router.add_get("/api/labs", console.labs_json)
     app.router.add_get("/api/live", console.live_events)
-    app.router.add_post("/api/labs/{lab}/{kind:links|nodes}/{name}", console.change)
-    app.router.add_post("/api/labs/{lab}/flows", console.start_flow)
-    app.router.add_post("/api/labs/{lab}/flows/{number}/stop", console.stop_flow)
+    app.router.add_get("/api/runs", console.runs_json)
+    app.router.add_get("/runs/{run}/report.html", console.report)
+    console.steering.routes(app)
 
     async def start_sampling(app: web.Application) -> Any:
         task = asyncio.create_task(console.sample())
         yield
         task.cancel()
-        # the page's flows end with the console (lab down would end them too)
-        await asyncio.get_running_loop().run_in_executor(None, console.flows.stop_all)
+        await steer.off_loop(console.steering.stop_all)
 
     app.cleanup_ctx.append(start_sampling)
     return app
@@ -273,10 +251,10 @@ def _quiet_logs() -> None:
         logger.propagate = False
 
 
-def serve(listen: str, port: int, token: str, say: Any) -> None:
+def serve(listen: str, port: int, token: str, results: Path, say: Any) -> None:
     """Serve until Ctrl-C; `say` prints the address with its token first."""
     _quiet_logs()
-    console = Console(token, hosts_for(listen, port))
+    console = Console(token, hosts_for(listen, port), results)
     where = f"[{listen}]" if ":" in listen else listen
     say(f"simpleperf lab web: http://{where}:{port}/?token={token}")
     web.run_app(make_app(console), host=listen, port=port, print=None, access_log=None,

@@ -22,11 +22,12 @@ from ..model import theory
 from ..model.errors import ExperimentError, TopologyError
 from ..model.outcomes import FlowOutcome
 from ..model.topology import Topology
-from ..net import ownership
-from ..net.system import system_congestion_control
+from ..net import journal, ownership
+from ..net.routing import tables
+from ..net.system import CommandError, system_congestion_control
 from ..run import kinds
 
-LIVE_KINDS = ("tcp", "udp", "ping")  # what the page can follow as it runs
+LIVE_KINDS = ("tcp", "udp", "ping", "rpm")  # what the page starts (rpm: a result at its end)
 DEFAULT_SECONDS = 30.0  # a tcp or udp flow without a duration
 MAX_FLOWS = 16  # running at once, every lab together
 HISTORY = 120  # readings a flow keeps
@@ -50,6 +51,9 @@ class PageFlow:
         self.base_rtt = outcome.base_rtt
         self.samples: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self.state = "starting"
+        self.rpm: float | None = None  # an rpm flow's result, when it has one
+        self.path: list[str] = []  # the links its packets cross, in order
+        self.said: list[str] = []  # an rpm flow's client's JSON, read at its end
         self.processes: list[subprocess.Popen] = []
         self.began = time.time()
 
@@ -58,10 +62,13 @@ class PageFlow:
                 "from": self.flow.source, "to": self.flow.target, "address": self.address,
                 "seconds": self.seconds, "state": self.state, "began": self.began,
                 "predicted_bits_per_second": self.predicted, "base_rtt_ms": self.base_rtt,
-                "samples": list(self.samples)}
+                "rpm": self.rpm, "path": self.path, "samples": list(self.samples)}
 
     def read(self, line: str) -> None:
         """One line of the client's output."""
+        if self.flow.kind == "rpm":
+            self.said.append(line)
+            return
         if self.flow.kind == "ping":
             found = PING.search(line)
             if found:
@@ -88,6 +95,19 @@ class PageFlow:
             "cwnd_bytes": first.get("snd_cwnd"),
             "lost_percent": total.get("lost_percent")})
 
+    def ended(self) -> None:
+        """An rpm flow's client has ended: its result, as `lab run` reads it."""
+        if self.flow.kind != "rpm":
+            return
+        try:
+            end = json.loads("".join(self.said))["end"]["responsiveness"]
+            self.rpm = float(end["rpm"])
+            self.samples.append({"at": time.time(), "bits_per_second": end.get("goodput"),
+                                 "rpm": self.rpm})
+        except (ValueError, KeyError, TypeError):
+            if self.state == "running":
+                self.state = "failed: its client gave no responsiveness"
+
 
 class PageFlows:
     """The flows the page has started, every lab's."""
@@ -111,10 +131,12 @@ class PageFlows:
             number = next(self.numbers)
         address = flow.address or str(model.address_of(flow.target))
         outcome = FlowOutcome(flow, address)
-        seconds = flow.spec.duration(flow, model_flows.Timing(duration=DEFAULT_SECONDS))
+        seconds = flow.spec.duration(flow, _timing(flow))
+        routed = _routed(model)  # a routed lab's routes as they are now
         with contextlib.suppress(TopologyError, ValueError, KeyError):  # else it just runs
-            theory.predict(model, [outcome], system_congestion_control(), [seconds])
+            theory.predict(routed, [outcome], system_congestion_control(), [seconds])
         started = PageFlow(number, lab, flow, address, seconds, outcome)
+        started.path = _path(routed, flow.source, address)
         with self._lock:
             ended = [n for n, f in self.running.items() if f.state not in ("starting",
                                                                             "running")]
@@ -127,7 +149,25 @@ class PageFlows:
             started.state = f"failed: {error}"
             self.stop(number)
             raise FlowError(str(error)) from None
+        journal.note(lab, f"flow {number} started: {flow.kind} {flow.source} -> "
+                          f"{flow.target} for {seconds:g} s", "page")
         return started
+
+    def reroute(self, lab: str, model: Topology) -> None:
+        """After a change to `lab`: its running flows' paths along the routes now, and
+        theory's goodput along them."""
+        with self._lock:
+            moving = [flow for flow in self.running.values()
+                      if flow.lab == lab and flow.state in ("starting", "running")]
+        if moving:
+            routed = _routed(model)
+            for flow in moving:
+                flow.path = _path(routed, flow.flow.source, flow.address)
+                outcome = FlowOutcome(flow.flow, flow.address)
+                with contextlib.suppress(TopologyError, ValueError, KeyError):
+                    theory.predict(routed, [outcome], system_congestion_control(),
+                                   [flow.seconds])
+                    flow.predicted, flow.base_rtt = outcome.predicted, outcome.base_rtt
 
     def _launch(self, started: PageFlow, outcome: FlowOutcome) -> None:
         flow, runner = started.flow, kinds.runners(None)[started.flow.kind]
@@ -138,10 +178,9 @@ class PageFlows:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if not runner.ready(server, READY_SECONDS, port):
                 raise FlowError(f"the flow's server in {flow.target} did not start")
-        timing = model_flows.Timing(duration=started.seconds,
-                                    ping_count=max(1, int(started.seconds)), ping_interval=1.0)
-        client = runner.client(outcome, port, 1.0, started.seconds, timing)
-        client = ["--json-stream" if word == "-J" else word for word in client]
+        client = runner.client(outcome, port, 1.0, started.seconds, _timing(flow))
+        if flow.kind != "rpm":  # rpm: its whole result at its end (it has no stream)
+            client = ["--json-stream" if word == "-J" else word for word in client]
         process = self._recorded(started, flow.source, client, "client",
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  text=True)
@@ -166,6 +205,7 @@ class PageFlows:
         for line in client.stdout:
             started.read(line)
         code = client.wait()
+        started.ended()
         if started.state == "running":
             started.state = "ended" if code == 0 or started.samples else \
                 f"failed: its client ended with status {code}"
@@ -180,6 +220,8 @@ class PageFlows:
             return None
         if started.state in ("starting", "running"):
             started.state = "stopped"  # before its client ends: not "ended" by itself
+            if started.processes:
+                journal.note(started.lab, f"flow {number} stopped", "page")
         for process in started.processes:
             if process.poll() is None:
                 process.terminate()
@@ -205,6 +247,31 @@ class PageFlows:
             self.stop(number)
 
 
+def _timing(flow: model_flows.Flow) -> model_flows.Timing:
+    """A page's flow runs for its duration (DEFAULT_SECONDS without one): a ping flow
+    too, a reply a second (or at its interval) unless it gives a count."""
+    seconds = flow.duration or DEFAULT_SECONDS
+    return model_flows.Timing(duration=seconds, ping_interval=1.0,
+                              ping_count=max(1, round(seconds / (flow.interval or 1.0))))
+
+
+def _path(routed: Topology, source: str, address: str) -> list[str]:
+    """The links from `source` to `address`, in order (none where there is no path)."""
+    try:
+        return [link.name for link, _ in theory.path(routed, source, address).hops]
+    except (TopologyError, ValueError):
+        return []
+
+
+def _routed(model: Topology) -> Topology:
+    """The model with the routes a routed lab's kernels hold now (as `lab status` reads
+    them); the model as it is if they cannot be read."""
+    try:
+        return tables.routed(model)
+    except (CommandError, TopologyError, ValueError):
+        return model
+
+
 def _flow_of(model: Topology, asked: Any) -> model_flows.Flow:
     try:
         flow = model_flows.parse(asked, "the page's flow")
@@ -217,4 +284,8 @@ def _flow_of(model: Topology, asked: Any) -> model_flows.Flow:
             raise FlowError(f"the page's flow: no node {node} in lab {model.name}")
     if flow.source == flow.target:
         raise FlowError("the page's flow: from and to are the same node")
+    if flow.kind == "rpm" and (flow.tool != "simpleperf" or flow.meter == "mach"):
+        raise FlowError("the page's rpm flows are simpleperf's, server and client "
+                        "(nginx and mach run in experiments: simpleperf lab run "
+                        "responsiveness)")
     return flow

@@ -53,7 +53,8 @@ def link_rates(model: Topology, before: Reading, after: Reading,
                egress: dict[tuple[str, str], tuple[str, str]] | None = None
                ) -> list[dict[str, Any]]:
     """Each link's throughput each way between two readings (bits a second, from what
-    the sending end's interface sent), its queue now (packets and bytes: the own shaper's
+    the sending end's interface sent), its queue now (packets and bytes, and the seconds
+    it takes to drain at the direction's rate: the own shaper's
     discipline where it runs the direction, else the root qdisc where the direction leaves
     the lab's wire (`egress`: build.wire_egress) or its sending end) and the
     packets dropped (and with the own shaper marked CE) meanwhile; None where an end was
@@ -89,8 +90,16 @@ def link_rates(model: Topology, before: Reading, after: Reading,
                 if earlier is not None and earlier.kind == queue.kind and \
                         queue.drops >= earlier.drops:
                     row[way]["dropped"] += queue.drops - earlier.drops
+            _queue_delay(row[way], getattr(link, way))
         rates.append(row)
     return rates
+
+
+def _queue_delay(way: dict[str, Any], shaping: Shaping) -> None:
+    """How long the queue takes to drain at the direction's rate (seconds): what a packet
+    arriving behind it waits."""
+    if way.get("queue_bytes") is not None and shaping.rate:
+        way["queue_delay"] = way["queue_bytes"] * 8 / shaping.rate
 
 
 def _delta(first: Counters | None, second: Counters | None) -> Counters | None:

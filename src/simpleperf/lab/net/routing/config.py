@@ -177,6 +177,7 @@ def _ospf(topology: Topology, router: str) -> list[str]:
             lines.append(f" ip ospf cost {interface.cost}")
         lines.append("exit")
     lines += ["router ospf", f" ospf router-id {router_id(topology, router)}", f" {SPF_THROTTLE}",
+              " log-adjacency-changes",  # the console's timeline reads them (routing/log.py)
               *(f" {timer}" for timer in LSA_TIMERS)]
     return lines + ["exit"]
 
@@ -197,7 +198,8 @@ def _bgp(topology: Topology, router: str) -> list[str]:
              " no bgp ebgp-requires-policy",
              f" timers bgp {timers.bgp_keepalive} {timers.bgp_hold}",
              # Updates leave at once, not gathered for FRR's default second.
-             f" coalesce-time {COALESCE_MS}"]
+             f" coalesce-time {COALESCE_MS}",
+             " bgp log-neighbor-changes"]  # the console's timeline reads them
     internal = internal_peers(topology, router)
     external = [peer for i in interfaces(topology, router) for peer in i.ebgp_peers]
     for address, asn in external:

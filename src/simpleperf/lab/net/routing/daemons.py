@@ -41,6 +41,11 @@ def folder(lab: str, router: str) -> Path:
     return ownership.RECORD_DIR / f"{lab}.frr" / router
 
 
+def events_log(lab: str, router: str, daemon: str) -> Path:
+    """A daemon's log of what it says at level informational and above."""
+    return folder(lab, router) / f"{daemon}.events.log"
+
+
 def require_frr(topology: Topology) -> None:
     """One line naming what is missing, before anything is created."""
     needed = {d for r in topology.routers() for d in config.daemons(topology, r)}
@@ -84,7 +89,10 @@ def start(record: ownership.LabRecord, topology: Topology) -> None:
         place = folder(record.lab, router)
         place.mkdir(parents=True, exist_ok=True)
         for daemon, text in config.configs(topology, router).items():
-            (place / f"{daemon}.conf").write_text(text)
+            # what the console's timeline reads (log.py), stamped to the microsecond (the
+            # command line's log is not)
+            (place / f"{daemon}.conf").write_text(
+                text + f"log file {events_log(record.lab, router, daemon)} informational\n")
         if topology.nodes[router].frr:
             (place / "fragment.conf").write_text(topology.nodes[router].frr)
     for path in [base, *base.rglob("*")]:

@@ -8,7 +8,7 @@
   const headers = { "X-Simpleperf-Token": token };
   const HISTORY = 120; // readings a chart keeps (two minutes)
   const state = { labs: [], lab: null, live: null, updates: 0, series: {}, selected: null,
-                  selectedNode: null, timeline: [] };
+                  selectedNode: null, timeline: [], refused: [], runs: [] };
   window.simpleperfConsole = state;
   let graph = null;
   let chart = null;
@@ -30,7 +30,10 @@
   function queued(way) {
     if (!way) return "";
     const parts = [];
-    if (way.queue_packets) parts.push("queue " + way.queue_packets + " pkt");
+    if (way.queue_packets) {
+      parts.push("queue " + way.queue_packets + " pkt" + (way.queue_delay ?
+        ", " + (way.queue_delay * 1e3).toFixed(0) + " ms" : ""));
+    }
     if (way.dropped) parts.push(way.dropped + " dropped");
     if (way.marked) parts.push(way.marked + " marked");
     return parts.length ? " (" + parts.join(", ") + ")" : "";
@@ -45,19 +48,7 @@
     const text = await answer.text();
     if (text === labsText) return; // nothing changed: the drawing stays put
     labsText = text;
-    const before = {};
-    for (const lab of state.labs) {
-      for (const link of lab.links) before[lab.lab + " " + link.name] = link.down;
-    }
     state.labs = JSON.parse(text).labs;
-    for (const lab of state.labs) {
-      for (const link of lab.links) {
-        const was = before[lab.lab + " " + link.name];
-        if (was !== undefined && was !== link.down) {
-          happened(lab.lab + ": link " + link.name + (link.down ? " is down" : " is up"));
-        }
-      }
-    }
     const select = document.getElementById("lab");
     const wanted = state.lab ? state.lab.lab : null;
     select.replaceChildren(...state.labs.map((lab) => new Option(lab.lab, lab.lab)));
@@ -73,14 +64,11 @@
     }
   }
 
-  function positionsKey(lab) {
-    return "simpleperf-positions-" + lab;
-  }
-
   function draw(lab) {
     const same = state.lab && state.lab.lab === lab.lab;
     state.lab = lab;
-    const saved = JSON.parse(localStorage.getItem(positionsKey(lab.lab)) || "null");
+    // where nodes were placed: kept with the lab (every browser draws it the same way)
+    const saved = lab.positions && Object.keys(lab.positions).length ? lab.positions : null;
     const kept = same && graph ? positionsOf(graph) : saved;
     const elements = lab.nodes.map((node) => ({
       data: { id: node.id, kind: node.kind },
@@ -93,6 +81,7 @@
     const placed = kept && lab.nodes.every((node) => kept[node.id]);
     graph = cytoscape({
       container: document.getElementById("graph"),
+      maxZoom: 1.5, // a lab of two nodes is not drawn the size of the window
       elements: elements,
       layout: placed ? { name: "preset" } : { name: "cose", randomize: false, animate: false },
       style: [
@@ -110,13 +99,13 @@
                                      "text-background-opacity": 0.8 } },
         { selector: "edge[down = 'yes']", style: { "line-style": "dashed",
                                                    "line-color": "#c0392b" } },
+        { selector: "edge.path", style: { "line-color": "#27ae60" } },
         { selector: "edge:selected", style: { "line-color": "#e67e22" } },
       ],
     });
     state.drawn = { nodes: graph.nodes().length, links: graph.edges().length };
-    graph.on("dragfree", "node", () => {
-      localStorage.setItem(positionsKey(lab.lab), JSON.stringify(positionsOf(graph)));
-    });
+    graph.on("dragfree", "node", () => savePositions(lab.lab));
+    if (!placed) savePositions(lab.lab); // the first layout is kept too: it stays put
     graph.on("tap mouseover", "edge", (event) => select(event.target.id()));
     graph.on("tap", "node", (event) => selectNode(event.target.id()));
     if (!same) state.series = {};
@@ -129,6 +118,13 @@
     }
     say(lab.lab + ": " + lab.nodes.length + " nodes, " + lab.links.length + " links, " +
         lab.shaper);
+  }
+
+  async function savePositions(name) {
+    const answer = await fetch("/api/labs/" + encodeURIComponent(name) + "/positions", {
+      method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, headers),
+      body: JSON.stringify(positionsOf(graph)) });
+    state.positionsSaved = answer.ok ? "saved" : await answer.text();
   }
 
   function positionsOf(drawn) {
@@ -191,6 +187,8 @@
     }
     if (chart && state.selected) chart.setData(chartData(state.selected));
     showFlows(mine.flows || []);
+    showTimeline(mine.timeline || []);
+    showCaptures(mine.captures || []);
     say(state.lab.lab + ": live, " + new Date(live.at * 1000).toLocaleTimeString());
   }
 
@@ -202,12 +200,30 @@
     document.getElementById("node").hidden = false;
   }
 
-  // What the page did and what it saw change, newest first
+  // The lab's timeline, newest first: its journal (every change, typed or from the page,
+  // and what routing did after it; the page's flows and captures), what its routers said
+  // of their neighbours, and the page's own refusals
+  function showTimeline(entries) {
+    const shown = entries.map((entry) => ({ at: entry.at, by: entry.by,
+      text: (entry.by === "router" ? "router " : "") + entry.what +
+            (entry.by === "page" ? " (page)" : "") }))
+      .concat(state.refused).sort((a, b) => a.at - b.at);
+    const texts = shown.map((entry) => entry.text);
+    if (texts.join("\n") === state.timeline.join("\n")) return;
+    state.timeline = texts;
+    document.getElementById("timeline").replaceChildren(...shown.reverse().map((entry) => {
+      const item = document.createElement("li");
+      item.className = entry.by;
+      item.textContent = new Date(entry.at * 1000).toLocaleTimeString() + " " + entry.text;
+      return item;
+    }));
+  }
+
   function happened(text) {
-    const entry = document.createElement("li");
-    entry.textContent = new Date().toLocaleTimeString() + " " + text;
-    document.getElementById("timeline").prepend(entry);
-    state.timeline.push(text);
+    if (!text.startsWith("refused")) return; // the rest is in the lab's journal
+    state.refused.push({ at: Date.now() / 1000, by: "refused", text: text });
+    showTimeline(state.live && state.lab && state.live.labs[state.lab.lab] ?
+                 state.live.labs[state.lab.lab].timeline || [] : []);
   }
 
   // A change to the selected link (or node), through the code `simpleperf lab link` (or
@@ -246,6 +262,7 @@
     "click", () => act({ action: "down" }, "nodes"));
   document.getElementById("node-up").addEventListener(
     "click", () => act({ action: "up" }, "nodes"));
+  window.simpleperfConsole.positions = () => (graph ? positionsOf(graph) : null);
   window.simpleperfConsole.selectNode = selectNode;
   window.simpleperfConsole.act = act;
   window.simpleperfConsole.select = select;
@@ -260,7 +277,8 @@
       const last = flow.samples.length ? flow.samples[flow.samples.length - 1] : {};
       const row = document.createElement("tr");
       const cells = [flow.id, flow.kind + " " + flow.from + "→" + flow.to,
-        rate(last.bits_per_second), rate(flow.predicted_bits_per_second),
+        flow.rpm === null || flow.rpm === undefined ? rate(last.bits_per_second) :
+          flow.rpm.toFixed(0) + " RPM", rate(flow.predicted_bits_per_second),
         last.rtt_ms === undefined || last.rtt_ms === null ? "–" :
           last.rtt_ms.toFixed(1) + " ms",
         last.cwnd_bytes ? (last.cwnd_bytes / 1024).toFixed(0) + " KB" : "–", flow.state];
@@ -283,6 +301,13 @@
     document.querySelector("#flows tbody").replaceChildren(...rows);
     const charted = flows.find((flow) => flow.id === state.chartedFlow) ||
       flows[flows.length - 1];
+    if (graph) { // the charted flow's path, highlighted on the drawing
+      const path = charted ? charted.path || [] : [];
+      graph.edges().forEach((edge) => {
+        if (path.includes(edge.id())) edge.addClass("path"); else edge.removeClass("path");
+      });
+      state.highlighted = path;
+    }
     if (!charted) return;
     const times = charted.samples.map((sample) => sample.at);
     const data = [times,
@@ -337,6 +362,112 @@
   window.simpleperfConsole.startFlow = startFlow;
   window.simpleperfConsole.stopFlow = stopFlow;
 
+  // Captures: `lab capture`'s points (a link, or NODE:IFACE), started and stopped from
+  // the page; an ended one's pcapng downloads from its row, with `lab analyze`'s tables
+  function showCaptures(found) {
+    state.captures = found;
+    const rows = found.map((taken) => {
+      const row = document.createElement("tr");
+      const size = taken.bytes === null ? "–" : (taken.bytes / 1e3).toFixed(0) + " KB";
+      for (const text of [taken.id, taken.where + (taken.filter ? " [" + taken.filter + "]" :
+                                                   ""), taken.state, size,
+                          taken.packets === null ? "–" : taken.packets]) {
+        const cell = document.createElement("td");
+        cell.textContent = String(text);
+        row.append(cell);
+      }
+      const cell = document.createElement("td");
+      if (taken.state === "capturing") {
+        const stop = document.createElement("button");
+        stop.textContent = "stop";
+        stop.className = "stop-capture";
+        stop.addEventListener("click", () => stopCapture(taken.id));
+        cell.append(stop);
+      } else if (taken.state === "ended") {
+        const link = document.createElement("a");
+        link.textContent = "pcapng";
+        link.className = "pcap";
+        link.href = "/api/labs/" + encodeURIComponent(taken.lab) + "/captures/" + taken.id +
+          "/pcap?token=" + encodeURIComponent(token);
+        link.download = taken.file;
+        link.title = taken.analysis.join("\n");
+        cell.append(link);
+      }
+      row.append(cell);
+      return row;
+    });
+    document.querySelector("#captures tbody").replaceChildren(...rows);
+  }
+
+  async function startCapture(asked) {
+    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) +
+                               "/captures", {
+      method: "POST", headers: Object.assign({ "Content-Type": "application/json" }, headers),
+      body: JSON.stringify(asked) });
+    const text = await answer.text();
+    state.lastCapture = { ok: answer.ok, said: answer.ok ? JSON.parse(text) : text.trim() };
+    if (!answer.ok) happened("refused: " + text.trim());
+    return state.lastCapture;
+  }
+
+  async function stopCapture(number) {
+    const answer = await fetch("/api/labs/" + encodeURIComponent(state.lab.lab) +
+                               "/captures/" + number + "/stop", { method: "POST", headers });
+    if (!answer.ok) happened("refused: " + (await answer.text()).trim());
+  }
+
+  document.getElementById("capture").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = event.target;
+    const asked = { where: form.where.value.trim() || state.selected || "" };
+    if (form.filter.value.trim()) asked.filter = form.filter.value.trim();
+    if (form.seconds.value.trim()) asked.seconds = form.seconds.value.trim();
+    startCapture(asked);
+  });
+  window.simpleperfConsole.startCapture = startCapture;
+  window.simpleperfConsole.stopCapture = stopCapture;
+
+  // Past runs (`lab run`'s results folders), newest first, each case's verdict against
+  // theory, and its report
+  async function loadRuns() {
+    const answer = await fetch("/api/runs", { headers });
+    if (!answer.ok) return;
+    const text = await answer.text();
+    if (text === state.runsText) return;
+    state.runsText = text;
+    state.runs = JSON.parse(text).runs;
+    const rows = state.runs.map((run) => {
+      const row = document.createElement("tr");
+      const verdicts = run.verdicts || [];
+      const within = verdicts.filter((v) => v.within === true).length;
+      const outside = verdicts.filter((v) => v.within === false).length;
+      const when = run.started ? new Date(run.started * 1000).toLocaleString() : "";
+      const said = run.error ? run.error : within + " within, " + outside + " outside" +
+        (run.failed ? ", " + run.failed + " flows failed" : "") +
+        (run.state !== "complete" ? ", " + run.state : "");
+      for (const text of [run.experiment || run.name, when, said]) {
+        const cell = document.createElement("td");
+        cell.textContent = text;
+        row.append(cell);
+      }
+      row.children[2].className = outside || run.failed ? "outside" : "within";
+      row.title = verdicts.map((v) => "case " + v.case + ": " + v.summary).join("\n");
+      const cell = document.createElement("td");
+      if (run.report) {
+        const link = document.createElement("a");
+        link.textContent = "report";
+        link.className = "report";
+        link.target = "_blank";
+        link.href = "/runs/" + encodeURIComponent(run.name) + "/report.html?token=" +
+          encodeURIComponent(token);
+        cell.append(link);
+      }
+      row.append(cell);
+      return row;
+    });
+    document.querySelector("#runs tbody").replaceChildren(...rows);
+  }
+
   document.getElementById("lab").addEventListener("change", (event) => {
     const lab = state.labs.find((found) => found.lab === event.target.value);
     if (lab) draw(lab);
@@ -345,5 +476,7 @@
   events.onmessage = (message) => onLive(JSON.parse(message.data));
   events.onerror = () => say("disconnected from the console: retrying");
   loadLabs();
+  loadRuns();
   setInterval(loadLabs, 3000); // labs up and down, links changed: redrawn when they change
+  setInterval(loadRuns, 10000); // a run that ended meanwhile
 })();
