@@ -73,6 +73,10 @@ def test_a_direction_s_queue_is_read_where_it_sits():
     egress = build.wire_egress(model)
     assert egress == {("h1-h2", "a_to_b"): ("pair-wire", "w1b"),
                       ("h1-h2", "b_to_a"): ("pair-wire", "w1a")}
+    # the kernel's CAKE comes first on the ifb behind the port a direction enters by
+    cake = topology.pair(rate="20M", delay="5ms", qdisc="cake")
+    assert build.wire_egress(cake) == {("h1-h2", "a_to_b"): ("pair-wire", "ifb1a"),
+                                       ("h1-h2", "b_to_a"): ("pair-wire", "ifb1b")}
     ends = {link.a.node: {link.a.interface: counters.Counters(0, 0, 0, 10, 1, 0)},
             link.b.node: {link.b.interface: counters.Counters(10, 1, 0, 0, 0, 0)}}
 
@@ -381,6 +385,16 @@ def test_the_console_reads_the_shaper_s_rate_and_queue_and_reshapes_its_link():
         slow, seen = _live(console, "pair", lambda u: 4.5e6 <= (_forward(u).get(
             "bits_per_second") or 0) <= 5.5e6 and _forward(u), 15.0)
         assert slow, [_forward(u) for u in seen]
+        # CAKE set through the console: its queue is read where it runs (with netem, the
+        # kernel's CAKE on the ifb before netem; with the own shaper, the own CAKE)
+        status, said = console.request("POST", "/api/labs/pair/links/h1-h2", token,
+                                       b'{"action": "set", "set": {"qdisc": "cake"}}',
+                                       seconds=60.0)
+        assert status == 200, said
+        cake, seen = _live(console, "pair", lambda u: _forward(u).get("qdisc") == "cake" and
+                           (_forward(u).get("bits_per_second") or 0) > 4e6 and
+                           _forward(u), 15.0)
+        assert cake and "queue_packets" in cake, [_forward(u) for u in seen]
         status, said = console.request("POST", f"/api/labs/pair/flows/{flow}/stop", token,
                                        seconds=60.0)
         assert status == 200 and json.loads(said)["state"] == "stopped", said
@@ -391,6 +405,7 @@ def test_the_console_reads_the_shaper_s_rate_and_queue_and_reshapes_its_link():
         done = lab("status", "pair").stdout
         for line in (f"flow {flow} started: tcp h1 -> h2 for 90 s (from the console)",
                      "link h1-h2 set bw 5M (from the console)",
+                     "link h1-h2 set qdisc cake (from the console)",
                      f"flow {flow} stopped (from the console)"):
             assert line in done, done
     finally:

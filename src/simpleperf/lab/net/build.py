@@ -210,13 +210,16 @@ def delay_queue_directions(topology: Topology) -> dict[int, tuple[str, str]]:
 
 def wire_egress(topology: Topology) -> dict[tuple[str, str], tuple[str, str]]:
     """Where each routed link direction's kernel queue sits: (link, "a_to_b" or "b_to_a")
-    -> (the wire namespace, the port it leaves by). lab web reads the qdiscs there."""
+    -> (the wire namespace, the port it leaves by; the ifb behind the port it enters by,
+    where the kernel's CAKE comes first: stages.cake_first). lab web reads the qdiscs
+    there."""
     wire = wire_namespace(topology.name)
     found = {}
     for number, link in enumerate(routed_links(topology), start=1):
         port_a, port_b = _ports(number)
-        found[(link.name, "a_to_b")] = (wire, port_b)
-        found[(link.name, "b_to_a")] = (wire, port_a)
+        for way, ingress, egress in (("a_to_b", port_a, port_b), ("b_to_a", port_b, port_a)):
+            first = stages.cake_first(getattr(link, way))
+            found[(link.name, way)] = (wire, ifb_of(ingress) if first else egress)
     return found
 
 
