@@ -106,6 +106,33 @@ def test_a_direction_s_queue_is_read_where_it_sits():
     assert rates["a_to_b"]["queue_packets"] == 40 and "queue_delay" not in rates["a_to_b"]
 
 
+def test_a_switch_s_port_queue_is_read_in_the_switch_s_namespace(tmp_path):
+    """A shaped link to a switch has no wire: each direction's queue is its sending end's
+    root qdisc, the switch's own port for what the switch sends (its namespace is a node's,
+    read as every node's is)."""
+    spec = tmp_path / "lan.toml"
+    spec.write_text('name = "lan"\n[hosts]\nh1 = {}\nh2 = {}\n[switches]\ns1 = {}\n'
+                    + "".join(f'[[links]]\na = "h{i}"\na_address = "10.9.0.{i}/24"\n'
+                              'b = "s1"\nbw = "10M"\n' for i in (1, 2)))
+    model = topology.load(str(spec))
+    link = model.links[0]
+    assert (link.name, "b_to_a") not in build.wire_egress(model)
+    ends = {link.a.node: {link.a.interface: counters.Counters(0, 0, 0, 10, 1, 0)},
+            link.b.node: {link.b.interface: counters.Counters(10, 1, 0, 0, 0, 0)}}
+
+    def port(backlog: int) -> dict[str, dict[str, qdiscs.QdiscStats]]:
+        return {link.b.node: {link.b.interface: qdiscs.QdiscStats(
+            "tbf", 0x10000, qdiscs.ROOT, 0, 0, backlog, backlog * 1500, 0, 0)}}
+
+    rates = {row["name"]: row for row in views.link_rates(
+        model, views.Reading(0.0, ends, port(1)), views.Reading(1.0, ends, port(12)),
+        build.wire_egress(model))}
+    assert rates[link.name]["b_to_a"]["queue_packets"] == 12
+    assert rates[link.name]["b_to_a"]["queue_delay"] == pytest.approx(
+        12 * 1500 * 8 / link.b_to_a.rate)
+    assert "queue_packets" not in rates[link.name]["a_to_b"]  # nothing read at the host
+
+
 def test_the_portfolio_is_drawn_with_its_15_nodes_14_links_and_every_property():
     model = topology.load("portfolio")
     view = views.topology_view("portfolio", model, "own", ["L3"])
