@@ -200,3 +200,13 @@ def test_past_runs_are_listed_and_only_a_listed_run_s_report_is_served(tmp_path:
     for made_up in ("../broken-1", "broken-1/../broken-1", "loose.html", "", "nope"):
         assert listed.report(made_up) is None, made_up
     assert runs.PastRuns(tmp_path / "absent").listing() == []
+    # a symbolic link for a report, or for a run's folder, is never followed
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root's")
+    (tmp_path / "linked-1").mkdir()
+    (tmp_path / "linked-1" / "results.sqlite").write_bytes(b"")
+    (tmp_path / "linked-1" / "report.html").symlink_to(secret)
+    (tmp_path / "linked-2").symlink_to(tmp_path / "broken-1")
+    assert {run["name"] for run in listed.listing()} == {"broken-1", "linked-1", "linked-2"}
+    assert listed.report("linked-1") is None and listed.report("linked-2") is None
+    assert listed.report("broken-1") is not None

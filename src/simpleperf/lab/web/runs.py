@@ -46,10 +46,13 @@ class PastRuns:
 
     def report(self, name: str) -> Path | None:
         """A run's report.html, for a folder name the listing has (never a path the
-        request made up)."""
+        request made up), and neither it nor its folder a symbolic link: the console runs
+        as root, and a link planted in a shared results folder could name any file."""
         for folder in find_runs(self.root):
-            if folder.name == name and (folder / REPORT).is_file():
-                return folder / REPORT
+            report = folder / REPORT
+            if folder.name == name and not folder.is_symlink() and \
+                    not report.is_symlink() and report.is_file():
+                return report
         return None
 
 
