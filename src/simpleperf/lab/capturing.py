@@ -50,7 +50,7 @@ def capture_live(lab: str | None, where: str, write: str | None, bpf: str | None
 def analyze(path: Path) -> int:
     """Per TCP and UDP flow of a capture file; 1 when the file was damaged."""
     try:
-        from .analysis import packets, tcp, text, udp  # dpkt: only where captures are read
+        from .analysis import packets, text  # dpkt: only where captures are read
     except ImportError:
         raise capture.CaptureError(capture.NO_DPKT) from None
     try:
@@ -58,8 +58,7 @@ def analyze(path: Path) -> int:
     except packets.CaptureFileError as error:
         raise capture.CaptureError(str(error)) from None
     lines = [f"{path}: {len(found.packets)} TCP/UDP packets"]
-    lines += text.tcp_table(tcp.analyze(found.packets))
-    lines += text.udp_table(udp.analyze(found.packets))
+    lines += text.tables(found.packets)
     print("\n".join(lines))
     if found.damage:
         print(f"simpleperf lab: warning: {found.damage}", file=sys.stderr)

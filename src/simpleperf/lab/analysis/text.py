@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from . import tcp, udp
 from .tcp import TcpDirection, spread
 from .udp import UdpDirection
+
+if TYPE_CHECKING:  # as tcp.py: the tables need no dpkt
+    from .packets import Packet
+
+
+def tables(packets: Sequence[Packet]) -> list[str]:
+    """A capture's packets as `lab analyze` prints them: the TCP table, then the UDP."""
+    return tcp_table(tcp.analyze(packets)) + udp_table(udp.analyze(packets))
 
 
 def _ends(d: TcpDirection | UdpDirection) -> str:

@@ -184,7 +184,7 @@ def _asked(asked: Any) -> tuple[str, str | None, float]:
 def _analysis(path: Path) -> list[str]:
     """`lab analyze`'s tables of a capture, as lines (none without dpkt)."""
     try:
-        from ..analysis import packets, tcp, text, udp
+        from ..analysis import packets, text
     except ImportError:
         return []
     try:
@@ -192,8 +192,7 @@ def _analysis(path: Path) -> list[str]:
     except packets.CaptureFileError as error:
         return [str(error)]
     lines = [f"{len(found.packets)} TCP/UDP packets"]
-    lines += text.tcp_table(tcp.analyze(found.packets))
-    lines += text.udp_table(udp.analyze(found.packets))
+    lines += text.tables(found.packets)
     if found.damage:
         lines.append(found.damage)
     return lines[:ANALYSIS_LINES]

@@ -44,11 +44,11 @@ class PageFlow:
     """One flow the page started: its processes, what its client has said so far."""
 
     def __init__(self, number: int, lab: str, flow: model_flows.Flow, address: str,
-                 seconds: float, outcome: FlowOutcome) -> None:
+                 seconds: float) -> None:
         self.number, self.lab, self.flow, self.address = number, lab, flow, address
         self.seconds = seconds
-        self.predicted = outcome.predicted
-        self.base_rtt = outcome.base_rtt
+        self.predicted: float | None = None  # theory's goodput along its path (along())
+        self.base_rtt: float | None = None
         self.samples: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self.state = "starting"
         self.rpm: float | None = None  # an rpm flow's result, when it has one
@@ -67,7 +67,7 @@ class PageFlow:
     def read(self, line: str) -> None:
         """One line of the client's output."""
         if self.flow.kind == "rpm":
-            self.said.append(line)
+            self.said.append(line.rstrip("\n"))
             return
         if self.flow.kind == "ping":
             found = PING.search(line)
@@ -95,18 +95,28 @@ class PageFlow:
             "cwnd_bytes": first.get("snd_cwnd"),
             "lost_percent": total.get("lost_percent")})
 
-    def ended(self) -> None:
-        """An rpm flow's client has ended: its result, as `lab run` reads it."""
+    def ended(self, code: int) -> None:
+        """An rpm flow's client has ended with status `code`: its result, read by the
+        runner `lab run` reads it with."""
         if self.flow.kind != "rpm":
             return
-        try:
-            end = json.loads("".join(self.said))["end"]["responsiveness"]
-            self.rpm = float(end["rpm"])
-            self.samples.append({"at": time.time(), "bits_per_second": end.get("goodput"),
+        outcome = FlowOutcome(self.flow, self.address)
+        kinds.runners(None)["rpm"].read(outcome, self.said, "", code)
+        if outcome.rpm is not None:
+            self.rpm = float(outcome.rpm)
+            self.samples.append({"at": time.time(), "bits_per_second": outcome.throughput,
                                  "rpm": self.rpm})
-        except (ValueError, KeyError, TypeError):
-            if self.state == "running":
-                self.state = "failed: its client gave no responsiveness"
+        elif self.state == "running":
+            self.state = f"failed: {outcome.error or 'its client gave no responsiveness'}"
+
+    def along(self, routed: Topology) -> None:
+        """Its path, and theory's goodput and base RTT, along `routed`'s routes (a routed
+        lab's as its kernels hold them now)."""
+        self.path = _path(routed, self.flow.source, self.address)
+        outcome = FlowOutcome(self.flow, self.address)
+        with contextlib.suppress(TopologyError, ValueError, KeyError):  # else it just runs
+            theory.predict(routed, [outcome], system_congestion_control(), [self.seconds])
+            self.predicted, self.base_rtt = outcome.predicted, outcome.base_rtt
 
 
 class PageFlows:
@@ -132,11 +142,8 @@ class PageFlows:
         address = flow.address or str(model.address_of(flow.target))
         outcome = FlowOutcome(flow, address)
         seconds = flow.spec.duration(flow, _timing(flow))
-        routed = _routed(model)  # a routed lab's routes as they are now
-        with contextlib.suppress(TopologyError, ValueError, KeyError):  # else it just runs
-            theory.predict(routed, [outcome], system_congestion_control(), [seconds])
-        started = PageFlow(number, lab, flow, address, seconds, outcome)
-        started.path = _path(routed, flow.source, address)
+        started = PageFlow(number, lab, flow, address, seconds)
+        started.along(_routed(model))
         with self._lock:
             ended = [n for n, f in self.running.items() if f.state not in ("starting",
                                                                             "running")]
@@ -162,12 +169,7 @@ class PageFlows:
         if moving:
             routed = _routed(model)
             for flow in moving:
-                flow.path = _path(routed, flow.flow.source, flow.address)
-                outcome = FlowOutcome(flow.flow, flow.address)
-                with contextlib.suppress(TopologyError, ValueError, KeyError):
-                    theory.predict(routed, [outcome], system_congestion_control(),
-                                   [flow.seconds])
-                    flow.predicted, flow.base_rtt = outcome.predicted, outcome.base_rtt
+                flow.along(routed)
 
     def _launch(self, started: PageFlow, outcome: FlowOutcome) -> None:
         flow, runner = started.flow, kinds.runners(None)[started.flow.kind]
@@ -205,7 +207,7 @@ class PageFlows:
         for line in client.stdout:
             started.read(line)
         code = client.wait()
-        started.ended()
+        started.ended(code)
         if started.state == "running":
             started.state = "ended" if code == 0 or started.samples else \
                 f"failed: its client ended with status {code}"
